@@ -1,0 +1,51 @@
+"""The errors tkjit raises. Every user-facing failure is a TkError with a clear message."""
+from __future__ import annotations
+
+from .source import Span
+
+
+class TkError(Exception):
+    """Base of all tkjit errors. ``span`` (optional) points into the kernel source."""
+
+    def __init__(self, message: str, span: Span | None = None, notes: list[str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.span = span
+        self.notes = list(notes or [])
+
+    def render(self) -> str:
+        text = self.span.render(self.message) if self.span is not None else f"error: {self.message}"
+        for note in self.notes:
+            text += f"\nnote: {note}"
+        return text
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class DiagnosticError(TkError):
+    """A malformed kernel or malformed IR text: syntax, names, shapes, dtypes."""
+
+
+class VerifyError(DiagnosticError):
+    """IR that breaks an op's or the kernel's invariants."""
+
+
+class PassError(TkError):
+    """A pass could not do its job (e.g. shared memory over the limit)."""
+
+
+class LaunchError(TkError):
+    """A bad launch, refused on the host before the GPU sees it."""
+
+
+class ToolchainError(TkError):
+    """ptxas / cuobjdump / nvdisasm missing or failing."""
+
+
+class InterpreterError(TkError):
+    """A runtime error in an interpreted kernel (reported against its source line)."""
+
+
+class NotAvailableError(TkError):
+    """A stage or backend that does not exist (yet) or cannot run here."""
