@@ -1,0 +1,60 @@
+"""Every environment switch tkjit honours, read once into one object."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _flag(env: dict[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Config:
+    cache_dir: Path
+    """TKJIT_CACHE_DIR, else the platform's user cache directory."""
+    dump_dir: Path | None = None
+    """TKJIT_DUMP=<dir>: write every stage, every pass's IR and the decision log there."""
+    debug: bool = False
+    """TKJIT_DEBUG=1: verify the IR after every pass."""
+    no_cache: bool = False
+    """TKJIT_NO_CACHE=1: bypass the disk cache (neither read nor written)."""
+    backend: str | None = None
+    """TKJIT_BACKEND=gpu|interpret: force a backend (default: gpu when one is present)."""
+    arch: str = "sm_90a"
+    """TKJIT_ARCH: the target architecture."""
+
+    @staticmethod
+    def from_env(env: dict[str, str] | None = None) -> "Config":
+        env = dict(os.environ if env is None else env)
+        cache = env.get("TKJIT_CACHE_DIR")
+        if not cache:
+            import platformdirs
+            cache = platformdirs.user_cache_dir("tkjit", appauthor=False)
+        dump = env.get("TKJIT_DUMP") or None
+        return Config(
+            cache_dir=Path(cache).expanduser(),
+            dump_dir=Path(dump).expanduser() if dump else None,
+            debug=_flag(env, "TKJIT_DEBUG"),
+            no_cache=_flag(env, "TKJIT_NO_CACHE"),
+            backend=(env.get("TKJIT_BACKEND") or None),
+            arch=env.get("TKJIT_ARCH") or "sm_90a",
+        )
+
+
+_current: Config | None = None
+
+
+def get_config() -> Config:
+    """The process's configuration, read from the environment on first use."""
+    global _current
+    if _current is None:
+        _current = Config.from_env()
+    return _current
+
+
+def reset_config() -> None:
+    """Forget the cached configuration (tests that change the environment call this)."""
+    global _current
+    _current = None
