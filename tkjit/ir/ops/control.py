@@ -1,0 +1,117 @@
+"""Structured control flow: the block loop, sequential loops with carried values, if, yield."""
+from __future__ import annotations
+
+from ..core import Op
+from ..types import BOOL, I32, ScalarType, describe
+
+I32_T, BOOL_T = ScalarType(I32), ScalarType(BOOL)
+
+
+def _need_i32(op: Op, values, what: str) -> None:
+    for v in values:
+        if v.type != I32_T:
+            raise op.error(f"{what} expected i32, got {describe(v.type)}")
+
+
+class Yield(Op):
+    """``yield %a, %b`` — ends a loop body or if branch, giving the region's results."""
+
+    NAME = "yield"
+    OPERANDS = ("values*",)
+    NUM_RESULTS = 0
+    IS_TERMINATOR = True
+
+    def infer(self):
+        return []
+
+
+class Blocks(Op):
+    """``blocks %nm, %nn {schedule = "persistent", group = 8} { ^(%m: i32, %n: i32): ... }``
+
+    One program instance per point of the 1-3-D block grid. ``schedule``: ``grid`` (one CTA per
+    block) or ``persistent`` (CTAs loop over blocks); ``group``: blocks of rows visited together
+    for L2 reuse."""
+
+    NAME = "blocks"
+    OPERANDS = ("counts*",)
+    ATTRS = {"schedule": str, "group": int}
+    OPTIONAL_ATTRS = frozenset({"schedule", "group"})
+    NUM_RESULTS = 0
+    NUM_REGIONS = 1
+
+    def infer(self):
+        counts = self.variadic()
+        if not 1 <= len(counts) <= 3:
+            raise self.error(f"expected 1 to 3 block counts, got {len(counts)}")
+        _need_i32(self, counts, "a block count")
+        sched = self.attrs.get("schedule", "grid")
+        if sched not in ("grid", "persistent"):
+            raise self.error(f"schedule expected 'grid' or 'persistent', got '{sched}'")
+        if "group" in self.attrs and self.attrs["group"] < 1:
+            raise self.error(f"group must be at least 1, got {self.attrs['group']}")
+        return []
+
+    def verify_regions(self) -> None:
+        body = self.regions[0]
+        if len(body.args) != len(self.variadic()) or any(a.type != I32_T for a in body.args):
+            raise self.error("the body takes one i32 block index per block count")
+        if body.terminator is not None and body.terminator.IS_TERMINATOR and body.terminator.operands:
+            raise self.error("the block loop yields nothing")
+
+
+class For(Op):
+    """``%r = for %lo, %hi, %step, %init : T { ^(%k: i32, %acc: T): ... yield %acc2 }``
+
+    Runs k = lo, lo+step, ... while k < hi; the values after ``step`` are carried (SSA iter args)
+    and the results are their final values. ``stages`` pins the pipeline depth of its loads."""
+
+    NAME = "for"
+    OPERANDS = ("lo", "hi", "step", "inits*")
+    ATTRS = {"stages": int, "unroll": int}
+    OPTIONAL_ATTRS = frozenset({"stages", "unroll"})
+    NUM_RESULTS = None
+    NUM_REGIONS = 1
+
+    def infer(self):
+        _need_i32(self, self.operands[:3], "a loop bound")
+        if "stages" in self.attrs and not 1 <= self.attrs["stages"] <= 8:
+            raise self.error(f"stages must be 1 to 8, got {self.attrs['stages']}")
+        return [v.type for v in self.variadic()]
+
+    def verify_regions(self) -> None:
+        body = self.regions[0]
+        want = [I32_T] + [v.type for v in self.variadic()]
+        if [a.type for a in body.args] != want:
+            raise self.error("the body takes the induction variable (i32) and one argument "
+                             "per carried value, of the same types")
+        _check_yield(self, body, [r.type for r in self.results])
+
+
+class If(Op):
+    """``%r = if %cond : T { ... yield %a } { ... yield %b }`` — then and else regions."""
+
+    NAME = "if"
+    OPERANDS = ("cond",)
+    NUM_RESULTS = None
+    NUM_REGIONS = 2
+
+    def infer(self):
+        if self.operands[0].type != BOOL_T:
+            raise self.error(f"the condition expected bool, got {describe(self.operands[0].type)}")
+        return [r.type for r in self.results]
+
+    def verify_regions(self) -> None:
+        for region in self.regions:
+            if region.args:
+                raise self.error("if regions take no arguments")
+            _check_yield(self, region, [r.type for r in self.results])
+
+
+def _check_yield(op: Op, block, types) -> None:
+    term = block.terminator
+    if term is None or not isinstance(term, Yield):
+        raise op.error("its region must end with yield")
+    got = [v.type for v in term.operands]
+    if got != types:
+        raise op.error(f"yields ({', '.join(map(str, got))}) but its results are "
+                       f"({', '.join(map(str, types))})")

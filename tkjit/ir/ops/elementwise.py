@@ -1,0 +1,178 @@
+"""Elementwise ops on scalars, register tiles and vectors: maps, conversions, fills, masks."""
+from __future__ import annotations
+
+from ..core import Op
+from ..types import (BOOL, F32, I32, ScalarType, TileType, Type, VectorType, describe, is_register,
+                     with_dtype)
+
+
+def _need_register(op: Op, t: Type, what: str) -> None:
+    if not is_register(t):
+        hint = "; copy it into a register tile (rt) first" if isinstance(t, TileType) else ""
+        raise op.error(f"{what} needs a scalar, register tile or vector, got {describe(t)}{hint}")
+
+
+class Binary(Op):
+    """``%r = add %a, %b``: elementwise with scalar broadcast. Subclasses name the function."""
+
+    OPERANDS = ("lhs", "rhs")
+    KIND = "arith"  # arith | int | compare | logic
+
+    def infer(self):
+        a, b = self.operands[0].type, self.operands[1].type
+        _need_register(self, a, "the left operand")
+        _need_register(self, b, "the right operand")
+        if isinstance(a, ScalarType) and isinstance(b, ScalarType):
+            if a.dtype != b.dtype:
+                raise self.error(f"operand dtypes differ: {a} and {b}")
+            if self.KIND == "int" and a.dtype != I32:
+                raise self.error(f"expected i32 operands, got {a}")
+            if self.KIND == "logic" and a.dtype != BOOL:
+                raise self.error(f"expected bool operands, got {a}")
+            if self.KIND in ("arith",) and a.dtype == BOOL:
+                raise self.error("arithmetic on bool values")
+            return [ScalarType(BOOL) if self.KIND == "compare" else a]
+        if self.KIND != "arith":
+            raise self.error(f"needs scalar operands, got {describe(a)} and {describe(b)}")
+        if isinstance(b, ScalarType):
+            return [self._broadcast(a, b)]
+        if isinstance(a, ScalarType):
+            return [self._broadcast(b, a)]
+        if type(a) is not type(b):
+            raise self.error(f"cannot combine {describe(a)} with {describe(b)} elementwise; "
+                             "broadcast a vector over a tile with add_row/sub_col/mul_row/...")
+        if a.shape != b.shape or getattr(a, "kind", None) != getattr(b, "kind", None):
+            raise self.error(f"shapes differ: {describe(a)} and {describe(b)}")
+        if a.dtype != b.dtype:
+            raise self.error(f"dtypes differ: {a.dtype} and {b.dtype}; convert one with cvt<...>")
+        return [a]
+
+    def _broadcast(self, t: Type, s: ScalarType) -> Type:
+        if s.dtype == BOOL:
+            raise self.error("cannot broadcast a bool over a tile")
+        return t
+
+
+def _binary(name: str, kind: str = "arith") -> type[Binary]:
+    return type(name.capitalize(), (Binary,), {"NAME": name, "KIND": kind,
+                                               "__doc__": f"``{name}``: elementwise {kind} op."})
+
+
+Add, Sub, Mul, Div = _binary("add"), _binary("sub"), _binary("mul"), _binary("div")
+Max, Min = _binary("max"), _binary("min")
+CDiv, FloorDiv, Mod = _binary("cdiv", "int"), _binary("floordiv", "int"), _binary("mod", "int")
+Lt, Le, Gt, Ge = (_binary(n, "compare") for n in ("lt", "le", "gt", "ge"))
+Eq, Ne = _binary("eq", "compare"), _binary("ne", "compare")
+And, Or = _binary("and", "logic"), _binary("or", "logic")
+BINARY_OPS = (Add, Sub, Mul, Div, Max, Min, CDiv, FloorDiv, Mod, Lt, Le, Gt, Ge, Eq, Ne, And, Or)
+
+
+class Unary(Op):
+    """``%r = exp2 %x``: an elementwise math function (float operands unless INT_OK)."""
+
+    OPERANDS = ("x",)
+    INT_OK = False
+
+    def infer(self):
+        t = self.operands[0].type
+        _need_register(self, t, "its operand")
+        if t.dtype == BOOL and self.NAME != "not":
+            raise self.error("expected a number, got bool")
+        if self.NAME == "not" and t != ScalarType(BOOL):
+            raise self.error(f"expected bool, got {t}")
+        if not t.dtype.is_float and not self.INT_OK and self.NAME != "not":
+            raise self.error(f"expected a float operand, got {t}; convert it with cvt<f32>")
+        return [t]
+
+
+def _unary(name: str, int_ok: bool = False) -> type[Unary]:
+    return type(name.capitalize(), (Unary,), {"NAME": name, "INT_OK": int_ok,
+                                              "__doc__": f"``{name}``: elementwise map."})
+
+
+Neg, Abs, Relu = _unary("neg", True), _unary("abs", True), _unary("relu", True)
+Not = _unary("not", True)
+Exp, Exp2, Log, Log2 = _unary("exp"), _unary("exp2"), _unary("log"), _unary("log2")
+Sqrt, Rsqrt, Sin, Cos, Tanh = (_unary(n) for n in ("sqrt", "rsqrt", "sin", "cos", "tanh"))
+UNARY_OPS = (Neg, Abs, Relu, Not, Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Sin, Cos, Tanh)
+
+
+class Cvt(Op):
+    """``%r = cvt %x {dtype = "bf16"}`` — convert the element dtype (rounding to nearest even)."""
+
+    NAME = "cvt"
+    OPERANDS = ("x",)
+    ATTRS = {"dtype": str}
+
+    def infer(self):
+        from ..types import DTYPES
+        t = self.operands[0].type
+        _need_register(self, t, "its operand")
+        dt = DTYPES.get(self.attrs["dtype"])
+        if dt is None or dt == BOOL:
+            raise self.error(f"cannot convert to '{self.attrs['dtype']}'")
+        if not isinstance(t, ScalarType) and not dt.is_float:
+            raise self.error(f"tiles and vectors hold floats; cannot convert to {dt}")
+        return [with_dtype(t, dt)]
+
+
+class _Creates(Op):
+    """An op whose result type is written on it (zeros, fill): a register tile or vector."""
+
+    def infer(self):
+        if not self.results:
+            raise self.error("needs a result type")
+        t = self.results[0].type
+        if not (isinstance(t, VectorType) or (isinstance(t, TileType) and t.space == "rt")):
+            raise self.error(f"creates register tiles and vectors, not {describe(t)}")
+        return [t]
+
+
+class Zeros(_Creates):
+    """``%acc = zeros : rt<f32>[128, 256]``."""
+
+    NAME = "zeros"
+
+
+class Fill(_Creates):
+    """``%mx = fill {value = -inf} : cv<f32>[128]``."""
+
+    NAME = "fill"
+    ATTRS = {"value": (int, float)}
+
+
+class CausalMask(Op):
+    """``%s2 = causal_mask %s, %q0, %k0`` — element (r, c) becomes ``fill`` (default -inf) where
+    ``k0 + c > q0 + r``: query row q0+r may only see keys up to itself."""
+
+    NAME = "causal_mask"
+    OPERANDS = ("x", "q0", "k0")
+    ATTRS = {"fill": (int, float)}
+    OPTIONAL_ATTRS = frozenset({"fill"})
+
+    def infer(self):
+        t, q0, k0 = (v.type for v in self.operands)
+        if not (isinstance(t, TileType) and t.space == "rt" and t.dtype.is_float):
+            raise self.error(f"expected a float register tile, got {describe(t)}")
+        for name, s in (("q0", q0), ("k0", k0)):
+            if s != ScalarType(I32):
+                raise self.error(f"{name} expected i32, got {describe(s)}")
+        return [t]
+
+
+class Select(Op):
+    """``%r = select %cond, %a, %b`` on scalars."""
+
+    NAME = "select"
+    OPERANDS = ("cond", "a", "b")
+
+    def infer(self):
+        c, a, b = (v.type for v in self.operands)
+        if c != ScalarType(BOOL):
+            raise self.error(f"condition expected bool, got {c}")
+        if a != b or not isinstance(a, ScalarType):
+            raise self.error(f"expected two scalars of one type, got {a} and {b}")
+        return [a]
+
+
+_ = F32

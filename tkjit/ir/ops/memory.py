@@ -1,0 +1,73 @@
+"""Data movement: global ↔ tile loads and stores, and copies between shared and registers."""
+from __future__ import annotations
+
+from ..core import Op
+from ..types import (I32, GlobalType, ScalarType, TileType, Type, VectorType, describe)
+
+
+def _check_coords(op: Op, g: Type, coords, value_t: Type, verb: str) -> None:
+    if not isinstance(g, GlobalType):
+        raise op.error(f"{verb} needs a global tensor, got {describe(g)}")
+    for i, c in enumerate(coords):
+        if c.type != ScalarType(I32):
+            raise op.error(f"coordinate {i} expected i32, got {describe(c.type)}")
+    if len(coords) != g.rank:
+        raise op.error(f"{g} has {g.rank} dimensions, so it takes {g.rank} tile coordinates, "
+                       f"got {len(coords)}")
+    if isinstance(value_t, TileType) and g.rank < 2:
+        raise op.error(f"a 2-D tile needs a global of rank 2 or more, got {g}")
+    if not isinstance(value_t, (TileType, VectorType)):
+        raise op.error(f"expected a tile or vector, got {describe(value_t)}")
+    if not value_t.dtype.is_float:
+        raise op.error(f"tiles hold floats, got {value_t.dtype}")
+    if (isinstance(value_t, TileType) and value_t.space == "st") and value_t.dtype != g.dtype:
+        raise op.error(f"a shared tile copies bytes: its dtype {value_t.dtype} must be the "
+                       f"tensor's {g.dtype} (load into a register tile to convert)")
+
+
+class Load(Op):
+    """``%a = load %A, %m, %k : st<bf16>[128, 64]`` — the tile at tile coordinates (m, k).
+
+    A tile covers the last two dimensions (a vector the last one); earlier coordinates are plain
+    indices. Elements outside the tensor are padding: zero, never reduced or stored."""
+
+    NAME = "load"
+    OPERANDS = ("src", "coords*")
+
+    def infer(self):
+        if not self.results:
+            raise self.error("needs a result type")
+        t = self.results[0].type
+        _check_coords(self, self.operands[0].type, self.variadic(), t, "load")
+        return [t]
+
+
+class Store(Op):
+    """``store %C, %c, %m, %n`` — write tile %c at tile coordinates (m, n), clipped to the tensor."""
+
+    NAME = "store"
+    OPERANDS = ("dst", "value", "coords*")
+    NUM_RESULTS = 0
+
+    def infer(self):
+        _check_coords(self, self.operands[0].type, self.variadic(), self.operands[1].type, "store")
+        return []
+
+
+class Copy(Op):
+    """``%x = copy %a : rt<f32>[64, 64]`` — shared ↔ register, optionally converting the dtype."""
+
+    NAME = "copy"
+    OPERANDS = ("x",)
+
+    def infer(self):
+        if not self.results:
+            raise self.error("needs a result type")
+        src, dst = self.operands[0].type, self.results[0].type
+        same_kind = (isinstance(src, TileType) and isinstance(dst, TileType)) or \
+            (isinstance(src, VectorType) and isinstance(dst, VectorType) and src.kind == dst.kind)
+        if not same_kind or src.shape != dst.shape:
+            raise self.error(f"cannot copy {describe(src)} into {describe(dst)}")
+        if isinstance(dst, TileType) and dst.space == "st" and dst.dtype != src.dtype:
+            raise self.error(f"copying into shared memory keeps the dtype ({src.dtype}), got {dst.dtype}")
+        return [dst]

@@ -1,0 +1,201 @@
+"""The tile IR's element dtypes and value types: immutable, hashable, and printing themselves.
+
+    f32  i32  bool                      scalars
+    gl<bf16>[M, K]                      a global tensor (named dims bind at launch, ints are fixed)
+    st<bf16>[128, 64]                   a shared-memory tile
+    st<bf16, swizzle=128B>[128, 64]     ... with layout attributes chosen by passes (or pinned)
+    rt<f32>[128, 256]                   a register tile (block-level: spread over warps by the compiler)
+    cv<f32>[128]                        a column vector: one value per tile row (row_max's result)
+    rv<f32>[256]                        a row vector: one value per tile column (col_sum's result)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    bits: int
+    is_float: bool
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def nbytes(self) -> int:
+        return max(1, self.bits // 8)
+
+
+BF16 = DType("bf16", 16, True)
+F16 = DType("f16", 16, True)
+F32 = DType("f32", 32, True)
+E4M3 = DType("e4m3", 8, True)
+E5M2 = DType("e5m2", 8, True)
+I32 = DType("i32", 32, False)
+BOOL = DType("bool", 1, False)
+
+DTYPES: dict[str, DType] = {d.name: d for d in (BF16, F16, F32, E4M3, E5M2, I32, BOOL)}
+TILE_DTYPES = (BF16, F16, F32, E4M3, E5M2)
+MMA_INPUT_DTYPES = (BF16, F16, E4M3, E5M2)
+FP8 = (E4M3, E5M2)
+
+
+def dtype(name: str) -> DType:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype '{name}' (expected one of {', '.join(DTYPES)})") from None
+
+
+AttrValue = Union[int, float, str, bool]
+
+
+def _attrs_text(attrs: tuple[tuple[str, AttrValue], ...]) -> str:
+    return "".join(f", {k}={v}" for k, v in attrs)
+
+
+class Type:
+    """Base of all IR types."""
+
+    def __str__(self) -> str:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ScalarType(Type):
+    dtype: DType
+
+    def __str__(self) -> str:
+        return self.dtype.name
+
+
+@dataclass(frozen=True)
+class GlobalType(Type):
+    dtype: DType
+    dims: tuple[Union[int, str], ...]
+
+    def __str__(self) -> str:
+        return f"gl<{self.dtype}>[{', '.join(str(d) for d in self.dims)}]"
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+
+@dataclass(frozen=True)
+class TileType(Type):
+    """A 2-D tile in shared memory (``space='st'``) or registers (``space='rt'``)."""
+
+    space: str
+    dtype: DType
+    rows: int
+    cols: int
+    attrs: tuple[tuple[str, AttrValue], ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.space}<{self.dtype}{_attrs_text(self.attrs)}>[{self.rows}, {self.cols}]"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows, self.cols)
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.cols * self.dtype.nbytes
+
+    @property
+    def is_shared(self) -> bool:
+        return self.space == "st"
+
+    def attr(self, key: str, default: AttrValue | None = None) -> AttrValue | None:
+        return dict(self.attrs).get(key, default)
+
+    def with_attrs(self, **updates: AttrValue) -> "TileType":
+        merged = dict(self.attrs)
+        merged.update(updates)
+        return TileType(self.space, self.dtype, self.rows, self.cols, tuple(sorted(merged.items())))
+
+    def with_dtype(self, dt: DType) -> "TileType":
+        return TileType(self.space, dt, self.rows, self.cols, self.attrs)
+
+    def with_space(self, space: str) -> "TileType":
+        return TileType(space, self.dtype, self.rows, self.cols, ())
+
+
+@dataclass(frozen=True)
+class VectorType(Type):
+    """``cv``: one value per tile row (length = rows); ``rv``: one value per tile column."""
+
+    kind: str
+    dtype: DType
+    length: int
+    attrs: tuple[tuple[str, AttrValue], ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.kind}<{self.dtype}{_attrs_text(self.attrs)}>[{self.length}]"
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.length,)
+
+    @property
+    def nbytes(self) -> int:
+        return self.length * self.dtype.nbytes
+
+    def with_dtype(self, dt: DType) -> "VectorType":
+        return VectorType(self.kind, dt, self.length, self.attrs)
+
+
+def is_scalar(t: Type) -> bool:
+    return isinstance(t, ScalarType)
+
+
+def is_tile(t: Type) -> bool:
+    return isinstance(t, TileType)
+
+
+def is_vector(t: Type) -> bool:
+    return isinstance(t, VectorType)
+
+
+def is_register(t: Type) -> bool:
+    """Values elementwise maps, reductions and broadcasts work on (registers or scalars)."""
+    return isinstance(t, (ScalarType, VectorType)) or (isinstance(t, TileType) and t.space == "rt")
+
+
+def with_dtype(t: Type, dt: DType) -> Type:
+    if isinstance(t, ScalarType):
+        return ScalarType(dt)
+    if isinstance(t, (TileType, VectorType)):
+        return t.with_dtype(dt)
+    raise TypeError(f"{t} has no element dtype to change")
+
+
+def element_dtype(t: Type) -> DType:
+    return t.dtype  # every type has one
+
+
+def describe(t: Type) -> str:
+    """A phrase for diagnostics: 'a bf16 shared tile 128x64', 'a f32 column vector of 128'."""
+    if isinstance(t, TileType):
+        where = "shared" if t.space == "st" else "register"
+        return f"a {t.dtype} {where} tile {t.rows}x{t.cols}"
+    if isinstance(t, VectorType):
+        kind = "column vector" if t.kind == "cv" else "row vector"
+        return f"a {t.dtype} {kind} of {t.length}"
+    if isinstance(t, GlobalType):
+        return f"a global {t.dtype} tensor [{', '.join(map(str, t.dims))}]"
+    return f"a {t} scalar"
+
+
+# Hardware facts the type checker enforces (Hopper, sm_90a).
+TILE_QUANTUM = 16            # tile rows/cols and vector lengths are multiples of 16
+MAX_SHARED_BYTES = 232_448   # opt-in shared memory per block on H100/H200
+MAX_REGISTER_TILE_BYTES = 128 * 1024  # one register tile: half the 256 KB register file
+
+
+I32_T = ScalarType(I32)
+F32_T = ScalarType(F32)
+BOOL_T = ScalarType(BOOL)
