@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 from ..errors import VerifyError
 from ..source import Span
-from .types import AttrValue, GlobalType, Type
+from .types import AttrValue, GlobalType, Type, type_problem
 
 
 class Value:
@@ -83,10 +83,14 @@ class Op:
         self.span = span
         self.parent: Block | None = None
         self._check_form()
-        types = list(result_types) if result_types is not None else self.infer()
         hints = list(result_hints or [])
-        self.results: list[Value] = [
+        self.results: list[Value] = []
+        types = list(result_types) if result_types is not None else None
+        if types is None:
+            types = self.infer()
+        self.results = [
             Value(t, hints[i] if i < len(hints) else None, self, i) for i, t in enumerate(types)]
+        self._check_result_types()
 
     # -- declarative checks -------------------------------------------------------------
     def error(self, message: str) -> VerifyError:
@@ -118,6 +122,12 @@ class Op:
         if len(self.regions) != self.NUM_REGIONS:
             raise self.error(f"expected {self.NUM_REGIONS} regions, got {len(self.regions)}")
 
+    def _check_result_types(self) -> None:
+        for r in self.results:
+            problem = type_problem(r.type)
+            if problem:
+                raise self.error(problem)
+
     def operand(self, name: str) -> Value | None:
         """An operand by its declared name (None when an optional one is absent)."""
         names = [n.rstrip("?*") for n in self.OPERANDS]
@@ -138,6 +148,7 @@ class Op:
         self._check_form()
         if self.NUM_RESULTS is not None and len(self.results) != self.NUM_RESULTS:
             raise self.error(f"expected {self.NUM_RESULTS} results, got {len(self.results)}")
+        self._check_result_types()
         expected = self.infer()
         got = [r.type for r in self.results]
         if expected != got:

@@ -196,6 +196,25 @@ MAX_SHARED_BYTES = 232_448   # opt-in shared memory per block on H100/H200
 MAX_REGISTER_TILE_BYTES = 128 * 1024  # one register tile: half the 256 KB register file
 
 
+def type_problem(t: Type) -> str | None:
+    """Why a tile or vector type cannot exist on the hardware, or None when it can."""
+    if isinstance(t, TileType):
+        for what, n in (("rows", t.rows), ("columns", t.cols)):
+            if n <= 0 or n % TILE_QUANTUM:
+                return f"{t}: tile {what} must be a positive multiple of {TILE_QUANTUM}, got {n}"
+        if t.space == "st" and t.nbytes > MAX_SHARED_BYTES:
+            return f"{t} needs {t.nbytes} bytes of shared memory; the limit is {MAX_SHARED_BYTES}"
+        if t.space == "rt" and t.nbytes > MAX_REGISTER_TILE_BYTES:
+            return (f"{t} needs {t.nbytes} bytes of registers; one register tile may use at most "
+                    f"{MAX_REGISTER_TILE_BYTES}")
+    if isinstance(t, VectorType):
+        if t.length <= 0 or t.length % TILE_QUANTUM:
+            return f"{t}: vector length must be a positive multiple of {TILE_QUANTUM}, got {t.length}"
+        if t.nbytes > MAX_REGISTER_TILE_BYTES:
+            return f"{t} is too large for registers"
+    return None
+
+
 I32_T = ScalarType(I32)
 F32_T = ScalarType(F32)
 BOOL_T = ScalarType(BOOL)
