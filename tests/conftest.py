@@ -1,0 +1,31 @@
+"""Test configuration: GPU tests run only where a CUDA GPU is present."""
+from __future__ import annotations
+
+import pytest
+
+
+def _gpu_available() -> bool:
+    try:
+        import torch
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch, no GPU
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Never touch the user's real cache: every test gets a fresh TKJIT_CACHE_DIR."""
+    monkeypatch.setenv("TKJIT_CACHE_DIR", str(tmp_path_factory.mktemp("tkjit-cache")))
+    from tkjit.config import reset_config
+    reset_config()
+    yield
+    reset_config()
