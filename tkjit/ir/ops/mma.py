@@ -45,20 +45,24 @@ class Mma(Op):
 
 
 class MmaAB(Mma):
+    """``mma_AB``: D = A·B with A [M, K], B [K, N]."""
     NAME = "mma_AB"
 
 
 class MmaABt(Mma):
+    """``mma_ABt``: D = A·Bᵀ with A [M, K], B [N, K] (attention's Q·Kᵀ)."""
     NAME = "mma_ABt"
     TB = True
 
 
 class MmaAtB(Mma):
+    """``mma_AtB``: D = Aᵀ·B with A [K, M], B [K, N]."""
     NAME = "mma_AtB"
     TA = True
 
 
 class MmaAtBt(Mma):
+    """``mma_AtBt``: D = Aᵀ·Bᵀ with A [K, M], B [N, K]."""
     NAME = "mma_AtBt"
     TA = True
     TB = True
