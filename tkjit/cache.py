@@ -1,0 +1,319 @@
+"""The disk cache of compiled kernels: the cache key, DiskCache, and the `tkjit cache` command.
+
+An entry lives in ``root/<key[:2]>/<key>/``: the caller's files (binaries as bytes),
+``metadata.json`` and, written last, ``manifest.json`` with the sha256 and size of every other
+file. An entry is written into a temporary directory under ``root`` and committed by one
+``os.rename``; a final path therefore only ever holds a complete entry, and anything there that
+does not verify is corruption: ``get`` treats it as a miss (logged at debug level on the
+"tkjit.cache" logger) and removes it so it is rebuilt. No pickle: JSON and raw bytes only.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import tkjit
+from .errors import TkError
+
+log = logging.getLogger("tkjit.cache")
+
+FORMAT = 1
+MANIFEST, METADATA = "manifest.json", "metadata.json"
+STALE_TMP_SECONDS = 300  # a temporary directory older than this belongs to a crashed writer
+_KEY, _SHARD = re.compile(r"[0-9a-f]{64}"), re.compile(r"[0-9a-f]{2}")
+
+
+def _json_bytes(obj) -> bytes:
+    """Canonical JSON: the same object always gives the same bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _hash_source_tree(package_dir: Path) -> str:
+    h = hashlib.sha256()
+    paths = [p for p in package_dir.rglob("*") if p.suffix in (".py", ".lark") and p.is_file()]
+    for rel, path in sorted((p.relative_to(package_dir).as_posix(), p) for p in paths):
+        data = path.read_bytes()
+        h.update(f"{rel}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+@functools.cache
+def tkjit_source_hash() -> str:
+    """sha256 over every .py and .lark file of the installed tkjit package (once per process)."""
+    return _hash_source_tree(Path(tkjit.__file__).parent)
+
+
+def normalize_kernel_text(text: str) -> str:
+    """Newlines → \\n, trailing whitespace of each line and leading/trailing blank lines removed.
+    Comments and indentation are kept: only whitespace that cannot change meaning goes."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
+def cache_key(*, kernel_text: str, options: dict, arch: str, assembler_version: str,
+              extra: dict | None = None) -> str:
+    """The key of everything that changes a compiled kernel. ``options``/``extra`` must be JSON."""
+    return hashlib.sha256(_json_bytes({
+        "tkjit": tkjit.__version__, "source": tkjit_source_hash(),
+        "kernel": normalize_kernel_text(kernel_text), "options": options, "arch": arch,
+        "assembler": assembler_version, "extra": extra or {},
+    })).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    path: Path
+    files: dict[str, bytes] = field(repr=False)
+    """The caller's files, every one read and verified by ``get`` (not metadata.json/manifest.json)."""
+    metadata: dict
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    key: str
+    size: int
+    """Bytes on disk, all files of the entry."""
+    created: str | None
+    name: str | None
+    """The kernel's name, from the metadata's "name"."""
+
+
+class _Corrupt(ValueError):
+    pass
+
+
+def _check(cond: bool, reason: str) -> None:
+    if not cond:
+        raise _Corrupt(reason)
+
+
+def _reason(e: Exception) -> str:
+    return str(e) if isinstance(e, _Corrupt) else f"{type(e).__name__}: {e}"
+
+
+def _valid_name(name: object) -> bool:
+    return (isinstance(name, str) and name not in ("", ".", "..", MANIFEST)
+            and not name.startswith(".") and "/" not in name and "\\" not in name)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DiskCache:
+    """The cache under ``root``; safe to share between processes (see the module docstring)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @staticmethod
+    def default() -> "DiskCache":
+        from .config import get_config
+        return DiskCache(get_config().cache_dir)
+
+    def _path(self, key: str) -> Path:
+        if not (isinstance(key, str) and _KEY.fullmatch(key)):
+            raise ValueError(f"cache key must be 64 lowercase hex digits, got {key!r}")
+        return self.root / key[:2] / key
+
+    def _lock(self, key: str):
+        from filelock import FileLock  # lazily: importing filelock costs more than a cache hit
+        return FileLock(str(self.root / key[:2] / f"{key}.lock"), timeout=60)
+
+    def _read(self, key: str, path: Path) -> CacheEntry:
+        """The verified entry at ``path``; raises _Corrupt (a ValueError) or OSError."""
+        manifest = json.loads((path / MANIFEST).read_bytes())
+        _check(isinstance(manifest, dict) and manifest.get("format") == FORMAT, "unknown format")
+        _check(manifest.get("key") == key, "manifest names another key")
+        listed = manifest.get("files")
+        _check(isinstance(listed, dict) and METADATA in listed, "manifest lists no metadata.json")
+        files = {}
+        for name, info in listed.items():
+            _check(_valid_name(name) and isinstance(info, dict), f"bad manifest entry {name!r}")
+            data = (path / name).read_bytes()
+            size = info.get("size")
+            _check(len(data) == size, f"{name}: {len(data)} bytes, expected {size}")
+            _check(hashlib.sha256(data).hexdigest() == info.get("sha256"), f"{name}: sha256 mismatch")
+            files[name] = data
+        metadata = json.loads(files.pop(METADATA))
+        _check(isinstance(metadata, dict), "metadata.json is not an object")
+        return CacheEntry(key, path, files, metadata)
+
+    def _discard(self, path: Path) -> bool:
+        """Move ``path`` aside (atomic for readers), then delete it. False if it was not there."""
+        trash = self.root / f".trash-{os.urandom(8).hex()}"
+        try:
+            os.rename(path, trash)
+        except FileNotFoundError:
+            return False
+        if trash.is_dir() and not trash.is_symlink():
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            trash.unlink(missing_ok=True)
+        return True
+
+    def get(self, key: str) -> CacheEntry | None:
+        """The entry, or None for a missing or corrupted one (which is removed). Never raises
+        for what is on disk."""
+        path = self._path(key)
+        if not os.path.lexists(path):
+            return None
+        try:
+            return self._read(key, path)
+        except (OSError, ValueError) as e:
+            log.debug("cache entry %s is corrupted (%s); removing it", key, _reason(e))
+        try:
+            with self._lock(key):  # re-check: another process may have replaced it meanwhile
+                try:
+                    return self._read(key, path)
+                except (OSError, ValueError):
+                    self._discard(path)
+        except OSError as e:
+            log.debug("could not remove cache entry %s: %s", key, e)
+        return None
+
+    def put(self, key: str, files: dict[str, bytes], metadata: dict) -> CacheEntry:
+        """Write an entry; if a valid one is already there, keep it and return it instead."""
+        final = self._path(key)
+        for name in files:
+            if not _valid_name(name) or name == METADATA:
+                raise ValueError(f"invalid cache file name {name!r}")
+        self.root.mkdir(parents=True, mode=0o700, exist_ok=True)  # an existing root is left as is
+        final.parent.mkdir(mode=0o700, exist_ok=True)
+        contents = {**files, METADATA: _json_bytes(metadata)}
+        tmp = self.root / f".tmp-{key[:16]}-{os.urandom(8).hex()}"
+        tmp.mkdir(mode=0o700)
+        try:
+            for name, data in sorted(contents.items()):
+                _write_synced(tmp / name, data)
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            listed = {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}
+                      for n, d in contents.items()}
+            manifest = {"format": FORMAT, "key": key, "files": listed, "created": created}
+            _write_synced(tmp / MANIFEST, _json_bytes(manifest))
+            _fsync_dir(tmp)
+            for _ in range(10):
+                try:
+                    os.rename(tmp, final)  # the commit point
+                except OSError:
+                    if not os.path.lexists(final):
+                        raise
+                    existing = self.get(key)  # a broken entry is removed (under the lock): retry
+                    if existing is not None:
+                        return existing
+                    continue
+                _fsync_dir(final.parent)
+                return CacheEntry(key, final, dict(files), json.loads(contents[METADATA]))
+            raise OSError(f"could not commit cache entry {key}: the path keeps being replaced")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def get_or_build(self, key: str, build: Callable[[], tuple[dict[str, bytes], dict]]) -> CacheEntry:
+        entry = self.get(key)
+        if entry is not None:
+            return entry
+        files, metadata = build()
+        return self.put(key, files, metadata)
+
+    def _entry_dirs(self) -> list[tuple[str, Path]]:
+        if not self.root.is_dir():
+            return []
+        shards = [s for s in self.root.iterdir() if _SHARD.fullmatch(s.name) and s.is_dir()]
+        return sorted((p.name, p) for shard in shards
+                      for p in shard.iterdir() if _KEY.fullmatch(p.name) and p.name[:2] == shard.name)
+
+    def entries(self) -> list[EntryInfo]:
+        infos = []
+        for key, path in self._entry_dirs():
+            size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+            created = name = None
+            try:
+                created = json.loads((path / MANIFEST).read_bytes()).get("created")
+                name = json.loads((path / METADATA).read_bytes()).get("name")
+            except (OSError, ValueError, AttributeError):
+                pass
+            infos.append(EntryInfo(key, size, created, name))
+        return infos
+
+    def verify(self) -> list[tuple[str, bool, str]]:
+        """(key, ok, reason) for every entry; reports only, removes nothing."""
+        results = []
+        for key, path in self._entry_dirs():
+            try:
+                self._read(key, path)
+                results.append((key, True, "ok"))
+            except (OSError, ValueError) as e:
+                results.append((key, False, _reason(e)))
+        return results
+
+    def clear(self) -> int:
+        """Remove every entry (returns how many), lock files, and stale temporary directories."""
+        removed = sum(self._discard(path) for _, path in self._entry_dirs())
+        if not self.root.is_dir():
+            return removed
+        for p in self.root.iterdir():
+            stale_tmp = p.name.startswith(".tmp-") and _age(p) > STALE_TMP_SECONDS
+            if p.name.startswith(".trash-") or stale_tmp:
+                shutil.rmtree(p, ignore_errors=True)
+            elif _SHARD.fullmatch(p.name) and p.is_dir():
+                for lock in p.glob("*.lock"):
+                    lock.unlink(missing_ok=True)
+                if not any(p.iterdir()):
+                    p.rmdir()
+        return removed
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _entries(n: int) -> str:
+    return "1 entry" if n == 1 else f"{n} entries"
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1024**2 else f"{n / 1024**2:.1f} MiB"
+
+
+def cache_command(action: str, cache: DiskCache) -> str:
+    """The text `tkjit cache ls|verify|clear` prints."""
+    if action == "ls":
+        infos = cache.entries()
+        lines = [f"{i.key[:16]}  {_size(i.size):>10}  {i.created or '?':<20}  {i.name or '?'}"
+                 for i in infos]
+        total = sum(i.size for i in infos)
+        return "\n".join(lines + [f"{_entries(len(infos))}, {_size(total)} in {cache.root}"])
+    if action == "verify":
+        results = cache.verify()
+        lines = [f"ok       {key[:16]}" if ok else f"CORRUPT  {key[:16]}  {reason}"
+                 for key, ok, reason in results]
+        bad = sum(not ok for _, ok, _ in results)
+        return "\n".join(lines + [f"{_entries(len(results))}, {bad} corrupted in {cache.root}"])
+    if action == "clear":
+        return f"removed {_entries(cache.clear())} from {cache.root}"
+    raise TkError(f"unknown cache action {action!r} (expected ls, verify or clear)")
