@@ -1,0 +1,28 @@
+"""The interpreter's dispatch table: each tile-IR op class -> the named handler that executes it.
+
+A handler is ``handler(interp, op, operand_values) -> list of result values``. ``yield`` is not
+in the table: ``Interpreter.run_block`` ends a region there. An op with no entry raises
+``NotAvailableError`` naming it.
+"""
+from __future__ import annotations
+
+from ...ir.ops import (BINARY_OPS, BROADCAST_OPS, MMA_OPS, REDUCE_OPS, UNARY_OPS, Blocks, CausalMask,
+                       Const, Copy, Cvt, Dim, Fill, For, If, Load, Select, Store, Zeros)
+from .control import run_blocks, run_for, run_if
+from .elementwise import (run_binary, run_causal_mask, run_cvt, run_fill, run_unary, run_zeros)
+from .memory import run_copy, run_load, run_store
+from .mma import run_mma
+from .reduce import run_broadcast, run_reduce
+from .scalar import run_const, run_dim, run_select
+
+HANDLERS = {
+    Const: run_const, Dim: run_dim, Select: run_select,
+    Cvt: run_cvt, Zeros: run_zeros, Fill: run_fill, CausalMask: run_causal_mask,
+    Load: run_load, Store: run_store, Copy: run_copy,
+    Blocks: run_blocks, For: run_for, If: run_if,
+}
+HANDLERS.update({cls: run_binary for cls in BINARY_OPS})
+HANDLERS.update({cls: run_unary for cls in UNARY_OPS})
+HANDLERS.update({cls: run_reduce for cls in REDUCE_OPS})
+HANDLERS.update({cls: run_broadcast for cls in BROADCAST_OPS})
+HANDLERS.update({cls: run_mma for cls in MMA_OPS})

@@ -1,0 +1,33 @@
+"""Handlers for structured control flow: the block loop, sequential loops, ifs.
+
+The block loop runs its body once per block index (row-major order); ``schedule(persistent)``
+and ``group`` change only which thread block runs which block on the GPU, so every schedule
+means the same here. ``for`` carries its iter args through ``yield``; ``if`` runs one region.
+"""
+from __future__ import annotations
+
+import itertools
+
+
+def run_blocks(it, op, args):
+    body = op.regions[0]
+    for index in itertools.product(*(range(n) for n in args)):
+        it.run_block(body, list(index))
+    return []
+
+
+def run_for(it, op, args):
+    lo, hi, step, *carried = args
+    if step <= 0 and lo < hi:
+        raise it.error(op, f"the loop step must be positive, got {step} (from {lo} to {hi})")
+    body = op.regions[0]
+    k = lo
+    while k < hi:
+        carried = it.run_block(body, [k, *carried])
+        k += step
+    return carried
+
+
+def run_if(it, op, args):
+    (cond,) = args
+    return it.run_block(op.regions[0] if cond else op.regions[1], [])

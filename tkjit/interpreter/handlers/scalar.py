@@ -1,0 +1,125 @@
+"""Handlers for scalar ops (const, dim, select) and the scalar cases of binary, unary and cvt.
+
+Scalars are ``int`` (i32, wrapped to 32 bits like the GPU's integer arithmetic), ``numpy.float32``
+(float dtypes, rounded to the dtype) and ``bool``. Integer division rounds per op: ``cdiv`` up,
+``floordiv`` down, ``div`` toward zero (C), ``mod`` is ``a - b * floordiv(a, b)`` (the sign of
+``b``). Integer division by zero is an ``InterpreterError`` at the op; float division follows
+IEEE (±inf, NaN). ``max``/``min`` ignore a NaN operand (``fmax``/``fmin``, as the GPU's max.f32).
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from ...ir.types import BOOL, I32, DType
+from ..numerics import float_to_i32, round_scalar
+from ..values import wrap_i32
+
+FLOAT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+                "max": np.fmax, "min": np.fmin}
+"""Arithmetic on float scalars, tiles and vectors (numpy ufuncs, float32 in -> float32 out)."""
+
+COMPARE = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+           "eq": operator.eq, "ne": operator.ne}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+INT_DIVISION = {"cdiv": (_cdiv, "/"), "floordiv": (operator.floordiv, "//"),
+                "mod": (operator.mod, "%"), "div": (_trunc_div, "/")}
+INT_ARITH = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "max": max, "min": min}
+
+
+def _relu(x):
+    return np.fmax(x, np.float32(0))
+
+
+def _rsqrt(x):
+    return np.float32(1) / np.sqrt(x)
+
+
+FLOAT_UNARY = {"neg": np.negative, "abs": np.abs, "relu": _relu, "exp": np.exp, "exp2": np.exp2,
+               "log": np.log, "log2": np.log2, "sqrt": np.sqrt, "rsqrt": _rsqrt, "sin": np.sin,
+               "cos": np.cos, "tanh": np.tanh}
+"""Elementwise maps on float scalars, tiles and vectors (computed in float32)."""
+
+def _int_relu(a: int) -> int:
+    return max(a, 0)
+
+
+INT_UNARY = {"neg": operator.neg, "abs": abs, "relu": _int_relu}
+
+
+def scalar_binary(it, op, a, b):
+    """``a <op> b`` on two scalars of the op's operand dtype."""
+    dt: DType = op.operands[0].type.dtype
+    name = op.NAME
+    if name in COMPARE:
+        return bool(COMPARE[name](a, b))
+    if name == "and":
+        return bool(a and b)
+    if name == "or":
+        return bool(a or b)
+    if dt == I32:
+        return _int_binary(it, op, name, a, b)
+    return round_scalar(FLOAT_BINARY[name](np.float32(a), np.float32(b)), dt)
+
+
+def _int_binary(it, op, name: str, a: int, b: int) -> int:
+    if name in INT_DIVISION:
+        fn, symbol = INT_DIVISION[name]
+        if b == 0:
+            raise it.error(op, f"integer division by zero ({a} {symbol} 0)")
+        return wrap_i32(fn(a, b))
+    return wrap_i32(INT_ARITH[name](a, b))
+
+
+def scalar_unary(op, x):
+    dt: DType = op.operands[0].type.dtype
+    if op.NAME == "not":
+        return not x
+    if dt == I32:
+        return wrap_i32(INT_UNARY[op.NAME](x))
+    return round_scalar(FLOAT_UNARY[op.NAME](np.float32(x)), dt)
+
+
+def scalar_cvt(x, src: DType, dst: DType):
+    """Convert one scalar: float -> i32 rounds to nearest even and saturates (NaN -> 0)."""
+    if dst == I32:
+        if src.is_float:
+            return int(float_to_i32(np.array([x]))[0])
+        return int(x)
+    if dst == BOOL:
+        return bool(x)
+    return round_scalar(float(x), dst)
+
+
+def run_const(it, op, args):
+    dt = op.results[0].type.dtype
+    value = op.attrs["value"]
+    if dt == I32:
+        return [int(value)]
+    if dt == BOOL:
+        return [bool(value)]
+    return [round_scalar(float(value), dt)]
+
+
+def run_dim(it, op, args):
+    name = op.attrs["name"]
+    if name not in it.env.dims:
+        raise it.error(op, f"dimension '{name}' is not bound: no parameter has it and it is not "
+                           "a constant")
+    return [it.env.dims[name]]
+
+
+def run_select(it, op, args):
+    cond, a, b = args
+    return [a if cond else b]
