@@ -6,8 +6,8 @@ import pytest
 
 def _gpu_available() -> bool:
     try:
-        import torch
-        return bool(torch.cuda.is_available())
+        from tkjit.runtime.driver import gpu_available  # cuda-python, a driver, a device, CUDA torch
+        return gpu_available()
     except Exception:  # noqa: BLE001 - no torch, no GPU
         return False
 

@@ -1,0 +1,373 @@
+"""Launching a compiled kernel: argument checking and packing, prepared once per kernel.
+
+A Launcher is built from the kernel's metadata (architecture.md, "Interfaces between the
+pieces"): the parameter list, the grid expressions, the block and the dynamic shared bytes.
+At construction it generates and compiles one small Python function (``launcher.source``)
+that, per call, checks the arguments with a handful of attribute reads, binds the named
+dimensions, evaluates the grid, writes the values into a preallocated ctypes parameter block
+and calls ``cuLaunchKernel(..., kernelParams=<address of a void*[]>, extra=0)``.
+
+When that fast path sees anything unusual it hands the call to ``check_args``, the readable
+reference checker, which raises a LaunchError naming the argument and what was expected (or
+normalizes a harmless variant, e.g. an int for an f32 scalar, and goes back to the fast path).
+Nothing touches the GPU before the checks pass.
+
+Measured on a CPU with a fake launch (``python -m tkjit.runtime.bench_launch --cpu``): a call
+with three tensors costs about 1.8 µs of Python, of which ~0.35 µs per tensor (attribute reads),
+0.15 µs the lock that keeps the shared parameter block consistent across threads, 0.1 µs the
+pack. Grid expressions are generated source inlined in that function: compiled source took 81 ns
+for one ``cdiv`` against 139 ns for a tree of closures.
+
+The driver calls are injected (``launch``, ``current_device``, ``current_stream``, ``num_sms``)
+so the checking and packing can be tested without a GPU. The caller sets the function's dynamic
+shared memory limit first (``driver.set_dynamic_smem``) when ``smem_bytes`` exceeds 48 KB.
+"""
+from __future__ import annotations
+
+import ctypes
+import numbers
+import struct
+import threading
+from dataclasses import dataclass
+
+from ..errors import LaunchError, NotAvailableError, TkError
+
+_TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "e4m3": "float8_e4m3fn",
+                 "e5m2": "float8_e5m2", "i32": "int32"}
+_SCALAR_SLOTS = {"f32": "f4x", "i32": "i4x"}
+_I32_LIMIT = 2**31
+_GRID_LIMITS = (2**31 - 1, 65535, 65535)
+_GRID_OPS = {"cdiv": 2, "mul": 2, "add": 2, "min": 2, "max": 2, "dim": 1, "num_sms": 0}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: a global tensor (``dims`` given) or a scalar (``dims`` is None)."""
+
+    name: str
+    dtype: str
+    dims: tuple[str | int, ...] | None = None
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.dims is not None
+
+    def describe(self) -> str:
+        if not self.is_tensor:
+            return f"{self.dtype} scalar"
+        return f"{self.dtype} tensor [{', '.join(str(d) for d in self.dims)}]"
+
+
+def parse_signature(signature: list[dict]) -> tuple[Param, ...]:
+    """Kernel metadata params (``{"kind", "name", "dtype", "dims"}``) → Params; TkError if malformed."""
+    params = []
+    for i, entry in enumerate(signature):
+        kind, name, dtype = entry.get("kind"), entry.get("name", f"arg{i}"), entry.get("dtype")
+        if kind in ("global", "gl"):
+            if dtype not in _TORCH_DTYPES:
+                raise TkError(f"kernel metadata: parameter '{name}' has unsupported tensor dtype {dtype!r}")
+            dims = tuple(entry.get("dims", ()))
+            for d in dims:
+                if not (isinstance(d, int) and d >= 0 or isinstance(d, str) and d.isidentifier()):
+                    raise TkError(f"kernel metadata: parameter '{name}' has a bad dimension {d!r}")
+            params.append(Param(name, dtype, dims))
+        elif kind == "scalar":
+            if dtype not in _SCALAR_SLOTS:
+                raise TkError(f"kernel metadata: scalar '{name}' has unsupported dtype {dtype!r}")
+            params.append(Param(name, dtype))
+        else:
+            raise TkError(f"kernel metadata: parameter '{name}' has kind {kind!r}; the launcher "
+                          "handles 'global' and 'scalar' (tensor maps are not supported yet)")
+    return tuple(params)
+
+
+def named_dims(params: tuple[Param, ...]) -> tuple[str, ...]:
+    """The runtime dimensions, in order of first appearance (the order the kernel receives them)."""
+    seen: dict[str, None] = {}
+    for p in params:
+        for d in p.dims or ():
+            if isinstance(d, str):
+                seen.setdefault(d)
+    return tuple(seen)
+
+
+# ---------------------------------------------------------------- grid expressions
+
+def grid_expr_source(expr, names: tuple[str, ...]) -> str:
+    """A grid expression (``["cdiv", ["dim", "M"], 128]``) as Python source over ``d_<name>``, ``num_sms``."""
+    if isinstance(expr, int) and not isinstance(expr, bool):
+        return str(expr)
+    if not (isinstance(expr, (list, tuple)) and expr and expr[0] in _GRID_OPS
+            and len(expr) == 1 + _GRID_OPS[expr[0]]):
+        raise TkError(f"kernel metadata: bad grid expression {expr!r}")
+    op, *operands = expr
+    if op == "dim":
+        if operands[0] not in names:
+            raise TkError(f"kernel metadata: grid uses dimension {operands[0]!r}, which no parameter has")
+        return f"d_{operands[0]}"
+    if op == "num_sms":
+        return "num_sms"
+    a, b = (grid_expr_source(x, names) for x in operands)
+    return {"cdiv": f"(({a}) + ({b}) - 1) // ({b})", "mul": f"({a}) * ({b})", "add": f"({a}) + ({b})",
+            "min": f"min({a}, {b})", "max": f"max({a}, {b})"}[op]
+
+
+def _uses_num_sms(expr) -> bool:
+    if not isinstance(expr, (list, tuple)) or not expr:
+        return False
+    return expr[0] == "num_sms" or any(_uses_num_sms(x) for x in expr[1:])
+
+
+def compile_grid(grid_exprs: list, names: tuple[str, ...], num_sms: int | None = None):
+    """A function of the named dims (keyword arguments) returning the (x, y, z) grid."""
+    exprs = [grid_expr_source(e, names) for e in grid_exprs] + ["1"] * (3 - len(grid_exprs))
+    args = ", ".join(["*"] + [f"d_{n}" for n in names]) if names else ""
+    src = f"def grid({args}):\n    return ({exprs[0]}, {exprs[1]}, {exprs[2]})\n"
+    scope = {"num_sms": num_sms}
+    exec(compile(src, "<tkjit grid>", "exec"), scope)
+    grid = scope["grid"]
+    return lambda **dims: grid(**{f"d_{k}": v for k, v in dims.items()})
+
+
+# ---------------------------------------------------------------- the launcher
+
+class Launcher:
+    """Checks, packs and launches one kernel; ``launcher(*args, stream=None)``."""
+
+    def __init__(self, function, signature: list[dict], grid_exprs: list, block, smem_bytes: int = 0, *,
+                 name: str = "kernel", device: int | None = None, num_sms: int | None = None,
+                 launch=None, current_device=None, current_stream=None):
+        import torch
+        self.name, self.function, self.device, self.smem_bytes = name, function, device, int(smem_bytes)
+        self.params = parse_signature(signature)
+        self.dims = named_dims(self.params)
+        block3 = tuple(block) if isinstance(block, (list, tuple)) else (int(block),)
+        self.block = block3 + (1,) * (3 - len(block3))
+        if len(self.block) != 3 or min(self.block) < 1 or self.block[0] * self.block[1] * self.block[2] > 1024:
+            raise TkError(f"kernel metadata: bad block {block!r} (at most 1024 threads)")
+        if not 1 <= len(grid_exprs) <= 3:
+            raise TkError(f"kernel metadata: the grid has {len(grid_exprs)} expressions; expected 1 to 3")
+        self.grid_exprs = list(grid_exprs)
+        self._torch = torch
+        self._torch_dtypes = {k: getattr(torch, v, None) for k, v in _TORCH_DTYPES.items()}
+        self._launch = launch if launch is not None else _driver().cu().cuLaunchKernel
+        self._current_device = current_device or _default_current_device(torch)
+        self._current_stream = current_stream or _default_current_stream(torch)
+        if num_sms is None and any(_uses_num_sms(e) for e in self.grid_exprs):
+            num_sms = _driver().num_sms(device)
+        self.num_sms = num_sms
+        self.grid = compile_grid(self.grid_exprs, self.dims, num_sms)
+        self._prepare_param_block()
+        self.source = self._fast_path_source()
+        scope = self._fast_path_scope()
+        exec(compile(self.source, f"<tkjit launcher {name}>", "exec"), scope)
+        self._fast = scope["fast"]
+
+    def __call__(self, *args, stream=None):
+        return self._fast(args, stream)
+
+    # -- preparation ------------------------------------------------------------------------
+
+    def _prepare_param_block(self) -> None:
+        """One 8-byte slot per kernel parameter (pointers, scalars, then the named dims)."""
+        fmt = ["Q" if p.is_tensor else _SCALAR_SLOTS[p.dtype] for p in self.params] + ["i4x"] * len(self.dims)
+        n = len(fmt)
+        self._pack = struct.Struct("<" + "".join(fmt)).pack_into
+        self._slots = (ctypes.c_uint64 * max(n, 1))()
+        base = ctypes.addressof(self._slots)
+        self._pointers = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(n)])
+        self.params_address = ctypes.addressof(self._pointers) if n else 0
+
+    def _fast_path_source(self) -> str:
+        """Python source of the per-call function: checks, dim binding, grid, pack, launch."""
+        names = [f"a{i}" for i in range(len(self.params))]
+        slow = "return slow(args, stream, checked)"
+        lines = ["def fast(args, stream, checked=False):"]
+        unpack = ["try:", f"    {', '.join(names)}, = args", "except ValueError:", f"    {slow}"]
+        body = (unpack if names else [f"if args: {slow}"]) + ["dev = current_device()"]
+        body.append(f"if dev != {self.device}: {slow}" if self.device is not None else f"if dev < 0: {slow}")
+        bound: set[str] = set()
+        for i, p in enumerate(self.params):
+            a = names[i]
+            if not p.is_tensor:
+                body.append(f"if type({a}) is not {'float' if p.dtype == 'f32' else 'int'}: {slow}")
+                continue
+            body.append(f"if not (isinstance({a}, Tensor) and {a}.dtype is T{i} and {a}.get_device() == dev "
+                        f"and {a}.is_contiguous()): {slow}")
+            body += [f"s = {a}.shape", f"if len(s) != {len(p.dims)}: {slow}"]
+            conds = []
+            for j, d in enumerate(p.dims):
+                if isinstance(d, int):
+                    conds.append(f"s[{j}] != {d}")
+                elif d in bound:
+                    conds.append(f"s[{j}] != d_{d}")
+                else:
+                    body.append(f"d_{d} = s[{j}]")
+                    bound.add(d)
+            if conds:
+                body.append(f"if {' or '.join(conds)}: {slow}")
+            body += [f"p{i} = {a}.data_ptr()", f"if p{i} & 15: {slow}"]
+        if self.dims:
+            body.append(f"if {' or '.join(f'd_{d} >= {_I32_LIMIT}' for d in self.dims)}: {slow}")
+        grid = [grid_expr_source(e, self.dims) for e in self.grid_exprs] + ["1"] * (3 - len(self.grid_exprs))
+        body += [f"gx = {grid[0]}", f"gy = {grid[1]}", f"gz = {grid[2]}",
+                 f"if not (0 < gx <= {_GRID_LIMITS[0]} and 0 < gy <= {_GRID_LIMITS[1]} "
+                 f"and 0 < gz <= {_GRID_LIMITS[2]}): return grid_out_of_range(gx, gy, gz)",
+                 "if stream is None: stream = current_stream(dev)",
+                 "elif type(stream) is not int or stream < 0: stream = stream_handle(stream, dev)"]
+        values = [f"p{i}" if p.is_tensor else names[i] for i, p in enumerate(self.params)]
+        values += [f"d_{d}" for d in self.dims]
+        bx, by, bz = self.block
+        body += ["with lock:",
+                 "    try:", f"        pack(slots, 0{''.join(', ' + v for v in values)})",
+                 f"    except (OverflowError, StructError): {slow}",
+                 f"    err = launch(fn, gx, gy, gz, {bx}, {by}, {bz}, {self.smem_bytes}, stream, params, 0)[0]",
+                 "    if err: launch_failed(err, gx, gy, gz, stream)"]
+        return "\n".join(lines + ["    " + b for b in body if b]) + "\n"
+
+    def _fast_path_scope(self) -> dict:
+        scope = {f"T{i}": self._torch_dtypes[p.dtype] for i, p in enumerate(self.params) if p.is_tensor}
+        scope.update(Tensor=self._torch.Tensor, current_device=self._current_device, slow=self._slow,
+                     current_stream=self._current_stream, stream_handle=self._stream_handle,
+                     grid_out_of_range=self._grid_out_of_range, lock=threading.RLock(), pack=self._pack,
+                     slots=self._slots, StructError=struct.error, launch=self._launch, fn=self.function,
+                     params=self.params_address, launch_failed=self._launch_failed, num_sms=self.num_sms)
+        return scope
+
+    # -- the slow path: diagnosis ---------------------------------------------------------------
+
+    def _slow(self, args, stream, checked):
+        if checked:
+            raise TkError(f"internal error: the launcher of '{self.name}' refused arguments that its "
+                          f"checker accepted; please report this with the kernel's metadata")
+        fixed, _ = self.check_args(args)
+        return self._fast(fixed, stream, True)
+
+    def _where(self, i: int) -> str:
+        return f"{self.name}: argument {i} ('{self.params[i].name}')"
+
+    def check_args(self, args) -> tuple[tuple, dict[str, int]]:
+        """Check every argument; return the (normalized) arguments and the bound dims, or raise LaunchError."""
+        if len(args) != len(self.params):
+            expected = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
+            raise LaunchError(f"{self.name}: expected {len(self.params)} arguments ({expected}), got {len(args)}")
+        dev = self._current_device()
+        if self.device is not None and dev >= 0 and dev != self.device:
+            raise LaunchError(f"{self.name}: the kernel was loaded on cuda:{self.device} but the current "
+                              f"device is cuda:{dev}; load it on this device")
+        bound: dict[str, tuple[int, int, int]] = {}  # name -> (value, argument index, axis)
+        fixed = []
+        for i, (p, a) in enumerate(zip(self.params, args)):
+            if p.is_tensor:
+                self._check_tensor(i, p, a, dev, bound)
+                fixed.append(a)
+            else:
+                fixed.append(self._check_scalar(i, p, a))
+        if dev < 0:
+            raise NotAvailableError(f"{self.name}: no CUDA device (PyTorch sees no GPU)")
+        return tuple(fixed), {k: v[0] for k, v in bound.items()}
+
+    def _check_tensor(self, i: int, p: Param, a, dev: int, bound: dict) -> None:
+        where, torch = self._where(i), self._torch
+        if not isinstance(a, torch.Tensor):
+            raise LaunchError(f"{where}: expected a torch.Tensor ({p.describe()}), got {type(a).__name__}")
+        if a.dtype is not self._torch_dtypes[p.dtype]:
+            raise LaunchError(f"{where}: expected dtype {p.dtype} ({self._torch_dtypes[p.dtype]}), got {a.dtype}")
+        if not a.is_cuda:
+            raise LaunchError(f"{where}: the tensor is on {a.device}, not on a CUDA device")
+        if a.get_device() != dev:
+            raise LaunchError(f"{where}: the tensor is on {a.device} but the current device is cuda:{dev}")
+        if a.dim() != len(p.dims):
+            raise LaunchError(f"{where}: expected {len(p.dims)} dimensions [{', '.join(map(str, p.dims))}], "
+                              f"got {a.dim()} (shape {list(a.shape)})")
+        for axis, (d, size) in enumerate(zip(p.dims, a.shape)):
+            if size >= _I32_LIMIT:
+                raise LaunchError(f"{where}: dim {axis} is {size}; dimensions must be below 2^31")
+            if isinstance(d, int) and size != d:
+                raise LaunchError(f"{where}: dim {axis} is {size} but the kernel requires {d}")
+            if isinstance(d, str) and d in bound and bound[d][0] != size:
+                value, j, other_axis = bound[d]
+                raise LaunchError(f"{where}: dim {axis} ({d}) is {size} but {self._where(j)} dim "
+                                  f"{other_axis} set {d} = {value}")
+            if isinstance(d, str):
+                bound.setdefault(d, (size, i, axis))
+        if not a.is_contiguous():
+            raise LaunchError(f"{where}: the tensor must be contiguous (row-major); got strides "
+                              f"{tuple(a.stride())} for shape {tuple(a.shape)}; call .contiguous()")
+        if a.data_ptr() % 16:
+            raise LaunchError(f"{where}: the data pointer {a.data_ptr():#x} is not 16-byte aligned "
+                              "(a view with an offset?); pass an aligned tensor or .clone() it")
+
+    def _check_scalar(self, i: int, p: Param, a):
+        where = self._where(i)
+        if p.dtype == "i32":
+            if isinstance(a, bool) or not isinstance(a, numbers.Integral):
+                raise LaunchError(f"{where}: expected a Python int (i32), got {type(a).__name__}")
+            value = int(a)
+            if not -_I32_LIMIT <= value < _I32_LIMIT:
+                raise LaunchError(f"{where}: {value} does not fit in i32")
+            return value
+        if isinstance(a, bool) or not isinstance(a, numbers.Real):
+            raise LaunchError(f"{where}: expected a Python float (f32), got {type(a).__name__}")
+        value = float(a)
+        try:
+            struct.pack("<f", value)
+        except OverflowError:
+            raise LaunchError(f"{where}: {value} does not fit in f32") from None
+        return value
+
+    def _stream_handle(self, stream, dev: int) -> int:
+        handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream, torch.cuda.ExternalStream
+        if handle is not None:
+            index = getattr(getattr(stream, "device", None), "index", None)
+            if index is not None and index != dev:
+                raise LaunchError(f"{self.name}: stream= belongs to cuda:{index} but the current device "
+                                  f"is cuda:{dev}")
+            return int(handle)
+        if isinstance(stream, bool) or not hasattr(stream, "__int__"):
+            raise LaunchError(f"{self.name}: stream= must be a torch.cuda.Stream or a raw CUstream handle, "
+                              f"got {type(stream).__name__}")
+        handle = int(stream)
+        if handle < 0:
+            raise LaunchError(f"{self.name}: stream= handle {handle} is negative")
+        return handle
+
+    def _grid_out_of_range(self, gx: int, gy: int, gz: int) -> None:
+        if min(gx, gy, gz) == 0:
+            return None  # an empty grid (e.g. a zero-sized dimension): nothing to launch
+        raise LaunchError(f"{self.name}: the grid ({gx}, {gy}, {gz}) is out of range: x must be in "
+                          f"[1, {_GRID_LIMITS[0]}], y and z in [1, {_GRID_LIMITS[1]}]")
+
+    def _launch_failed(self, err, gx: int, gy: int, gz: int, stream: int) -> None:
+        """Called with the parameter block still locked: retry once with a context, else raise."""
+        drv = _driver()
+        if drv.error_name(err) == "CUDA_ERROR_INVALID_CONTEXT":  # a thread where torch made none current
+            drv.ensure_context()
+            err = self._launch(self.function, gx, gy, gz, *self.block, self.smem_bytes, stream,
+                               self.params_address, 0)[0]
+            if not err:
+                return
+        raise drv.driver_error(err, f"cuLaunchKernel of '{self.name}' (grid ({gx}, {gy}, {gz}), "
+                                    f"block {self.block}, {self.smem_bytes} bytes dynamic shared memory)")
+
+
+def _driver():
+    from . import driver
+    return driver
+
+
+_NO_DEVICE = -2
+"""What the default current_device() returns when torch has no CUDA: no tensor is on it, so every
+launch goes to check_args, which refuses CPU tensors by name, then reports that there is no GPU."""
+
+
+def _default_current_device(torch):
+    get = getattr(torch._C, "_cuda_getDevice", None)
+    if get is None or not torch.cuda.is_available():
+        return lambda: _NO_DEVICE
+    return get
+
+
+def _default_current_stream(torch):
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else (lambda dev: torch.cuda.current_stream(dev).cuda_stream)
