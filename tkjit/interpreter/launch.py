@@ -86,6 +86,11 @@ def _bind_dims(t: GlobalType, shape: tuple[int, ...], where: str, dims: dict[str
             first_seen[d] = where
 
 
+def _a(dt: DType) -> str:
+    """'a bf16', 'an f32', 'an i32': the article as the name is spoken."""
+    return f"an {dt}" if dt.name[0] in "aefi" else f"a {dt}"
+
+
 def _tensor_memory(arg: Any, t: GlobalType, where: str, writes: bool) -> np.ndarray:
     """A numpy view of the caller's storage (no copy), checked against ``t``'s dtype."""
     torch = sys.modules.get("torch")
@@ -94,7 +99,7 @@ def _tensor_memory(arg: Any, t: GlobalType, where: str, writes: bool) -> np.ndar
     if isinstance(arg, np.ndarray):
         dt = _NUMPY_DTYPE_NAMES.get(arg.dtype.name)
         if dt != t.dtype:
-            raise LaunchError(f"{where}: expected a {t.dtype} array, got numpy {arg.dtype.name}")
+            raise LaunchError(f"{where}: expected {_a(t.dtype)} array, got numpy {arg.dtype.name}")
         if not arg.flags.c_contiguous:
             raise LaunchError(f"{where}: the array must be row-major contiguous")
         if writes and not arg.flags.writeable:
@@ -109,7 +114,7 @@ def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str) -> np.ndarray
     if dt != t.dtype:
         want = next((f"torch.{k}" for k, v in _TORCH_DTYPE_NAMES.items() if v == t.dtype), None)
         hint = f" ({want})" if want else ""
-        raise LaunchError(f"{where}: expected a {t.dtype} tensor{hint}, got {arg.dtype}")
+        raise LaunchError(f"{where}: expected {_a(t.dtype)} tensor{hint}, got {arg.dtype}")
     if arg.device.type != "cpu":
         raise LaunchError(f"{where}: the interpreter runs on the CPU; got a tensor on {arg.device}")
     if not arg.is_contiguous():
@@ -130,7 +135,7 @@ def _scalar(arg: Any, t: ScalarType, where: str) -> Any:
             raise LaunchError(f"{where}: expected a bool, got {arg!r}")
         return bool(arg)
     if isinstance(arg, (bool, np.bool_)) or not isinstance(arg, (int, float, np.integer, np.floating)):
-        raise LaunchError(f"{where}: expected a {dt} scalar, got {type(arg).__name__} {arg!r}")
+        raise LaunchError(f"{where}: expected {_a(dt)} scalar, got {type(arg).__name__} {arg!r}")
     if dt == I32:
         if not isinstance(arg, (int, np.integer)):
             raise LaunchError(f"{where}: expected an i32 (an integer), got {arg!r}")

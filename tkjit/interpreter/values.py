@@ -84,10 +84,10 @@ class GlobalValue:
         return self.memory.shape
 
     def dim_label(self, axis: int) -> str:
-        """``N = 170`` for a named dimension, ``170`` for a fixed one."""
+        """``N = 170`` for a named dimension, ``size 64`` for a fixed one."""
         d = self.type.dims[axis]
         size = self.memory.shape[axis]
-        return f"{d} = {size}" if isinstance(d, str) else str(size)
+        return f"{d} = {size}" if isinstance(d, str) else f"size {size}"
 
 
 def wrap_i32(x: int) -> int:

@@ -34,7 +34,8 @@ def _locate(it, op, g: GlobalValue, coords: list[int], shape: tuple[int, ...]) -
         c, size = coords[axis], g.shape[axis]
         if not 0 <= c < size:
             raise it.error(op, f"index {c} of {g.name} is out of range: {g.name} has {size} "
-                               f"entries along dimension {axis}{_named(g, axis)}")
+                               f"{'entry' if size == 1 else 'entries'} along dimension {axis} "
+                               f"({g.dim_label(axis)})")
         index.append(c)
     units = ("rows", "columns") if ntile == 2 else ("elements",)
     extents = []
@@ -43,18 +44,15 @@ def _locate(it, op, g: GlobalValue, coords: list[int], shape: tuple[int, ...]) -
         c, size = coords[axis], g.shape[axis]
         count = -(-size // extent)
         if not 0 <= c < count:
+            tiles = "tile" if count == 1 else "tiles"
             raise it.error(op, f"tile coordinate {c} of {g.name} is out of range: {g.name} has "
-                               f"{count} tiles of {extent} {unit} along dimension {axis} "
+                               f"{count} {tiles} of {extent} {unit} along dimension {axis} "
                                f"({g.dim_label(axis)})")
         start = c * extent
         n = min(extent, size - start)
         index.append(slice(start, start + n))
         extents.append(n)
     return Window(tuple(index), tuple(extents))
-
-
-def _named(g: GlobalValue, axis: int) -> str:
-    return f" ({g.dim_label(axis)})" if isinstance(g.type.dims[axis], str) else ""
 
 
 def run_load(it, op, args):
