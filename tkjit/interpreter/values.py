@@ -29,7 +29,7 @@ class TileValue:
         r, c = data.shape
         return TileValue(data, np.ones(r, bool), np.ones(c, bool), dtype)
 
-    def valid(self) -> np.ndarray:
+    def mask(self) -> np.ndarray:
         """The [R, C] mask of valid elements."""
         return self.rows[:, None] & self.cols[None, :]
 

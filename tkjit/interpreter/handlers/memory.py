@@ -78,7 +78,7 @@ def run_store(it, op, args):
     inside = tuple(slice(0, n) for n in win.extents)
     bits = encode(value.data[inside], g.dtype)
     if isinstance(value, TileValue):
-        keep = value.valid()[inside]
+        keep = value.mask()[inside]
     else:
         keep = value.valid[inside]
     if keep.all():

@@ -34,7 +34,7 @@ REDUCERS = {"max": _max, "min": _min, "sum": _sum}
 
 def run_reduce(it, op, args):
     (x,) = args
-    data = x.data if x.all_valid() else np.where(x.valid(), x.data, np.float32(IDENTITY[op.FN]))
+    data = x.data if x.all_valid() else np.where(x.mask(), x.data, np.float32(IDENTITY[op.FN]))
     axis = 1 if op.AXIS == "row" else 0
     out = REDUCERS[op.FN](data, axis)
     valid = x.rows if op.AXIS == "row" else x.cols
