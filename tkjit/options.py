@@ -1,0 +1,84 @@
+"""CompileOptions: what one compilation was asked for, resolved once from arguments and Config.
+
+The compiler and the passes read options only from this object (never from the environment);
+``key()`` is the part that changes compiled output and therefore goes into the cache key.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from .config import Config, get_config
+from .errors import TkError
+
+BACKENDS = ("gpu", "interpret")
+ConstantValue = int | float | bool
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    constants: tuple[tuple[str, ConstantValue], ...] = ()
+    """Overrides of the kernel's ``<NAME = default>`` constants, sorted by name."""
+    pipeline: str | None = None
+    """A pass pipeline string; None means the default pipeline."""
+    arch: str = "sm_90a"
+    debug: bool = False
+    """Verify the IR after every pass (and keep tracebacks on the command line)."""
+    cache: bool = True
+    """Read and write the disk cache for the binary stages."""
+    backend: str | None = None
+    """``gpu`` or ``interpret`` forces a backend; None picks by where the arguments live."""
+    dump_dir: Path | None = None
+    """Write every stage, every pass's IR and the decision log under ``dump_dir/<kernel>/``."""
+
+    @staticmethod
+    def resolve(*, constants: Mapping[str, ConstantValue] | None = None, pipeline: str | None = None,
+                debug: bool | None = None, cache: bool | None = None, backend: str | None = None,
+                config: Config | None = None) -> "CompileOptions":
+        """Explicit arguments win; what is left unsaid comes from ``config`` (the environment)."""
+        config = config or get_config()
+        backend = backend if backend is not None else config.backend
+        if backend is not None and backend not in BACKENDS:
+            raise TkError(f"unknown backend '{backend}' (expected {' or '.join(BACKENDS)})")
+        if pipeline is not None:
+            from .passes import Pipeline
+            pipeline = str(Pipeline.parse(pipeline))  # refuse a bad pipeline now, keep it canonical
+        return CompileOptions(
+            constants=_check_constants(constants or {}),
+            pipeline=pipeline,
+            arch=config.arch,
+            debug=config.debug if debug is None else bool(debug),
+            cache=(not config.no_cache) if cache is None else bool(cache),
+            backend=backend,
+            dump_dir=config.dump_dir,
+        )
+
+    def key(self) -> dict:
+        """The options that change compiled output, as JSON (arch is keyed separately)."""
+        from .passes import DEFAULT_PIPELINE
+        return {"constants": [[name, value] for name, value in self.constants],
+                "pipeline": self.pipeline if self.pipeline is not None else DEFAULT_PIPELINE}
+
+
+def _check_constants(constants: Mapping[str, ConstantValue]) -> tuple[tuple[str, ConstantValue], ...]:
+    if not isinstance(constants, Mapping):
+        raise TkError(f"constants must be a dict of name to value, got {type(constants).__name__}")
+    checked = {}
+    for name, value in constants.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TkError(f"constant name {name!r} is not a valid name")
+        checked[name] = _constant_value(name, value)
+    return tuple(sorted(checked.items()))
+
+
+def _constant_value(name: str, value: object) -> ConstantValue:
+    """Plain Python bool, int or float (numpy scalars are accepted and converted)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TkError(f"constant '{name}' must be an int, float or bool, got {type(value).__name__} {value!r}")
