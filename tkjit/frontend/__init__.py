@@ -1,0 +1,27 @@
+"""The front end: kernel text → AST → verified tile IR.
+
+    parse(text, filename)                     -> ast.Kernel       (syntax errors: DiagnosticError)
+    lower_source(text, filename, constants)   -> tkjit.ir.core.Kernel, verified
+
+Every error is a ``DiagnosticError`` that renders ``file:line:col``, the line and a caret.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..ir.core import Kernel
+from ..ir.verify import verify_kernel
+from . import ast
+from .lower import lower
+from .parser import parse
+
+
+def lower_source(text: str, filename: str = "<string>", constants: Optional[dict] = None) -> Kernel:
+    """Parse ``text``, lower it to tile IR with ``constants`` overriding the kernel's ``<...>``
+    constants, and verify the result."""
+    kernel = lower(parse(text, filename), constants)
+    verify_kernel(kernel)
+    return kernel
+
+
+__all__ = ["ast", "lower", "lower_source", "parse"]

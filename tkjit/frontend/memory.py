@@ -1,0 +1,63 @@
+"""Global memory in the language: ``G.tile(i, j)`` loads (typed by their binding) and
+``G.tile(i, j) = x`` stores."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..errors import DiagnosticError
+from ..ir import ops
+from ..ir.core import Value
+from ..ir.types import GlobalType, ScalarType, TileType, Type, VectorType, describe
+from . import ast
+from .fold import is_const, show
+
+
+def _global(lw, obj: ast.Expr, method: str, method_span) -> Value:
+    if method != "tile":
+        raise DiagnosticError(f"unknown method '.{method}': a global tensor has .tile(...) only",
+                              method_span)
+    if not isinstance(obj, ast.Name):
+        raise DiagnosticError(".tile(...) applies to a global tensor parameter by name, as in "
+                              "A.tile(m, k)", obj.span)
+    var = lw.lookup(obj)
+    value = lw.var_value(var, obj.span)
+    if not (isinstance(value, Value) and isinstance(value.type, GlobalType)):
+        what = describe(value.type) if isinstance(value, Value) else f"the constant {show(value)}"
+        raise DiagnosticError(f"'{obj.name}' is {what}, not a global tensor: only global tensor "
+                              "parameters have .tile(...)", obj.span)
+    return value
+
+
+def _coords(lw, args) -> list[Value]:
+    return [lw.index(a, f"tile coordinate {i}") for i, a in enumerate(args)]
+
+
+def lower_load(lw, node: ast.Method, want: Optional[Type]) -> Value:
+    """``A.tile(m, k)`` as the whole value of a binding whose type says what tile to make."""
+    g = _global(lw, node.obj, node.method, node.method_span)
+    name = node.obj.name  # type: ignore[union-attr]
+    if want is None:
+        raise DiagnosticError(
+            f"{name}.tile(...) takes its tile type from a typed binding: write "
+            f"`a: st<{g.type.dtype}>[BM, BK] = {name}.tile(...)`", node.span)
+    if not isinstance(want, (TileType, VectorType)):
+        raise DiagnosticError(f"{name}.tile(...) loads a tile or a vector, but the binding is "
+                              f"declared {want}", node.span)
+    coords = _coords(lw, node.args)
+    return lw.emit(ops.Load, [g, *coords], result_types=[want], span=node.span).result
+
+
+def lower_store(lw, stmt: ast.Store) -> None:
+    """``G.tile(i, j) = x``: a register value of another dtype is converted by the store."""
+    target = ast.Name(stmt.target_span, stmt.target)
+    g = _global(lw, target, stmt.method, stmt.method_span)
+    value = lw.expr(stmt.value)
+    if is_const(value):
+        raise DiagnosticError(f"cannot store the constant {show(value)}: a store writes a tile or "
+                              "a vector", stmt.value.span)
+    lw.reject_global(value, stmt.value)
+    if isinstance(value.type, ScalarType):
+        raise DiagnosticError(f"cannot store {describe(value.type)}: a store writes a tile or a "
+                              "vector", stmt.value.span)
+    coords = _coords(lw, stmt.coords)
+    lw.emit(ops.Store, [g, value, *coords], span=stmt.span)
