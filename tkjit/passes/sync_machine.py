@@ -1,0 +1,302 @@
+"""The barrier machine the synchronization checker explores: roles, mbarriers, TMA, wgmma groups.
+
+A ``State`` is immutable and hashable; ``Machine.moves(state)`` lists what can happen next and
+``Machine.step(state, move)`` does it, raising ``Found`` when the move breaks a rule.
+
+Modelled exactly as PTX §9.7.13.15 says: a barrier has a phase count, pending arrivals and a
+signed tx-count; a phase completes when arrivals reach 0 and tx reaches 0, then the arrival
+count reloads; ``wait(parity)`` passes while the current phase's parity differs from ``parity``
+(so it also passes on a phase two behind -- the aliasing a wrong phase bit falls into). A TMA
+load is issued by the producer and lands later, at any moment, in any order (one move each). A
+wgmma group reads its stages until a ``wait_group`` retires it.
+
+A role's move runs from one wait to the next: everything between two waits touches no barrier
+another role is blocked on before its own arrivals, so interleaving inside it adds no behaviour.
+
+Rules (``Found.kind``): ``overwrite`` (a fill issued into a stage before every consumer released
+the previous fill), ``early-read`` (wgmma reads a fill not fully landed: the full phase
+completed early), ``wrong-phase`` (a wait passed on an older phase of the same parity),
+``release-before-read`` (arrive on empty while a wgmma reading the stage is in flight),
+``bad-release`` (releasing a fill this consumer has not waited for, or twice), ``over-arrival``,
+``unconsumed`` (a fill some consumer never waited for) and ``in-flight-at-exit`` (both checked
+at the end), and ``deadlock``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .sync_protocol import Protocol
+from .sync_unroll import EXPECT, MMA, MMA_WAIT, RELEASE, TMA, WAIT, Action, Layout, unroll
+
+
+class Found(Exception):
+    """A broken rule: ``kind``, the stage it concerns (or None) and a sentence saying why."""
+
+    def __init__(self, kind: str, stage: int | None, why: str):
+        super().__init__(why)
+        self.kind, self.stage, self.why = kind, stage, why
+        self.at = ""  # the role and action that broke it, set by Machine.step
+
+
+@dataclass(frozen=True)
+class State:
+    pcs: tuple[int, ...]                 # per role: index of its next action
+    bars: tuple[int, ...]                # per barrier: completed phases, pending arrivals, tx
+    stages: tuple[int, ...]              # per stage: fills issued, issued-load mask, landed mask
+    inflight: tuple[int, ...]            # TMA loads issued, not landed: see _key
+    reads: tuple[int, ...]               # per consumer, per stage: fills acquired, released
+    groups: tuple[tuple[tuple[int, ...], ...], ...]  # per consumer: wgmma groups in flight
+
+
+class _Scratch:
+    """A mutable copy of a state while a move runs."""
+
+    def __init__(self, st: State):
+        self.pcs = list(st.pcs)
+        self.bars = list(st.bars)
+        self.stages = list(st.stages)
+        self.inflight = list(st.inflight)
+        self.reads = list(st.reads)
+        self.groups = [list(g) for g in st.groups]
+
+    def freeze(self) -> State:
+        return State(tuple(self.pcs), tuple(self.bars), tuple(self.stages),
+                     tuple(sorted(self.inflight)), tuple(self.reads),
+                     tuple(tuple(g) for g in self.groups))
+
+
+class Machine:
+    def __init__(self, proto: Protocol, case: tuple[int, ...]):
+        self.proto, self.case = proto, case
+        self.layout = Layout.of(proto)
+        self.consumers = proto.consumers
+        self.programs: list[list[Action]] = [unroll(proto, proto.producer, case, self.layout)]
+        consumer = unroll(proto, proto.consumer, case, self.layout)
+        self.programs += [consumer] * self.consumers
+        self.rings = [proto.ring(self.layout.stage_ring[g]) for g in range(self.layout.n_stages)]
+        self.seg_end = [self._segments(p) for p in self.programs]
+
+    @staticmethod
+    def _segments(program: list[Action]) -> list[int]:
+        """For each pc, where the move starting there ends (the next wait after it)."""
+        ends, nxt = [0] * (len(program) + 1), len(program)
+        ends[-1] = nxt
+        for pc in range(len(program) - 1, -1, -1):
+            ends[pc] = nxt
+            if program[pc].op == WAIT:
+                nxt = pc
+        return ends
+
+    def role_name(self, r: int) -> str:
+        return "producer" if r == 0 else f"consumer {r - 1}"
+
+    # -- state ----------------------------------------------------------------------------
+    def initial(self) -> State:
+        n = self.layout.n_stages
+        bars: list[int] = []
+        for g in range(n):
+            ring = self.rings[g]
+            bars += [0, ring.full_arrivals, 0, 0, ring.empty_arrivals, 0]
+        return State(tuple(0 for _ in self.programs), tuple(bars), (0,) * (3 * n), (),
+                     (0,) * (2 * n * self.consumers), tuple(() for _ in range(self.consumers)))
+
+    def count(self, bar: int) -> int:
+        ring = self.rings[bar // 2]
+        return ring.empty_arrivals if bar % 2 else ring.full_arrivals
+
+    def finished(self, st: State) -> bool:
+        return all(pc == len(p) for pc, p in zip(st.pcs, self.programs))
+
+    def can_pass(self, st: State, bar: int, parity: int) -> bool:
+        return (st.bars[3 * bar] & 1) != parity
+
+    @staticmethod
+    def _key(fill: int, g: int, i: int) -> int:
+        return (fill << 12) | (g << 4) | i
+
+    @staticmethod
+    def _unkey(key: int) -> tuple[int, int, int]:
+        return key >> 12, (key >> 4) & 0xFF, key & 0xF
+
+    def moves(self, st: State) -> list[tuple[str, int]]:
+        """("role", r) for each role that can run its next move, ("land", key) per TMA in flight."""
+        out: list[tuple[str, int]] = []
+        for r, (pc, prog) in enumerate(zip(st.pcs, self.programs)):
+            if pc == len(prog):
+                continue
+            act = prog[pc]
+            if act.op != WAIT or self.can_pass(st, act.arg, act.val):
+                out.append(("role", r))
+        out += [("land", key) for key in st.inflight]
+        return out
+
+    def describe_move(self, st: State, move: tuple[str, int]) -> str:
+        kind, x = move
+        if kind == "land":
+            _, g, i = self._unkey(x)
+            load = self.rings[g].loads[i]
+            return f"TMA {load.name} lands in stage {self.layout.stage_name(g)} ({load.nbytes} B)"
+        prog, pc = self.programs[x], st.pcs[x]
+        acts = prog[pc:self.seg_end[x][pc]]
+        return f"{self.role_name(x)} ({acts[0].where}): " + "; ".join(a.label for a in acts)
+
+    # -- transitions ----------------------------------------------------------------------
+    def step(self, st: State, move: tuple[str, int]) -> State:
+        s = _Scratch(st)
+        kind, x = move
+        if kind == "land":
+            self._land(s, x)
+        else:
+            prog, pc = self.programs[x], st.pcs[x]
+            end = self.seg_end[x][pc]
+            for act in prog[pc:end]:
+                try:
+                    self._do(s, x, act)
+                except Found as f:
+                    f.at = f"{self.role_name(x)}'s {act.label} ({act.where})"
+                    raise
+            s.pcs[x] = end
+        return s.freeze()
+
+    def _arrive(self, s: _Scratch, bar: int) -> None:
+        s.bars[3 * bar + 1] -= 1
+        if s.bars[3 * bar + 1] < 0:
+            raise Found("over-arrival", bar // 2,
+                        f"{self.layout.bar_name(bar)} got more than its {self.count(bar)} "
+                        f"arrival(s) in one phase")
+        self._complete(s, bar)
+
+    def _complete(self, s: _Scratch, bar: int) -> None:
+        if s.bars[3 * bar + 1] == 0 and s.bars[3 * bar + 2] == 0:
+            s.bars[3 * bar] += 1
+            s.bars[3 * bar + 1] = self.count(bar)
+
+    def _land(self, s: _Scratch, key: int) -> None:
+        s.inflight.remove(key)
+        fill, g, i = self._unkey(key)
+        if fill != s.stages[3 * g]:
+            raise Found("overwrite", g, f"TMA {self.rings[g].loads[i].name} of fill {fill} landed "
+                        f"in stage {self.layout.stage_name(g)} after fill {s.stages[3 * g]} began")
+        s.stages[3 * g + 2] |= 1 << i
+        s.bars[3 * (2 * g) + 2] -= self.rings[g].loads[i].nbytes
+        self._complete(s, 2 * g)
+
+    def _do(self, s: _Scratch, role: int, act: Action) -> None:
+        if act.op == WAIT:
+            if role > 0 and act.arg % 2 == 0:
+                s.reads[self._rix(role - 1, act.arg // 2)] += 1
+        elif act.op == EXPECT:
+            fills = s.stages[3 * (act.arg // 2)]
+            if fills:  # arming the next fill: the previous one must be released by then
+                self._check_free(s, act.arg // 2, fills)
+            s.bars[3 * act.arg + 2] += act.val
+            self._arrive(s, act.arg)
+        elif act.op == TMA:
+            self._tma(s, act.arg, act.val)
+        elif act.op == MMA:
+            for g in act.reads:
+                self._read(s, role - 1, g)
+            s.groups[role - 1].append(act.reads)
+        elif act.op == MMA_WAIT:
+            c = role - 1
+            del s.groups[c][:max(0, len(s.groups[c]) - act.arg)]
+        elif act.op == RELEASE:
+            self._release(s, role - 1, act.arg // 2)
+            self._arrive(s, act.arg)
+
+    def _rix(self, c: int, g: int) -> int:
+        return 2 * (c * self.layout.n_stages + g)
+
+    def _tma(self, s: _Scratch, g: int, i: int) -> None:
+        fills, issued = s.stages[3 * g], s.stages[3 * g + 1]
+        if fills == 0 or issued & (1 << i):
+            if fills > 0:
+                self._check_free(s, g, fills)
+            fills += 1
+            s.stages[3 * g:3 * g + 3] = [fills, 1 << i, 0]
+        else:
+            s.stages[3 * g + 1] |= 1 << i
+        s.inflight.append(self._key(fills, g, i))
+
+    def _check_free(self, s: _Scratch, g: int, fills: int) -> None:
+        """Fill ``fills + 1`` may start only once every consumer released fill ``fills``."""
+        late = [c for c in range(self.consumers) if s.reads[self._rix(c, g) + 1] < fills]
+        if not late:
+            return
+        name, ring = self.layout.stage_name(g), self.rings[g]
+        empty = 2 * g + 1
+        done = s.bars[3 * empty]
+        who = ", ".join(f"consumer {c}" for c in late)
+        what = (f"the producer started fill {fills + 1} of stage {name} while {who} had not "
+                f"released fill {fills}")
+        if done < fills:
+            raise Found("wrong-phase", g, f"{what}: its wait on empty[{name}] passed although "
+                        f"phase {fills - 1} had not completed (the barrier was in phase {done}, "
+                        f"whose parity matched an older phase)")
+        if ring.empty_arrivals < self.consumers:
+            raise Found("overwrite", g, f"{what}: empty[{name}] completes after "
+                        f"{ring.empty_arrivals} arrival(s) but {self.consumers} consumers read "
+                        f"the stage")
+        raise Found("overwrite", g, what)
+
+    def _read(self, s: _Scratch, c: int, g: int) -> None:
+        """A wgmma reads the fill this consumer last waited for; it must be there, whole."""
+        want = s.reads[self._rix(c, g)]
+        fills, landed = s.stages[3 * g], s.stages[3 * g + 2]
+        ring, name = self.rings[g], self.layout.stage_name(g)
+        everything = (1 << len(ring.loads)) - 1
+        if want >= 1 and fills == want and landed == everything:
+            return
+        if want == 0:
+            raise Found("early-read", g, f"consumer {c}'s wgmma read stage {name} without "
+                        f"waiting on full[{name}]")
+        what = f"consumer {c}'s wgmma read fill {want} of stage {name}"
+        if fills > want:
+            raise Found("overwrite", g, f"{what} after fill {fills} had overwritten it")
+        done = s.bars[3 * 2 * g]
+        if done < want:
+            raise Found("wrong-phase", g, f"{what} before it arrived: its wait on full[{name}] "
+                        f"passed although phase {want - 1} had not completed (the barrier was "
+                        f"in phase {done}, whose parity matched an older phase)")
+        got = sum(ld.nbytes for i, ld in enumerate(ring.loads) if landed >> i & 1) \
+            if fills == want else 0
+        raise Found("early-read", g, f"{what} before it arrived: full[{name}] completed phase "
+                    f"{want - 1} with {got} of the stage's {ring.stage_bytes} bytes landed "
+                    f"(expect_tx is {ring.expect_tx} B)")
+
+    def _release(self, s: _Scratch, c: int, g: int) -> None:
+        ix, name = self._rix(c, g), self.layout.stage_name(g)
+        if any(g in grp for grp in s.groups[c]):
+            raise Found("release-before-read", g, f"consumer {c} released stage {name} while its "
+                        f"wgmma reading it was still in flight (no wait_group retired it)")
+        acquired, released = s.reads[ix], s.reads[ix + 1]
+        if released >= acquired:
+            raise Found("bad-release", g, f"consumer {c} released stage {name} after waiting for "
+                        f"{acquired} of its fill(s) and releasing {released}")
+        s.reads[ix + 1] = released + 1
+
+    # -- end states -----------------------------------------------------------------------
+    def check_end(self, st: State) -> None:
+        for c in range(self.consumers):
+            if st.groups[c]:
+                raise Found("in-flight-at-exit", st.groups[c][0][0],
+                            f"consumer {c} finished with {len(st.groups[c])} wgmma group(s) in flight")
+            for g in range(self.layout.n_stages):
+                fills, acquired = st.stages[3 * g], st.reads[self._rix(c, g)]
+                if acquired != fills:
+                    raise Found("unconsumed", g, f"stage {self.layout.stage_name(g)} was filled "
+                                f"{fills} time(s) but consumer {c} waited for {acquired}")
+
+    def blocked(self, st: State) -> list[str]:
+        """For a deadlock: what each unfinished role waits for, and the barrier's state."""
+        lines = []
+        for r, (pc, prog) in enumerate(zip(st.pcs, self.programs)):
+            if pc == len(prog):
+                continue
+            act = prog[pc]
+            done, pending, tx = st.bars[3 * act.arg:3 * act.arg + 3]
+            count = self.count(act.arg)
+            lines.append(f"{self.role_name(r)} blocks in {act.label} ({act.where}): the barrier is in phase "
+                         f"{done} (parity {done & 1}) with {count - pending} of {count} "
+                         f"arrivals and tx {tx}")
+        return lines

@@ -1,0 +1,288 @@
+"""The synchronization protocol of a warp-specialized Hopper kernel, as data.
+
+A ``Protocol`` says, for one kernel, which mbarrier rings exist and what the producer warpgroup
+and each consumer warpgroup do with them. The PTX emitter follows it; the checker
+(``sync_check.py``) explores it on the CPU before any PTX exists.
+
+**Rings.** One per pipelined loop (``stages`` buffers of the loop's loads) and one per load
+outside any loop (``one_shot``: one stage, filled once per tile). Stage ``s`` of a ring has
+
+* ``full[s]``:  initialised with ``full_arrivals`` (1: the producer's ``arrive.expect_tx``),
+  armed with ``expect_tx`` bytes; the TMA loads of the stage complete those bytes;
+* ``empty[s]``: initialised with ``empty_arrivals`` (one arrival per consumer warpgroup); each
+  consumer arrives once it no longer reads the stage.
+
+**Programs** are small trees of steps. Each role keeps, per ring, a stage index ``s`` and a phase
+bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph`` on wrap-around.
+
+    Tiles(body)            the block loop: once per tile this CTA handles (persistent: many)
+    Loop(ring, body)       the ring's loop: its trip count comes from the tile (min_trips: do-while)
+    IfTrips(ring, body)    only when the ring's loop runs at least once this tile
+    NotFirst(body)         only from the loop's second trip on
+    Wait(ring, bar, flip)  spin on bar[s] ("full" or "empty") with parity ph ^ flip
+    ExpectTx(ring, nbytes) mbarrier.arrive.expect_tx on full[s]
+    TmaLoad(ring, load)    cp.async.bulk.tensor of one load into stage s, completing on full[s]
+    Mma(rings)             one committed wgmma group reading stage s of each ring named
+    MmaWait(pending)       wgmma.wait_group pending
+    Release(ring, which)   arrive on empty[s] ("cur") or on the previous stage's ("prev")
+    Advance(ring, per)     next stage; flip ph on wrap ("wrap") -- "iteration" is a known bug
+    Reset(ring)            s = 0, ph = 0 (a known bug when the barriers carry on)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+
+@dataclass(frozen=True)
+class Load:
+    """One TMA box that lands in every fill of a ring stage."""
+
+    name: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Ring:
+    name: str
+    stages: int
+    loads: tuple[Load, ...]
+    expect_tx: int
+    empty_arrivals: int
+    full_arrivals: int = 1
+    one_shot: bool = False
+    where: str = ""
+
+    @property
+    def stage_bytes(self) -> int:
+        return sum(ld.nbytes for ld in self.loads)
+
+    def text(self) -> str:
+        loads = ", ".join(f"{ld.name} {ld.nbytes} B" for ld in self.loads)
+        kind = "one-shot" if self.one_shot else f"{self.stages} stages"
+        at = f" at {self.where}" if self.where else ""
+        return (f"ring {self.name}{at}: {kind} x {self.stage_bytes} B ({loads}); "
+                f"full[{self.stages}] count {self.full_arrivals}, expect_tx {self.expect_tx} B; "
+                f"empty[{self.stages}] count {self.empty_arrivals}")
+
+
+# -- events (leaves of a program) -------------------------------------------------------------
+@dataclass(frozen=True)
+class Wait:
+    ring: str
+    bar: str  # "full" | "empty"
+    flip: int = 0
+
+    def text(self) -> str:
+        return f"wait {self.bar}[{self.ring}.s] parity ph{'^1' if self.flip else ''}"
+
+
+@dataclass(frozen=True)
+class ExpectTx:
+    ring: str
+    nbytes: int
+
+    def text(self) -> str:
+        return f"arrive.expect_tx full[{self.ring}.s] {self.nbytes} B"
+
+
+@dataclass(frozen=True)
+class TmaLoad:
+    ring: str
+    load: str
+
+    def text(self) -> str:
+        return f"tma_load {self.load} -> {self.ring}.s (complete_tx on full[{self.ring}.s])"
+
+
+@dataclass(frozen=True)
+class Mma:
+    rings: tuple[str, ...]
+
+    def text(self) -> str:
+        return "mma reading " + ", ".join(f"{r}.s" for r in self.rings) + "; commit_group"
+
+
+@dataclass(frozen=True)
+class MmaWait:
+    pending: int
+
+    def text(self) -> str:
+        return f"mma_wait {self.pending}"
+
+
+@dataclass(frozen=True)
+class Release:
+    ring: str
+    which: str = "cur"  # "cur" | "prev"
+
+    def text(self) -> str:
+        stage = "s" if self.which == "cur" else "prev"
+        return f"release: arrive empty[{self.ring}.{stage}]"
+
+
+@dataclass(frozen=True)
+class Advance:
+    ring: str
+    per: str = "wrap"  # "wrap" (correct) | "iteration" (flips the phase every trip)
+
+    def text(self) -> str:
+        flip = "on wrap" if self.per == "wrap" else "every trip"
+        return f"advance {self.ring}: s = s+1 mod stages, flip ph {flip}"
+
+
+@dataclass(frozen=True)
+class Reset:
+    ring: str
+
+    def text(self) -> str:
+        return f"reset {self.ring}: s = 0, ph = 0"
+
+
+Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset]
+
+
+# -- structure --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tiles:
+    body: tuple["Step", ...]
+
+    def head(self) -> str:
+        return "for each tile"
+
+
+@dataclass(frozen=True)
+class Loop:
+    ring: str
+    body: tuple["Step", ...]
+    min_trips: int = 0
+
+    def head(self) -> str:
+        form = " (do-while: at least once)" if self.min_trips else ""
+        return f"loop {self.ring}{form}"
+
+
+@dataclass(frozen=True)
+class IfTrips:
+    ring: str
+    body: tuple["Step", ...]
+
+    def head(self) -> str:
+        return f"if {self.ring}.trips > 0"
+
+
+@dataclass(frozen=True)
+class NotFirst:
+    body: tuple["Step", ...]
+
+    def head(self) -> str:
+        return "if not the first trip"
+
+
+Block = Union[Tiles, Loop, IfTrips, NotFirst]
+Step = Union[Event, Block]
+BLOCKS = (Tiles, Loop, IfTrips, NotFirst)
+
+
+def program_lines(steps: tuple[Step, ...], depth: int = 1) -> list[str]:
+    lines: list[str] = []
+    for step in steps:
+        if isinstance(step, BLOCKS):
+            lines.append("  " * depth + step.head() + " {")
+            lines.extend(program_lines(step.body, depth + 1))
+            lines.append("  " * depth + "}")
+        else:
+            lines.append("  " * depth + step.text())
+    return lines
+
+
+@dataclass(frozen=True)
+class Protocol:
+    kernel: str
+    consumers: int
+    persistent: bool
+    rings: tuple[Ring, ...]
+    producer: tuple[Step, ...]
+    consumer: tuple[Step, ...]
+
+    def ring(self, name: str) -> Ring:
+        for r in self.rings:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def text(self) -> str:
+        sched = "persistent" if self.persistent else "one tile per CTA"
+        lines = [f"protocol {self.kernel}: 1 producer + {self.consumers} consumer warpgroups, {sched}"]
+        lines += ["  " + r.text() for r in self.rings]
+        lines.append("producer:")
+        lines += program_lines(self.producer)
+        lines.append(f"consumer (each of {self.consumers}):")
+        lines += program_lines(self.consumer)
+        return "\n".join(lines) + "\n"
+
+
+# -- the standard programs --------------------------------------------------------------------
+@dataclass(frozen=True)
+class LoopPlan:
+    """What the consumers do in one pipelined loop: ``mmas`` = the rings each wgmma reads,
+    in program order (empty: the stage is read by ordinary loads, not by wgmma)."""
+
+    ring: str
+    mmas: tuple[tuple[str, ...], ...]
+
+
+def producer_fill(ring: Ring) -> tuple[Step, ...]:
+    """Wait for the stage to be free (parity ph^1: a fresh barrier's 'previous phase' is
+    complete), arm full[s] with the stage's bytes, issue its loads, advance."""
+    return (Wait(ring.name, "empty", flip=1), ExpectTx(ring.name, ring.expect_tx),
+            *(TmaLoad(ring.name, ld.name) for ld in ring.loads), Advance(ring.name))
+
+
+def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
+    """Wait for the data, issue the loop's wgmmas (waiting for all but the last: later ops of the
+    trip need their results), keep the last one in flight, and release the *previous* stage
+    once wait_group 1 has retired every group that read it; after the loop, drain and release.
+
+    With one stage there is no previous stage to release while the next fill is awaited (the
+    producer needs this very stage back first), and with no wgmma the stage is read by ordinary
+    loads: both wait for everything and release the current stage."""
+    r = plan.ring
+    body: list[Step] = [Wait(r, "full")]
+    if not plan.mmas or stages == 1:
+        for reads in plan.mmas or ((r,),):
+            body.append(Mma(reads))
+        body += [MmaWait(0), Release(r), Advance(r)]
+        return (IfTrips(r, (Loop(r, tuple(body)),)),)
+    for i, reads in enumerate(plan.mmas):
+        body.append(Mma(reads))
+        body.append(MmaWait(1 if i == len(plan.mmas) - 1 else 0))
+    body += [NotFirst((Release(r, "prev"),)), Advance(r)]
+    return (IfTrips(r, (Loop(r, tuple(body)), MmaWait(0), Release(r, "prev"))),)
+
+
+def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tuple[Ring, ...],
+                      order: tuple[str, ...], plans: dict[str, LoopPlan]) -> Protocol:
+    """The producer/consumer programs for rings used in ``order`` within each tile.
+
+    One-shot rings are filled at their place in ``order`` and released at the end of the tile
+    (after the consumers drained every wgmma); loop rings follow ``producer_fill`` and
+    ``consumer_loop``."""
+    by_name = {r.name: r for r in rings}
+    prod: list[Step] = []
+    cons: list[Step] = []
+    one_shots = [n for n in order if by_name[n].one_shot]
+    for name in order:
+        ring = by_name[name]
+        if ring.one_shot:
+            prod.extend(producer_fill(ring))
+            cons.append(Wait(name, "full"))
+        else:
+            prod.append(Loop(name, producer_fill(ring)))
+            cons.extend(consumer_loop(plans[name], ring.stages))
+    if one_shots:
+        cons.append(MmaWait(0))
+        for name in one_shots:
+            cons += [Release(name), Advance(name)]
+    return Protocol(kernel, consumers, persistent, rings,
+                    (Tiles(tuple(prod)),), (Tiles(tuple(cons)),))

@@ -1,0 +1,151 @@
+"""Unroll a protocol's programs for one concrete case into flat action lists, one per role.
+
+A *case* is the trip count of every pipelined loop in each tile a CTA handles: ``(5,)`` is one
+tile whose loops run 5 times; ``(5, 5, 5)`` is a persistent CTA handling three tiles. Every
+role's stage index and phase bit depend only on its own program, so after unrolling each role
+is a straight line of concrete actions on numbered barriers and stages -- what the checker
+interleaves.
+
+Numbering: ring ``i`` owns stages ``base[i] .. base[i]+stages-1``; stage ``g`` has barriers
+``full = 2g`` and ``empty = 2g + 1``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .sync_protocol import (Advance, ExpectTx, IfTrips, Loop, Mma, MmaWait, NotFirst, Protocol,
+                            Release, Reset, Step, Tiles, TmaLoad, Wait)
+
+# concrete opcodes
+WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE = range(6)
+
+
+@dataclass(frozen=True)
+class Action:
+    op: int
+    arg: int            # WAIT/EXPECT/RELEASE: barrier; TMA: stage; MMA_WAIT: pending
+    val: int = 0        # WAIT: parity; EXPECT: bytes; TMA: load index
+    reads: tuple[int, ...] = ()  # MMA: stages read
+    label: str = ""     # what, for messages
+    where: str = ""     # "tile 1, k trip 4"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Stage and barrier numbering of a protocol's rings."""
+
+    base: dict[str, int]
+    stage_ring: tuple[str, ...]       # stage id -> ring name
+    stage_index: tuple[int, ...]      # stage id -> index within its ring
+
+    @staticmethod
+    def of(proto: Protocol) -> "Layout":
+        base, ring_of, index = {}, [], []
+        for r in proto.rings:
+            base[r.name] = len(ring_of)
+            ring_of += [r.name] * r.stages
+            index += list(range(r.stages))
+        return Layout(base, tuple(ring_of), tuple(index))
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.stage_ring)
+
+    def stage_name(self, g: int) -> str:
+        return f"{self.stage_ring[g]}.{self.stage_index[g]}"
+
+    def bar_name(self, b: int) -> str:
+        kind = "full" if b % 2 == 0 else "empty"
+        return f"{kind}[{self.stage_name(b // 2)}]"
+
+
+class _Unroller:
+    def __init__(self, proto: Protocol, layout: Layout, case: tuple[int, ...]):
+        self.proto, self.layout, self.case = proto, layout, case
+        self.s = {r.name: 0 for r in proto.rings}
+        self.ph = {r.name: 0 for r in proto.rings}
+        self.out: list[Action] = []
+        self.tile = 0
+        self.trips: list[tuple[str, int]] = []  # enclosing loops: (ring, trip index)
+
+    def emit(self, op: int, arg: int, val: int = 0, reads: tuple[int, ...] = (),
+             label: str = "") -> None:
+        loops = "".join(f", {ring} trip {k}" for ring, k in self.trips)
+        self.out.append(Action(op, arg, val, reads, label, f"tile {self.tile}{loops}"))
+
+    def stage(self, ring: str, which: str = "cur") -> int:
+        s = self.s[ring]
+        if which == "prev":
+            s = (s - 1) % self.proto.ring(ring).stages
+        return self.layout.base[ring] + s
+
+    def run(self, steps: tuple[Step, ...]) -> None:
+        for step in steps:
+            handler = getattr(self, "_" + type(step).__name__)
+            handler(step)
+
+    # -- structure ------------------------------------------------------------------------
+    def _Tiles(self, st: Tiles) -> None:
+        for t in range(len(self.case)):
+            self.tile = t
+            self.run(st.body)
+
+    def _Loop(self, st: Loop) -> None:
+        for k in range(max(self.case[self.tile], st.min_trips)):
+            self.trips.append((st.ring, k))
+            self.run(st.body)
+            self.trips.pop()
+
+    def _IfTrips(self, st: IfTrips) -> None:
+        if self.case[self.tile] > 0:
+            self.run(st.body)
+
+    def _NotFirst(self, st: NotFirst) -> None:
+        if self.trips and self.trips[-1][1] > 0:
+            self.run(st.body)
+
+    # -- events ---------------------------------------------------------------------------
+    def _Wait(self, st: Wait) -> None:
+        g = self.stage(st.ring)
+        bar = 2 * g + (st.bar == "empty")
+        parity = self.ph[st.ring] ^ st.flip
+        self.emit(WAIT, bar, parity, label=f"wait {self.layout.bar_name(bar)} parity {parity}")
+
+    def _ExpectTx(self, st: ExpectTx) -> None:
+        g = self.stage(st.ring)
+        self.emit(EXPECT, 2 * g, st.nbytes,
+                  label=f"arrive.expect_tx full[{self.layout.stage_name(g)}] {st.nbytes} B")
+
+    def _TmaLoad(self, st: TmaLoad) -> None:
+        g = self.stage(st.ring)
+        names = [ld.name for ld in self.proto.ring(st.ring).loads]
+        self.emit(TMA, g, names.index(st.load), label=f"TMA {st.load} -> stage {self.layout.stage_name(g)}")
+
+    def _Mma(self, st: Mma) -> None:
+        reads = tuple(self.stage(r) for r in st.rings)
+        names = ", ".join(self.layout.stage_name(g) for g in reads)
+        self.emit(MMA, 0, reads=reads, label=f"wgmma reading {names}")
+
+    def _MmaWait(self, st: MmaWait) -> None:
+        self.emit(MMA_WAIT, st.pending, label=f"wait_group {st.pending}")
+
+    def _Release(self, st: Release) -> None:
+        g = self.stage(st.ring, st.which)
+        self.emit(RELEASE, 2 * g + 1, label=f"release stage {self.layout.stage_name(g)} (arrive empty)")
+
+    def _Advance(self, st: Advance) -> None:
+        stages = self.proto.ring(st.ring).stages
+        self.s[st.ring] = (self.s[st.ring] + 1) % stages
+        if st.per == "iteration" or self.s[st.ring] == 0:
+            self.ph[st.ring] ^= 1
+
+    def _Reset(self, st: Reset) -> None:
+        self.s[st.ring], self.ph[st.ring] = 0, 0
+
+
+def unroll(proto: Protocol, program: tuple[Step, ...], case: tuple[int, ...],
+           layout: Layout | None = None) -> list[Action]:
+    """The concrete actions one role performs in ``case``."""
+    u = _Unroller(proto, layout or Layout.of(proto), case)
+    u.run(program)
+    return u.out
