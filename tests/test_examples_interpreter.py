@@ -1,0 +1,150 @@
+"""Every example kernel, lowered by the front end and run by the CPU interpreter, matches a
+float64 torch reference on fresh random inputs, at several shapes (tile multiples and not).
+
+Each example needs an entry in ``CASES`` (its constants variants, shapes, inputs and reference);
+an example without one fails ``test_every_example_has_a_reference``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tkjit.errors import InterpreterError
+from tkjit.frontend import lower_source
+from tkjit.interpreter import run
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+BF16_TOL = 1e-2
+
+
+@dataclass
+class Case:
+    """``make(shape, constants)`` returns (args, outputs, references) for one launch."""
+
+    constants: list[dict]
+    shapes: list[tuple]
+    make: Callable
+
+
+def _nan(*shape, dtype=torch.bfloat16):
+    return torch.full(shape, float("nan"), dtype=dtype)
+
+
+def _bf16(*shape, scale=1.0, shift=0.0):
+    return (torch.randn(*shape) * scale + shift).bfloat16()
+
+
+def make_gemm(shape, constants):
+    m, n, k = shape
+    a, b, c = _bf16(m, k), _bf16(k, n), _nan(m, n)
+    return [a, b, c], [c], [a.double() @ b.double()]
+
+
+def make_attention(shape, constants):
+    bsz, h, hkv, n = shape
+    d, causal = constants.get("D", 128), constants.get("CAUSAL", False)
+    q, k, v = _bf16(bsz, h, n, d), _bf16(bsz, hkv, n, d), _bf16(bsz, hkv, n, d)
+    o, lse = _nan(bsz, h, n, d), _nan(bsz, h, n, dtype=torch.float32)
+    scale = d ** -0.5
+    kr = k.double().repeat_interleave(h // hkv, dim=1)
+    vr = v.double().repeat_interleave(h // hkv, dim=1)
+    ref_o = F.scaled_dot_product_attention(q.double(), kr, vr, is_causal=causal, scale=scale)
+    scores = scale * q.double() @ kr.transpose(-1, -2)
+    if causal:
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    ref_lse = torch.logsumexp(scores, dim=-1)
+    return [q, k, v, o, lse, scale], [o, lse], [ref_o, ref_lse]
+
+
+def make_layernorm(shape, constants):
+    (rows,) = shape
+    d = constants.get("D", 1024)
+    x, w, bias = _bf16(rows, d, scale=2.0, shift=0.5), _bf16(d), _bf16(d)
+    y = _nan(rows, d)
+    ref = F.layer_norm(x.double(), (d,), w.double(), bias.double(), eps=1e-5)
+    return [x, w, bias, y, 1e-5], [y], [ref]
+
+
+def make_rotary(shape, constants):
+    bsz, h, n = shape
+    d = constants.get("D", 128)
+    x = _bf16(bsz, h, n, d)
+    freqs = torch.arange(n, dtype=torch.float64)[:, None] * 10000 ** (-torch.arange(d // 2) / (d // 2))
+    cos, sin = freqs.cos().bfloat16(), freqs.sin().bfloat16()
+    y = _nan(bsz, h, n, d)
+    x1, x2 = x[..., :d // 2].double(), x[..., d // 2:].double()
+    c, s = cos.double(), sin.double()
+    ref = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+    return [x, cos, sin, y], [y], [ref]
+
+
+def make_softmax(shape, constants):
+    (rows,) = shape
+    c = constants.get("C", 1024)
+    x = _bf16(rows, c, scale=3.0, shift=-4.0)
+    y = _nan(rows, c)
+    return [x, y], [y], [torch.softmax(x.double(), dim=1)]
+
+
+CASES = {
+    "gemm": Case([{}], [(256, 512, 128), (200, 300, 100), (129, 257, 65)], make_gemm),
+    "attention": Case(
+        [{"D": 64}, {"D": 64, "CAUSAL": True}, {"CAUSAL": True}, {"D": 64, "BQ": 64, "BKV": 32},
+         {"D": 64, "CAUSAL": True, "BQ": 32, "BKV": 64}],
+        [(1, 2, 2, 256), (2, 4, 2, 200), (1, 3, 1, 77)], make_attention),
+    "layernorm": Case([{}, {"D": 256}], [(32,), (50,), (3,)], make_layernorm),
+    "rotary": Case([{}, {"D": 64, "BN": 32}], [(1, 2, 128), (2, 3, 100)], make_rotary),
+    "softmax": Case([{}, {"C": 256, "BR": 32}], [(16,), (50,)], make_softmax),
+}
+
+
+def _params():
+    for name, case in CASES.items():
+        for constants in case.constants:
+            for shape in case.shapes:
+                yield pytest.param(name, constants, shape, id=f"{name}-{constants}-{shape}")
+
+
+def test_every_example_has_a_reference():
+    assert sorted(p.stem for p in EXAMPLES.glob("*.tk")) == sorted(CASES)
+
+
+@pytest.mark.parametrize("name,constants,shape", list(_params()))
+def test_example_matches_torch(name, constants, shape):
+    path = EXAMPLES / f"{name}.tk"
+    kernel = lower_source(path.read_text(), path.name, constants)
+    args, outputs, refs = CASES[name].make(shape, constants)
+    run(kernel, args)
+    for out, ref in zip(outputs, refs):
+        out = out.double()
+        assert not torch.isnan(out).any(), "an output element was never written"
+        err = ((out - ref).norm() / ref.norm()).item()
+        assert err <= BF16_TOL, f"relative error {err:.3g}"
+
+
+def test_an_out_of_range_tile_points_at_the_example_line():
+    src = (EXAMPLES / "gemm.tk").read_text().replace("B.tile(k, n)", "B.tile(k + 1, n)")
+    kernel = lower_source(src, "gemm.tk")
+    a, b, c = _bf16(128, 128), _bf16(128, 256), _nan(128, 256)
+    with pytest.raises(InterpreterError) as err:
+        run(kernel, [a, b, c])
+    assert err.value.render().splitlines() == [
+        "gemm.tk:10:29: error: load: tile coordinate 2 of B is out of range: B has 2 tiles of 64 "
+        "rows along dimension 0 (K = 128)",
+        "          b: st<bf16>[BK, BN] = B.tile(k + 1, n)",
+        "                                ^~~~~~~~~~~~~~~~",
+    ]
+
+
+def test_a_division_by_zero_points_at_the_example_line():
+    kernel = lower_source((EXAMPLES / "attention.tk").read_text(), "attention.tk", {"D": 64})
+    q, kv = _bf16(1, 1, 64, 64), _bf16(1, 2, 64, 64)  # HKV > H: H // HKV is 0
+    with pytest.raises(InterpreterError) as err:
+        run(kernel, [q, kv, kv, _nan(1, 1, 64, 64), _nan(1, 1, 64, dtype=torch.float32), 0.125])
+    assert err.value.render().startswith(
+        "attention.tk:13:9: error: floordiv: integer division by zero (0 // 0)")
