@@ -148,3 +148,20 @@ def test_a_division_by_zero_points_at_the_example_line():
         run(kernel, [q, kv, kv, _nan(1, 1, 64, 64), _nan(1, 1, 64, dtype=torch.float32), 0.125])
     assert err.value.render().startswith(
         "attention.tk:13:9: error: floordiv: integer division by zero (0 // 0)")
+
+
+def test_speed_of_the_gemm_and_attention_examples():
+    """gemm.tk at 512^3 and attention.tk at 1x2x512x64 (full and causal) each in under 2 s."""
+    import time
+    times = {}
+    for label, name, constants, shape in [("gemm 512^3", "gemm", {}, (512, 512, 512)),
+                                          ("attention 1x2x512x64", "attention", {"D": 64}, (1, 2, 2, 512)),
+                                          ("causal", "attention", {"D": 64, "CAUSAL": True}, (1, 2, 2, 512))]:
+        kernel = lower_source((EXAMPLES / f"{name}.tk").read_text(), f"{name}.tk", constants)
+        args, outputs, refs = CASES[name].make(shape, constants)
+        t0 = time.perf_counter()
+        run(kernel, args)
+        times[label] = time.perf_counter() - t0
+        assert ((outputs[0].double() - refs[0]).norm() / refs[0].norm()).item() <= BF16_TOL
+    print("\ninterpreter, examples: " + "; ".join(f"{k} {v * 1e3:.1f} ms" for k, v in times.items()))
+    assert max(times.values()) < 2.0
