@@ -4,3 +4,5 @@ from .errors import (DiagnosticError, InterpreterError, LaunchError, NotAvailabl
 from .source import Source, Span
 
 __version__ = "0.1.0"
+
+from .kernel import CompiledKernel, compile, load  # noqa: E402  (the user API)

@@ -75,7 +75,8 @@ def _check_constants(constants: Mapping[str, ConstantValue]) -> tuple[tuple[str,
 
 def _constant_value(name: str, value: object) -> ConstantValue:
     """Plain Python bool, int or float (numpy scalars are accepted and converted)."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    numpy_kind = getattr(getattr(value, "dtype", None), "kind", None)  # numpy scalars, without numpy
+    if isinstance(value, bool) or (numpy_kind == "b" and getattr(value, "ndim", None) == 0):
         return bool(value)
     if isinstance(value, numbers.Integral):
         return int(value)

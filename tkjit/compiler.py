@@ -1,0 +1,358 @@
+"""compile(): the ordered stages from kernel text to a cubin. Pure: no driver calls, no GPU.
+
+    source ─front end─▶ tkir ─passes─▶ opt ─codegen─▶ ptx ─ptxas─▶ cubin ─cuobjdump─▶ sass
+
+Textual IR is also a valid input (a ``.tkir`` file name, or text that starts with
+``kernel @``): it enters at ``tkir``. Each stage's text lands in ``CompileResult.asm``
+(``tkir``, ``after:<pass>`` for every pass, ``opt``, ``ptx``, ``sass``); ``compile(until=...)``
+stops after a stage and ``advance()`` runs the later ones on demand. A stage whose piece of
+tkjit is missing raises NotAvailableError saying so. The binary stages (ptx, cubin and their
+metadata together) go through the disk cache unless ``options.cache`` is off.
+"""
+from __future__ import annotations
+
+import importlib
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import NotAvailableError, PassError, TkError, ToolchainError, VerifyError
+from .ir.core import Kernel
+from .ir.parser import parse_ir, parse_kernel
+from .ir.printer import print_kernel, print_kernels
+from .ir.verify import verify_kernel
+from .options import CompileOptions
+from .passes import DEFAULT_PIPELINE, DecisionLog, IRSnapshots, PassContext, PassManager, Pipeline
+from .passes.rewrite import clone_kernel
+
+STAGES = ("tkir", "opt", "ptx", "cubin", "sass")
+"""In order. ``after:<pass>`` texts are made by the ``opt`` stage."""
+BINARY_STAGES = ("cubin",)
+
+
+class StageNotAvailableError(NotAvailableError, KeyError):
+    """A stage that does not exist (an unknown name, or one whose piece of tkjit is missing)."""
+
+
+@dataclass
+class CompileResult:
+    source: str
+    filename: str
+    options: CompileOptions
+    name: str = ""
+    tkir: Kernel | None = None
+    """The kernel as the front end (or the IR parser) made it; passes never touch it."""
+    portable_ir: Kernel | None = None
+    """The IR before the first target-specific pass: what the CPU interpreter runs."""
+    ir: Kernel | None = None
+    """The IR after the whole pipeline."""
+    asm: dict[str, str] = field(default_factory=dict)
+    binary: bytes | None = None
+    """The cubin."""
+    metadata: dict = field(default_factory=dict)
+    decisions: DecisionLog = field(default_factory=DecisionLog)
+    done: list[str] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """Stage → why it could not run."""
+    dump: "_Dumper | None" = None
+
+    @property
+    def pipeline(self) -> str:
+        return self.options.pipeline if self.options.pipeline is not None else DEFAULT_PIPELINE
+
+
+# ---------------------------------------------------------------- entry points
+
+def compile(source: str, options: CompileOptions | None = None, *, filename: str = "<string>",
+            until: str = "opt") -> CompileResult:
+    """Run the stages up to and including ``until`` (a name in STAGES or ``after:<pass>``)."""
+    result = CompileResult(source, filename, options or CompileOptions.resolve())
+    return advance(result, until)
+
+
+def advance(result: CompileResult, until: str) -> CompileResult:
+    """Run the stages of ``result`` that have not run yet, up to and including ``until``."""
+    last = STAGES.index(stage_of(until))
+    for stage in STAGES[:last + 1]:
+        if stage == "ptx" and last > STAGES.index("ptx") and result.options.cache:
+            continue  # the cubin stage takes the PTX from the cache, or emits it on a miss
+        _run_stage(result, stage)
+    return result
+
+
+def _run_stage(result: CompileResult, stage: str) -> None:
+    if stage in result.done:
+        return
+    if stage in result.unavailable:
+        raise NotAvailableError(result.unavailable[stage])
+    try:
+        _STAGE_FUNCTIONS[stage](result)
+    except NotAvailableError as e:
+        result.unavailable[stage] = e.message
+        raise
+    _finish(result, stage)
+
+
+def stage_of(name: str) -> str:
+    """The stage that produces ``name`` (``after:<pass>`` is made by ``opt``)."""
+    if name in STAGES:
+        return name
+    if name.startswith("after:"):
+        return "opt"
+    raise StageNotAvailableError(f"there is no stage '{name}'; the stages are {', '.join(STAGES)} and "
+                                 "after:<pass> for the IR after each pass")
+
+
+def is_ir_text(source: str, filename: str = "") -> bool:
+    """Textual tile IR rather than kernel-language source."""
+    if filename.endswith(".tkir"):
+        return True
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("//"):
+            return stripped.startswith("kernel @")
+    return False
+
+
+def optimize_ir_text(text: str, filename: str, pipeline: str, *, options: CompileOptions | None = None,
+                     verify_each: bool = False,
+                     on_snapshot: Callable[[str, str], None] | None = None) -> tuple[str, DecisionLog]:
+    """IR text in, IR text out (every kernel of the text through ``pipeline``): ``tkjit opt``."""
+    options = options or CompileOptions.resolve()
+    manager = PassManager(Pipeline.parse(pipeline), verify_each=verify_each or options.debug,
+                          instruments=[IRSnapshots(on_snapshot)] if on_snapshot else [])
+    log = DecisionLog()
+    out = []
+    for kernel in parse_ir(text, filename):
+        out.append(_run_pipeline(manager, kernel, PassContext(options, log)))
+    return print_kernels(out), log
+
+
+def require_module(module: str, what: str):
+    """Import ``module``, or NotAvailableError saying that ``what`` is not available yet when it
+    (or a module inside it) does not exist. Other import errors are real and propagate."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module or (e.name or "").startswith(module + "."):
+            raise NotAvailableError(f"{what} is not available yet ({module} is missing)") from None
+        raise
+
+
+def require(module: str, attr: str, what: str):
+    """``module.attr``, or NotAvailableError saying that ``what`` is not available yet."""
+    entry = getattr(require_module(module, what), attr, None)
+    if entry is None:
+        raise NotAvailableError(f"{what} is not available yet ({module}.{attr} is missing)")
+    return entry
+
+
+# ---------------------------------------------------------------- the stages
+
+def _front_end(result: CompileResult) -> None:
+    if is_ir_text(result.source, result.filename):
+        if result.options.constants:
+            names = ", ".join(name for name, _ in result.options.constants)
+            raise TkError(f"constants ({names}) apply to kernel source, but {result.filename} is "
+                          "textual IR, where constants are already folded")
+        kernel = parse_kernel(result.source, result.filename)
+    else:
+        lower_source = require("tkjit.frontend", "lower_source", "the kernel-language front end")
+        kernel = lower_source(result.source, result.filename, dict(result.options.constants))
+        verify_kernel(kernel, show_ir=True)
+    result.tkir = kernel
+    result.name = kernel.name
+    result.asm["tkir"] = print_kernel(kernel)
+    if result.options.dump_dir is not None:
+        result.dump = _Dumper(result.options.dump_dir, kernel.name)
+        result.dump.stage("tkir", ".tkir", result.asm["tkir"])
+
+
+class _KeepPortable:
+    """Instrument: clones the IR just before the pipeline's first target-specific pass."""
+
+    def __init__(self, result: CompileResult, pipeline: Pipeline):
+        self.result = result
+        self.first_target = next((i for i, p in enumerate(pipeline) if p.target_specific), None)
+
+    def after_pass(self, index, pass_, kernel: Kernel) -> None:
+        if self.first_target is not None and index == self.first_target - 1:
+            self.result.portable_ir = clone_kernel(kernel)
+
+
+def _optimize(result: CompileResult) -> None:
+    pipeline = Pipeline.parse(result.pipeline)
+    dump = result.dump
+
+    def on_snapshot(label: str, text: str) -> None:
+        result.asm[label] = text
+        if dump is not None:
+            dump.stage(label.replace(":", "-").split("#")[0], ".tkir", text)
+
+    keep = _KeepPortable(result, pipeline)
+    manager = PassManager(pipeline, verify_each=result.options.debug,
+                          instruments=[IRSnapshots(on_snapshot), keep])
+    ir = _run_pipeline(manager, clone_kernel(result.tkir), PassContext(result.options, result.decisions))
+    if keep.first_target == 0:
+        result.portable_ir = result.tkir
+    elif keep.first_target is None:
+        result.portable_ir = ir
+    result.ir = ir
+    result.asm["opt"] = print_kernel(ir)
+    if dump is not None:
+        dump.decisions(result.decisions)
+
+
+def _run_pipeline(manager: PassManager, kernel: Kernel, ctx: PassContext) -> Kernel:
+    """Run the passes, then verify (always: the verifier is not optional, only how often it runs)."""
+    kernel = manager.run(kernel, ctx)
+    if not manager.verify_each:
+        try:
+            verify_kernel(kernel, show_ir=True)
+        except VerifyError as e:
+            raise PassError(f"the IR is invalid after the pipeline '{manager.pipeline}': {e.message}",
+                            e.span, notes=e.notes + ["set TKJIT_DEBUG=1 (or --verify-each) to find "
+                                                     "the pass that broke it"]) from e
+    return kernel
+
+
+def _emit_ptx(result: CompileResult) -> None:
+    emit_ptx = require("tkjit.codegen", "emit_ptx", "the PTX backend")
+    ptx, metadata = emit_ptx(result.ir, result.options)
+    result.asm["ptx"] = ptx
+    result.metadata.update(metadata)
+
+
+def _assemble(result: CompileResult) -> None:
+    toolchain = require_module("tkjit.runtime.toolchain", "the ptxas toolchain")
+    _need_tool("ptxas", "assembling a cubin")
+
+    def build() -> tuple[dict[str, bytes], dict]:
+        _run_stage(result, "ptx")
+        cubin, report = toolchain.assemble(result.asm["ptx"], result.options.arch, name=result.name)
+        metadata = {"name": result.name, **result.metadata, "ptxas": report.to_dict(),
+                    "decisions": result.decisions.to_json()}
+        return {"kernel.cubin": cubin, "kernel.ptx": result.asm["ptx"].encode()}, metadata
+
+    if result.options.cache:
+        files, metadata = _cached(result, build, toolchain.ptxas_version())
+    else:
+        files, metadata = build()
+    if "ptx" not in result.done:  # a cache hit: the PTX comes from the cache
+        result.asm["ptx"] = files["kernel.ptx"].decode()
+        _finish(result, "ptx")
+    result.binary = files["kernel.cubin"]
+    result.metadata = dict(metadata)
+    for warning in toolchain.PtxasReport.from_dict(metadata.get("ptxas", {})).warnings():
+        result.decisions.record("ptxas", f"@{result.name}", warning)
+
+
+def _cached(result: CompileResult, build, assembler_version: str) -> tuple[dict[str, bytes], dict]:
+    from .cache import DiskCache, cache_key
+    cache = DiskCache.default()
+    key = cache_key(kernel_text=result.asm["opt"], options=result.options.key(),
+                    arch=result.options.arch, assembler_version=assembler_version)
+    entry = cache.get(key)
+    if entry is not None:
+        return entry.files, entry.metadata
+    files, metadata = build()
+    try:
+        cache.put(key, files, metadata)
+    except OSError as e:
+        warnings.warn(f"tkjit: could not write the cache entry under {cache.root}: {e}", RuntimeWarning,
+                      stacklevel=2)
+    return files, metadata
+
+
+def _disassemble(result: CompileResult) -> None:
+    sass = require("tkjit.runtime.toolchain", "sass", "the disassembler")
+    try:
+        _need_tool("cuobjdump", "disassembling the cubin")
+    except NotAvailableError:
+        _need_tool("nvdisasm", "disassembling the cubin")
+    result.asm["sass"] = sass(result.binary)
+
+
+def _need_tool(tool: str, what: str) -> None:
+    from .runtime.toolchain import find_tool
+    try:
+        find_tool(tool)
+    except ToolchainError as e:
+        raise NotAvailableError(f"{what} needs {tool}: {e.message}") from None
+
+
+_STAGE_FUNCTIONS: dict[str, Callable[[CompileResult], None]] = {
+    "tkir": _front_end, "opt": _optimize, "ptx": _emit_ptx, "cubin": _assemble, "sass": _disassemble,
+}
+
+
+def _finish(result: CompileResult, stage: str) -> None:
+    if stage in result.done:
+        return
+    result.done.append(stage)
+    dump = result.dump
+    if dump is None or stage in ("tkir", "opt"):
+        return  # the IR stages were written as they were made
+    if stage == "ptx":
+        dump.stage("ptx", ".ptx", result.asm["ptx"])
+    elif stage == "cubin":
+        dump.stage("cubin", ".cubin", result.binary)
+        dump.file("metadata.json", _json(result.metadata))
+        dump.decisions(result.decisions)
+    elif stage == "sass":
+        dump.stage("sass", ".sass", result.asm["sass"])
+
+
+def stage_status(result: CompileResult) -> str:
+    """One line per stage: made, not available (and why), or not asked for."""
+    lines = []
+    for stage in STAGES:
+        if stage in result.done:
+            status = "made"
+        elif stage in result.unavailable:
+            status = f"not available: {result.unavailable[stage]}"
+        else:
+            status = "not made"
+        lines.append(f"{stage:<6} {status}")
+    return "\n".join(lines) + "\n"
+
+
+def _json(obj) -> str:
+    import json
+    return json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"
+
+
+# ---------------------------------------------------------------- dumps
+
+class _Dumper:
+    """Writes ``<dir>/<kernel>/NN-<stage>.<ext>`` in stage order, plus decisions.txt/.json."""
+
+    def __init__(self, root, kernel_name: str):
+        from pathlib import Path
+        self.dir = Path(root) / kernel_name
+        self.index = 0
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            for old in self.dir.iterdir():  # a previous run's numbered stages would mislead
+                if old.is_file() and old.name[:2].isdigit() and old.name[2:3] == "-":
+                    old.unlink()
+        except OSError as e:
+            raise TkError(f"cannot write the dump to {self.dir}: {e}") from None
+
+    def stage(self, label: str, suffix: str, content: str | bytes) -> None:
+        self.file(f"{self.index:02d}-{label}{suffix}", content)
+        self.index += 1
+
+    def file(self, name: str, content: str | bytes) -> None:
+        path = self.dir / name
+        try:
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+        except OSError as e:
+            raise TkError(f"cannot write the dump file {path}: {e}") from None
+
+    def decisions(self, log: DecisionLog) -> None:
+        self.file("decisions.txt", log.render())
+        self.file("decisions.json", log.to_json_text())

@@ -1,0 +1,214 @@
+"""The user-facing kernel object: ``tkjit.compile(text)`` / ``tkjit.load(path)``.
+
+Compiling runs the front end and the passes at once (so mistakes are reported at compile time);
+PTX, the cubin and SASS are made the first time they are asked for (``kernel.asm["ptx"]``) or
+needed (the first launch on a GPU). Calling the kernel runs it on the GPU when its tensor
+arguments are CUDA tensors, and on the CPU interpreter when they are CPU tensors or numpy arrays
+(or when the backend is forced with ``backend="interpret"`` / ``TKJIT_BACKEND``).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import compiler
+from .compiler import CompileResult, StageNotAvailableError
+from .errors import LaunchError, NotAvailableError, TkError
+from .ir.core import Kernel as IRKernel
+from .options import CompileOptions
+from .passes import DecisionLog
+
+_LAZY_STAGES = ("ptx", "sass")
+
+
+class AsmView(Mapping):
+    """Read-only text of every stage: ``tkir``, ``after:<pass>``, ``opt``, ``ptx``, ``sass``.
+    ``ptx`` and ``sass`` are built on first access."""
+
+    def __init__(self, result: CompileResult):
+        self._result = result
+
+    def __getitem__(self, stage: str) -> str:
+        asm = self._result.asm
+        if stage in asm:
+            return asm[stage]
+        if stage == "cubin":
+            raise StageNotAvailableError("the cubin is binary, not text: use kernel.binary")
+        if stage in _LAZY_STAGES:
+            try:
+                compiler.advance(self._result, stage)
+            except NotAvailableError as e:
+                raise StageNotAvailableError(f"no '{stage}' for kernel '{self._result.name}': {e.message}",
+                                             notes=[self._existing()]) from None
+            return asm[stage]
+        try:
+            compiler.stage_of(stage)
+        except StageNotAvailableError as e:
+            e.notes.append(self._existing())
+            raise
+        raise StageNotAvailableError(f"kernel '{self._result.name}' has no stage '{stage}': the pipeline "
+                                     f"'{self._result.pipeline}' has no such pass", notes=[self._existing()])
+
+    def _existing(self) -> str:
+        blocked = bool(self._result.unavailable)  # a missing stage blocks every later one
+        later = [] if blocked else [s for s in _LAZY_STAGES if s not in self._result.asm]
+        text = f"the stages made so far: {', '.join(self._result.asm)}"
+        return text + (f" (built when asked for: {', '.join(later)})" if later else "")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._result.asm))
+
+    def __len__(self) -> int:
+        return len(self._result.asm)
+
+    def __contains__(self, stage: object) -> bool:
+        return stage in self._result.asm
+
+
+class CompiledKernel:
+    """A compiled kernel: ``.name``, ``.asm[stage]``, ``.ir``, ``.explain()``, and calling it."""
+
+    def __init__(self, result: CompileResult):
+        self._result = result
+        self._launchers: dict[int, Any] = {}
+        self.asm = AsmView(result)
+
+    @property
+    def name(self) -> str:
+        return self._result.name
+
+    @property
+    def ir(self) -> IRKernel:
+        """The optimized tile IR."""
+        return self._result.ir
+
+    @property
+    def options(self) -> CompileOptions:
+        return self._result.options
+
+    @property
+    def binary(self) -> bytes:
+        """The cubin (assembled on first access)."""
+        try:
+            compiler.advance(self._result, "cubin")
+        except NotAvailableError as e:
+            raise StageNotAvailableError(f"no cubin for kernel '{self.name}': {e.message}") from None
+        return self._result.binary
+
+    @property
+    def metadata(self) -> dict:
+        """What the backend says about the kernel (empty until the PTX is made)."""
+        return dict(self._result.metadata)
+
+    @property
+    def decisions(self) -> DecisionLog:
+        """The decision log itself (``explain()`` renders it)."""
+        return self._result.decisions
+
+    def explain(self) -> str:
+        """Every decision the passes made, and why."""
+        header = f"kernel '{self.name}', pipeline '{self._result.pipeline}'\n"
+        return header + self._result.decisions.render()
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{p.hint}: {p.type}" for p in self._result.tkir.params)
+        return f"<tkjit kernel {self.name}({params})>"
+
+    # -- running it ---------------------------------------------------------------------
+    def __call__(self, *args: Any) -> None:
+        backend = self.options.backend or self._backend_for(args)
+        if backend == "interpret":
+            return self._interpret(args)
+        return self._launch(args)
+
+    def _backend_for(self, args: tuple) -> str:
+        names = [p.hint or f"#{i}" for i, p in enumerate(self._result.tkir.params)]
+        cuda = [n for n, a in zip(names, args) if getattr(a, "is_cuda", False)]
+        host = [n for n, a in zip(names, args) if _is_host_tensor(a)]
+        if cuda and host:
+            raise LaunchError(f"kernel '{self.name}': {', '.join(cuda)} on the GPU but {', '.join(host)} "
+                              "on the CPU; pass all tensors on one device")
+        return "gpu" if cuda else "interpret"
+
+    def _interpret(self, args: tuple) -> None:
+        run = compiler.require("tkjit.interpreter", "run", "the CPU interpreter")
+        run(self._result.portable_ir, list(args))
+
+    def _launch(self, args: tuple) -> None:
+        from .runtime import driver
+        if not driver.gpu_available():
+            raise NotAvailableError(f"kernel '{self.name}': no CUDA GPU is usable here (cuda-python, the "
+                                    "driver, a device and a CUDA build of torch are all needed); pass CPU "
+                                    "tensors or compile with backend='interpret' to run on the CPU interpreter")
+        device = driver.ensure_context()
+        launcher = self._launchers.get(device)
+        if launcher is None:
+            launcher = self._launchers[device] = self._make_launcher(driver)
+        launcher(*args)
+
+    def _make_launcher(self, driver):
+        """Load the cubin on the current device and prepare the launcher from the metadata."""
+        Launcher = compiler.require("tkjit.runtime.launcher", "Launcher", "the GPU launcher")
+        binary = self.binary
+        meta = self._result.metadata
+        missing = [k for k in ("params", "grid", "block") if k not in meta]
+        if missing:
+            raise NotAvailableError(f"kernel '{self.name}': the backend's metadata has no "
+                                    f"{', '.join(missing)}, so it cannot be launched")
+        module = driver.Module.load(binary, self._result.asm.get("ptx"))
+        function = module.get_function(meta.get("entry", self.name))
+        smem = int(meta.get("smem_bytes", 0))
+        driver.set_dynamic_smem(function, smem, module.device)
+        return Launcher(function, meta["params"], meta["grid"], meta["block"], smem, name=self.name,
+                        device=module.device)
+
+
+def _is_host_tensor(a: Any) -> bool:
+    """A CPU torch tensor or a numpy array (without importing either)."""
+    device = getattr(a, "device", None)
+    if device is not None and getattr(device, "type", None) == "cpu":
+        return True
+    return type(a).__module__ == "numpy" and hasattr(a, "shape")
+
+
+# ---------------------------------------------------------------- the API
+
+def compile(source: str, *, constants: dict | None = None, filename: str = "<string>",
+            pipeline: str | None = None, debug: bool | None = None, cache: bool | None = None,
+            backend: str | None = None) -> CompiledKernel:
+    """Compile a kernel string (kernel language, or textual tile IR) into a kernel object.
+
+    ``constants`` override the kernel's ``<NAME = default>`` constants; ``pipeline`` replaces the
+    default pass pipeline; ``debug`` verifies the IR after every pass; ``cache=False`` bypasses
+    the disk cache; ``backend`` is ``"gpu"`` or ``"interpret"``. Unset arguments come from the
+    environment (TKJIT_DEBUG, TKJIT_NO_CACHE, TKJIT_BACKEND, TKJIT_DUMP)."""
+    if not isinstance(source, str):
+        hint = "; use tkjit.load(path) for a file" if isinstance(source, Path) else ""
+        raise TkError(f"tkjit.compile takes the kernel's text (a str), got {type(source).__name__}{hint}")
+    options = CompileOptions.resolve(constants=constants, pipeline=pipeline, debug=debug, cache=cache,
+                                     backend=backend)
+    result = compiler.compile(source, options, filename=filename, until="opt")
+    if options.dump_dir is not None:
+        _dump_everything(result)
+    return CompiledKernel(result)
+
+
+def load(path: str | Path, **options: Any) -> CompiledKernel:
+    """Compile the kernel in a file (``.tk`` kernel language, or ``.tkir`` textual IR)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TkError(f"cannot read kernel file '{path}': {getattr(e, 'strerror', None) or e}") from None
+    return compile(text, filename=str(path), **options)
+
+
+def _dump_everything(result: CompileResult) -> None:
+    """With TKJIT_DUMP, make every stage that can be made here so that it is written."""
+    try:
+        compiler.advance(result, "sass")
+    except NotAvailableError:
+        pass  # recorded in result.unavailable; the stages before it are dumped
+    if result.dump is not None:
+        result.dump.file("stages.txt", compiler.stage_status(result))
