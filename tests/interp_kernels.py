@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from string import Template
 
+from tkjit.ir.core import Kernel
 from tkjit.ir.parser import parse_kernel
 
 
-def kernel(text: str, filename: str = "<test>", **subs) -> "object":
+def kernel(text: str, filename: str = "<test>", **subs) -> Kernel:
     return parse_kernel(Template(text).substitute({k: str(v) for k, v in subs.items()}), filename)
 
 
