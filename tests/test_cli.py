@@ -87,6 +87,18 @@ def test_compile_stages_and_output_file(capsys, ir_file, tmp_path):
     assert "%tile = mul %c2, %c8 : i32" in noop
 
 
+def test_compile_with_dumps_writes_every_stage_it_can(capsys, monkeypatch, ir_file, tmp_path):
+    no_codegen(monkeypatch)
+    monkeypatch.setenv("TKJIT_DUMP", str(tmp_path / "dump"))
+    reset_config()
+    code, tkir, _ = run(capsys, "compile", str(ir_file), "--emit", "tkir")
+    assert code == 0
+    out = tmp_path / "dump" / "twice"
+    assert (out / "00-tkir.tkir").read_text() == tkir
+    assert (out / "01-after-canonicalize.tkir").is_file() and (out / "decisions.txt").is_file()
+    assert "ptx    not available: the PTX backend is not available yet" in (out / "stages.txt").read_text()
+
+
 def test_compile_a_stage_that_does_not_exist(capsys, ir_file):
     code, out, err = run(capsys, "compile", str(ir_file), "--emit", "after:layout")
     assert code == 1 and out == ""

@@ -169,6 +169,8 @@ def _compile(args) -> int:
     except NotAvailableError as e:
         raise compiler.StageNotAvailableError(f"cannot emit '{stage}': {e.message}",
                                               notes=[f"the stages made here: {', '.join(result.asm)}"]) from None
+    if options.dump_dir is not None:
+        compiler.dump_all(result)
     if stage == "cubin":
         _write(result.binary, args.output)
         return 0

@@ -303,6 +303,17 @@ def _finish(result: CompileResult, stage: str) -> None:
         dump.stage("sass", ".sass", result.asm["sass"])
 
 
+def dump_all(result: CompileResult) -> None:
+    """With a dump directory: make every stage that can be made here, so that all are written,
+    then write stages.txt (what was made, and why the rest was not)."""
+    try:
+        advance(result, "sass")
+    except NotAvailableError:
+        pass  # recorded in result.unavailable; the stages before it are dumped
+    if result.dump is not None:
+        result.dump.file("stages.txt", stage_status(result))
+
+
 def stage_status(result: CompileResult) -> str:
     """One line per stage: made, not available (and why), or not asked for."""
     lines = []

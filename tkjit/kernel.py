@@ -190,7 +190,7 @@ def compile(source: str, *, constants: dict | None = None, filename: str = "<str
                                      backend=backend)
     result = compiler.compile(source, options, filename=filename, until="opt")
     if options.dump_dir is not None:
-        _dump_everything(result)
+        compiler.dump_all(result)
     return CompiledKernel(result)
 
 
@@ -202,13 +202,3 @@ def load(path: str | Path, **options: Any) -> CompiledKernel:
     except (OSError, UnicodeDecodeError) as e:
         raise TkError(f"cannot read kernel file '{path}': {getattr(e, 'strerror', None) or e}") from None
     return compile(text, filename=str(path), **options)
-
-
-def _dump_everything(result: CompileResult) -> None:
-    """With TKJIT_DUMP, make every stage that can be made here so that it is written."""
-    try:
-        compiler.advance(result, "sass")
-    except NotAvailableError:
-        pass  # recorded in result.unavailable; the stages before it are dumped
-    if result.dump is not None:
-        result.dump.file("stages.txt", compiler.stage_status(result))
