@@ -13,14 +13,18 @@ from ..ir.core import Kernel
 from ..ir.verify import verify_kernel
 from . import ast
 from .lower import lower
-from .parser import parse
+from .parser import parse, too_deep
 
 
 def lower_source(text: str, filename: str = "<string>", constants: Optional[dict] = None) -> Kernel:
     """Parse ``text``, lower it to tile IR with ``constants`` overriding the kernel's ``<...>``
     constants, and verify the result."""
-    kernel = lower(parse(text, filename), constants)
-    verify_kernel(kernel)
+    tree = parse(text, filename)
+    try:
+        kernel = lower(tree, constants)
+        verify_kernel(kernel)
+    except RecursionError:
+        raise too_deep(tree.span.source) from None
     return kernel
 
 

@@ -154,8 +154,8 @@ class Lowerer(ExprLowering):
         self.reject_global(v, s.value)
         if v.type != var.type:
             raise DiagnosticError(
-                f"'{s.name}' is {var.type} and keeps its type, but this value is "
-                f"{v.type}{_convert_hint(v.type, var.type, s.value)}", s.span,
+                f"'{s.name}' is {var.type} and keeps its type, but this value is {v.type}: "
+                "bind it to a new name", s.span,
                 [f"'{s.name}' was first bound at {var.span.location()}"])
         _name(v, s.name)
         var.value = v
@@ -239,8 +239,9 @@ class Lowerer(ExprLowering):
         if not 1 <= n <= 3:
             raise DiagnosticError(f"blocks(...) takes 1 to 3 block counts, got {n}", s.span)
         if len(s.vars) != n:
-            raise DiagnosticError(f"{len(s.vars)} block indices for {n} block counts: give one "
-                                  "index per count", s.span)
+            raise DiagnosticError(f"{_count(len(s.vars), 'block index', 'block indices')} for "
+                                  f"{_count(n, 'block count', 'block counts')}: give one index "
+                                  "per count", s.span)
         counts = [self.index(c, "a block count") for c in s.counts]
         attrs = self.schedule(s)
         body = Block()
@@ -372,6 +373,10 @@ def _with_dtype(t: Type, dt) -> Optional[Type]:
     if isinstance(t, ScalarType):
         return ScalarType(dt)
     return None
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _name(v: Value, name: str) -> Value:

@@ -47,6 +47,8 @@ class ExprLowering:
     def emit(self, cls: type[Op], operands=(), attrs=None, result_types=None, span=None,
              hints=None) -> Op:
         op = cls(list(operands), attrs or {}, result_types, (), span, hints)
+        if result_types is not None:
+            op.verify()  # an op given its result type checks it only when verified
         self.blocks[-1].append(op)
         return op
 
@@ -216,6 +218,9 @@ class ExprLowering:
         b = self.expr(node.rhs)
         if is_const(a) and is_const(b):
             return fold_binary(node.op, a, b, node.span)
+        if node.op in ("/", "//", "%") and is_const(b) and not isinstance(b, bool) and b == 0:
+            raise DiagnosticError(f"division by zero: the divisor of '{node.op}' is the constant "
+                                  f"{show(b)}", node.span)
         if node.op in ("&&", "||"):
             short = self._short_circuit(node.op, a, b, node)
             if short is not None:

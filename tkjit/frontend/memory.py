@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import DiagnosticError
+from ..errors import DiagnosticError, VerifyError
 from ..ir import ops
 from ..ir.core import Value
 from ..ir.types import GlobalType, ScalarType, TileType, Type, VectorType, describe
@@ -44,7 +44,7 @@ def lower_load(lw, node: ast.Method, want: Optional[Type]) -> Value:
         raise DiagnosticError(f"{name}.tile(...) loads a tile or a vector, but the binding is "
                               f"declared {want}", node.span)
     coords = _coords(lw, node.args)
-    return lw.emit(ops.Load, [g, *coords], result_types=[want], span=node.span).result
+    return _emit(lw, f"{name}.tile(...)", ops.Load, [g, *coords], [want], node.span).result
 
 
 def lower_store(lw, stmt: ast.Store) -> None:
@@ -60,4 +60,14 @@ def lower_store(lw, stmt: ast.Store) -> None:
         raise DiagnosticError(f"cannot store {describe(value.type)}: a store writes a tile or a "
                               "vector", stmt.value.span)
     coords = _coords(lw, stmt.coords)
-    lw.emit(ops.Store, [g, value, *coords], span=stmt.span)
+    _emit(lw, f"{stmt.target}.tile(...) = ...", ops.Store, [g, value, *coords], None, stmt.span)
+
+
+def _emit(lw, what: str, cls, operands, result_types, span):
+    """Build a load or store, reporting its errors in the source's terms (A.tile(...))."""
+    try:
+        return lw.emit(cls, operands, result_types=result_types, span=span)
+    except VerifyError as err:
+        prefix = f"{cls.NAME}: "
+        message = err.message[len(prefix):] if err.message.startswith(prefix) else err.message
+        raise DiagnosticError(f"{what}: {message}", span) from None

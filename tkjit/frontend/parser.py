@@ -257,4 +257,12 @@ def parse(text: str, filename: str = "<string>") -> ast.Kernel:
         raise syntax_error(err, source) from None
     except lark.exceptions.LarkError as err:  # pragma: no cover - lark's own failures
         raise DiagnosticError(f"cannot parse the kernel: {err}", source.span(0)) from None
-    return _Builder(source).transform(tree)
+    try:
+        return _Builder(source).transform(tree)
+    except RecursionError:
+        raise too_deep(source) from None
+
+
+def too_deep(source: Source) -> DiagnosticError:
+    return DiagnosticError("the kernel is nested too deeply to compile (expressions or blocks "
+                           "hundreds of levels deep)", source.span(0))

@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import re
+
 import lark
 
 from ..errors import DiagnosticError
@@ -20,6 +22,7 @@ _EXPR_START = {"NAME", "INT", "FLOAT", "GENERIC", "LPAR", "MINUS", "BANG", "TRUE
 _STMT_START = {"NAME", "CONST", "FOR", "IF", "ANNOTATION"}
 _END_OF_STMT = {"_NL", "SEMICOLON"}
 _OPERATORS = {"||", "&&", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "//", "%"}
+_COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
 _CLOSER = {"(": ")", "[": "]", "{": "}"}
 _CLOSER_TERMINAL = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}
 
@@ -32,7 +35,7 @@ def syntax_error(err: lark.exceptions.UnexpectedInput, source: Source) -> Diagno
         return _end_of_kernel(err, source)
     expected = set(getattr(err, "accepts", None) or getattr(err, "expected", None) or ())
     span = Span(source, tok.start_pos, max(tok.end_pos, tok.start_pos + 1))
-    return DiagnosticError(_unexpected_token(tok, expected, source), span)
+    return DiagnosticError(_unexpected_token(err, tok, expected, source), span)
 
 
 def _bad_character(err, source: Source) -> DiagnosticError:
@@ -62,29 +65,49 @@ def _end_of_kernel(err, source: Source) -> DiagnosticError:
     return DiagnosticError(f"unexpected end of kernel: expected {_describe(expected)}", span)
 
 
-def _unexpected_token(tok, expected: set[str], source: Source) -> str:
+def _previous_token(err) -> str | None:
+    """The type of the token the parser read last (None when it cannot tell)."""
+    parser = getattr(err, "interactive_parser", None)
+    stack = getattr(getattr(parser, "parser_state", None), "value_stack", None) or []
+    last = stack[-1] if stack else None
+    return last.type if isinstance(last, lark.Token) else None
+
+
+def _unexpected_token(err, tok, expected: set[str], source: Source) -> str:
     got = _describe_token(tok)
     stack = _open_brackets(source.text, tok.start_pos)
     if stack and stack[-1][0] in "([" and _CLOSER_TERMINAL[stack[-1][0]] in expected:
         ch, pos = stack[-1]
         line, col = source.line_col(pos)
-        what = f"the '{ch}'"
-        if ch == "(" and _follows_name(source.text, pos):
-            what = "the call"
+        what = _bracket_kind(source.text, pos)
         closer = f"'{_CLOSER[ch]}'"
         alts = f"',' or {closer}" if "COMMA" in expected else closer
         return f"expected {alts} to close {what} opened at {line}:{col}, got {got}"
     if tok.type == "LPAR" and expected and expected <= {"COLON", "EQUAL", "DOT"}:
         return ("expected '=' or ':' after the name, got '(': a call alone is not a statement; "
                 "bind its result, as in `x = f(...)`")
+    if expected == {"NAME"} and _previous_token(err) == "COLON":
+        return ("expected a type (f32, i32, bool, or a tile type such as rt<f32>[64, 64]), "
+                f"got {got}")
     if expected and expected <= {"_NL", "SEMICOLON", "$END"}:
         if tok.type in ("KERNEL", "ANNOTATION"):
             return f"expected the end of the kernel, got {got}: one kernel per source"
         return f"expected the end of the kernel, got {got}"
     message = f"expected {_describe(expected)}, got {got}"
+    lit = _literal(tok.type)
     if tok.type == "EQUAL" and any(_literal(t) == "==" for t in expected):
         message += " (did you mean '=='?)"
+    elif lit is not None and lit.isalpha() and "NAME" in expected:
+        message += f": '{lit}' is a keyword and cannot be a name"
+    elif lit in _COMPARISONS and _after_expression(expected) \
+            and not any(_literal(t) in _COMPARISONS for t in expected):
+        message += ": comparisons do not chain; combine them with &&"
     return message
+
+
+def _after_expression(expected: set[str]) -> bool:
+    """Whether the parser stands after a complete operand (it would take a binary operator)."""
+    return sum(_literal(t) in _OPERATORS for t in expected) >= 3
 
 
 def _describe(expected: set[str]) -> str:
@@ -98,9 +121,9 @@ def _describe(expected: set[str]) -> str:
         items.append("an expression")
         rest -= _EXPR_START
     operators = {t for t in rest if _literal(t) in _OPERATORS}
-    if len(operators) >= 3:
+    if _after_expression(rest):
         items.append("an operator")
-        rest -= operators | {"DOT"}
+        rest -= operators | {"DOT", "LPAR"}
     if rest & _END_OF_STMT:
         items.append("the end of the statement")
         rest -= _END_OF_STMT | {"RBRACE"}
@@ -136,11 +159,18 @@ def _literal(terminal: str) -> str | None:
     return pattern.value if isinstance(pattern, lark.lexer.PatternStr) else None
 
 
-def _follows_name(text: str, pos: int) -> bool:
-    i = pos - 1
-    while i >= 0 and text[i] in " \t":
-        i -= 1
-    return i >= 0 and (text[i].isalnum() or text[i] in "_>")
+_KERNEL_HEAD = re.compile(r"\bkernel\s+\w+\s*(<[^>]*>)?\s*$")
+
+
+def _bracket_kind(text: str, pos: int) -> str:
+    """What the bracket at ``pos`` opens, in words: the parameter list, a call, ..."""
+    before = text[:pos]
+    if text[pos] == "(" and _KERNEL_HEAD.search(before):
+        return "the parameter list"
+    stripped = before.rstrip(" \t")
+    if text[pos] == "(" and stripped and (stripped[-1].isalnum() or stripped[-1] in "_>"):
+        return "the call"
+    return f"the '{text[pos]}'"
 
 
 def _open_brackets(text: str, end: int) -> list[tuple[str, int]]:

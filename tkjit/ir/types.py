@@ -177,17 +177,22 @@ def element_dtype(t: Type) -> DType:
     return t.dtype  # every type has one
 
 
+def _a(dt: DType) -> str:
+    """The article a dtype name takes when read aloud: 'an f32', 'an i32', 'a bf16'."""
+    return "an" if dt.name[0] in "efi" else "a"
+
+
 def describe(t: Type) -> str:
-    """A phrase for diagnostics: 'a bf16 shared tile 128x64', 'a f32 column vector of 128'."""
+    """A phrase for diagnostics: 'a bf16 shared tile 128x64', 'an f32 column vector of 128'."""
     if isinstance(t, TileType):
         where = "shared" if t.space == "st" else "register"
-        return f"a {t.dtype} {where} tile {t.rows}x{t.cols}"
+        return f"{_a(t.dtype)} {t.dtype} {where} tile {t.rows}x{t.cols}"
     if isinstance(t, VectorType):
         kind = "column vector" if t.kind == "cv" else "row vector"
-        return f"a {t.dtype} {kind} of {t.length}"
+        return f"{_a(t.dtype)} {t.dtype} {kind} of {t.length}"
     if isinstance(t, GlobalType):
         return f"a global {t.dtype} tensor [{', '.join(map(str, t.dims))}]"
-    return f"a {t} scalar"
+    return f"{_a(t.dtype)} {t} scalar"
 
 
 # Hardware facts the type checker enforces (Hopper, sm_90a).
