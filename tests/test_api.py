@@ -65,6 +65,20 @@ def test_explain_shows_the_decisions(kernel):
     assert kernel.decisions.for_pass("canonicalize")
 
 
+def test_explain_includes_the_code_generators_decisions(kernel, monkeypatch):
+    def emit_ptx(ir, options):
+        return "// ptx", {"name": ir.name, "decisions": [{"decision": "warps", "value": 8, "why": "big tiles"}]}
+
+    monkeypatch.setitem(sys.modules, "tkjit.codegen", types.SimpleNamespace(emit_ptx=emit_ptx))
+    assert kernel.explain().endswith("codegen\n  @twice: warps: 8\n      because big tiles\n")
+
+
+def test_explain_without_a_backend_says_so(kernel, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tkjit.codegen", types.ModuleType("tkjit.codegen"))
+    assert kernel.explain().endswith("\n(the code generator did not run: the PTX backend is not available "
+                                     "yet (tkjit.codegen.emit_ptx is missing))\n")
+
+
 def test_asking_for_a_stage_that_does_not_exist(kernel):
     with pytest.raises(KeyError) as info:
         kernel.asm["llvm"]

@@ -136,6 +136,28 @@ def test_compile_emit_ptx_and_cubin_with_a_backend(capsys, monkeypatch, ir_file,
     assert out.read_bytes()[:4] == b"\x7fELF"
 
 
+def test_the_real_backend_end_to_end(capsys, tmp_path):
+    """The GEMM example through the front end, the passes, the code generator and ptxas."""
+    from tkjit.compiler import require
+    from tkjit.errors import NotAvailableError, ToolchainError
+    from tkjit.runtime.toolchain import find_tool
+    try:
+        require("tkjit.codegen", "emit_ptx", "the PTX backend")
+        find_tool("ptxas")
+    except (NotAvailableError, ToolchainError) as e:
+        pytest.skip(e.message)
+    gemm = REPO / "examples" / "gemm.tk"
+    code, ptx, err = run(capsys, "compile", str(gemm), "--emit", "ptx")
+    assert code == 0, err
+    assert ".entry gemm(" in ptx and ".target sm_90a" in ptx
+    out = tmp_path / "gemm.cubin"
+    code, _, err = run(capsys, "compile", str(gemm), "--emit", "cubin", "-o", str(out))
+    assert code == 0, err
+    assert out.read_bytes()[:4] == b"\x7fELF"
+    code, text, _ = run(capsys, "explain", str(gemm))
+    assert "\ncodegen\n" in text
+
+
 def test_errors_are_located_and_exit_1(capsys, tmp_path):
     bad = tmp_path / "bad.tkir"
     bad.write_text(IR.replace("%w = add %v, %v", "%w = add %v, %nope"))

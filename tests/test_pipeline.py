@@ -215,7 +215,8 @@ class FakeCodegen:
         self.calls += 1
         ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n"
                f".visible .entry {kernel.name}()\n{{\n  ret;\n}}\n")
-        return ptx, {"name": kernel.name, "params": [], "grid": [1], "block": [128], "smem_bytes": 0}
+        return ptx, {"name": kernel.name, "params": [], "grid": [1], "block": [128], "smem_bytes": 0,
+                     "decisions": [{"decision": "warps", "value": 4, "why": "a test"}]}
 
 
 @pytest.fixture
@@ -246,7 +247,9 @@ def test_the_ptx_stage_says_when_the_backend_is_missing(monkeypatch):
 def test_ptx_comes_from_the_codegen(codegen):
     result = compile(IR, options(), until="ptx")
     assert result.asm["ptx"].startswith(".version 8.0") and codegen.calls == 1
-    assert result.metadata["grid"] == [1]
+    assert result.metadata["grid"] == [1] and "decisions" not in result.metadata
+    (d,) = result.decisions.for_pass("codegen")
+    assert (d.subject, d.decision, d.reason, d.data) == ("@twice", "warps: 4", "a test", {"value": 4})
 
 
 def test_the_cubin_is_cached_with_its_ptx_and_metadata(codegen):
@@ -259,6 +262,8 @@ def test_the_cubin_is_cached_with_its_ptx_and_metadata(codegen):
     assert codegen.calls == 1  # a cache hit skips the code generator and ptxas
     assert again.binary == first.binary and again.asm["ptx"] == first.asm["ptx"]
     assert again.metadata == first.metadata
+    assert [d.decision for d in again.decisions.for_pass("codegen")] == ["warps: 4"]  # from the cache
+    assert again.decisions.to_json() == first.decisions.to_json()
     compile(IR, options(cache=False), until="cubin")
     assert codegen.calls == 2
     compile(IR, options(pipeline="canonicalize,canonicalize"), until="cubin")

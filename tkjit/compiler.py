@@ -218,9 +218,20 @@ def _run_pipeline(manager: PassManager, kernel: Kernel, ctx: PassContext) -> Ker
 
 def _emit_ptx(result: CompileResult) -> None:
     emit_ptx = require("tkjit.codegen", "emit_ptx", "the PTX backend")
-    ptx, metadata = emit_ptx(result.ir, result.options)
+    ptx, metadata = emit_ptx(result.ir, {})  # no code-generation knobs are pinned yet
+    metadata = dict(metadata)
+    for entry in metadata.pop("decisions", []):
+        _record_backend_decision(result, entry)
     result.asm["ptx"] = ptx
     result.metadata.update(metadata)
+
+
+def _record_backend_decision(result: CompileResult, entry: dict) -> None:
+    """The code generator reports ``{"decision", "value", "why"}``; log it as pass "codegen"."""
+    what, value = entry.get("decision", "?"), entry.get("value")
+    decision = f"{what}: {value}" if value is not None else str(what)
+    result.decisions.record("codegen", f"@{result.name}", decision, str(entry.get("why", "")),
+                            **({"value": value} if value is not None else {}))
 
 
 def _assemble(result: CompileResult) -> None:
@@ -238,8 +249,10 @@ def _assemble(result: CompileResult) -> None:
         files, metadata = _cached(result, build, toolchain.ptxas_version())
     else:
         files, metadata = build()
-    if "ptx" not in result.done:  # a cache hit: the PTX comes from the cache
+    if "ptx" not in result.done:  # a cache hit: the PTX and the backend's decisions come from it
         result.asm["ptx"] = files["kernel.ptx"].decode()
+        backend = [d for d in metadata.get("decisions", []) if d.get("pass") == "codegen"]
+        result.decisions.decisions.extend(DecisionLog.from_json(backend))
         _finish(result, "ptx")
     result.binary = files["kernel.cubin"]
     result.metadata = dict(metadata)

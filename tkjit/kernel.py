@@ -107,9 +107,15 @@ class CompiledKernel:
         return self._result.decisions
 
     def explain(self) -> str:
-        """Every decision the passes made, and why."""
+        """Every decision the passes and the code generator made, and why. (Makes the PTX, if
+        the backend is here, so that the code generator's decisions are included.)"""
         header = f"kernel '{self.name}', pipeline '{self._result.pipeline}'\n"
-        return header + self._result.decisions.render()
+        footer = ""
+        try:
+            compiler.advance(self._result, "ptx")
+        except TkError as e:
+            footer = f"(the code generator did not run: {e.message})\n"
+        return header + self._result.decisions.render() + footer
 
     def __repr__(self) -> str:
         params = ", ".join(f"{p.hint}: {p.type}" for p in self._result.tkir.params)
