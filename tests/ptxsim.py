@@ -1,0 +1,672 @@
+"""A small PTX simulator for the subset tkjit's register-tile backend emits (test-only).
+
+It runs one CTA at a time with all its threads in lockstep (numpy arrays over threads), which
+is exact for tkjit's PTX: every branch is block-uniform (the simulator checks), divergence is
+only through predicated instructions. Shared-memory races are detected instead of hidden by the
+lockstep order: every shared byte remembers which thread last wrote and read it in the current
+barrier epoch, and an access that conflicts with another thread's access in the same epoch
+(read-after-write, write-after-read, write-after-write) raises ``RaceError``. ``cp.async`` data
+lands at ``cp.async.wait_all``.
+
+Semantics follow the PTX ISA for ldmatrix, mma.sync.m16n8k16 (bf16/f16), shfl.sync.bfly and the
+scalar instructions; approximate math (ex2.approx, ...) is computed exactly in f32.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+_TOKEN = re.compile(r"\s*(\{[^}]*\}|\[[^\]]*\]|[^,{}\[\]]+)\s*,?")
+
+
+class SimError(Exception):
+    pass
+
+
+class RaceError(SimError):
+    pass
+
+
+def _split_operands(text: str) -> list[str]:
+    return [m.group(1).strip() for m in _TOKEN.finditer(text) if m.group(1).strip()]
+
+
+def _f32_of_imm(tok: str) -> np.float32:
+    return np.frombuffer(int(tok[2:], 16).to_bytes(4, "little"), dtype=np.float32)[0]
+
+
+def _bf16_to_f32(h: np.ndarray) -> np.ndarray:
+    return (h.astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(nan, np.uint16(0x7FC0), rounded)
+
+
+def _f32_to_f16(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32).astype(np.float16).view(np.uint16)
+
+
+def _f16_to_f32(h: np.ndarray) -> np.ndarray:
+    return h.astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+class Memory:
+    """Global memory: one byte array; ``alloc`` returns 256-byte aligned addresses."""
+
+    def __init__(self, size: int = 1 << 24):
+        self.data = np.zeros(size, dtype=np.uint8)
+        self.top = 4096
+
+    def alloc(self, array: np.ndarray) -> int:
+        raw = np.ascontiguousarray(array).view(np.uint8).ravel()
+        addr = self.top
+        self.data[addr:addr + raw.size] = raw
+        self.top = -(-(addr + raw.size + 1024) // 256) * 256
+        return addr
+
+    def read_back(self, addr: int, like: np.ndarray) -> np.ndarray:
+        n = like.size * like.itemsize
+        return self.data[addr:addr + n].copy().view(like.dtype).reshape(like.shape)
+
+
+class _Shared:
+    def __init__(self, size: int):
+        self.data = np.zeros(size, dtype=np.uint8)
+        self.w_tid = np.full(size, -1, dtype=np.int64)
+        self.w_epoch = np.full(size, -1, dtype=np.int64)
+        self.r_tid = np.full(size, -1, dtype=np.int64)
+        self.r_epoch = np.full(size, -1, dtype=np.int64)
+        self.epoch = 0
+
+    def _bytes(self, addrs: np.ndarray, n: int) -> np.ndarray:
+        idx = addrs[:, None].astype(np.int64) + np.arange(n)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.data.size):
+            raise SimError(f"shared access out of bounds: {idx.min()}..{idx.max()} of {self.data.size}")
+        return idx
+
+    def read(self, tids: np.ndarray, addrs: np.ndarray, n: int) -> np.ndarray:
+        idx = self._bytes(addrs, n)
+        t = np.broadcast_to(tids[:, None], idx.shape)
+        race = (self.w_epoch[idx] == self.epoch) & (self.w_tid[idx] != t)
+        if race.any():
+            k = np.argwhere(race)[0]
+            raise RaceError(f"shared read of byte {idx[tuple(k)]} by thread {t[tuple(k)]} races with a "
+                            f"write by thread {self.w_tid[idx[tuple(k)]]} (no barrier between)")
+        flat, tf = idx.ravel(), t.ravel()
+        same = self.r_epoch[flat] == self.epoch
+        multi = same & (self.r_tid[flat] != tf)
+        self.r_tid[flat] = np.where(multi, -2, tf)
+        # several threads reading the same byte in one instruction: mark as shared reading
+        uniq, counts = np.unique(flat, return_counts=True)
+        if (counts > 1).any():
+            self.r_tid[uniq[counts > 1]] = -2
+        self.r_epoch[flat] = self.epoch
+        return self.data[idx]
+
+    def write(self, tids: np.ndarray, addrs: np.ndarray, values: np.ndarray) -> None:
+        n = values.shape[1]
+        idx = self._bytes(addrs, n)
+        t = np.broadcast_to(tids[:, None], idx.shape)
+        waw = (self.w_epoch[idx] == self.epoch) & (self.w_tid[idx] != t)
+        war = (self.r_epoch[idx] == self.epoch) & (self.r_tid[idx] != t)
+        flat = idx.ravel()
+        uniq, counts = np.unique(flat, return_counts=True)
+        if waw.any() or war.any() or (counts > 1).any():
+            kind = "write-after-write" if waw.any() or (counts > 1).any() else "write-after-read"
+            raise RaceError(f"shared {kind} race (no barrier between the accesses)")
+        self.data[idx] = values
+        self.w_tid[flat] = t.ravel()
+        self.w_epoch[flat] = self.epoch
+
+    def barrier(self) -> None:
+        self.epoch += 1
+
+
+class Kernel:
+    """A parsed PTX entry: its parameters and instruction list."""
+
+    def __init__(self, ptx: str):
+        m = re.search(r"\.entry\s+(\w+)\s*\((.*?)\)\s*(.*?)\{(.*)\}\s*$", ptx, re.S)
+        if not m:
+            raise SimError("no .entry found")
+        self.name = m.group(1)
+        self.params = re.findall(r"\.param\s+(\.\w+)\s+(\w+)", m.group(2))
+        body = m.group(4)
+        self.instrs: list[tuple] = []
+        self.labels: dict[str, int] = {}
+        for raw in body.split("\n"):
+            line = raw.split("//")[0].strip()
+            if not line or line.startswith(".reg"):
+                continue
+            if line.endswith(":"):
+                self.labels[line[:-1]] = len(self.instrs)
+                continue
+            line = line.rstrip(";").strip()
+            guard = None
+            if line.startswith("@"):
+                g, line = line.split(None, 1)
+                guard = (g[1:].lstrip("!"), g.startswith("@!"))
+            parts = line.split(None, 1)
+            self.instrs.append((guard, parts[0], _split_operands(parts[1]) if len(parts) > 1 else []))
+
+
+class CTA:
+    """Runs one thread block."""
+
+    def __init__(self, kernel: Kernel, mem: Memory, params: dict, ctaid: int, nctaid: int,
+                 threads: int, smem_bytes: int):
+        self.k, self.mem, self.params = kernel, mem, params
+        self.T = threads
+        self.tid = np.arange(threads, dtype=np.uint32)
+        self.ctaid, self.nctaid = ctaid, nctaid
+        self.regs: dict[str, np.ndarray] = {}
+        self.shared = _Shared(max(smem_bytes, 16))
+        self.pending: list[tuple] = []
+        self.steps = 0
+
+    # -- operands --------------------------------------------------------------------------
+    def val(self, tok: str, kind: str = "u32") -> np.ndarray:
+        if tok in self.regs:
+            return self.regs[tok]
+        if tok == "%tid.x":
+            return self.tid.copy()
+        if tok == "%ctaid.x":
+            return np.full(self.T, self.ctaid, dtype=np.uint32)
+        if tok == "%nctaid.x":
+            return np.full(self.T, self.nctaid, dtype=np.uint32)
+        if tok == "tk_smem":
+            return np.zeros(self.T, dtype=np.uint32)
+        if tok.startswith("0f"):
+            return np.full(self.T, _f32_of_imm(tok), dtype=np.float32).view(np.uint32)
+        if tok.startswith("%"):
+            raise SimError(f"register {tok} read before it was written")
+        n = int(tok, 0)
+        if kind == "u64":
+            return np.full(self.T, n & (2**64 - 1), dtype=np.uint64)
+        if kind == "pred":
+            return np.full(self.T, bool(n))
+        return np.full(self.T, n & 0xFFFFFFFF, dtype=np.uint32)
+
+    def u32(self, tok):
+        return self.val(tok).astype(np.uint32)
+
+    def s32(self, tok):
+        return self.val(tok).astype(np.uint32).view(np.int32)
+
+    def f32(self, tok):
+        return self.val(tok).astype(np.uint32).view(np.float32)
+
+    def u64(self, tok):
+        return self.val(tok, "u64").astype(np.uint64)
+
+    def pred(self, tok):
+        return self.val(tok, "pred").astype(bool)
+
+    def set(self, tok: str, value: np.ndarray, active: np.ndarray) -> None:
+        if tok == "_":
+            return
+        old = self.regs.get(tok)
+        value = np.asarray(value)
+        if value.dtype == np.float32:
+            value = value.view(np.uint32)
+        elif value.dtype == np.int32:
+            value = value.view(np.uint32)
+        elif value.dtype == np.int64:
+            value = value.view(np.uint64)
+        if old is None:
+            self.regs[tok] = np.where(active, value, np.zeros_like(value))
+        else:
+            self.regs[tok] = np.where(active, value.astype(old.dtype), old)
+
+    def address(self, tok: str, kind: str):
+        inner = tok.strip("[]")
+        if "+" in inner:
+            reg, imm = inner.split("+")
+            off = int(imm, 0)
+        else:
+            reg, off = inner, 0
+        if kind == "shared":
+            return self.u32(reg).astype(np.int64) + off
+        return self.u64(reg).astype(np.int64) + off
+
+    # -- execution ------------------------------------------------------------------------------
+    def run(self, max_steps: int = 10_000_000) -> None:
+        pc = 0
+        instrs = self.k.instrs
+        while pc < len(instrs):
+            guard, opcode, ops = instrs[pc]
+            active = np.ones(self.T, dtype=bool)
+            if guard is not None:
+                active = self.pred(guard[0])
+                if guard[1]:
+                    active = ~active
+            self.steps += 1
+            if self.steps > max_steps:
+                raise SimError("too many steps (an endless loop?)")
+            if opcode.startswith("bra"):
+                if active.all():
+                    pc = self.k.labels[ops[0]]
+                    continue
+                if active.any():
+                    raise SimError(f"divergent branch at instruction {pc}: {opcode} {ops}")
+                pc += 1
+                continue
+            if opcode == "ret":
+                return
+            self.execute(opcode, ops, active)
+            pc += 1
+
+    def execute(self, opcode: str, ops: list[str], active: np.ndarray) -> None:
+        parts = opcode.split(".")
+        head = parts[0]
+        handler = getattr(self, f"op_{head}", None)
+        if handler is None:
+            raise SimError(f"unsupported instruction {opcode}")
+        handler(parts, ops, active)
+
+    # -- integer and bit ops --------------------------------------------------------------------------
+    def _int_kind(self, parts):
+        for p in parts[1:]:
+            if p in ("s32", "u32", "b32", "s64", "u64", "b64", "pred", "b16", "f32", "u16", "u8"):
+                return p
+        raise SimError(f"no type in {'.'.join(parts)}")
+
+    def _ints(self, kind, toks):
+        if kind in ("s64", "u64", "b64"):
+            return [self.u64(t).view(np.int64) if kind == "s64" else self.u64(t) for t in toks]
+        return [self.s32(t) if kind == "s32" else self.u32(t) for t in toks]
+
+    def op_mov(self, parts, ops, active):
+        kind = self._int_kind(parts)
+        dst, src = ops
+        if dst.startswith("{"):
+            halves = [h.strip() for h in dst.strip("{}").split(",")]
+            v = self.u32(src)
+            self.set(halves[0], (v & 0xFFFF).astype(np.uint16), active)
+            self.set(halves[1], (v >> 16).astype(np.uint16), active)
+            return
+        if kind == "pred":
+            self.set(dst, self.pred(src), active)
+        elif kind in ("b64", "u64", "s64"):
+            self.set(dst, self.u64(src), active)
+        elif kind == "b16":
+            self.set(dst, self.val(src).astype(np.uint16), active)
+        else:
+            self.set(dst, self.u32(src), active)
+
+    def _arith(self, parts, ops, active, fn):
+        kind = self._int_kind(parts)
+        if kind == "f32":
+            return self._float(parts, ops, active, fn)
+        vals = self._ints(kind, ops[1:])
+        with np.errstate(all="ignore"):
+            res = fn(*vals)
+        if kind in ("s64", "u64", "b64"):
+            res = np.asarray(res).astype(np.int64).view(np.uint64) if np.asarray(res).dtype != np.uint64 else res
+        else:
+            res = np.asarray(res).astype(np.int64).astype(np.uint32) if np.asarray(res).dtype not in (np.uint32,) else res
+        self.set(ops[0], res, active)
+
+    def _float(self, parts, ops, active, fn):
+        vals = [self.f32(t) for t in ops[1:]]
+        with np.errstate(all="ignore"):
+            self.set(ops[0], np.asarray(fn(*vals), dtype=np.float32), active)
+
+    def op_add(self, parts, ops, active):
+        self._arith(parts, ops, active, lambda a, b: a + b)
+
+    def op_sub(self, parts, ops, active):
+        self._arith(parts, ops, active, lambda a, b: a - b)
+
+    def op_mul(self, parts, ops, active):
+        if "wide" in parts:
+            a, b = self.s32(ops[1]).astype(np.int64), self.s32(ops[2]).astype(np.int64)
+            self.set(ops[0], (a * b).view(np.uint64), active)
+            return
+        if "f32" in parts:
+            return self._float(parts, ops, active, lambda a, b: a * b)
+        kind = self._int_kind(parts)
+        if kind in ("s64", "u64"):
+            a, b = self.u64(ops[1]), self.u64(ops[2])
+            self.set(ops[0], a * b, active)
+            return
+        a, b = (x.astype(np.int64) for x in self._ints(kind, ops[1:]))
+        self.set(ops[0], (a * b).astype(np.uint64).astype(np.uint32), active)
+
+    def op_mad(self, parts, ops, active):
+        kind = self._int_kind(parts)
+        if kind in ("s64", "u64"):
+            a, b, c = (self.u64(t) for t in ops[1:])
+            self.set(ops[0], a * b + c, active)
+            return
+        a, b, c = (x.astype(np.int64) for x in self._ints(kind, ops[1:]))
+        self.set(ops[0], (a * b + c).astype(np.uint64).astype(np.uint32), active)
+
+    def op_div(self, parts, ops, active):
+        if "f32" in parts:
+            return self._float(parts, ops, active, lambda a, b: a / b)
+        kind = self._int_kind(parts)
+        a, b = (x.astype(np.int64) for x in self._ints(kind, ops[1:]))
+        b = np.where(b == 0, 1, b)
+        q = np.trunc(a / b).astype(np.int64) if kind == "s32" else a // b
+        self.set(ops[0], q.astype(np.uint64).astype(np.uint32), active)
+
+    def op_rem(self, parts, ops, active):
+        kind = self._int_kind(parts)
+        a, b = (x.astype(np.int64) for x in self._ints(kind, ops[1:]))
+        b = np.where(b == 0, 1, b)
+        r = np.fmod(a, b) if kind == "s32" else a % b
+        self.set(ops[0], r.astype(np.uint64).astype(np.uint32), active)
+
+    def op_min(self, parts, ops, active):
+        if "f32" in parts:
+            return self._float(parts, ops, active, lambda a, b: np.where(np.isnan(a) | np.isnan(b), np.nan, np.minimum(a, b)))
+        self._arith(parts, ops, active, np.minimum)
+
+    def op_max(self, parts, ops, active):
+        if "f32" in parts:
+            return self._float(parts, ops, active, lambda a, b: np.where(np.isnan(a) | np.isnan(b), np.nan, np.maximum(a, b)))
+        self._arith(parts, ops, active, np.maximum)
+
+    def op_neg(self, parts, ops, active):
+        if "f32" in parts:
+            return self._float(parts, ops, active, lambda a: -a)
+        self.set(ops[0], (-self.s32(ops[1]).astype(np.int64)).astype(np.uint64).astype(np.uint32), active)
+
+    def op_abs(self, parts, ops, active):
+        if "f32" in parts:
+            return self._float(parts, ops, active, np.abs)
+        self.set(ops[0], np.abs(self.s32(ops[1]).astype(np.int64)).astype(np.uint32), active)
+
+    def op_and(self, parts, ops, active):
+        if "pred" in parts:
+            self.set(ops[0], self.pred(ops[1]) & self.pred(ops[2]), active)
+        else:
+            self.set(ops[0], self.u32(ops[1]) & self.u32(ops[2]), active)
+
+    def op_or(self, parts, ops, active):
+        if "pred" in parts:
+            self.set(ops[0], self.pred(ops[1]) | self.pred(ops[2]), active)
+        else:
+            self.set(ops[0], self.u32(ops[1]) | self.u32(ops[2]), active)
+
+    def op_xor(self, parts, ops, active):
+        if "pred" in parts:
+            self.set(ops[0], self.pred(ops[1]) ^ self.pred(ops[2]), active)
+        else:
+            self.set(ops[0], self.u32(ops[1]) ^ self.u32(ops[2]), active)
+
+    def op_not(self, parts, ops, active):
+        self.set(ops[0], ~self.pred(ops[1]), active)
+
+    def op_shl(self, parts, ops, active):
+        n = int(ops[2])
+        if "b64" in parts:
+            self.set(ops[0], self.u64(ops[1]) << np.uint64(n), active)
+        else:
+            self.set(ops[0], (self.u32(ops[1]).astype(np.uint64) << n).astype(np.uint32), active)
+
+    def op_shr(self, parts, ops, active):
+        n = int(ops[2])
+        if "s32" in parts:
+            self.set(ops[0], self.s32(ops[1]) >> n, active)
+        else:
+            self.set(ops[0], self.u32(ops[1]) >> np.uint32(n), active)
+
+    def op_setp(self, parts, ops, active):
+        cmp, kind = parts[1], parts[-1]
+        combine = parts[2] if len(parts) == 4 else None
+        if kind == "f32":
+            a, b = self.f32(ops[1]), self.f32(ops[2])
+        elif kind == "s32":
+            a, b = self.s32(ops[1]), self.s32(ops[2])
+        else:
+            a, b = self.u32(ops[1]), self.u32(ops[2])
+        with np.errstate(invalid="ignore"):
+            res = {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b,
+                   "ne": a != b, "neu": ~(a == b)}[cmp]
+        if combine == "and":
+            res = res & self.pred(ops[3])
+        elif combine == "or":
+            res = res | self.pred(ops[3])
+        self.set(ops[0], res, active)
+
+    def op_selp(self, parts, ops, active):
+        p = self.pred(ops[3])
+        if "b64" in parts:
+            a, b = self.u64(ops[1]), self.u64(ops[2])
+        else:
+            a, b = self.u32(ops[1]), self.u32(ops[2])
+        self.set(ops[0], np.where(p, a, b), active)
+
+    # -- float ops ---------------------------------------------------------------------------------
+    def op_fma(self, parts, ops, active):
+        a, b, c = (self.f32(t).astype(np.float64) for t in ops[1:])
+        self.set(ops[0], (a * b + c).astype(np.float32), active)
+
+    def op_ex2(self, parts, ops, active):
+        self._float(parts, ops, active, np.exp2)
+
+    def op_lg2(self, parts, ops, active):
+        self._float(parts, ops, active, np.log2)
+
+    def op_sqrt(self, parts, ops, active):
+        self._float(parts, ops, active, np.sqrt)
+
+    def op_rsqrt(self, parts, ops, active):
+        self._float(parts, ops, active, lambda a: 1 / np.sqrt(a))
+
+    def op_rcp(self, parts, ops, active):
+        self._float(parts, ops, active, lambda a: np.float32(1) / a)
+
+    def op_sin(self, parts, ops, active):
+        self._float(parts, ops, active, np.sin)
+
+    def op_cos(self, parts, ops, active):
+        self._float(parts, ops, active, np.cos)
+
+    def op_tanh(self, parts, ops, active):
+        self._float(parts, ops, active, np.tanh)
+
+    def op_cvt(self, parts, ops, active):
+        mods = [p for p in parts[1:] if p not in ("rn", "rni", "rzi", "ftz", "sat")]
+        dst_t, src_t = mods[0], mods[1]
+        rni = "rni" in parts
+        if dst_t in ("bf16x2", "f16x2"):
+            conv = _f32_to_bf16 if dst_t == "bf16x2" else _f32_to_f16
+            hi, lo = conv(self.f32(ops[1])), conv(self.f32(ops[2]))
+            self.set(ops[0], lo.astype(np.uint32) | (hi.astype(np.uint32) << 16), active)
+        elif dst_t in ("bf16", "f16") and src_t == "f32":
+            conv = _f32_to_bf16 if dst_t == "bf16" else _f32_to_f16
+            self.set(ops[0], conv(self.f32(ops[1])), active)
+        elif dst_t == "f32" and src_t in ("bf16", "f16"):
+            h = self.val(ops[1]).astype(np.uint16)
+            self.set(ops[0], _bf16_to_f32(h) if src_t == "bf16" else _f16_to_f32(h), active)
+        elif dst_t == "f32" and src_t == "s32":
+            self.set(ops[0], self.s32(ops[1]).astype(np.float32), active)
+        elif dst_t == "s32" and src_t == "f32":
+            self.set(ops[0], np.rint(self.f32(ops[1])).astype(np.int64).astype(np.int32), active)
+        elif dst_t == "f32" and src_t == "f32" and rni:
+            self.set(ops[0], np.rint(self.f32(ops[1])), active)
+        elif dst_t == "s64" and src_t == "s32":
+            self.set(ops[0], self.s32(ops[1]).astype(np.int64).view(np.uint64), active)
+        else:
+            raise SimError(f"unsupported cvt {'.'.join(parts)}")
+
+    def op_cvta(self, parts, ops, active):
+        self.set(ops[0], self.u64(ops[1]), active)
+
+    # -- memory -----------------------------------------------------------------------------------
+    def op_ld(self, parts, ops, active):
+        space = parts[1]
+        if space == "param":
+            name = ops[1].strip("[]")
+            value = self.params[name]
+            kind = parts[-1]
+            if kind == "f32":
+                arr = np.full(self.T, np.float32(value), dtype=np.float32).view(np.uint32)
+            elif kind == "u64":
+                arr = np.full(self.T, value, dtype=np.uint64)
+            else:
+                arr = np.full(self.T, np.int32(value), dtype=np.int32).view(np.uint32)
+            self.set(ops[0], arr, active)
+            return
+        vec = int(parts[2][1:]) if parts[2].startswith("v") else 1
+        kind = parts[-1]
+        size = {"b32": 4, "f32": 4, "u32": 4, "b16": 2, "u16": 2, "u8": 1}[kind]
+        idx = np.nonzero(active)[0]
+        addrs = self.address(ops[1], space)[idx]
+        if space == "shared":
+            raw = self.shared.read(self.tid[idx].astype(np.int64), addrs, size * vec)
+        else:
+            raw = self.mem.data[addrs[:, None] + np.arange(size * vec)]
+        dsts = [d.strip() for d in ops[0].strip("{}").split(",")]
+        for e, d in enumerate(dsts):
+            piece = np.ascontiguousarray(raw[:, e * size:(e + 1) * size])
+            word = np.zeros(self.T, dtype=np.uint32)
+            if size == 4:
+                word[idx] = piece.view(np.uint32).ravel()
+            elif size == 2:
+                word[idx] = piece.view(np.uint16).ravel()
+            else:
+                word[idx] = piece.ravel()
+            reg_val = word.astype(np.uint16) if d.startswith("%h") else word
+            self.set(d, reg_val, active)
+
+    def op_st(self, parts, ops, active):
+        space = parts[1]
+        vec = int(parts[2][1:]) if parts[2].startswith("v") else 1
+        kind = parts[-1]
+        size = {"b32": 4, "f32": 4, "b16": 2, "u16": 2, "u8": 1}[kind]
+        idx = np.nonzero(active)[0]
+        if not idx.size:
+            return
+        addrs = self.address(ops[0], space)[idx]
+        srcs = [s.strip() for s in ops[1].strip("{}").split(",")]
+        pieces = []
+        for s in srcs:
+            w = self.u32(s)[idx].astype(np.uint32)
+            pieces.append(w.view(np.uint8).reshape(-1, 4)[:, :size])
+        data = np.concatenate(pieces, axis=1)
+        if space == "shared":
+            self.shared.write(self.tid[idx].astype(np.int64), addrs, data)
+        else:
+            self.mem.data[addrs[:, None] + np.arange(size * vec)] = data
+
+    def op_cp(self, parts, ops, active):
+        if parts[1:3] == ["async", "wait_all"]:
+            for tids, addrs, data in self.pending:
+                self.shared.write(tids, addrs, data)
+            self.pending = []
+            return
+        idx = np.nonzero(active)[0]
+        saddr = self.address(ops[0], "shared")[idx]
+        gaddr = self.address(ops[1], "global")[idx]
+        n = self.u32(ops[3])[idx].astype(np.int64)
+        data = np.zeros((idx.size, 16), dtype=np.uint8)
+        for row, (g, k) in enumerate(zip(gaddr, n)):
+            data[row, :k] = self.mem.data[g:g + k]
+        self.pending.append((self.tid[idx].astype(np.int64), saddr, data))
+
+    def op_bar(self, parts, ops, active):
+        if not active.all():
+            raise SimError("bar.sync under a predicate")
+        if self.pending:
+            raise SimError("bar.sync with cp.async still pending (missing cp.async.wait_all)")
+        self.shared.barrier()
+
+    def op_shfl(self, parts, ops, active):
+        mask = int(ops[2], 0)
+        src = self.u32(ops[1])
+        lanes = self.tid % 32
+        partner = (self.tid - lanes) + (lanes ^ mask)
+        self.set(ops[0], src[partner], active)
+
+    def op_ldmatrix(self, parts, ops, active):
+        count = int([p for p in parts if p.startswith("x")][0][1:])
+        trans = "trans" in parts
+        addrs = self.address(ops[1], "shared")
+        dsts = [d.strip() for d in ops[0].strip("{}").split(",")]
+        out = [np.zeros(self.T, dtype=np.uint32) for _ in range(count)]
+        for w in range(self.T // 32):
+            base = 32 * w
+            for m in range(count):
+                rows = []
+                for i in range(8):
+                    t = base + 8 * m + i
+                    raw = self.shared.read(np.array([t]), addrs[t:t + 1], 16)
+                    rows.append(raw.view(np.uint16).ravel())
+                mat = np.stack(rows)  # [8 rows, 8 cols] of b16
+                if trans:
+                    mat = mat.T
+                for lane in range(32):
+                    r, c = lane // 4, 2 * (lane % 4)
+                    out[m][base + lane] = int(mat[r, c]) | (int(mat[r, c + 1]) << 16)
+        for d, v in zip(dsts, out):
+            self.set(d, v, active)
+
+    def op_mma(self, parts, ops, active):
+        d_t, a_t = parts[6], parts[7]
+        dst = [x.strip() for x in ops[0].strip("{}").split(",")]
+        a = [x.strip() for x in ops[1].strip("{}").split(",")]
+        b = [x.strip() for x in ops[2].strip("{}").split(",")]
+        c = [x.strip() for x in ops[3].strip("{}").split(",")]
+        to_f32 = _bf16_to_f32 if a_t == "bf16" else _f16_to_f32
+        res = [np.zeros(self.T, dtype=np.uint32) for _ in dst]
+        for w in range(self.T // 32):
+            lanes = np.arange(32)
+            sl = slice(32 * w, 32 * w + 32)
+            g, t = lanes // 4, lanes % 4
+            A = np.zeros((16, 16), dtype=np.float32)
+            B = np.zeros((16, 8), dtype=np.float32)
+            C = np.zeros((16, 8), dtype=np.float32)
+            for i, reg in enumerate(a):
+                v = self.u32(reg)[sl]
+                lo, hi = to_f32((v & 0xFFFF).astype(np.uint16)), to_f32((v >> 16).astype(np.uint16))
+                row = g + (8 if i in (1, 3) else 0)
+                col = 2 * t + (8 if i >= 2 else 0)
+                A[row, col], A[row, col + 1] = lo, hi
+            for i, reg in enumerate(b):
+                v = self.u32(reg)[sl]
+                lo, hi = to_f32((v & 0xFFFF).astype(np.uint16)), to_f32((v >> 16).astype(np.uint16))
+                k = 2 * t + 8 * i
+                B[k, g], B[k + 1, g] = lo, hi
+            if d_t == "f32":
+                for i, reg in enumerate(c):
+                    C[g + 8 * (i >> 1), 2 * t + (i & 1)] = self.f32(reg)[sl]
+            else:
+                for i, reg in enumerate(c):
+                    v = self.u32(reg)[sl]
+                    C[g + 8 * i, 2 * t] = _f16_to_f32((v & 0xFFFF).astype(np.uint16))
+                    C[g + 8 * i, 2 * t + 1] = _f16_to_f32((v >> 16).astype(np.uint16))
+            D = (A.astype(np.float64) @ B.astype(np.float64) + C).astype(np.float32)
+            if d_t == "f32":
+                for i in range(4):
+                    res[i][sl] = D[g + 8 * (i >> 1), 2 * t + (i & 1)].view(np.uint32)
+            else:
+                for i in range(2):
+                    lo = _f32_to_f16(D[g + 8 * i, 2 * t]).astype(np.uint32)
+                    hi = _f32_to_f16(D[g + 8 * i, 2 * t + 1]).astype(np.uint32)
+                    res[i][sl] = lo | (hi << 16)
+        for d, v in zip(dst, res):
+            self.set(d, v, active)
+
+
+def launch(ptx: str, meta: dict, args: list, dims: dict, num_sms: int = 4, mem: Memory | None = None,
+           max_ctas: int = 64) -> None:
+    """Run a kernel on the simulator: ``args`` are ints (addresses from ``mem.alloc``) or floats."""
+    from tkjit.runtime.launcher import compile_grid
+    kernel = Kernel(ptx)
+    values = list(args) + [dims[d] for d in meta["dims"]]
+    params = {name: v for (_, name), v in zip(kernel.params, values)}
+    grid = compile_grid(meta["grid"], tuple(meta["dims"]), num_sms)(**dims)
+    total = grid[0] * grid[1] * grid[2]
+    if total > max_ctas:
+        raise SimError(f"grid of {total} CTAs is too large for the simulator")
+    for cta in range(total):
+        CTA(kernel, mem, params, cta, total, meta["block"][0], meta["smem_bytes"]).run()

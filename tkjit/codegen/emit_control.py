@@ -1,0 +1,201 @@
+"""Emitters for control flow: the block loop, sequential ``for`` loops with carried values, ``if``.
+
+Carried values (loop iter args, if results) get fixed registers; ``yield`` becomes moves into
+them (through temporaries when a yield permutes them). Every condition is a scalar, so all
+control flow is uniform over the thread block (``bra.uni``), and barriers inside it are safe.
+
+The block loop: the grid is one-dimensional (``ctaid.x`` = the linear block number; no 65535
+limits on y/z) and the linear number is decomposed with the *last* block index fastest, so
+consecutive CTAs share the rows of A in a GEMM. ``group = G`` visits the last two indices in
+groups of G rows (Triton's grouped order) for L2 reuse. ``persistent`` launches
+min(total, SMs) CTAs that loop over blocks with stride ``nctaid.x``.
+"""
+from __future__ import annotations
+
+from ..errors import NotAvailableError
+from ..ir.ops import Blocks, For, If, Yield
+from ..ir.types import BOOL, I32, ScalarType, TileType, VectorType
+from .values import RegTile, RegVec, Scalar, SharedTile
+
+_KIND_OF_PREFIX = (("%rd", "b64"), ("%p", "pred"), ("%h", "b16"), ("%r", "b32"), ("%f", "f32"))
+_MOV = {"b64": "mov.b64", "pred": "mov.pred", "b16": "mov.b16", "b32": "mov.b32", "f32": "mov.f32"}
+
+
+def reg_kind(reg: str) -> str:
+    for prefix, kind in _KIND_OF_PREFIX:
+        if reg.startswith(prefix):
+            return kind
+    raise ValueError(reg)
+
+
+def _regs(rep) -> list[str]:
+    if isinstance(rep, Scalar):
+        return [rep.reg]
+    if isinstance(rep, RegTile):
+        return [r for band in rep.regs for chunk in band for r in chunk]
+    if isinstance(rep, RegVec):
+        return [r for unit in rep.regs for r in unit]
+    raise NotAvailableError("shared tiles cannot be carried through loops or ifs on this backend")
+
+
+def fresh(ctx, t):
+    """A value of type ``t`` in new registers (the fixed home of a carried value)."""
+    if isinstance(t, ScalarType):
+        kind = "b32" if t.dtype == I32 else "pred" if t.dtype == BOOL else "f32"
+        return Scalar(ctx.new(kind), t.dtype)
+    if isinstance(t, TileType) and t.space == "rt":
+        layout = ctx.tile_layout(t)
+        per = 2 if t.dtype.bits == 16 else 4
+        kind = "b32" if per == 2 else "f32"
+        regs = [[[ctx.new(kind) for _ in range(per)] for _ in range(layout.chunks)] for _ in range(layout.bands)]
+        return RegTile(t, layout, regs)
+    if isinstance(t, VectorType):
+        split = ctx.vec_split(t)
+        return RegVec(t, split, [[ctx.new("f32") for _ in range(2)] for _ in range(split.per_warp)])
+    raise NotAvailableError(f"cannot carry {t} through a loop or if on the register-tile backend")
+
+
+def moves(ctx, dsts: list, srcs: list) -> list[str]:
+    """Parallel moves src → dst for lists of values (safe when they permute each other)."""
+    pairs = [(d, s) for dv, sv in zip(dsts, srcs) for d, s in zip(_regs(dv), _regs(sv)) if d != s]
+    targets = {d for d, _ in pairs}
+    out, staged = [], []
+    for d, s in pairs:
+        if s in targets:
+            tmp = ctx.new(reg_kind(s))
+            out.append(f"{_MOV[reg_kind(s)]} {tmp}, {s};")
+            staged.append((d, tmp))
+        else:
+            staged.append((d, s))
+    out += [f"{_MOV[reg_kind(d)]} {d}, {s};" for d, s in staged]
+    return out
+
+
+def emit_yield(ctx, op) -> list[str]:
+    return []   # the enclosing for/if moves the yielded values
+
+
+def emit_for(ctx, op: For) -> list[str]:
+    out: list[str] = []
+    lo, hi, step = (ctx.get(v).reg for v in op.operands[:3])
+    body = op.regions[0]
+    carried = [fresh(ctx, v.type) for v in op.variadic()]
+    k = ctx.new("b32")
+    out.append(f"mov.b32 {k}, {lo};")
+    out += moves(ctx, carried, [ctx.get(v) for v in op.variadic()])
+    head, done = ctx.label("for"), ctx.label("for_end")
+    p = ctx.new("pred")
+    ctx.sync.assume_anything()
+    out.append(f"{head}:")
+    out.append(f"setp.ge.s32 {p}, {k}, {hi};")
+    out.append(f"@{p} bra.uni {done};")
+    ctx.bind(body.args[0], Scalar(k, I32))
+    for arg, rep in zip(body.args[1:], carried):
+        ctx.bind(arg, rep)
+    out += ctx.emit_block(body)
+    out += moves(ctx, carried, [ctx.get(v) for v in body.terminator.operands])
+    out.append(f"add.s32 {k}, {k}, {step};")
+    out.append(f"bra.uni {head};")
+    out.append(f"{done}:")
+    ctx.sync.assume_anything()
+    for r, rep in zip(op.results, carried):
+        ctx.bind(r, rep)
+    if "stages" in op.attrs:
+        ctx.decide("stages", op.attrs["stages"], "the mma.sync backend loads each tile once per "
+                   "iteration (single-buffered); @stages applies to the Hopper TMA path")
+    return out
+
+
+def emit_if(ctx, op: If) -> list[str]:
+    out: list[str] = []
+    cond = ctx.get(op.operands[0]).reg
+    results = [fresh(ctx, r.type) for r in op.results]
+    l_else, l_end = ctx.label("else"), ctx.label("endif")
+    out.append(f"@!{cond} bra.uni {l_else};")
+    before = ctx.sync.state()
+    out += ctx.emit_block(op.regions[0])
+    out += moves(ctx, results, [ctx.get(v) for v in op.regions[0].terminator.operands])
+    after_then = ctx.sync.state()
+    out.append(f"bra.uni {l_end};")
+    out.append(f"{l_else}:")
+    ctx.sync.restore(before)
+    out += ctx.emit_block(op.regions[1])
+    out += moves(ctx, results, [ctx.get(v) for v in op.regions[1].terminator.operands])
+    ctx.sync.join(after_then, ctx.sync.state())
+    out.append(f"{l_end}:")
+    for r, rep in zip(op.results, results):
+        ctx.bind(r, rep)
+    return out
+
+
+def _decompose(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) -> list[str]:
+    """Block indices from the linear block number (last index fastest, optional grouping)."""
+    n = len(counts)
+    group = op.attrs.get("group", 1)
+    idx = [None] * n
+    rest = lin
+    if group > 1 and n >= 2:
+        mb, nb = counts[-2], counts[-1]
+        inner, size = ctx.new("b32"), ctx.new("b32")
+        out.append(f"mul.lo.u32 {size}, {mb}, {nb};")
+        out.append(f"rem.u32 {inner}, {lin}, {size};")
+        lead = ctx.new("b32")
+        out.append(f"div.u32 {lead}, {lin}, {size};")
+        width, gid, first, gsize, within = (ctx.new("b32") for _ in range(5))
+        out.append(f"mul.lo.u32 {width}, {nb}, {group};")
+        out.append(f"div.u32 {gid}, {inner}, {width};")
+        out.append(f"mul.lo.u32 {first}, {gid}, {group};")
+        out.append(f"sub.u32 {gsize}, {mb}, {first};")
+        out.append(f"min.u32 {gsize}, {gsize}, {group};")
+        out.append(f"rem.u32 {within}, {inner}, {width};")
+        m, nn = ctx.new("b32"), ctx.new("b32")
+        out.append(f"rem.u32 {m}, {within}, {gsize};")
+        out.append(f"add.u32 {m}, {m}, {first};")
+        out.append(f"div.u32 {nn}, {within}, {gsize};")
+        idx[-2], idx[-1] = m, nn
+        rest, todo = lead, range(n - 3, -1, -1)
+    else:
+        todo = range(n - 1, -1, -1)
+    for d in todo:
+        if d == 0:
+            idx[0] = rest
+            break
+        r, q = ctx.new("b32"), ctx.new("b32")
+        out.append(f"rem.u32 {r}, {rest}, {counts[d]};")
+        out.append(f"div.u32 {q}, {rest}, {counts[d]};")
+        idx[d], rest = r, q
+    return idx
+
+
+def emit_blocks(ctx, op: Blocks) -> list[str]:
+    out: list[str] = []
+    counts = [ctx.get(v).reg for v in op.variadic()]
+    body = op.regions[0]
+    total = counts[0]
+    for c in counts[1:]:
+        t = ctx.new("b32")
+        out.append(f"mul.lo.u32 {t}, {total}, {c};")
+        total = t
+    lin = ctx.new("b32")
+    out.append(f"mov.u32 {lin}, %ctaid.x;")
+    persistent = op.attrs.get("schedule", "grid") == "persistent"
+    head, done = ctx.label("block"), ctx.label("blocks_done")
+    p = ctx.new("pred")
+    out.append(f"{head}:")
+    out.append(f"setp.ge.u32 {p}, {lin}, {total};")
+    out.append(f"@{p} bra.uni {done};")
+    ctx.sync.assume_anything()
+    for arg, reg in zip(body.args, _decompose(ctx, op, lin, counts, out)):
+        ctx.bind(arg, Scalar(reg, I32))
+    out += ctx.emit_block(body)
+    if persistent:
+        step = ctx.new("b32")
+        out.append(f"mov.u32 {step}, %nctaid.x;")
+        out.append(f"add.u32 {lin}, {lin}, {step};")
+        out.append(f"bra.uni {head};")
+    out.append(f"{done}:")
+    return out
+
+
+CONTROL_EMITTERS = {Blocks: emit_blocks, For: emit_for, If: emit_if, Yield: emit_yield}
+_ = SharedTile

@@ -1,0 +1,120 @@
+"""Emitters for row and column reductions of register tiles.
+
+A row reduction combines the thread's elements of each of its rows, then the four lanes of the
+quad that share the row (``shfl.sync.bfly`` 1 and 2). When a tile's columns are split over
+several warp columns, each column group writes its partial to shared scratch and every thread
+combines all partials in group order (the same order everywhere, so replicas agree bit for
+bit). Column reductions are the transpose: thread-local over the rows, ``shfl.sync.bfly`` 4, 8
+and 16 across the eight row-lanes, then shared scratch across warp rows.
+
+Padding never contributes: max/min always mask padded elements with -inf/+inf, sums mask them
+with 0 unless the padding analysis proved they are already zero.
+"""
+from __future__ import annotations
+
+from ..ir.ops import REDUCE_OPS
+from ..ir.types import VectorType
+from .mathfn import binary_f32
+from .ptx import f32_imm
+from .values import RegVec
+
+_IDENTITY = {"max": float("-inf"), "min": float("inf"), "sum": 0.0}
+_COMBINE = {"max": "max", "min": "min", "sum": "add"}
+
+
+def reduce_scratch_bytes(op, grid) -> int:
+    t = op.operands[0].type
+    if op.AXIS == "row":
+        groups = grid.col_split(t.cols).groups
+        return groups * t.rows * 4 if groups > 1 else 0
+    groups = grid.row_split(t.rows).groups
+    return groups * t.cols * 4 if groups > 1 else 0
+
+
+def _mask_preds(ctx, op, tile, out):
+    """Valid-element predicates for the reduced axis, or None when no mask is needed."""
+    pad = ctx.pads[op.operands[0]]
+    axis = pad.cols if op.AXIS == "row" else pad.rows
+    if axis is None or (op.FN == "sum" and axis.clean):
+        return None
+    which = "cols" if op.AXIS == "row" else "rows"
+    split = tile.layout.cols if op.AXIS == "row" else tile.layout.rows
+    return ctx.axis_preds(axis, split, which, "the reduced tile", op, out)
+
+
+def _shuffle_combine(ctx, fn: str, x: str, lanes: tuple[int, ...], out: list[str]) -> str:
+    for lane_mask in lanes:
+        y = ctx.new("f32")
+        out.append(f"shfl.sync.bfly.b32 {y}, {x}, {lane_mask}, 0x1f, 0xffffffff;")
+        x = binary_f32(ctx, _COMBINE[fn], x, y, out)
+    return x
+
+
+def emit_reduce(ctx, op) -> list[str]:
+    out: list[str] = []
+    tile = ctx.get(op.operands[0])
+    layout = tile.layout
+    fn = op.FN
+    preds = _mask_preds(ctx, op, tile, out)
+    ident = f32_imm(_IDENTITY[fn])
+    row = op.AXIS == "row"
+    outer = [(b, h) for b in range(layout.bands) for h in (0, 1)] if row else \
+        [(j, c) for j in range(layout.chunks) for c in (0, 1)]
+    partial = {}
+    for u, k in outer:
+        inner = [(u, j, 2 * k + c, (j, c)) for j in range(layout.chunks) for c in (0, 1)] if row else \
+            [(b, u, 2 * h + k, (b, h)) for b in range(layout.bands) for h in (0, 1)]
+        acc = None
+        for b, j, i, pkey in inner:
+            x = ctx.tile_f32(tile, b, j, i, out)
+            if preds is not None:
+                m = ctx.new("f32")
+                out.append(f"selp.f32 {m}, {x}, {ident}, {preds[pkey]};")
+                x = m
+            acc = x if acc is None else binary_f32(ctx, _COMBINE[fn], acc, x, out)
+        partial[(u, k)] = _shuffle_combine(ctx, fn, acc, (1, 2) if row else (4, 8, 16), out)
+    split = layout.cols if row else layout.rows
+    if split.groups > 1:
+        partial = _across_warps(ctx, op, layout, partial, out)
+    t: VectorType = op.result.type
+    vsplit = layout.rows if row else layout.cols
+    regs = [[ctx.round_f32(t.dtype, partial[(u, k)], out) for k in (0, 1)] for u in range(vsplit.per_warp)]
+    ctx.bind(op.result, RegVec(t, vsplit, regs))
+    return out
+
+
+def _across_warps(ctx, op, layout, partial: dict, out: list[str]) -> dict:
+    """Combine the partials of the warp groups along the reduced axis through shared scratch."""
+    region = ctx.plan.of_op(op)
+    row = op.AXIS == "row"
+    t = op.operands[0].type
+    length = t.rows if row else t.cols                      # entries per group
+    split, other = (layout.cols, layout.rows) if row else (layout.rows, layout.cols)
+    base = ctx.row_base(other) if row else ctx.col_base(other)
+    group = ctx.group(split, "col" if row else "row")
+    writer = ctx.writer(layout.rows, layout.cols, "t0" if row else "g0")
+    wa, ra = ctx.new("b32"), ctx.new("b32")
+    out.append(f"mad.lo.u32 {wa}, {group}, {length}, {base};")
+    out.append(f"shl.b32 {wa}, {wa}, 2;")
+    out.append(f"add.u32 {wa}, {wa}, {ctx.smem_base()};")
+    out.append(f"shl.b32 {ra}, {base}, 2;")
+    out.append(f"add.u32 {ra}, {ra}, {ctx.smem_base()};")
+    out += ctx.sync.write(region)
+    for (u, k), x in partial.items():
+        off = region.offset + 4 * ((16 * u + 8 * k) if row else (8 * u + k))
+        out.append(f"@{writer} st.shared.f32 [{wa}+{off}], {x};")
+    out += ctx.sync.read_(region)
+    result = {}
+    for (u, k) in partial:
+        off = region.offset + 4 * ((16 * u + 8 * k) if row else (8 * u + k))
+        acc = None
+        for grp in range(split.groups):
+            x = ctx.new("f32")
+            out.append(f"ld.shared.f32 {x}, [{ra}+{off + 4 * length * grp}];")
+            acc = x if acc is None else binary_f32(ctx, _COMBINE[op.FN], acc, x, out)
+        result[(u, k)] = acc
+    return result
+
+
+REDUCE_EMITTERS = {cls: emit_reduce for cls in REDUCE_OPS}
+REDUCE_SCRATCH = {cls: reduce_scratch_bytes for cls in REDUCE_OPS}

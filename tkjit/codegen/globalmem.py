@@ -1,0 +1,283 @@
+"""Global memory ↔ shared memory: cooperative, coalesced copies of whole tiles with edge handling.
+
+Every thread of the block copies 16-byte chunks ``i = tid + k * threads`` of the tile (row
+``i / chunks_per_row``, chunk ``i % chunks_per_row``), so consecutive threads touch consecutive
+16 bytes of a row. Loads use ``cp.async.cg.shared.global`` with the src-size operand set to 0
+for chunks outside the tensor (they are zero-filled); stores use ``ld.shared.v4`` then a
+predicated ``st.global.v4`` (clipped). A chunk is all in or all out when the tensor's last
+dimension is a multiple of the chunk's element count (8 bf16, 4 f32, 16 fp8); when it is not
+(known at compile time for a constant dimension, tested once at run time otherwise) the copy
+takes a slow path that moves single elements with per-element predicates.
+"""
+from __future__ import annotations
+
+from ..ir.core import Value
+from ..ir.types import GlobalType
+from .smem import Geometry
+
+_LOG2 = {1: 0, 2: 1, 4: 2, 8: 3}
+_ELEM_LOAD = {1: "u8", 2: "u16", 4: "b32"}
+
+
+class GlobalView:
+    """A tile-shaped window of a global tensor: base address, edge limits, lead-index check.
+
+    ``rows``/``cols`` are the tile's extents; for a vector ``rows`` is None and the window is
+    the last dimension alone."""
+
+    def __init__(self, ctx, param: Value, coords: list[Value], rows: int | None, cols: int,
+                 out: list[str]):
+        g: GlobalType = param.type
+        self.ctx = ctx
+        self.es = g.dtype.nbytes
+        self.ptr = ctx.globals[id(param)]
+        self.is_tile = rows is not None
+        lead_n = len(g.dims) - (2 if self.is_tile else 1)
+        lead_dims, lead_coords = g.dims[:lead_n], coords[:lead_n]
+        self.d_cols = ctx.dim_operand(g.dims[-1])
+        self.d_rows = ctx.dim_operand(g.dims[-2]) if self.is_tile else None
+        self.const_cols = g.dims[-1] if isinstance(g.dims[-1], int) else None
+        regs = [ctx.get(c).reg for c in coords]
+        self.lead_ok = None
+        for d, c in zip(lead_dims, regs[:lead_n]):
+            p = ctx.new("pred")
+            if self.lead_ok is None:
+                out.append(f"setp.lt.u32 {p}, {c}, {ctx.dim_operand(d)};")
+            else:
+                out.append(f"setp.lt.and.u32 {p}, {c}, {ctx.dim_operand(d)}, {self.lead_ok};")
+            self.lead_ok = p
+        # the element offset of the window's (0, 0), in 64 bits
+        lin = ctx.new("b64")
+        if lead_n:
+            out.append(f"cvt.s64.s32 {lin}, {regs[0]};")
+            for d, c in zip(lead_dims[1:], regs[1:lead_n]):
+                self._mad64(lin, d, c, out)
+        else:
+            out.append(f"mov.b64 {lin}, 0;")
+        self.col0 = ctx.new("b32")
+        out.append(f"mul.lo.s32 {self.col0}, {regs[-1]}, {cols};")
+        if self.is_tile:
+            self.row0 = ctx.new("b32")
+            out.append(f"mul.lo.s32 {self.row0}, {regs[-2]}, {rows};")
+            self._mad64(lin, g.dims[-2], self.row0, out)
+        self._mad64(lin, g.dims[-1], self.col0, out)
+        self.base = ctx.new("b64")
+        out.append(f"shl.b64 {lin}, {lin}, {_LOG2[self.es]};")
+        out.append(f"add.s64 {self.base}, {self.ptr}, {lin};")
+
+    def _mad64(self, lin: str, dim, coord: str, out: list[str]) -> None:
+        """lin = lin * dim + coord (64-bit)."""
+        d64, c64 = self.ctx.new("b64"), self.ctx.new("b64")
+        out.append(f"cvt.s64.s32 {d64}, {self.ctx.dim_operand(dim)};" if not isinstance(dim, int)
+                   else f"mov.b64 {d64}, {dim};")
+        out.append(f"cvt.s64.s32 {c64}, {coord};")
+        out.append(f"mad.lo.s64 {lin}, {lin}, {d64}, {c64};")
+
+    def element_address(self, row: str | None, col: str, out: list[str]) -> str:
+        """base + (row * d_cols + col) * es for window-relative row/col registers."""
+        ctx = self.ctx
+        a, c = ctx.new("b64"), ctx.new("b64")
+        if row is not None:
+            out.append(f"mul.wide.s32 {a}, {row}, {self.d_cols};")
+            out.append(f"cvt.s64.s32 {c}, {col};")
+            out.append(f"add.s64 {a}, {a}, {c};")
+        else:
+            out.append(f"cvt.s64.s32 {a}, {col};")
+        out.append(f"shl.b64 {a}, {a}, {_LOG2[self.es]};")
+        out.append(f"add.s64 {a}, {a}, {self.base};")
+        return a
+
+    def valid(self, row: str | None, col: str, out: list[str], guard: str | None = None) -> str:
+        """Predicate: window-relative (row, col) lies inside the tensor (and ``guard``)."""
+        ctx = self.ctx
+        p, gc = ctx.new("pred"), ctx.new("b32")
+        out.append(f"add.s32 {gc}, {col}, {self.col0};")
+        out.append(f"setp.lt.u32 {p}, {gc}, {self.d_cols};")
+        if row is not None:
+            gr = ctx.new("b32")
+            out.append(f"add.s32 {gr}, {row}, {self.row0};")
+            out.append(f"setp.lt.and.u32 {p}, {gr}, {self.d_rows}, {p};")
+        if self.lead_ok is not None:
+            out.append(f"and.pred {p}, {p}, {self.lead_ok};")
+        if guard is not None:
+            out.append(f"and.pred {p}, {p}, {guard};")
+        return p
+
+
+def _swizzled(ctx, geo: Geometry, offset: int, row: str, chunk: str, out: list[str]) -> str:
+    """Shared address of (row, 16-byte chunk) of a tile at ``offset``."""
+    x, s = ctx.new("b32"), ctx.new("b32")
+    out.append(f"shr.u32 {x}, {row}, {geo.shift};")
+    out.append(f"and.b32 {x}, {x}, {geo.mask};")
+    out.append(f"xor.b32 {x}, {x}, {chunk};")
+    out.append(f"shl.b32 {x}, {x}, 4;")
+    out.append(f"mad.lo.u32 {s}, {row}, {geo.row_bytes}, {x};")
+    out.append(f"add.u32 {s}, {s}, {ctx.smem_base()};")
+    if offset:
+        out.append(f"add.u32 {s}, {s}, {offset};")
+    return s
+
+
+def _chunk_of(ctx, geo: Geometry, k: int, out: list[str]) -> tuple[str, str, str | None]:
+    """(row, chunk, guard) registers of the thread's k-th chunk; guard is None when always valid."""
+    threads = ctx.grid.threads
+    total = geo.rows * geo.chunks_per_row
+    i = ctx.new("b32")
+    out.append(f"add.u32 {i}, {ctx.tid('tid')}, {k * threads};")
+    row, ch = ctx.new("b32"), ctx.new("b32")
+    out.append(f"div.u32 {row}, {i}, {geo.chunks_per_row};")
+    out.append(f"rem.u32 {ch}, {i}, {geo.chunks_per_row};")
+    guard = None
+    if (k + 1) * threads > total:
+        guard = ctx.new("pred")
+        out.append(f"setp.lt.u32 {guard}, {i}, {total};")
+    return row, ch, guard
+
+
+def _aligned_cols(ctx, view: GlobalView, geo: Geometry, out: list[str]) -> str | bool:
+    """True/False when known statically, else a predicate: the last dim is a multiple of a chunk."""
+    epc = geo.elems_per_chunk
+    if view.const_cols is not None:
+        return view.const_cols % epc == 0
+    r, p = ctx.new("b32"), ctx.new("pred")
+    out.append(f"and.b32 {r}, {view.d_cols}, {epc - 1};")
+    out.append(f"setp.eq.u32 {p}, {r}, 0;")
+    return p
+
+
+def _two_paths(ctx, aligned, fast, slow, out: list[str]) -> None:
+    if aligned is True:
+        out += fast()
+        return
+    if aligned is False:
+        out += slow()
+        return
+    l_slow, l_done = ctx.label("slow_copy"), ctx.label("copied")
+    out.append(f"@!{aligned} bra.uni {l_slow};")
+    out += fast()
+    out.append(f"bra.uni {l_done};")
+    out.append(f"{l_slow}:")
+    out += slow()
+    out.append(f"{l_done}:")
+
+
+def _chunk_loop(ctx, geo: Geometry, body, out: list[str]) -> None:
+    """A runtime loop over the thread's chunks: body(row, chunk) -> lines."""
+    threads = ctx.grid.threads
+    total = geo.rows * geo.chunks_per_row
+    i, p = ctx.new("b32"), ctx.new("pred")
+    head, done = ctx.label("chunk"), ctx.label("chunks_done")
+    out.append(f"mov.u32 {i}, {ctx.tid('tid')};")
+    out.append(f"{head}:")
+    out.append(f"setp.ge.u32 {p}, {i}, {total};")
+    out.append(f"@{p} bra.uni {done};")
+    row, ch = ctx.new("b32"), ctx.new("b32")
+    out.append(f"div.u32 {row}, {i}, {geo.chunks_per_row};")
+    out.append(f"rem.u32 {ch}, {i}, {geo.chunks_per_row};")
+    out += body(row, ch)
+    out.append(f"add.u32 {i}, {i}, {threads};")
+    out.append(f"bra.uni {head};")
+    out.append(f"{done}:")
+
+
+def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -> None:
+    """Global window → shared tile (zero-filling everything outside the tensor)."""
+    epc, es = geo.elems_per_chunk, geo.elem_bytes
+    threads = ctx.grid.threads
+    total = geo.rows * geo.chunks_per_row
+
+    def fast():
+        lines: list[str] = []
+        for k in range(-(-total // threads)):
+            row, ch, guard = _chunk_of(ctx, geo, k, lines)
+            col = ctx.new("b32")
+            lines.append(f"mul.lo.u32 {col}, {ch}, {epc};")
+            ok = view.valid(row if view.is_tile else None, col, lines)
+            addr = view.element_address(row if view.is_tile else None, col, lines)
+            safe, n = ctx.new("b64"), ctx.new("b32")
+            lines.append(f"selp.b64 {safe}, {addr}, {view.ptr}, {ok};")
+            lines.append(f"selp.u32 {n}, 16, 0, {ok};")
+            s = _swizzled(ctx, geo, offset, row, ch, lines)
+            pred = f"@{guard} " if guard else ""
+            lines.append(f"{pred}cp.async.cg.shared.global [{s}], [{safe}], 16, {n};")
+        lines.append("cp.async.wait_all;")
+        return lines
+
+    def slow():
+        lines: list[str] = []
+
+        def body(row, ch):
+            b: list[str] = []
+            words = []
+            per_word = 4 // es
+            for w in range(4):
+                word = ctx.new("b32")
+                b.append(f"mov.b32 {word}, 0;")
+                for e in range(per_word):
+                    col = ctx.new("b32")
+                    b.append(f"mad.lo.u32 {col}, {ch}, {epc}, {w * per_word + e};")
+                    ok = view.valid(row if view.is_tile else None, col, b)
+                    addr = view.element_address(row if view.is_tile else None, col, b)
+                    x = ctx.new("b32")
+                    b.append(f"mov.b32 {x}, 0;")
+                    b.append(f"@{ok} ld.global.{_ELEM_LOAD[es]} {x}, [{addr}];")
+                    if e:
+                        b.append(f"shl.b32 {x}, {x}, {8 * es * e};")
+                    b.append(f"or.b32 {word}, {word}, {x};")
+                words.append(word)
+            s = _swizzled(ctx, geo, offset, row, ch, b)
+            b.append(f"st.shared.v4.b32 [{s}], {{{', '.join(words)}}};")
+            return b
+        _chunk_loop(ctx, geo, body, lines)
+        return lines
+
+    _two_paths(ctx, _aligned_cols(ctx, view, geo, out), fast, slow, out)
+
+
+def copy_out(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -> None:
+    """Shared tile → global window, skipping everything outside the tensor."""
+    epc, es = geo.elems_per_chunk, geo.elem_bytes
+    threads = ctx.grid.threads
+    total = geo.rows * geo.chunks_per_row
+
+    def fast():
+        lines: list[str] = []
+        for k in range(-(-total // threads)):
+            row, ch, guard = _chunk_of(ctx, geo, k, lines)
+            col = ctx.new("b32")
+            lines.append(f"mul.lo.u32 {col}, {ch}, {epc};")
+            ok = view.valid(row if view.is_tile else None, col, lines, guard)
+            addr = view.element_address(row if view.is_tile else None, col, lines)
+            s = _swizzled(ctx, geo, offset, row, ch, lines)
+            words = [ctx.new("b32") for _ in range(4)]
+            pred = f"@{guard} " if guard else ""
+            lines.append(f"{pred}ld.shared.v4.b32 {{{', '.join(words)}}}, [{s}];")
+            lines.append(f"@{ok} st.global.v4.b32 [{addr}], {{{', '.join(words)}}};")
+        return lines
+
+    def slow():
+        lines: list[str] = []
+
+        def body(row, ch):
+            b: list[str] = []
+            s = _swizzled(ctx, geo, offset, row, ch, b)
+            words = [ctx.new("b32") for _ in range(4)]
+            b.append(f"ld.shared.v4.b32 {{{', '.join(words)}}}, [{s}];")
+            per_word = 4 // es
+            for w in range(4):
+                for e in range(per_word):
+                    col = ctx.new("b32")
+                    b.append(f"mad.lo.u32 {col}, {ch}, {epc}, {w * per_word + e};")
+                    ok = view.valid(row if view.is_tile else None, col, b)
+                    addr = view.element_address(row if view.is_tile else None, col, b)
+                    if es == 4:
+                        b.append(f"@{ok} st.global.b32 [{addr}], {words[w]};")
+                        continue
+                    x = ctx.new("b32")
+                    b.append(f"shr.u32 {x}, {words[w]}, {8 * es * e};")
+                    b.append(f"@{ok} st.global.{'u16' if es == 2 else 'u8'} [{addr}], {x};")
+            return b
+        _chunk_loop(ctx, geo, body, lines)
+        return lines
+
+    _two_paths(ctx, _aligned_cols(ctx, view, geo, out), fast, slow, out)

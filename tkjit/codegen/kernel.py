@@ -1,0 +1,160 @@
+"""A whole kernel: the PTX module text (header, entry, parameters, registers, prologue, body)
+and the metadata the runtime launches it with.
+
+Parameter ABI (docs/architecture.md): every kernel parameter in order (a global tensor is a
+``.u64`` pointer, a scalar its own type), then every named runtime dimension as ``.s32`` in order
+of first appearance. The grid is a JSON expression over the named dims; the block is
+``32 * warps`` threads; shared memory is dynamic (``.extern .shared .align 1024``).
+"""
+from __future__ import annotations
+
+from ..errors import NotAvailableError
+from ..ir.core import Kernel, Value
+from ..ir.ops import Add, Blocks, CDiv, Const, Dim, FloorDiv, Max, Min, Mod, Mul, Sub
+from ..ir.types import F32, I32, GlobalType, ScalarType
+from .context import SMEM_SYMBOL, Ctx
+from .layout import choose_warp_grid
+from .padding import analyze_padding
+from .smem import plan_shared_memory
+from .table import DEFAULT_TABLE, EmitterTable
+from .values import Scalar
+
+PTX_VERSION = "8.0"
+ARCH = "sm_90a"
+
+
+def grid_expr(v: Value, where) -> int | list:
+    """The launch-time expression of a block count (over named dims), as the launcher reads it."""
+    op = v.owner
+    if isinstance(op, Const) and isinstance(op.attrs["value"], int):
+        return int(op.attrs["value"])
+    if isinstance(op, Dim):
+        return ["dim", op.attrs["name"]]
+    if isinstance(op, (Add, Sub, Mul, CDiv, FloorDiv, Mod, Max, Min)) and isinstance(v.type, ScalarType):
+        a, b = (grid_expr(x, where) for x in op.operands)
+        if isinstance(op, Add):
+            return ["add", a, b]
+        if isinstance(op, Sub):
+            return ["add", a, ["mul", b, -1]]
+        if isinstance(op, Mul):
+            return ["mul", a, b]
+        if isinstance(op, CDiv):
+            return ["cdiv", a, b]
+        if isinstance(op, (Max, Min)):
+            return [op.NAME, a, b]
+        floor = ["cdiv", ["add", a, ["add", 1, ["mul", b, -1]]], b]
+        return floor if isinstance(op, FloorDiv) else ["add", a, ["mul", -1, ["mul", b, floor]]]
+    raise NotAvailableError(f"blocks: a block count must be computed from constants and tensor "
+                            f"dimensions before the block loop (got %{v.hint})", where.span)
+
+
+def _param_entries(kernel: Kernel) -> list[tuple[str, str, dict, Value | None]]:
+    """(PTX type, PTX name, metadata entry, IR parameter) per kernel parameter, then per named dim."""
+    out = []
+    for i, p in enumerate(kernel.params):
+        name = f"{kernel.name}_param_{i}"
+        if isinstance(p.type, GlobalType):
+            out.append((".u64", name, {"kind": "global", "name": p.hint, "dtype": p.type.dtype.name,
+                                       "dims": list(p.type.dims)}, p))
+        elif p.type.dtype in (F32, I32):
+            ptx = ".f32" if p.type.dtype == F32 else ".s32"
+            out.append((ptx, name, {"kind": "scalar", "name": p.hint, "dtype": p.type.dtype.name}, p))
+        else:
+            raise NotAvailableError(f"kernel parameter %{p.hint}: {p.type} scalars cannot be passed "
+                                    "(f32 and i32 can)", kernel.span)
+    for j, d in enumerate(kernel.named_dims()):
+        out.append((".s32", f"{kernel.name}_dim_{j}", {"kind": "dim", "name": d}, None))
+    return out
+
+
+def _load_params(ctx: Ctx, entries) -> list[str]:
+    out = []
+    for ptx_type, name, meta, p in entries:
+        if meta["kind"] == "global":
+            raw, addr = ctx.new("b64"), ctx.new("b64")
+            out += [f"ld.param.u64 {raw}, [{name}];", f"cvta.to.global.u64 {addr}, {raw};"]
+            ctx.globals[id(p)] = addr
+        elif meta["kind"] == "scalar":
+            r = ctx.new("f32" if meta["dtype"] == "f32" else "b32")
+            out.append(f"ld.param{ptx_type} {r}, [{name}];")
+            ctx.bind(p, Scalar(r, p.type.dtype))
+        else:
+            r = ctx.new("b32")
+            out.append(f"ld.param.s32 {r}, [{name}];")
+            ctx.dims[meta["name"]] = r
+    return out
+
+
+def _block_loop(kernel: Kernel) -> Blocks:
+    loops = [op for op in kernel.body.ops if isinstance(op, Blocks)]
+    if len(loops) != 1:
+        raise NotAvailableError(f"kernel '{kernel.name}' needs exactly one block loop to run on the GPU, "
+                                f"found {len(loops)}", kernel.span)
+    return loops[0]
+
+
+def emit_kernel(kernel: Kernel, options: dict | None = None,
+                table: EmitterTable | None = None) -> tuple[str, dict]:
+    options = dict(options or {})
+    table = table or DEFAULT_TABLE
+    blocks = _block_loop(kernel)
+    grid, decisions = choose_warp_grid(kernel, options)
+    pads = analyze_padding(kernel)
+    plan = plan_shared_memory(kernel, lambda op: table.scratch_bytes(op, grid))
+    ctx = Ctx(kernel, grid, plan, pads, options, table)
+    entries = _param_entries(kernel)
+    loads = _load_params(ctx, entries)
+    body = ctx.emit_block(kernel.body)
+    counts = [grid_expr(v, blocks) for v in blocks.variadic()]
+    total = counts[0]
+    for c in counts[1:]:
+        total = ["mul", total, c]
+    persistent = blocks.attrs.get("schedule", "grid") == "persistent"
+    launch_grid = [["min", total, ["num_sms"]]] if persistent else [total]
+    decisions.append({"decision": "schedule", "value": blocks.attrs.get("schedule", "grid"),
+                      "why": "one CTA per SM looping over blocks with stride gridDim.x" if persistent else
+                      "one CTA per block; the linear CTA index is decomposed with the last block index fastest"})
+    if blocks.attrs.get("group", 1) > 1:
+        decisions.append({"decision": "block_order", "value": f"grouped by {blocks.attrs['group']}",
+                          "why": "consecutive CTAs walk groups of rows so operand tiles stay in L2"})
+    decisions.append({"decision": "shared_memory", "value": plan.total,
+                      "why": "; ".join(f"{what} at {reg.offset} ({reg.size} B)" for what, reg, _ in plan.items)
+                      or "no shared memory needed"})
+    decisions += ctx.decisions
+    text = _module_text(kernel, entries, grid.threads, plan.total, ctx, loads, body)
+    meta = {
+        "name": kernel.name,
+        "entry": kernel.name,
+        "arch": ARCH,
+        "backend": "mma.sync",
+        "params": [e[2] for e in entries if e[2]["kind"] != "dim"],
+        "dims": kernel.named_dims(),
+        "grid": launch_grid,
+        "block": [grid.threads, 1, 1],
+        "smem_bytes": plan.total,
+        "num_warps": grid.warps,
+        "warp_grid": [grid.wr, grid.wc],
+        "decisions": decisions,
+    }
+    return text, meta
+
+
+def _module_text(kernel, entries, threads, smem, ctx: Ctx, loads, body) -> str:
+    lines = [f"// tkjit: kernel '{kernel.name}', register-tile (mma.sync) backend",
+             f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", ""]
+    lines.append(f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];")
+    lines.append("")
+    params = ",\n".join(f"  .param {t} {name}" for t, name, _, _ in entries)
+    lines.append(f".visible .entry {kernel.name}(\n{params}\n)")
+    lines.append(f".reqntid {threads}, 1, 1")
+    lines.append("{")
+    lines += ctx.namer.declarations()
+    lines += ["  " + line for line in loads]
+    lines += ["  " + line for chunk in ctx.prologue for line in chunk.split("\n")]
+    for line in body:
+        for piece in line.split("\n"):
+            lines.append(piece if piece.endswith(":") and not piece.startswith("//") else "  " + piece)
+    lines.append("  ret;")
+    lines.append("}")
+    _ = smem
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,158 @@
+"""How block-level register tiles are spread over the warps of a thread block.
+
+A thread block has W warps arranged as a WR x WC warp grid (warp w is row w // WC, column
+w % WC). Every register tile uses the mma.sync accumulator fragment layout: 16-row *bands* and
+8-column *chunks*; lane 4g+t of a warp holds rows g and g+8 of each of its bands and columns
+2t, 2t+1 of each of its chunks (four f32 per band x chunk, or two packed bf16x2 registers).
+
+A tile [R, C] has R/16 bands and C/8 chunks. The bands are split over gcd(R/16, WR) *row
+groups* (contiguous runs of bands), the chunks over gcd(C/8, WC) *column groups*; warp rows
+(columns) beyond the number of groups hold replicas. The layout depends only on the tile's
+shape and the kernel's warp grid, so tiles of one shape always agree, a ``cv<R>`` matches the
+rows of every [R, C] tile and an ``rv<C>`` the columns of every [R, C] tile: elementwise maps,
+broadcasts, mma results and quad-shuffle row reductions never move data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+from ..ir.core import Kernel
+from ..ir.ops import Mma, Reduce, Broadcast
+from ..ir.types import TileType, VectorType
+
+BAND = 16   # rows per band
+CHUNK = 8   # columns per chunk
+
+
+@dataclass(frozen=True)
+class AxisSplit:
+    """One axis of a tile over the warp grid: ``groups`` distinct warp groups, ``per_warp`` units each."""
+
+    units: int      # bands (rows) or chunks (columns) in the tile
+    groups: int     # distinct groups of warps along the axis
+    per_warp: int   # units held by each warp
+    warp_span: int  # WR or WC: warp rows/columns of the grid (>= groups; the rest replicate)
+
+    @property
+    def replicated(self) -> bool:
+        return self.groups < self.warp_span
+
+
+@dataclass(frozen=True)
+class TileLayout:
+    rows: AxisSplit   # units are 16-row bands
+    cols: AxisSplit   # units are 8-column chunks
+
+    @property
+    def bands(self) -> int:
+        return self.rows.per_warp
+
+    @property
+    def chunks(self) -> int:
+        return self.cols.per_warp
+
+    def elements(self):
+        """(band, chunk, i) for the thread's elements; i = 2*half + column-in-pair."""
+        for b in range(self.bands):
+            for j in range(self.chunks):
+                for i in range(4):
+                    yield b, j, i
+
+
+@dataclass(frozen=True)
+class WarpGrid:
+    warps: int
+    wr: int
+    wc: int
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def row_split(self, rows: int) -> AxisSplit:
+        units = rows // BAND
+        groups = gcd(units, self.wr)
+        return AxisSplit(units, groups, units // groups, self.wr)
+
+    def col_split(self, cols: int) -> AxisSplit:
+        units = cols // CHUNK
+        groups = gcd(units, self.wc)
+        return AxisSplit(units, groups, units // groups, self.wc)
+
+    def tile(self, rows: int, cols: int) -> TileLayout:
+        return TileLayout(self.row_split(rows), self.col_split(cols))
+
+
+def _pow2_divisors(n: int) -> list[int]:
+    out, d = [], 1
+    while d <= n:
+        if n % d == 0:
+            out.append(d)
+        d *= 2
+    return out
+
+
+def _largest_dividing(warps: int, units: int) -> int:
+    return max(d for d in _pow2_divisors(warps) if units % d == 0)
+
+
+def choose_warp_grid(kernel: Kernel, options: dict) -> tuple[WarpGrid, list[dict]]:
+    """Pick W and the WR x WC warp grid from the kernel's register tiles; say why."""
+    tiles: list[TileType] = []
+    row_centric: list[int] = []
+    accumulators: list[TileType] = []
+    for op in kernel.walk():
+        values = list(op.results) + [a for r in op.regions for a in r.args]
+        tiles += [v.type for v in values if isinstance(v.type, TileType) and v.type.space == "rt"]
+        if any(isinstance(v.type, VectorType) and v.type.kind == "cv" for v in values):
+            row_centric += [v.type.length for v in values if isinstance(v.type, VectorType)
+                            and v.type.kind == "cv"]
+        if isinstance(op, (Reduce, Broadcast)) and op.AXIS == "row":
+            row_centric.append(op.operands[0].type.rows)
+        if isinstance(op, Mma):
+            accumulators.append(op.result.type)
+            a = op.operands[0].type
+            if a.space == "rt":
+                row_centric.append(op.result.type.rows)
+    decisions = []
+    largest = max((t.rows * t.cols for t in tiles), default=0)
+    warps = int(options.get("num_warps") or (8 if largest > 4 * 32 * 64 else 4))
+    if warps not in (1, 2, 4, 8, 16):
+        from ..errors import TkError
+        raise TkError(f"codegen option num_warps must be a power of two up to 16, got {warps}")
+    why = (f"pinned by the num_warps option" if options.get("num_warps") else
+           f"the largest register tile has {largest} elements: "
+           + ("more than 64 per thread with 4 warps, so 8 warps" if warps == 8 else
+              "at most 64 f32 registers per thread with 4 warps"))
+    decisions.append({"decision": "warps", "value": warps, "why": why})
+    if options.get("warp_rows"):
+        wr = int(options["warp_rows"])
+        why = "pinned by the warp_rows option"
+    elif row_centric:
+        wr = min(_largest_dividing(warps, r // BAND) for r in row_centric)
+        why = ("row reductions, row broadcasts or a register A operand: each warp keeps whole rows "
+               f"so they need no cross-warp traffic ({wr} warp rows divide the {min(row_centric)}-row tiles)")
+    elif accumulators:
+        acc = max(accumulators, key=lambda t: t.rows * t.cols)
+        best = None
+        for d in _pow2_divisors(warps):
+            fits = (acc.rows // BAND) % d == 0 and (acc.cols // CHUNK) % (warps // d) == 0
+            cost = acc.rows // d + acc.cols // (warps // d)
+            key = (not fits, cost, -d)
+            if best is None or key < best[0]:
+                best = (key, d)
+        wr = best[1]
+        why = (f"a {acc.rows}x{acc.cols} accumulator: {wr}x{warps // wr} warps give "
+               f"{acc.rows // wr}x{acc.cols // (warps // wr)} warp tiles, the fewest shared-memory "
+               "operand loads per mma")
+    else:
+        rows = max((t.rows for t in tiles), default=BAND)
+        wr = _largest_dividing(warps, rows // BAND)
+        why = f"elementwise only: {wr} warp rows split the {rows}-row tiles by bands"
+    if warps % wr:
+        from ..errors import TkError
+        raise TkError(f"codegen option warp_rows={wr} does not divide num_warps={warps}")
+    grid = WarpGrid(warps, wr, warps // wr)
+    decisions.append({"decision": "warp_grid", "value": [grid.wr, grid.wc], "why": why})
+    return grid, decisions
