@@ -22,7 +22,8 @@ NAMES = ("gemm", "attention", "layernorm", "softmax", "rotary")
 CASES_PER_EXAMPLE = 420  # 2,100 in all
 
 # Splits kernel text into whitespace/comments (kept as they are) and tokens (mutated).
-_PIECE = re.compile(r"\s+|#[^\n]*|[A-Za-z_]\w*|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\.|//|&&|\|\||[=!<>]=|\S")
+_PIECE = re.compile(r"\s+|#[^\n]*|[A-Za-z_]\w*|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\.|//|&&|\|\|"
+                    r"|[=!<>]=|\S")
 _PUNCTUATION = ["(", ")", "[", "]", "{", "}", "<", ">", ",", ";", ":", "=", ".", "..", "+", "-",
                 "*", "/", "//", "%", "==", "!=", "<=", ">=", "&&", "||", "!", "@", "\n", "0",
                 "1", "16", "-1", "1e9", "2147483648", "0.5", "true", "false", "inf", "nan"]

@@ -103,7 +103,8 @@ def loop_attrs(lw, annotations: tuple[ast.Annotation, ...]) -> dict:
     return attrs
 
 
-def swizzle(lw, annotations: tuple[ast.Annotation, ...]) -> tuple[Optional[str], Optional[ast.Annotation]]:
+def swizzle(lw, annotations: tuple[ast.Annotation, ...]
+            ) -> tuple[Optional[str], Optional[ast.Annotation]]:
     """The swizzle pinned on a declaration: '128B', '64B', '32B', 'none' or None."""
     _unique(annotations)
     for ann in annotations:

@@ -163,7 +163,9 @@ def lower_call(lw, call: ast.Call, want: Optional[Type]) -> object:
                               call.type_span)
     n = len(call.args)
     if not fn.min_args <= n <= fn.max_args:
-        if fn.min_args == fn.max_args:
+        if fn.max_args == 0:
+            want_n = "no arguments"
+        elif fn.min_args == fn.max_args:
             want_n = f"{fn.min_args} argument{'s' if fn.min_args != 1 else ''}"
         else:
             want_n = f"{fn.min_args} or {fn.max_args} arguments"

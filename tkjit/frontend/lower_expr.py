@@ -215,6 +215,8 @@ class ExprLowering:
 
     def binary(self, node: ast.Binary) -> Val:
         a = self.expr(node.lhs)
+        if node.op in ("&&", "||") and isinstance(a, bool):
+            return self._decided_by_lhs(node, a)
         b = self.expr(node.rhs)
         if is_const(a) and is_const(b):
             return fold_binary(node.op, a, b, node.span)
@@ -226,6 +228,25 @@ class ExprLowering:
             if short is not None:
                 return short
         return self.combine(node.op, a, b, node.lhs, node.rhs, node.span)
+
+    def _decided_by_lhs(self, node: ast.Binary, a: bool) -> Val:
+        """``false && x``, ``true || x``: x is still checked, but its ops are dropped."""
+        scratch = Block()
+        self.blocks.append(scratch)
+        self.const_cache.append({})
+        try:
+            b = self.expr(node.rhs)
+        finally:
+            self.blocks.pop()
+            consts = self.const_cache.pop()
+        if is_const(b):
+            return fold_binary(node.op, a, b, node.span)
+        result = self._short_circuit(node.op, a, b, node)
+        if result is b:  # true && x, false || x: x it is, with the ops that compute it
+            for op in scratch.ops:
+                self.blocks[-1].append(op)
+            self.const_cache[-1].update(consts)
+        return result
 
     def _short_circuit(self, op: str, a: Val, b: Val, node: ast.Binary) -> Optional[Val]:
         """``true && x`` is x, ``false && x`` is false; and the same for ``||``."""

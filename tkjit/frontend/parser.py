@@ -217,14 +217,16 @@ class _Builder(Transformer):
         return ast.Call(self._span(meta), str(name), self._tok(name), tuple(args))
 
     def generic_call(self, meta, children):
-        tok, args = children
+        tok, args = children  # GENERIC is `name <T>` (maybe with blanks) up to the '('
         text = str(tok)
         lt, gt = text.index("<"), text.index(">")
         func = text[:lt].rstrip()
-        type_arg = text[lt + 1:gt].strip()
-        type_start = tok.start_pos + lt + 1 + (len(text[lt + 1:gt]) - len(text[lt + 1:gt].lstrip()))
-        return ast.Call(self._span(meta), func, Span(self.src, tok.start_pos, tok.start_pos + len(func)),
-                        tuple(args), type_arg, Span(self.src, type_start, type_start + len(type_arg)))
+        inside = text[lt + 1:gt]
+        type_arg = inside.strip()
+        type_start = tok.start_pos + lt + 1 + len(inside) - len(inside.lstrip())
+        func_span = Span(self.src, tok.start_pos, tok.start_pos + len(func))
+        type_span = Span(self.src, type_start, type_start + len(type_arg))
+        return ast.Call(self._span(meta), func, func_span, tuple(args), type_arg, type_span)
 
     def method(self, meta, children):
         obj, name, args = children

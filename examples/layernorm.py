@@ -1,0 +1,39 @@
+"""Run layernorm.tk — LayerNorm over the last dimension, f32 math — and check it against torch.
+
+    python examples/layernorm.py [ROWS]
+
+On a GPU the kernel runs there; without one it runs on tkjit's CPU interpreter, at smaller sizes.
+"""
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import tkjit
+
+HERE = Path(__file__).resolve().parent
+D = 1024  # the kernel's constant D
+
+
+def main(argv: list[str]) -> int:
+    gpu = torch.cuda.is_available()
+    device = "cuda" if gpu else "cpu"
+    rows = int(argv[0]) if argv else (16384 if gpu else 100)
+    x = (torch.randn(rows, D, device=device) * 2 + 0.5).bfloat16()
+    w = torch.randn(D, dtype=torch.bfloat16, device=device)
+    bias = torch.randn(D, dtype=torch.bfloat16, device=device)
+    y = torch.full((rows, D), float("nan"), dtype=torch.bfloat16, device=device)
+    eps = 1e-5
+
+    layernorm = tkjit.load(HERE / "layernorm.tk")
+    layernorm(x, w, bias, y, eps)
+
+    ref = F.layer_norm(x.float(), (D,), w.float(), bias.float(), eps=eps)
+    err = ((y.float() - ref).norm() / ref.norm()).item()
+    print(f"layernorm {rows}x{D} on {device}: relative error {err:.2e}")
+    return 0 if err < 1e-2 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
