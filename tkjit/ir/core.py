@@ -8,6 +8,7 @@ end (which builds ops) and the IR parser (which reads them) share one set of rul
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Sequence
 
@@ -151,7 +152,7 @@ class Op:
         self._check_result_types()
         expected = self.infer()
         got = [r.type for r in self.results]
-        if expected != got:
+        if len(expected) != len(got) or not all(map(_same_type, expected, got)):
             raise self.error(f"result type expected {_types(expected)}, got {_types(got)}")
 
     # -- conveniences ---------------------------------------------------------------------
@@ -169,6 +170,16 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<{self.NAME} op>"
+
+
+def _same_type(expected: Type, got: Type) -> bool:
+    """Layout attributes (``swizzle=128B``, ``layout=wgmma``) are chosen by passes, not by type
+    inference: an inferred type without attributes accepts a recorded one that has them."""
+    if expected == got:
+        return True
+    if getattr(got, "attrs", ()) and not getattr(expected, "attrs", ()):
+        return dataclasses.replace(got, attrs=()) == expected
+    return False
 
 
 def _type_name(t: type | tuple[type, ...]) -> str:

@@ -63,12 +63,14 @@ class For(Op):
     """``%r = for %lo, %hi, %step, %init : T { ^(%k: i32, %acc: T): ... yield %acc2 }``
 
     Runs k = lo, lo+step, ... while k < hi; the values after ``step`` are carried (SSA iter args)
-    and the results are their final values. ``stages`` pins the pipeline depth of its loads."""
+    and the results are their final values. ``stages`` pins the pipeline depth of its loads.
+    Set by passes: ``stage_bytes`` (bytes the loop's loads bring per trip), ``stage_stride``
+    (shared-memory distance between two stages) and ``bars`` (offset of its mbarrier words)."""
 
     NAME = "for"
     OPERANDS = ("lo", "hi", "step", "inits*")
-    ATTRS = {"stages": int, "unroll": int}
-    OPTIONAL_ATTRS = frozenset({"stages", "unroll"})
+    ATTRS = {"stages": int, "unroll": int, "stage_bytes": int, "stage_stride": int, "bars": int}
+    OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = None
     NUM_REGIONS = 1
 

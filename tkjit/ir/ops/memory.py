@@ -29,10 +29,14 @@ class Load(Op):
     """``%a = load %A, %m, %k : st<bf16>[128, 64]`` — the tile at tile coordinates (m, k).
 
     A tile covers the last two dimensions (a vector the last one); earlier coordinates are plain
-    indices. Elements outside the tensor are padding: zero, never reduced or stored."""
+    indices. Elements outside the tensor are padding: zero, never reduced or stored.
+    Set by smem-plan for shared tiles: ``smem`` (byte offset; stage 0's in a pipelined loop) and,
+    for a load outside any loop, ``bars`` (offset of its mbarrier words)."""
 
     NAME = "load"
     OPERANDS = ("src", "coords*")
+    ATTRS = {"smem": int, "bars": int}
+    OPTIONAL_ATTRS = frozenset(ATTRS)
 
     def infer(self):
         if not self.results:
@@ -43,22 +47,32 @@ class Load(Op):
 
 
 class Store(Op):
-    """``store %C, %c, %m, %n`` — write tile %c at tile coordinates (m, n), clipped to the tensor."""
+    """``store %C, %c, %m, %n`` — write tile %c at tile coordinates (m, n), clipped to the tensor.
+    Set by smem-plan for a register tile: ``smem`` (offset of the shared staging buffer it goes
+    through) and ``staging`` ("tile": the whole tile; "chunks": 64-row x 128-byte chunks, one
+    buffer per consumer warpgroup, reused chunk after chunk)."""
 
     NAME = "store"
     OPERANDS = ("dst", "value", "coords*")
+    ATTRS = {"smem": int, "staging": str}
+    OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = 0
 
     def infer(self):
         _check_coords(self, self.operands[0].type, self.variadic(), self.operands[1].type, "store")
+        if self.attrs.get("staging", "tile") not in ("tile", "chunks"):
+            raise self.error(f"staging expected \"tile\" or \"chunks\", got {self.attrs['staging']!r}")
         return []
 
 
 class Copy(Op):
-    """``%x = copy %a : rt<f32>[64, 64]`` — shared ↔ register, optionally converting the dtype."""
+    """``%x = copy %a : rt<f32>[64, 64]`` — shared ↔ register, optionally converting the dtype.
+    ``smem`` (set by smem-plan): the byte offset of a shared result."""
 
     NAME = "copy"
     OPERANDS = ("x",)
+    ATTRS = {"smem": int}
+    OPTIONAL_ATTRS = frozenset(ATTRS)
 
     def infer(self):
         if not self.results:

@@ -10,10 +10,20 @@ class Mma(Op):
     whether an operand is given transposed: mma_ABt takes B as [N, K], mma_AtB takes A as [K, M]."""
 
     OPERANDS = ("a", "b", "acc?")
+    ATTRS = {"a_major": str, "b_major": str, "transpose": str}
+    OPTIONAL_ATTRS = frozenset(ATTRS)
+    """Chosen by the layout pass: how each shared operand is stored ("K": K contiguous, "MN": M
+    or N contiguous; wgmma's tA/tB bits), and ``transpose`` ("A", "B" or "AB"): operands that
+    must be made K-major before the wgmma because their dtype (fp8) cannot be read MN-major."""
     TA = False
     TB = False
 
     def infer(self):
+        for key in ("a_major", "b_major"):
+            if self.attrs.get(key, "K") not in ("K", "MN"):
+                raise self.error(f"{key} expected \"K\" or \"MN\", got {self.attrs[key]!r}")
+        if self.attrs.get("transpose", "A") not in ("A", "B", "AB"):
+            raise self.error(f"transpose expected \"A\", \"B\" or \"AB\", got {self.attrs['transpose']!r}")
         a, b = self.operands[0].type, self.operands[1].type
         for name, t in (("A", a), ("B", b)):
             if not isinstance(t, TileType):
