@@ -26,6 +26,8 @@ from .typeexpr import binding_type, param_type
 
 
 class Lowerer(ExprLowering):
+    """Lowers one kernel: ``Lowerer(ast, constants).kernel()`` → an unverified IR kernel."""
+
     def __init__(self, kernel: ast.Kernel, constants: Optional[dict] = None):
         super().__init__()
         self.ast = kernel
