@@ -1,9 +1,9 @@
-"""``tkjit demo``: compile every example in ``examples/`` and show what the compiler made of it.
+"""``tkjit demo``: compile every example in ``examples/``, run it, and check it against PyTorch.
 
 For each ``examples/*.tk`` it prints the kernel's IR summary (parameters, named dimensions, ops
-by kind, decisions) and then one table row: compiled or not, how long it took, and on which
-backend it would run (the GPU when one is present, the CPU interpreter otherwise). Running the
-examples is the next step: ``run_example`` is the hook for it.
+by kind, decisions), then runs the example's driver (``examples/<name>.py``: fresh random
+inputs, poisoned outputs, a PyTorch reference) on the GPU when one is present and on the CPU
+interpreter otherwise, and ends with a table: kernel, shape, relative error, ok.
 """
 from __future__ import annotations
 
@@ -48,10 +48,32 @@ def backend_here() -> str:
         return "interpret"
 
 
-def run_example(kernel, path: Path, backend: str) -> str:
-    """Run one compiled example on ``backend``; returns the table's result cell.
-    (Not yet: the examples' inputs and reference checks come with their drivers.)"""
-    return "not run yet"
+TOLERANCE = 1e-2  # relative error allowed against the reference (bf16 inputs and outputs)
+
+# Extra configurations a driver is run with beyond its defaults (keyword arguments of check()).
+VARIANTS = {"attention": [{}, {"causal": True}, {"causal": True, "d": 64}]}
+
+
+def run_example(path: Path, backend: str) -> list[tuple[str, str, str]]:
+    """Run an example's driver on ``backend``; rows of (shape, relative error, ok)."""
+    import importlib.util
+    driver = path.with_suffix(".py")
+    if not driver.is_file():
+        return [("-", "-", "no driver")]
+    spec = importlib.util.spec_from_file_location(f"tkjit_example_{path.stem}", driver)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    device = "cuda" if backend == "gpu" else "cpu"
+    rows = []
+    for kwargs in VARIANTS.get(path.stem, [{}]):
+        try:
+            shape, err = module.check(device, None, **kwargs)
+        except TkError as e:
+            rows.append(("-", "-", "error: " + e.message.splitlines()[0]))
+            continue
+        ok = err == err and err <= TOLERANCE  # NaN never passes
+        rows.append((shape, f"{err:.2e}", "ok" if ok else "FAILED"))
+    return rows
 
 
 def run_demo(directory: Path | None = None, out: TextIO | None = None) -> int:
@@ -65,7 +87,9 @@ def run_demo(directory: Path | None = None, out: TextIO | None = None) -> int:
         print(f"no examples found in {directory or EXAMPLES_DIR}", file=out)
         return 1
     backend = backend_here()
-    rows = [("example", "kernel", "compile", "ms", f"run ({backend})")]
+    where = "the GPU" if backend == "gpu" else "the CPU interpreter (no GPU here)"
+    print(f"running the examples on {where}\n", file=out)
+    rows = [("example", "compile ms", "shape", "rel. error", "ok")]
     failures = 0
     for path in examples:
         start = time.perf_counter()
@@ -74,12 +98,14 @@ def run_demo(directory: Path | None = None, out: TextIO | None = None) -> int:
         except TkError as e:
             failures += 1
             ms = f"{(time.perf_counter() - start) * 1e3:.1f}"
-            rows.append((path.name, "-", "failed", ms, "-"))
+            rows.append((path.name, ms, "-", "-", "compile failed"))
             print(f"{path.name}:\n{_indent(e.render())}\n", file=out)
             continue
         ms = f"{(time.perf_counter() - start) * 1e3:.1f}"
         print(f"{path.name}:\n{_indent(ir_summary(kernel))}\n", file=out)
-        rows.append((path.name, kernel.name, "ok", ms, run_example(kernel, path, backend)))
+        for shape, err, ok in run_example(path, backend):
+            failures += ok not in ("ok", "no driver")
+            rows.append((path.name, ms, shape, err, ok))
     print(format_table(rows), file=out)
     return 1 if failures else 0
 
