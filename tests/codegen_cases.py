@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 KERNEL_DIR = Path(__file__).parent / "codegen_kernels"
+EXAMPLE_DIR = Path(__file__).parent.parent / "examples"
 
 
 @dataclass
@@ -32,13 +33,22 @@ class Case:
     atol: float = 1e-2
     sass: dict = field(default_factory=dict)
     """Expected SASS properties: {"HMMA": True, "LDG.E.128": True, ...}."""
+    example: str | None = None
+    """The examples/<example>.tk kernel (lowered by the front end) instead of hand-written IR."""
+    constants: dict = field(default_factory=dict)
 
     @property
     def ir_path(self) -> Path:
         return KERNEL_DIR / f"{self.name}.tkir"
 
-    def ir(self) -> str:
-        return self.ir_path.read_text()
+    def kernel(self):
+        """The case's verified tile IR kernel."""
+        if self.example is None:
+            from tkjit.ir.parser import parse_kernel
+            return parse_kernel(self.ir_path.read_text(), str(self.ir_path))
+        from tkjit.frontend import lower_source
+        path = EXAMPLE_DIR / f"{self.example}.tk"
+        return lower_source(path.read_text(), str(path), dict(self.constants))
 
 
 def _randn(gen, *shape, dtype=torch.bfloat16, scale=1.0):
@@ -126,7 +136,7 @@ def _attention_ref(i, causal=False):
     s = (q @ k.transpose(-1, -2)) * i["scale"]
     if causal:
         n = s.shape[-1]
-        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool, device=s.device), 1), float("-inf"))
     return {"O": torch.softmax(s, dim=-1) @ v}
 
 
@@ -146,10 +156,59 @@ def _maps_ref(i):
     y = t * 0.5 if i["mode"] == 1 else t
     n = x.shape[0]
     nb = -(-n // 64)
-    sums = torch.zeros(nb, 64, dtype=torch.float64)
+    sums = torch.zeros(nb, 64, dtype=torch.float64, device=x.device)
     for b in range(nb):
         sums[b] = x[64 * b:64 * b + 64].sum(0)
     return {"Y": y, "S": sums}
+
+
+def _ex_softmax_make(d, gen):
+    return {"X": _randn(gen, d["R"], d["C"], scale=3.0) - 4, "Y": torch.empty(d["R"], d["C"], dtype=torch.bfloat16)}
+
+
+def _ex_layernorm_make(d, gen):
+    r, dd = d["R"], d["D"]
+    return {"X": _randn(gen, r, dd, scale=2.0) + 0.5, "W": _randn(gen, dd), "Bias": _randn(gen, dd),
+            "Y": torch.empty(r, dd, dtype=torch.bfloat16), "eps": 1e-5}
+
+
+def _ex_layernorm_ref(i):
+    x = i["X"].double()
+    return {"Y": torch.nn.functional.layer_norm(x, (x.shape[-1],), i["W"].double(), i["Bias"].double(), i["eps"])}
+
+
+def _ex_rotary_make(d, gen):
+    b, h, n, dd = d["B"], d["H"], d["N"], d["D"]
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    ang = pos * 10000.0 ** (-torch.arange(dd // 2, dtype=torch.float64) / (dd // 2))
+    return {"X": _randn(gen, b, h, n, dd), "COS": torch.cos(ang).bfloat16(), "SIN": torch.sin(ang).bfloat16(),
+            "Y": torch.empty(b, h, n, dd, dtype=torch.bfloat16)}
+
+
+def _ex_rotary_ref(i):
+    x = i["X"].double()
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = i["COS"].double(), i["SIN"].double()
+    return {"Y": torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)}
+
+
+def _ex_attention_make(d, gen):
+    b, h, hkv, n, dd = d["B"], d["H"], d["HKV"], d["N"], d["D"]
+    return {"Q": _randn(gen, b, h, n, dd), "K": _randn(gen, b, hkv, n, dd), "V": _randn(gen, b, hkv, n, dd),
+            "O": torch.empty(b, h, n, dd, dtype=torch.bfloat16), "L": torch.empty(b, h, n),
+            "scale": 1.0 / math.sqrt(dd)}
+
+
+def _ex_attention_ref(i, causal):
+    q, k, v = (i[x].double() for x in "QKV")
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s = (q @ k.transpose(-1, -2)) * i["scale"]
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool, device=s.device), 1), float("-inf"))
+    return {"O": torch.softmax(s, dim=-1) @ v, "L": torch.logsumexp(s, dim=-1)}
 
 
 CASES = [
@@ -196,7 +255,33 @@ CASES = [
          sim_shapes=[{"N": 70, "R": 2}, {"N": 64, "R": 1, "mode": 0}], rtol=2e-3, atol=2e-3),
 ]
 
-BY_NAME = {c.name: c for c in CASES}
+EXAMPLES = [
+    Case("ex_softmax", ["X", "Y"], ["Y"], _ex_softmax_make, _softmax_ref, example="softmax",
+         shapes=[{"R": 16384, "C": 1024}, {"R": 77, "C": 1024}, {"R": 1, "C": 1024}],
+         sim_shapes=[{"R": 20, "C": 1024}], sass={"LDGSTS.E.BYPASS.128": True, "STG.E.128": True}),
+    Case("ex_layernorm", ["X", "W", "Bias", "Y", "eps"], ["Y"], _ex_layernorm_make, _ex_layernorm_ref,
+         example="layernorm", shapes=[{"R": 8192, "D": 1024}, {"R": 100, "D": 1024}, {"R": 3, "D": 1024}],
+         sim_shapes=[{"R": 18, "D": 1024}], sass={"LDGSTS.E.BYPASS.128": True, "STG.E.128": True}),
+    Case("ex_rotary", ["X", "COS", "SIN", "Y"], ["Y"], _ex_rotary_make, _ex_rotary_ref, example="rotary",
+         shapes=[{"B": 2, "H": 16, "N": 2048, "D": 128}, {"B": 1, "H": 3, "N": 100, "D": 128}],
+         sim_shapes=[{"B": 1, "H": 2, "N": 70, "D": 128}], sass={"LDGSTS.E.BYPASS.128": True, "STG.E.128": True}),
+    Case("ex_gemm", ["A", "B", "C"], ["C"], _gemm_make, _gemm_ref, example="gemm",
+         shapes=[{"M": 2048, "N": 2048, "K": 2048}, {"M": 1000, "N": 600, "K": 136}, {"M": 33, "N": 300, "K": 64}],
+         sim_shapes=[{"M": 130, "N": 264, "K": 72}],
+         sass={"HMMA": True, "LDGSTS.E.BYPASS.128": True, "LDSM": True, "STG.E.128": True}),
+    Case("ex_attention", ["Q", "K", "V", "O", "L", "scale"], ["O", "L"], _ex_attention_make,
+         lambda i: _ex_attention_ref(i, False), example="attention",
+         shapes=[{"B": 2, "H": 8, "HKV": 2, "N": 1024, "D": 128}, {"B": 1, "H": 2, "HKV": 1, "N": 300, "D": 128}],
+         sim_shapes=[{"B": 1, "H": 2, "HKV": 1, "N": 140, "D": 128}], sass={"HMMA": True}),
+    Case("ex_attention_causal_d64", ["Q", "K", "V", "O", "L", "scale"], ["O", "L"], _ex_attention_make,
+         lambda i: _ex_attention_ref(i, True), example="attention",
+         constants={"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 64},
+         shapes=[{"B": 2, "H": 4, "HKV": 4, "N": 1024, "D": 64}, {"B": 1, "H": 2, "HKV": 2, "N": 130, "D": 64}],
+         sim_shapes=[{"B": 1, "H": 1, "HKV": 1, "N": 100, "D": 64}], sass={"HMMA": True}),
+]
+
+ALL_CASES = CASES + EXAMPLES
+BY_NAME = {c.name: c for c in ALL_CASES}
 
 
 def dims_of(shape: dict) -> dict:

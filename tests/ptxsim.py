@@ -591,24 +591,19 @@ class CTA:
         count = int([p for p in parts if p.startswith("x")][0][1:])
         trans = "trans" in parts
         addrs = self.address(ops[1], "shared")
+        lanes = self.tid % 32
+        supply = lanes < 8 * count                       # threads 8k..8k+7 give matrix k's rows
+        raw = self.shared.read(self.tid[supply].astype(np.int64), addrs[supply], 16)
+        warps = self.T // 32
+        mats = raw.view(np.uint16).reshape(warps, count, 8, 8)   # [warp, matrix, row, col]
+        if trans:
+            mats = mats.transpose(0, 1, 3, 2)
+        r, c = np.arange(32) // 4, 2 * (np.arange(32) % 4)
         dsts = [d.strip() for d in ops[0].strip("{}").split(",")]
-        out = [np.zeros(self.T, dtype=np.uint32) for _ in range(count)]
-        for w in range(self.T // 32):
-            base = 32 * w
-            for m in range(count):
-                rows = []
-                for i in range(8):
-                    t = base + 8 * m + i
-                    raw = self.shared.read(np.array([t]), addrs[t:t + 1], 16)
-                    rows.append(raw.view(np.uint16).ravel())
-                mat = np.stack(rows)  # [8 rows, 8 cols] of b16
-                if trans:
-                    mat = mat.T
-                for lane in range(32):
-                    r, c = lane // 4, 2 * (lane % 4)
-                    out[m][base + lane] = int(mat[r, c]) | (int(mat[r, c + 1]) << 16)
-        for d, v in zip(dsts, out):
-            self.set(d, v, active)
+        for m, d in enumerate(dsts):
+            lo = mats[:, m, r, c].astype(np.uint32)          # [warp, lane]
+            hi = mats[:, m, r, c + 1].astype(np.uint32)
+            self.set(d, (lo | (hi << 16)).reshape(-1), active)
 
     def op_mma(self, parts, ops, active):
         d_t, a_t = parts[6], parts[7]
@@ -662,6 +657,7 @@ def launch(ptx: str, meta: dict, args: list, dims: dict, num_sms: int = 4, mem: 
     """Run a kernel on the simulator: ``args`` are ints (addresses from ``mem.alloc``) or floats."""
     from tkjit.runtime.launcher import compile_grid
     kernel = Kernel(ptx)
+    dims = {d: dims[d] for d in meta["dims"]}
     values = list(args) + [dims[d] for d in meta["dims"]]
     params = {name: v for (_, name), v in zip(kernel.params, values)}
     grid = compile_grid(meta["grid"], tuple(meta["dims"]), num_sms)(**dims)

@@ -82,6 +82,21 @@ class Pattern:
     byte: str | None
 
 
+class AxisMask:
+    """``mask[key]`` emits ``setp`` for one element position and returns the predicate; making
+    them at the point of use keeps few predicates live (there are only 7 hardware ones)."""
+
+    def __init__(self, ctx: "Ctx", rel: str, which: str, out: list[str]):
+        self.ctx, self.rel, self.which, self.out = ctx, rel, which, out
+
+    def __getitem__(self, key: tuple[int, int]) -> str:
+        unit, k = key
+        offset = 16 * unit + 8 * k if self.which == "rows" else 8 * unit + k
+        p = self.ctx.new("pred")
+        self.out.append(f"setp.gt.s32 {p}, {self.rel}, {offset};")
+        return p
+
+
 class Ctx:
     def __init__(self, kernel: Kernel, grid: WarpGrid, plan: SmemPlan, pads: PaddingInfo,
                  options: dict, emitters):
@@ -91,6 +106,7 @@ class Ctx:
         self.values: dict[int, object] = {}
         self.prologue: list[str] = []
         self._cache: dict = {}
+        self._op_cache: dict = {}
         self._labels = 0
         self.sync = SharedSync()
         self.globals: dict[int, str] = {}   # id(param) -> .u64 global address register
@@ -129,7 +145,9 @@ class Ctx:
 
     def emit_op(self, op: Op) -> list[str]:
         emitter = self.emitters.lookup(op)
+        saved, self._op_cache = self._op_cache, {}
         lines = emitter(self, op)
+        self._op_cache = saved
         if op.span is not None and lines:
             return [f"// {op.NAME} at {op.span.location()}"] + lines
         return lines
@@ -229,13 +247,19 @@ class Ctx:
         return self.cached(("f32", f32_imm(value)), build)
 
     # -- shared-memory fragment addresses ------------------------------------------------
-    def address(self, pat: Pattern, offset: int, dr: int, dc: int) -> str:
-        """``[reg+imm]`` for the thread's row + dr (dr % 8 == 0), chunk + dc of a tile at ``offset``."""
+    def address(self, pat: Pattern, offset: int, dr: int, dc: int, out: list[str]) -> str:
+        """``[reg+imm]`` for the thread's row + dr (dr % 8 == 0), chunk + dc of a tile at ``offset``.
+
+        The base registers are computed in the current op (into ``out``) and reused within it
+        only: kept for the whole kernel they would hold registers through every loop."""
         g = pat.geometry
         m = g.mask + 1
         aligned = pat.walign % m == 0 and (dc % m) + pat.lmax < m
         key = dc % m if aligned else dc
-        base = self.cached(("addr", pat, key, aligned), lambda out: self._pattern_base(pat, key, aligned, out))
+        cache_key = ("addr", pat, key, aligned)
+        if cache_key not in self._op_cache:
+            self._op_cache[cache_key] = self._pattern_base(pat, key, aligned, out)
+        base = self._op_cache[cache_key]
         imm = offset + dr * g.row_bytes + 16 * (dc - key)
         return f"[{base}+{imm}]" if imm else f"[{base}]"
 
@@ -301,22 +325,14 @@ class Ctx:
         return str(d) if isinstance(d, int) else self.dims[d]
 
     def axis_preds(self, axis: Axis, split: AxisSplit, which: str, what: str, op: Op,
-                   out: list[str]) -> dict[tuple[int, int], str]:
+                   out: list[str]) -> "AxisMask":
         """Predicates 'element is valid' for the thread's rows ((band, half) keys) or columns
-        ((chunk, column-in-pair) keys)."""
+        ((chunk, column-in-pair) keys), each emitted into ``out`` right where it is used."""
         count = self.limit_count(axis.limit, what, op, out)
         rel = self.new("b32")
         base = self.row_base(split) if which == "rows" else self.col_base(split)
         out.append(f"sub.s32 {rel}, {count}, {base};")
-        preds = {}
-        units = range(split.per_warp)
-        offsets = ({(b, h): 16 * b + 8 * h for b in units for h in (0, 1)} if which == "rows" else
-                   {(j, c): 8 * j + c for j in units for c in (0, 1)})
-        for key, off in offsets.items():
-            p = self.new("pred")
-            out.append(f"setp.gt.s32 {p}, {rel}, {off};")
-            preds[key] = p
-        return preds
+        return AxisMask(self, rel, which, out)
 
     # -- element access ------------------------------------------------------------------------
     def tile_f32(self, tile: RegTile, b: int, j: int, i: int, out: list[str]) -> str:

@@ -50,7 +50,7 @@ def read_fragments(ctx, st: SharedTile, t: TileType, out: list[str]) -> RegTile:
     for b in range(layout.bands):
         for j in range(layout.chunks):
             for h in (0, 1):
-                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16))
+                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16), out)
                 if es == 2:
                     r = ctx.new("b32")
                     out.append(f"ld.shared.b32 {r}, {addr};")
@@ -82,7 +82,7 @@ def write_fragments(ctx, tile: RegTile, st: SharedTile, out: list[str]) -> None:
     for b in range(layout.bands):
         for j in range(layout.chunks):
             for h in (0, 1):
-                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16))
+                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16), out)
                 if es == 2:
                     if tile.packed and tile.type.dtype == dst:
                         r = tile.regs[b][j][h]

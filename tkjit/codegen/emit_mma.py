@@ -172,15 +172,15 @@ def emit_mma(ctx, op) -> list[str]:
                 r = a_regs.regs[b]
                 a_frag[b] = [r[2 * s][0], r[2 * s][1], r[2 * s + 1][0], r[2 * s + 1][1]]
             elif op.TA:
-                a_frag[b] = _ldmatrix(ctx, 4, True, ctx.address(a_pat, shared[0].offset, 16 * s, 2 * b), out)
+                a_frag[b] = _ldmatrix(ctx, 4, True, ctx.address(a_pat, shared[0].offset, 16 * s, 2 * b, out), out)
             else:
-                a_frag[b] = _ldmatrix(ctx, 4, False, ctx.address(a_pat, shared[0].offset, 16 * b, 2 * s), out)
+                a_frag[b] = _ldmatrix(ctx, 4, False, ctx.address(a_pat, shared[0].offset, 16 * b, 2 * s, out), out)
         for j in range(0, layout.chunks, 2):
             count = 4 if j + 1 < layout.chunks else 2
             if op.TB:
-                addr = ctx.address(b_pat, shared[1].offset, 8 * j, 2 * s)
+                addr = ctx.address(b_pat, shared[1].offset, 8 * j, 2 * s, out)
             else:
-                addr = ctx.address(b_pat, shared[1].offset, 16 * s, j)
+                addr = ctx.address(b_pat, shared[1].offset, 16 * s, j, out)
             regs = _ldmatrix(ctx, count, not op.TB, addr, out)
             b_frags = {j: regs[0:2]}
             if count == 4:

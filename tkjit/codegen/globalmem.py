@@ -118,20 +118,106 @@ def _swizzled(ctx, geo: Geometry, offset: int, row: str, chunk: str, out: list[s
     return s
 
 
-def _chunk_of(ctx, geo: Geometry, k: int, out: list[str]) -> tuple[str, str, str | None]:
-    """(row, chunk, guard) registers of the thread's k-th chunk; guard is None when always valid."""
-    threads = ctx.grid.threads
-    total = geo.rows * geo.chunks_per_row
-    i = ctx.new("b32")
-    out.append(f"add.u32 {i}, {ctx.tid('tid')}, {k * threads};")
-    row, ch = ctx.new("b32"), ctx.new("b32")
-    out.append(f"div.u32 {row}, {i}, {geo.chunks_per_row};")
-    out.append(f"rem.u32 {ch}, {i}, {geo.chunks_per_row};")
-    guard = None
-    if (k + 1) * threads > total:
-        guard = ctx.new("pred")
-        out.append(f"setp.lt.u32 {guard}, {i}, {total};")
-    return row, ch, guard
+class _ChunkWalk:
+    """The thread's chunks k = 0, 1, ... of a cooperative tile copy.
+
+    When the thread count and the chunks per row divide one another (always, for power-of-two
+    tiles), chunk k of thread ``tid`` is (r0 + ROW(k), ch0 + CH(k)) with per-thread r0, ch0 and
+    compile-time ROW(k), CH(k) (CH(k) a multiple of 8). Then the shared address is one of at most
+    8 per-thread bases plus an immediate, and the global address one base plus ROW(k) row
+    strides: few registers and no divisions per chunk. Otherwise each chunk divides at run time."""
+
+    def __init__(self, ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]):
+        self.ctx, self.view, self.geo, self.offset = ctx, view, geo, offset
+        self.threads = ctx.grid.threads
+        self.cpr = geo.chunks_per_row
+        self.total = geo.rows * self.cpr
+        self.count = -(-self.total // self.threads)
+        self.regular = self.threads % self.cpr == 0 or self.cpr % self.threads == 0
+        self.bases: dict[int, str] = {}
+        if not self.regular:
+            return
+        tid = ctx.tid("tid")
+        if self.threads % self.cpr == 0:
+            self.r0, self.ch0 = ctx.new("b32"), ctx.new("b32")
+            out.append(f"div.u32 {self.r0}, {tid}, {self.cpr};")
+            out.append(f"rem.u32 {self.ch0}, {tid}, {self.cpr};")
+        else:
+            self.r0, self.ch0 = "0", tid
+        epc, es = geo.elems_per_chunk, geo.elem_bytes
+        # global: address of chunk (r0, ch0) and the row stride, both 64-bit
+        self.rowstride = ctx.new("b64")
+        out.append(f"mul.wide.s32 {self.rowstride}, {view.d_cols}, {es};")
+        col = ctx.new("b32")
+        out.append(f"mul.lo.u32 {col}, {self.ch0}, {epc};")
+        self.gaddr0 = view.element_address(self.r0 if view.is_tile else None, col, out)
+        # validity: row (r0 + row0) and column (ch0 * epc + col0) registers
+        self.gcol = ctx.new("b32")
+        out.append(f"add.s32 {self.gcol}, {col}, {view.col0};")
+        if view.is_tile:
+            self.grow = ctx.new("b32")
+            out.append(f"add.s32 {self.grow}, {self.r0}, {view.row0};")
+
+    def _row_col(self, k: int) -> tuple[int, int]:
+        i = k * self.threads
+        if self.threads % self.cpr == 0:
+            return i // self.cpr, 0
+        return i // self.cpr, i % self.cpr
+
+    def _smem_base(self, e: int, out: list[str]) -> str:
+        """smem + offset + (r0 + e) * row_bytes + 16 * (ch0 ^ xor(r0 + e))."""
+        if e not in self.bases:
+            ctx, geo = self.ctx, self.geo
+            row, x, b = ctx.new("b32"), ctx.new("b32"), ctx.new("b32")
+            out.append(f"add.u32 {row}, {self.r0}, {e};")
+            out.append(f"shr.u32 {x}, {row}, {geo.shift};")
+            out.append(f"and.b32 {x}, {x}, {geo.mask};")
+            out.append(f"xor.b32 {x}, {x}, {self.ch0};")
+            out.append(f"shl.b32 {x}, {x}, 4;")
+            out.append(f"mad.lo.u32 {b}, {row}, {geo.row_bytes}, {x};")
+            out.append(f"add.u32 {b}, {b}, {ctx.smem_base()};")
+            self.bases[e] = b
+        return self.bases[e]
+
+    def chunk(self, k: int, out: list[str]) -> tuple[str, str, str, str | None]:
+        """(valid predicate, global address, shared address operand, guard or None) of chunk k."""
+        ctx, view, geo = self.ctx, self.view, self.geo
+        guard = None
+        if (k + 1) * self.threads > self.total:
+            guard = ctx.new("pred")
+            out.append(f"setp.lt.u32 {guard}, {ctx.tid('tid')}, {self.total - k * self.threads};")
+        if not self.regular:
+            row, ch = self._divide(k, out)
+            col = ctx.new("b32")
+            out.append(f"mul.lo.u32 {col}, {ch}, {geo.elems_per_chunk};")
+            ok = view.valid(row if view.is_tile else None, col, out)
+            addr = view.element_address(row if view.is_tile else None, col, out)
+            return ok, addr, f"[{_swizzled(ctx, geo, self.offset, row, ch, out)}]", guard
+        drow, dch = self._row_col(k)
+        ok, gc = ctx.new("pred"), ctx.new("b32")
+        out.append(f"add.s32 {gc}, {self.gcol}, {dch * geo.elems_per_chunk};")
+        out.append(f"setp.lt.u32 {ok}, {gc}, {view.d_cols};")
+        if view.is_tile:
+            gr = ctx.new("b32")
+            out.append(f"add.s32 {gr}, {self.grow}, {drow};")
+            out.append(f"setp.lt.and.u32 {ok}, {gr}, {view.d_rows}, {ok};")
+        if view.lead_ok is not None:
+            out.append(f"and.pred {ok}, {ok}, {view.lead_ok};")
+        addr = ctx.new("b64")
+        out.append(f"mad.lo.s64 {addr}, {self.rowstride}, {drow}, {self.gaddr0};")
+        if dch:
+            out.append(f"add.s64 {addr}, {addr}, {dch * 16};")
+        base = self._smem_base(drow % 8, out)
+        imm = self.offset + (drow - drow % 8) * geo.row_bytes + 16 * dch
+        return ok, addr, f"[{base}+{imm}]" if imm else f"[{base}]", guard
+
+    def _divide(self, k: int, out: list[str]) -> tuple[str, str]:
+        ctx = self.ctx
+        i, row, ch = ctx.new("b32"), ctx.new("b32"), ctx.new("b32")
+        out.append(f"add.u32 {i}, {ctx.tid('tid')}, {k * self.threads};")
+        out.append(f"div.u32 {row}, {i}, {self.cpr};")
+        out.append(f"rem.u32 {ch}, {i}, {self.cpr};")
+        return row, ch
 
 
 def _aligned_cols(ctx, view: GlobalView, geo: Geometry, out: list[str]) -> str | bool:
@@ -188,18 +274,14 @@ def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -
 
     def fast():
         lines: list[str] = []
-        for k in range(-(-total // threads)):
-            row, ch, guard = _chunk_of(ctx, geo, k, lines)
-            col = ctx.new("b32")
-            lines.append(f"mul.lo.u32 {col}, {ch}, {epc};")
-            ok = view.valid(row if view.is_tile else None, col, lines)
-            addr = view.element_address(row if view.is_tile else None, col, lines)
+        walk = _ChunkWalk(ctx, view, geo, offset, lines)
+        for k in range(walk.count):
+            ok, addr, saddr, guard = walk.chunk(k, lines)
             safe, n = ctx.new("b64"), ctx.new("b32")
             lines.append(f"selp.b64 {safe}, {addr}, {view.ptr}, {ok};")
             lines.append(f"selp.u32 {n}, 16, 0, {ok};")
-            s = _swizzled(ctx, geo, offset, row, ch, lines)
             pred = f"@{guard} " if guard else ""
-            lines.append(f"{pred}cp.async.cg.shared.global [{s}], [{safe}], 16, {n};")
+            lines.append(f"{pred}cp.async.cg.shared.global {saddr}, [{safe}], 16, {n};")
         lines.append("cp.async.wait_all;")
         return lines
 
@@ -242,16 +324,14 @@ def copy_out(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) 
 
     def fast():
         lines: list[str] = []
-        for k in range(-(-total // threads)):
-            row, ch, guard = _chunk_of(ctx, geo, k, lines)
-            col = ctx.new("b32")
-            lines.append(f"mul.lo.u32 {col}, {ch}, {epc};")
-            ok = view.valid(row if view.is_tile else None, col, lines, guard)
-            addr = view.element_address(row if view.is_tile else None, col, lines)
-            s = _swizzled(ctx, geo, offset, row, ch, lines)
+        walk = _ChunkWalk(ctx, view, geo, offset, lines)
+        for k in range(walk.count):
+            ok, addr, saddr, guard = walk.chunk(k, lines)
+            if guard:
+                lines.append(f"and.pred {ok}, {ok}, {guard};")
             words = [ctx.new("b32") for _ in range(4)]
             pred = f"@{guard} " if guard else ""
-            lines.append(f"{pred}ld.shared.v4.b32 {{{', '.join(words)}}}, [{s}];")
+            lines.append(f"{pred}ld.shared.v4.b32 {{{', '.join(words)}}}, {saddr};")
             lines.append(f"@{ok} st.global.v4.b32 [{addr}], {{{', '.join(words)}}};")
         return lines
 

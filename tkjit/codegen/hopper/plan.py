@@ -1,0 +1,225 @@
+"""The decisions the warp-specialized GEMM is emitted from: swizzles, consumers, the register
+split, stages, the shared-memory map and the block order.
+
+The scheduling passes (layout, warp-spec, pipeline, smem-plan, reg-budget) record these on the
+IR; where an annotation is present it is used as it is. Where it is absent (those passes are
+not in the default pipeline yet) the same rule is computed here, locally, and the decision log
+says so ("local rule"). Each decision is a ``{"decision", "value", "why"}`` entry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .match import GemmMatch, NoMatch
+from .wgmma import Operand
+
+SMEM_LIMIT = 232_448          # opt-in dynamic shared memory per block (H100/H200)
+REGISTER_FILE = 65_536
+WARPGROUP = 128
+SETMAXNREG_MIN, SETMAXNREG_MAX = 24, 256
+SWIZZLE_SPANS = (128, 64, 32)
+ALIGN = 1024                  # swizzled tiles start on their pattern's 1024-byte boundary
+ALIGN_SLACK = 1024            # the kernel rounds the dynamic shared base up to 1024 at run time
+MAX_STAGES = 4
+PRODUCER_REGS = 40
+CONSUMER_OVERHEAD = 32        # registers a consumer needs besides its accumulators
+MAX_WGMMA_N = 256
+MAX_BOX = 256
+
+
+def ceil_to(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def entry_registers(threads: int) -> int:
+    return min(255, REGISTER_FILE // threads) // 8 * 8
+
+
+def consumer_registers(consumers: int, producer: int) -> int:
+    threads = WARPGROUP * (consumers + 1)
+    share = (entry_registers(threads) * threads - WARPGROUP * producer) // (WARPGROUP * consumers)
+    return min(SETMAXNREG_MAX, share // 8 * 8)
+
+
+@dataclass
+class Plan:
+    span_a: int
+    span_b: int
+    consumers: int
+    regs: tuple[int, int]
+    maxnreg: int
+    stages: int
+    a_offset: int
+    b_offset: int
+    stage_stride: int
+    bars: int
+    smem_bytes: int
+    persistent: bool
+    group: int
+    wgmma_n: int
+    decisions: list[dict] = field(default_factory=list)
+
+    @property
+    def threads(self) -> int:
+        return WARPGROUP * (self.consumers + 1)
+
+    def decide(self, what: str, value, why: str) -> None:
+        self.decisions.append({"decision": what, "value": value, "why": why})
+
+
+def swizzle_of(load, cols: int, elem: int) -> tuple[int, str]:
+    """The swizzle span of a shared tile: its ``swizzle`` attribute, else the layout rule."""
+    pinned = load.result.type.attr("swizzle")
+    if pinned is not None:
+        value = str(pinned)
+        span = 0 if value in ("none", "0B", "0") else int(value.rstrip("B"))
+        return span, "from the layout pass"
+    row = cols * elem
+    span = next((s for s in SWIZZLE_SPANS if row % s == 0), 0)
+    return span, f"local rule (the layout pass's): largest of 128/64/32 B dividing a {row}-byte row"
+
+
+def make_plan(g: GemmMatch) -> Plan:
+    """The plan, or NoMatch naming what the Hopper path cannot do with these tiles."""
+    elem = 2
+    span_a, why_a = swizzle_of(g.load_a, g.bk, elem)
+    b_cols = g.bn if g.b_major == "MN" else g.bk
+    span_b, why_b = swizzle_of(g.load_b, b_cols, elem)
+    if not span_a or not span_b:
+        raise NoMatch("the Hopper GEMM reads swizzled shared tiles, but a tile has swizzle none")
+    _check_boxes(g)
+    consumers, why_c = _consumers(g)
+    regs, maxnreg, why_r = _registers(g, consumers)
+    wgmma_n = _wgmma_n(g, span_b)
+    stages, a_off, b_off, stride, bars, smem, why_s, why_m = _memory(g)
+    blocks = g.blocks
+    persistent = blocks.attrs.get("schedule", "grid") == "persistent"
+    group = int(blocks.attrs.get("group", 1))
+    plan = Plan(span_a, span_b, consumers, regs, maxnreg, stages, a_off, b_off, stride, bars, smem,
+                persistent, group, wgmma_n)
+    plan.decide("backend", "wgmma", "the kernel is the GEMM pattern: TMA loads into an S-stage ring, "
+                "one producer warpgroup, consumer warpgroups issuing wgmma")
+    plan.decide("swizzle A", f"{span_a}B", why_a)
+    plan.decide("swizzle B", f"{span_b}B", f"{why_b}; B is {g.b_major}-major (tB={int(g.b_major == 'MN')})")
+    plan.decide("consumers", consumers, why_c)
+    plan.decide("registers", f"producer {regs[0]}, consumers {regs[1]}, {maxnreg} at entry", why_r)
+    plan.decide("stages", stages, why_s)
+    plan.decide("shared_memory", smem, why_m)
+    rows_pc = g.bm // consumers
+    plan.decide("wgmma", f"m64n{wgmma_n}k16 x {g.bk // 16} k-steps x {rows_pc // 64} slab(s) x "
+                f"{g.bn // wgmma_n} piece(s) per trip", "N per instruction is the tile's columns, "
+                "split evenly when wider than 256")
+    plan.decide("schedule", "persistent" if persistent else "grid",
+                "one CTA per SM looping over tiles" if persistent else "one CTA per tile")
+    if group > 1:
+        plan.decide("block_order", f"grouped by {group}", "consecutive tiles walk groups of "
+                    f"{group} tile rows so A and B tiles are reused from L2")
+    return plan
+
+
+def _check_boxes(g: GemmMatch) -> None:
+    outer_b = g.bk if g.b_major == "MN" else g.bn
+    for name, n in (("BM", g.bm), ("B's rows", outer_b)):
+        if n > MAX_BOX:
+            raise NoMatch(f"{name} is {n}; a TMA box has at most {MAX_BOX} rows")
+    if g.bm % 64:
+        raise NoMatch(f"BM is {g.bm}; wgmma computes 64-row slabs")
+
+
+def _consumers(g: GemmMatch) -> tuple[int, str]:
+    slabs = g.bm // 64
+    pinned = g.kernel.attrs.get("consumers")
+    if isinstance(pinned, int) and not isinstance(pinned, bool):
+        if slabs % pinned:
+            raise NoMatch(f"{pinned} consumers cannot share {slabs} 64-row slabs evenly")
+        return pinned, "from the kernel (@consumers or the warp-spec pass)"
+    for n in sorted((d for d in range(1, min(slabs, 7) + 1) if slabs % d == 0), reverse=True):
+        need = (g.bm // n) * g.bn // WARPGROUP + CONSUMER_OVERHEAD
+        if need <= consumer_registers(n, SETMAXNREG_MIN):
+            return n, (f"local rule (warp-spec's): {slabs} slab(s) of 64 rows, the most consumers "
+                       f"whose accumulators fit ({need} registers per thread)")
+    raise NoMatch(f"a {g.bm}x{g.bn} f32 accumulator does not fit the consumers' registers")
+
+
+def _registers(g: GemmMatch, consumers: int) -> tuple[tuple[int, int], int, str]:
+    threads = WARPGROUP * (consumers + 1)
+    entry = g.kernel.attrs.get("maxnreg") or entry_registers(threads)
+    pool = entry * threads
+    need = (g.bm // consumers) * g.bn // WARPGROUP + CONSUMER_OVERHEAD
+    pinned = g.kernel.attrs.get("regs")
+    if pinned is not None:
+        p, c = pinned
+        why = "from the kernel (@regs or the reg-budget pass)"
+    else:
+        p = PRODUCER_REGS
+        c = consumer_registers(consumers, p)
+        if need > c:
+            p, c = SETMAXNREG_MIN, consumer_registers(consumers, SETMAXNREG_MIN)
+        why = f"local rule (reg-budget's): the producer keeps {p}, consumers get the rest"
+    for r in (p, c):
+        if r % 8 or not SETMAXNREG_MIN <= r <= SETMAXNREG_MAX:
+            raise NoMatch(f"setmaxnreg takes multiples of 8 in [24, 256], got {r}")
+    if WARPGROUP * p + WARPGROUP * consumers * c > pool:
+        raise NoMatch(f"registers {p}/{c} exceed the {pool} the {threads} threads get at entry")
+    if need > c:
+        raise NoMatch(f"each consumer thread needs about {need} registers but gets {c}")
+    return (p, c), entry, f"{why}; an accumulator share is {need - CONSUMER_OVERHEAD} registers per thread"
+
+
+def _wgmma_n(g: GemmMatch, span_b: int) -> int:
+    pieces = -(-g.bn // MAX_WGMMA_N)
+    n = g.bn // pieces
+    if g.bn % pieces or n % 8:
+        raise NoMatch(f"BN = {g.bn} does not split into wgmma N of a multiple of 8 up to 256")
+    if g.b_major == "MN" and n % (span_b // 2):
+        raise NoMatch(f"an MN-major B is read in whole {span_b // 2}-column atoms; N = {n} is not")
+    return n
+
+
+def operand_a(g: GemmMatch, plan: Plan) -> Operand:
+    return Operand("K", g.bm, g.bk, plan.span_a)
+
+
+def operand_b(g: GemmMatch, plan: Plan) -> Operand:
+    if g.b_major == "MN":
+        return Operand("MN", g.bk, g.bn, plan.span_b)
+    return Operand("K", g.bn, g.bk, plan.span_b)
+
+
+def _memory(g: GemmMatch):
+    a_bytes = g.bm * g.bk * 2
+    b_bytes = g.bk * g.bn * 2
+    loop = g.loop
+    a_off, b_off = g.load_a.attrs.get("smem"), g.load_b.attrs.get("smem")
+    planned = a_off is not None and b_off is not None and "bars" in loop.attrs \
+        and "stage_stride" in loop.attrs and "smem" in g.kernel.attrs
+    if planned:
+        stages, stride, bars = loop.attrs["stages"], loop.attrs["stage_stride"], loop.attrs["bars"]
+        smem = g.kernel.attrs["smem"] + ALIGN_SLACK
+        why_s = "from the pipeline pass"
+        why_m = (f"from the smem-plan pass (+{ALIGN_SLACK} B to round the base up to 1024): A at "
+                 f"{a_off}, B at {b_off}, stages {stride} B apart, mbarriers at {bars}")
+    else:
+        a_off, b_off = 0, ceil_to(a_bytes, ALIGN)
+        stride = ceil_to(b_off + b_bytes, ALIGN)
+        room = SMEM_LIMIT - ALIGN_SLACK
+        fit = (room - 128) // stride
+        pinned = loop.attrs.get("stages")
+        if pinned:
+            stages, why_s = pinned, "pinned by the kernel (@stages)"
+        else:
+            stages = min(MAX_STAGES, fit)
+            why_s = (f"local rule (the pipeline pass's): {fit} stage(s) of {stride} B fit in "
+                     f"{room} B, capped at {MAX_STAGES}")
+        bars = stages * stride
+        smem = bars + 16 * stages + ALIGN_SLACK
+        why_m = (f"local plan: stage s holds A at s*{stride} and B at s*{stride}+{b_off}; full[s] and "
+                 f"empty[s] mbarriers at {bars}; +{ALIGN_SLACK} B to round the base up to 1024")
+    if stages < 1:
+        raise NoMatch(f"one stage of A and B ({a_bytes + b_bytes} B) does not fit in shared memory")
+    if smem > SMEM_LIMIT:
+        raise NoMatch(f"{stages} stage(s) need {smem} B of shared memory, over {SMEM_LIMIT}")
+    for off in (a_off, b_off, stride):
+        if off % ALIGN:
+            raise NoMatch(f"shared tile offset {off} is not 1024-byte aligned")
+    return stages, a_off, b_off, stride, bars, smem, why_s, why_m

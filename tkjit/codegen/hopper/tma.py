@@ -1,0 +1,57 @@
+"""TMA (the bulk tensor copy engine): tensor-map kernel parameters and copy instructions.
+
+A tensor map is a 128-byte kernel parameter (``.param .align 64 .b8 name[128]``) encoded on the
+host (tkjit/runtime/tensormap.py) from the metadata entry ``tensormap_entry`` makes. The copy
+instruction wants its generic address, which ``cvta.param`` gives (passing the symbol itself
+is a state-space mismatch). Coordinates are element indices, innermost first; boxes that run
+past the tensor are zero-filled and still count their full bytes on the mbarrier.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_BOX = 256
+"""Each box dimension is at most 256 elements."""
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """One tensor map: the kernel parameter ``param`` (its index in the argument list) seen in
+    boxes of ``box`` elements (innermost first) with ``swizzle``-byte swizzling."""
+
+    symbol: str
+    param: int
+    tensor: str
+    dtype: str
+    box: tuple[int, ...]
+    swizzle: int
+
+    def declaration(self) -> str:
+        return f".param .align 64 .b8 {self.symbol}[128]"
+
+    def entry(self) -> dict:
+        """The kernel-metadata parameter entry the launcher encodes the map from."""
+        return {"kind": "tensormap", "name": f"{self.tensor}.tmap", "param": self.param,
+                "tensor": self.tensor, "dtype": self.dtype, "box": list(self.box),
+                "swizzle": self.swizzle}
+
+    @property
+    def box_bytes(self) -> int:
+        n = 2 if self.dtype in ("bf16", "f16") else 4
+        for b in self.box:
+            n *= b
+        return n
+
+
+def generic_address(symbol: str, raw: str, out: str) -> list[str]:
+    return [f"mov.b64 {raw}, {symbol};", f"cvta.param.u64 {out}, {raw};"]
+
+
+def prefetch(tmap: str) -> str:
+    return f"prefetch.tensormap [{tmap}];"
+
+
+def load_2d(dst: str, tmap: str, inner: str, outer: str, bar: str) -> str:
+    """Copy one box into shared memory at ``dst``, completing its bytes on mbarrier ``bar``."""
+    return (f"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+            f"[{dst}], [{tmap}, {{{inner}, {outer}}}], [{bar}];")
