@@ -8,8 +8,9 @@ import pytest
 
 from tkjit.errors import PassError
 from tkjit.passes.sync_check import SyncError, check_protocol, default_cases, find_violation
-from tkjit.passes.sync_protocol import (Advance, ExpectTx, IfTrips, Load, Loop, LoopPlan, Mma, MmaWait,
-                                        NotFirst, Release, Reset, Ring, Tiles, TmaLoad, Wait,
+from tkjit.passes.sync_protocol import (Advance, ConsumerSync, ExpectTx, IfTrips, Load, Loop, LoopPlan,
+                                        Mma, MmaWait, NotFirst, OneShotUse, Release, Reset, Ring,
+                                        StagingBegin, StagingEnd, StagingReuse, Tiles, TmaLoad, Wait,
                                         standard_protocol)
 
 S = 4  # stages of the test ring
@@ -23,10 +24,11 @@ def ring(**changes) -> Ring:
     return Ring(**fields)
 
 
-def gemm(r: Ring | None = None, producer=None, consumer=None, persistent=True, consumers=2):
+def gemm(r: Ring | None = None, producer=None, consumer=None, persistent=True, consumers=2,
+         staging=False):
     r = r or ring(empty_arrivals=consumers)
-    good = standard_protocol("gemm", consumers, persistent, (r,), (K,),
-                             {K: LoopPlan(K, ((K,),))})
+    items = (LoopPlan(K, ((K,),)),) + ((StagingReuse((K,)),) if staging else ())
+    good = standard_protocol("gemm", consumers, persistent, (r,), items)
     return dataclasses.replace(good, producer=producer or good.producer,
                                consumer=consumer or good.consumer)
 
@@ -34,8 +36,8 @@ def gemm(r: Ring | None = None, producer=None, consumer=None, persistent=True, c
 def attention():
     q = Ring("q", 1, (Load("q", 49152),), 49152, 3, one_shot=True)
     kv = Ring("kv", 2, (Load("k", 32768), Load("v", 32768)), 65536, 3)
-    return standard_protocol("attn", 3, True, (q, kv), ("q", "kv"),
-                             {"kv": LoopPlan("kv", (("kv", "q"), ("kv",)))})
+    return standard_protocol("attn", 3, True, (q, kv),
+                             (OneShotUse("q"), LoopPlan("kv", (("kv", "q"), ("kv",)))))
 
 
 def producer(flip=1, per="wrap", reset=False):
@@ -63,8 +65,9 @@ def failing_cases(proto):
 # ---------------------------------------------------------------- correct protocols pass
 
 @pytest.mark.parametrize("make", [gemm, attention, lambda: gemm(persistent=False),
-                                  lambda: gemm(r=ring(stages=1, empty_arrivals=1), consumers=1)],
-                         ids=["gemm", "attention", "gemm-grid", "one-stage"])
+                                  lambda: gemm(r=ring(stages=1, empty_arrivals=1), consumers=1),
+                                  lambda: gemm(persistent=False, staging=True)],
+                         ids=["gemm", "attention", "gemm-grid", "one-stage", "epilogue-over-ring"])
 def test_correct_protocols_pass_every_case_exhaustively(make):
     proto = make()
     report = check_protocol(proto)
@@ -179,3 +182,20 @@ def test_bounded_search_falls_back_to_random_walks_and_says_so():
     assert v is None and not result.exhaustive
     v, result = find_violation(BROKEN["empty count of one consumer"][0], (2 * S + 1,), max_states=50)
     assert v is not None and v.kind in ("overwrite", "deadlock")  # a walk may hit either first
+
+
+def test_epilogue_over_the_ring_needs_every_consumer_done_first():
+    unsynced = gemm(persistent=False, consumer=(Tiles((*consumer()[0].body, StagingBegin(K),
+                                                       StagingEnd(K))),))
+    v, _ = find_violation(unsynced, (S + 1,))
+    assert v is not None and v.kind == "overwrite"
+    assert "epilogue writes its staging tile over stage k." in v.why
+    assert "still reads it" in v.why or "has not waited for yet" in v.why
+
+
+def test_epilogue_over_the_ring_of_a_persistent_kernel_is_caught():
+    proto = gemm(persistent=True, staging=True)
+    assert find_violation(proto, (S + 1,))[0] is None  # one tile: the ring is dead after the loop
+    v, _ = find_violation(proto, (S + 1, S + 1))
+    assert v is not None and v.kind == "overwrite"
+    assert "the ring is reused for staging while the producer still fills it" in v.why

@@ -8,6 +8,7 @@ from .manager import (IRSnapshots, Pass, PassContext, PassManager, Pipeline, des
                       register_pass, registered_passes, unregister_pass)
 
 from . import canonicalize  # noqa: E402,F401  (registers the pass)
+from . import grid, layout, mbarrier, pipeline, reg_budget, smem_plan, warp_spec  # noqa: E402,F401
 
 DEFAULT_PIPELINE = "canonicalize"
 """What ``tkjit.compile`` runs. To come, in order: layout, warp-spec, pipeline, mbarrier,

@@ -138,7 +138,8 @@ def _deadlock(m: Machine, st: State, trace: list[str]) -> Violation:
     stuck = [r for r, (pc, prog) in enumerate(zip(st.pcs, m.programs)) if pc < len(prog)]
     bar = m.programs[stuck[0]][st.pcs[stuck[0]]].arg
     names = ", ".join(m.role_name(r) for r in stuck)
-    found = Found("deadlock", bar // 2, f"no role can move and {names} "
+    stage = bar // 2 if bar != m.layout.sync_bar else None
+    found = Found("deadlock", stage, f"no role can move and {names} "
                   f"{'has' if len(stuck) == 1 else 'have'} not finished")
     return _violation(m, found, trace, m.blocked(st))
 

@@ -10,8 +10,15 @@ count reloads; ``wait(parity)`` passes while the current phase's parity differs 
 load is issued by the producer and lands later, at any moment, in any order (one move each). A
 wgmma group reads its stages until a ``wait_group`` retires it.
 
-A role's move runs from one wait to the next: everything between two waits touches no barrier
-another role is blocked on before its own arrivals, so interleaving inside it adds no behaviour.
+The loads of one fill land as one move when the ring's expect-tx equals the stage's bytes: the
+full phase then completes only when the last of them lands, and a read before that is flagged
+whatever landed, so their order is unobservable. When the bytes disagree every load lands on
+its own (that order is what makes the phase complete early).
+
+A role's move runs from one wait to the next (or to the end of an epilogue's staging, which
+others must be able to observe): a role's other actions only make the next state of the rest of
+the CTA *more* permissive the later they happen, and the checks below are made at the earliest
+moment, so interleaving inside a move adds no behaviour.
 
 Rules (``Found.kind``): ``overwrite`` (a fill issued into a stage before every consumer released
 the previous fill), ``early-read`` (wgmma reads a fill not fully landed: the full phase
@@ -19,14 +26,16 @@ completed early), ``wrong-phase`` (a wait passed on an older phase of the same p
 ``release-before-read`` (arrive on empty while a wgmma reading the stage is in flight),
 ``bad-release`` (releasing a fill this consumer has not waited for, or twice), ``over-arrival``,
 ``unconsumed`` (a fill some consumer never waited for) and ``in-flight-at-exit`` (both checked
-at the end), and ``deadlock``.
+at the end), ``deadlock``, and ``overwrite`` again when an epilogue's staging tile is written
+over a ring that is still read or filled.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .sync_protocol import Protocol
-from .sync_unroll import EXPECT, MMA, MMA_WAIT, RELEASE, TMA, WAIT, Action, Layout, unroll
+from .sync_unroll import (ARRIVE, EXPECT, MMA, MMA_WAIT, RELEASE, STAGING_BEGIN, STAGING_END, TMA,
+                          WAIT, Action, Layout, unroll)
 
 
 class Found(Exception):
@@ -42,7 +51,7 @@ class Found(Exception):
 class State:
     pcs: tuple[int, ...]                 # per role: index of its next action
     bars: tuple[int, ...]                # per barrier: completed phases, pending arrivals, tx
-    stages: tuple[int, ...]              # per stage: fills issued, issued-load mask, landed mask
+    stages: tuple[int, ...]              # per stage: fills, issued-load mask, landed mask, staging users
     inflight: tuple[int, ...]            # TMA loads issued, not landed: see _key
     reads: tuple[int, ...]               # per consumer, per stage: fills acquired, released
     groups: tuple[tuple[tuple[int, ...], ...], ...]  # per consumer: wgmma groups in flight
@@ -75,6 +84,8 @@ class Machine:
         self.programs += [consumer] * self.consumers
         self.rings = [proto.ring(self.layout.stage_ring[g]) for g in range(self.layout.n_stages)]
         self.seg_end = [self._segments(p) for p in self.programs]
+        self.exact = {g for g, r in enumerate(self.rings)
+                      if r.expect_tx == r.stage_bytes and r.full_arrivals == 1}
 
     @staticmethod
     def _segments(program: list[Action]) -> list[int]:
@@ -83,7 +94,7 @@ class Machine:
         ends[-1] = nxt
         for pc in range(len(program) - 1, -1, -1):
             ends[pc] = nxt
-            if program[pc].op == WAIT:
+            if program[pc].op in (WAIT, STAGING_END):
                 nxt = pc
         return ends
 
@@ -97,10 +108,13 @@ class Machine:
         for g in range(n):
             ring = self.rings[g]
             bars += [0, ring.full_arrivals, 0, 0, ring.empty_arrivals, 0]
-        return State(tuple(0 for _ in self.programs), tuple(bars), (0,) * (3 * n), (),
+        bars += [0, self.consumers, 0]  # the consumers' named barrier
+        return State(tuple(0 for _ in self.programs), tuple(bars), (0,) * (4 * n), (),
                      (0,) * (2 * n * self.consumers), tuple(() for _ in range(self.consumers)))
 
     def count(self, bar: int) -> int:
+        if bar == self.layout.sync_bar:
+            return self.consumers
         ring = self.rings[bar // 2]
         return ring.empty_arrivals if bar % 2 else ring.full_arrivals
 
@@ -127,7 +141,14 @@ class Machine:
             act = prog[pc]
             if act.op != WAIT or self.can_pass(st, act.arg, act.val):
                 out.append(("role", r))
-        out += [("land", key) for key in st.inflight]
+        whole: set[int] = set()
+        for key in st.inflight:
+            fill, g, _ = self._unkey(key)
+            if g in self.exact:
+                whole.add(self._key(fill, g, 0))
+            else:
+                out.append(("land", key))
+        out += [("land-fill", key) for key in sorted(whole)]
         return out
 
     def describe_move(self, st: State, move: tuple[str, int]) -> str:
@@ -136,6 +157,10 @@ class Machine:
             _, g, i = self._unkey(x)
             load = self.rings[g].loads[i]
             return f"TMA {load.name} lands in stage {self.layout.stage_name(g)} ({load.nbytes} B)"
+        if kind == "land-fill":
+            fill, g, _ = self._unkey(x)
+            names = ", ".join(self.rings[g].loads[i].name for i in self._fill_keys(st, x))
+            return f"TMA {names} land in stage {self.layout.stage_name(g)} (fill {fill})"
         prog, pc = self.programs[x], st.pcs[x]
         acts = prog[pc:self.seg_end[x][pc]]
         return f"{self.role_name(x)} ({acts[0].where}): " + "; ".join(a.label for a in acts)
@@ -146,6 +171,9 @@ class Machine:
         kind, x = move
         if kind == "land":
             self._land(s, x)
+        elif kind == "land-fill":
+            for i in self._fill_keys(st, x):
+                self._land(s, x | i)
         else:
             prog, pc = self.programs[x], st.pcs[x]
             end = self.seg_end[x][pc]
@@ -157,6 +185,10 @@ class Machine:
                     raise
             s.pcs[x] = end
         return s.freeze()
+
+    def _fill_keys(self, st: State, key: int) -> list[int]:
+        """The load indices of fill ``key`` still in flight."""
+        return [k & 0xF for k in st.inflight if k & ~0xF == key]
 
     def _arrive(self, s: _Scratch, bar: int) -> None:
         s.bars[3 * bar + 1] -= 1
@@ -174,19 +206,28 @@ class Machine:
     def _land(self, s: _Scratch, key: int) -> None:
         s.inflight.remove(key)
         fill, g, i = self._unkey(key)
-        if fill != s.stages[3 * g]:
+        if fill != s.stages[4 * g]:
             raise Found("overwrite", g, f"TMA {self.rings[g].loads[i].name} of fill {fill} landed "
-                        f"in stage {self.layout.stage_name(g)} after fill {s.stages[3 * g]} began")
-        s.stages[3 * g + 2] |= 1 << i
+                        f"in stage {self.layout.stage_name(g)} after fill {s.stages[4 * g]} began")
+        s.stages[4 * g + 2] |= 1 << i
         s.bars[3 * (2 * g) + 2] -= self.rings[g].loads[i].nbytes
         self._complete(s, 2 * g)
 
     def _do(self, s: _Scratch, role: int, act: Action) -> None:
         if act.op == WAIT:
-            if role > 0 and act.arg % 2 == 0:
+            if role > 0 and act.arg % 2 == 0 and act.arg != self.layout.sync_bar:
                 s.reads[self._rix(role - 1, act.arg // 2)] += 1
+        elif act.op == ARRIVE:
+            self._arrive(s, act.arg)
+        elif act.op == STAGING_BEGIN:
+            for g in range(act.arg, act.arg + act.val):
+                self._check_staging(s, role - 1, g)
+                s.stages[4 * g + 3] += 1
+        elif act.op == STAGING_END:
+            for g in range(act.arg, act.arg + act.val):
+                s.stages[4 * g + 3] -= 1
         elif act.op == EXPECT:
-            fills = s.stages[3 * (act.arg // 2)]
+            fills = s.stages[4 * (act.arg // 2)]
             if fills:  # arming the next fill: the previous one must be released by then
                 self._check_free(s, act.arg // 2, fills)
             s.bars[3 * act.arg + 2] += act.val
@@ -208,14 +249,18 @@ class Machine:
         return 2 * (c * self.layout.n_stages + g)
 
     def _tma(self, s: _Scratch, g: int, i: int) -> None:
-        fills, issued = s.stages[3 * g], s.stages[3 * g + 1]
+        fills, issued = s.stages[4 * g], s.stages[4 * g + 1]
+        if s.stages[4 * g + 3]:
+            raise Found("overwrite", g, f"the producer's TMA into stage {self.layout.stage_name(g)} "
+                        "lands where an epilogue's staging tile lives: the ring is reused for "
+                        "staging while the producer still fills it")
         if fills == 0 or issued & (1 << i):
             if fills > 0:
                 self._check_free(s, g, fills)
             fills += 1
-            s.stages[3 * g:3 * g + 3] = [fills, 1 << i, 0]
+            s.stages[4 * g:4 * g + 3] = [fills, 1 << i, 0]
         else:
-            s.stages[3 * g + 1] |= 1 << i
+            s.stages[4 * g + 1] |= 1 << i
         s.inflight.append(self._key(fills, g, i))
 
     def _check_free(self, s: _Scratch, g: int, fills: int) -> None:
@@ -242,9 +287,12 @@ class Machine:
     def _read(self, s: _Scratch, c: int, g: int) -> None:
         """A wgmma reads the fill this consumer last waited for; it must be there, whole."""
         want = s.reads[self._rix(c, g)]
-        fills, landed = s.stages[3 * g], s.stages[3 * g + 2]
+        fills, landed = s.stages[4 * g], s.stages[4 * g + 2]
         ring, name = self.rings[g], self.layout.stage_name(g)
         everything = (1 << len(ring.loads)) - 1
+        if s.stages[4 * g + 3]:
+            raise Found("overwrite", g, f"consumer {c}'s wgmma reads stage {name} while an "
+                        "epilogue's staging tile lives there")
         if want >= 1 and fills == want and landed == everything:
             return
         if want == 0:
@@ -264,6 +312,21 @@ class Machine:
                     f"{want - 1} with {got} of the stage's {ring.stage_bytes} bytes landed "
                     f"(expect_tx is {ring.expect_tx} B)")
 
+    def _check_staging(self, s: _Scratch, c: int, g: int) -> None:
+        """An epilogue may write over stage ``g`` once nobody reads or fills it any more."""
+        name = self.layout.stage_name(g)
+        what = f"consumer {c}'s epilogue writes its staging tile over stage {name}"
+        for other in range(self.consumers):
+            if any(g in grp for grp in s.groups[other]):
+                raise Found("overwrite", g, f"{what} while consumer {other}'s wgmma still reads "
+                            "it (the consumers did not all finish before the epilogue)")
+            if s.reads[self._rix(other, g)] < s.stages[4 * g]:
+                raise Found("overwrite", g, f"{what} while it holds fill {s.stages[4 * g]}, "
+                            f"which consumer {other} has not waited for yet: the ring is reused "
+                            "for staging while the producer still fills it")
+        if any(self._unkey(key)[1] == g for key in s.inflight):
+            raise Found("overwrite", g, f"{what} while a TMA into it is in flight")
+
     def _release(self, s: _Scratch, c: int, g: int) -> None:
         ix, name = self._rix(c, g), self.layout.stage_name(g)
         if any(g in grp for grp in s.groups[c]):
@@ -282,7 +345,7 @@ class Machine:
                 raise Found("in-flight-at-exit", st.groups[c][0][0],
                             f"consumer {c} finished with {len(st.groups[c])} wgmma group(s) in flight")
             for g in range(self.layout.n_stages):
-                fills, acquired = st.stages[3 * g], st.reads[self._rix(c, g)]
+                fills, acquired = st.stages[4 * g], st.reads[self._rix(c, g)]
                 if acquired != fills:
                     raise Found("unconsumed", g, f"stage {self.layout.stage_name(g)} was filled "
                                 f"{fills} time(s) but consumer {c} waited for {acquired}")

@@ -27,6 +27,9 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
     Release(ring, which)   arrive on empty[s] ("cur") or on the previous stage's ("prev")
     Advance(ring, per)     next stage; flip ph on wrap ("wrap") -- "iteration" is a known bug
     Reset(ring)            s = 0, ph = 0 (a known bug when the barriers carry on)
+    ConsumerSync()         bar.sync on a named barrier of all consumer warpgroups
+    StagingBegin(ring)     the epilogue writes its staging tile over every stage of the ring
+    StagingEnd(ring)       ... and its TMA store has read it (cp.async.bulk.wait_group.read 0)
 """
 from __future__ import annotations
 
@@ -139,7 +142,30 @@ class Reset:
         return f"reset {self.ring}: s = 0, ph = 0"
 
 
-Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset]
+@dataclass(frozen=True)
+class ConsumerSync:
+    def text(self) -> str:
+        return "bar.sync: all consumer warpgroups meet"
+
+
+@dataclass(frozen=True)
+class StagingBegin:
+    ring: str
+
+    def text(self) -> str:
+        return f"epilogue: write the staging tile over ring {self.ring}"
+
+
+@dataclass(frozen=True)
+class StagingEnd:
+    ring: str
+
+    def text(self) -> str:
+        return f"epilogue: TMA store has read the staging tile (ring {self.ring} free again)"
+
+
+Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync,
+              StagingBegin, StagingEnd]
 
 
 # -- structure --------------------------------------------------------------------------------
@@ -225,11 +251,28 @@ class Protocol:
 # -- the standard programs --------------------------------------------------------------------
 @dataclass(frozen=True)
 class LoopPlan:
-    """What the consumers do in one pipelined loop: ``mmas`` = the rings each wgmma reads,
-    in program order (empty: the stage is read by ordinary loads, not by wgmma)."""
+    """A pipelined loop: ``mmas`` = the rings each wgmma of a trip reads, in program order
+    (empty: the stage is read by ordinary loads, not by wgmma)."""
 
     ring: str
     mmas: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class OneShotUse:
+    """A tile loaded once per tile, at this point of the tile."""
+
+    ring: str
+
+
+@dataclass(frozen=True)
+class StagingReuse:
+    """An epilogue whose staging tile reuses the bytes of these rings."""
+
+    rings: tuple[str, ...]
+
+
+Item = Union[LoopPlan, OneShotUse, StagingReuse]
 
 
 def producer_fill(ring: Ring) -> tuple[Step, ...]:
@@ -261,28 +304,33 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     return (IfTrips(r, (Loop(r, tuple(body)), MmaWait(0), Release(r, "prev"))),)
 
 
-def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tuple[Ring, ...],
-                      order: tuple[str, ...], plans: dict[str, LoopPlan]) -> Protocol:
-    """The producer/consumer programs for rings used in ``order`` within each tile.
+def consumer_staging(item: StagingReuse) -> tuple[Step, ...]:
+    """Every consumer must be done with the rings before any of them writes over them."""
+    return (ConsumerSync(), *(StagingBegin(r) for r in item.rings),
+            *(StagingEnd(r) for r in item.rings))
 
-    One-shot rings are filled at their place in ``order`` and released at the end of the tile
-    (after the consumers drained every wgmma); loop rings follow ``producer_fill`` and
-    ``consumer_loop``."""
+
+def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tuple[Ring, ...],
+                      items: tuple[Item, ...]) -> Protocol:
+    """The producer/consumer programs for one tile's ``items``, in program order.
+
+    One-shot rings are filled at their place and released at the end of the tile (after the
+    consumers drained every wgmma); loop rings follow ``producer_fill`` and ``consumer_loop``."""
     by_name = {r.name: r for r in rings}
     prod: list[Step] = []
     cons: list[Step] = []
-    one_shots = [n for n in order if by_name[n].one_shot]
-    for name in order:
-        ring = by_name[name]
-        if ring.one_shot:
-            prod.extend(producer_fill(ring))
-            cons.append(Wait(name, "full"))
+    for item in items:
+        if isinstance(item, OneShotUse):
+            prod.extend(producer_fill(by_name[item.ring]))
+            cons.append(Wait(item.ring, "full"))
+        elif isinstance(item, LoopPlan):
+            prod.append(Loop(item.ring, producer_fill(by_name[item.ring])))
+            cons.extend(consumer_loop(item, by_name[item.ring].stages))
         else:
-            prod.append(Loop(name, producer_fill(ring)))
-            cons.extend(consumer_loop(plans[name], ring.stages))
+            cons.extend(consumer_staging(item))
+    one_shots = [item.ring for item in items if isinstance(item, OneShotUse)]
     if one_shots:
         cons.append(MmaWait(0))
         for name in one_shots:
             cons += [Release(name), Advance(name)]
-    return Protocol(kernel, consumers, persistent, rings,
-                    (Tiles(tuple(prod)),), (Tiles(tuple(cons)),))
+    return Protocol(kernel, consumers, persistent, rings, (Tiles(tuple(prod)),), (Tiles(tuple(cons)),))

@@ -7,24 +7,26 @@ is a straight line of concrete actions on numbered barriers and stages -- what t
 interleaves.
 
 Numbering: ring ``i`` owns stages ``base[i] .. base[i]+stages-1``; stage ``g`` has barriers
-``full = 2g`` and ``empty = 2g + 1``.
+``full = 2g`` and ``empty = 2g + 1``; the consumers' named barrier comes last (``2 * stages``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sync_protocol import (Advance, ExpectTx, IfTrips, Loop, Mma, MmaWait, NotFirst, Protocol,
-                            Release, Reset, Step, Tiles, TmaLoad, Wait)
+from .sync_protocol import (Advance, ConsumerSync, ExpectTx, IfTrips, Loop, Mma, MmaWait, NotFirst,
+                            Protocol, Release, Reset, StagingBegin, StagingEnd, Step, Tiles, TmaLoad,
+                            Wait)
 
 # concrete opcodes
-WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE = range(6)
+WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END = range(9)
 
 
 @dataclass(frozen=True)
 class Action:
     op: int
-    arg: int            # WAIT/EXPECT/RELEASE: barrier; TMA: stage; MMA_WAIT: pending
-    val: int = 0        # WAIT: parity; EXPECT: bytes; TMA: load index
+    arg: int            # WAIT/EXPECT/RELEASE/ARRIVE: barrier; TMA: stage; MMA_WAIT: pending;
+                        # STAGING_*: the ring's first stage
+    val: int = 0        # WAIT: parity; EXPECT: bytes; TMA: load index; STAGING_*: stages
     reads: tuple[int, ...] = ()  # MMA: stages read
     label: str = ""     # what, for messages
     where: str = ""     # "tile 1, k trip 4"
@@ -51,10 +53,16 @@ class Layout:
     def n_stages(self) -> int:
         return len(self.stage_ring)
 
+    @property
+    def sync_bar(self) -> int:
+        return 2 * self.n_stages
+
     def stage_name(self, g: int) -> str:
         return f"{self.stage_ring[g]}.{self.stage_index[g]}"
 
     def bar_name(self, b: int) -> str:
+        if b == self.sync_bar:
+            return "the consumers' named barrier"
         kind = "full" if b % 2 == 0 else "empty"
         return f"{kind}[{self.stage_name(b // 2)}]"
 
@@ -67,6 +75,7 @@ class _Unroller:
         self.out: list[Action] = []
         self.tile = 0
         self.trips: list[tuple[str, int]] = []  # enclosing loops: (ring, trip index)
+        self.syncs = 0
 
     def emit(self, op: int, arg: int, val: int = 0, reads: tuple[int, ...] = (),
              label: str = "") -> None:
@@ -141,6 +150,20 @@ class _Unroller:
 
     def _Reset(self, st: Reset) -> None:
         self.s[st.ring], self.ph[st.ring] = 0, 0
+
+    def _ConsumerSync(self, st: ConsumerSync) -> None:
+        bar = self.layout.sync_bar
+        self.emit(ARRIVE, bar, label="bar.sync: arrive")
+        self.emit(WAIT, bar, self.syncs & 1, label="bar.sync: wait for every consumer")
+        self.syncs += 1
+
+    def _StagingBegin(self, st: StagingBegin) -> None:
+        self.emit(STAGING_BEGIN, self.layout.base[st.ring], self.proto.ring(st.ring).stages,
+                  label=f"epilogue writes its staging tile over ring {st.ring}")
+
+    def _StagingEnd(self, st: StagingEnd) -> None:
+        self.emit(STAGING_END, self.layout.base[st.ring], self.proto.ring(st.ring).stages,
+                  label=f"epilogue's TMA store has read the staging tile (ring {st.ring})")
 
 
 def unroll(proto: Protocol, program: tuple[Step, ...], case: tuple[int, ...],

@@ -1,0 +1,124 @@
+"""grid: how many CTAs launch and which tiles each one handles, in which order.
+
+Tiles are numbered t = 0 .. T-1 over the block loop's index space, the last index fastest.
+``schedule(grid)`` launches T CTAs (1-D, so no grid-dimension limit applies), CTA b handles
+tile b. ``schedule(persistent)`` launches min(T, number of SMs) CTAs; CTA b handles tiles b,
+b + ctas, b + 2·ctas, ... (one CTA per SM, its barriers and rings carrying on from tile to tile).
+``group = G`` on a loop of 2 or more indices visits the last two indices (m, n) in groups of G
+rows of m: g = t / (G·nn), m = G·g + (t mod G·nn) mod rows_g, n = (t mod G·nn) / rows_g with
+rows_g = min(G, nm - G·g), so G neighbouring CTAs share B tiles in L2 (the other indices
+stay outermost). The ``schedule`` and ``group`` options override the kernel's.
+
+Records the kernel attributes ``ctas`` (the launch size, readable) and ``tile_order``;
+``launch_grid(kernel)`` gives the runtime the JSON expression (architecture.md, "Grid").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import PassError
+from ..ir.core import Kernel, Op, Value
+from ..ir.ops import Add, CDiv, Const, Dim, FloorDiv, Max, Min, Mul, Sub
+from ..source import Span
+from .hopper import block_loop
+from .manager import Pass, PassContext, register_pass
+
+EXPRESSIONS = {CDiv: "cdiv", Mul: "mul", Add: "add", Sub: "sub", FloorDiv: "floordiv",
+               Min: "min", Max: "max"}
+"""Scalar ops a block count may be built from, and their names in grid expressions."""
+
+
+def count_expression(v: Value, where: Span | None = None):
+    """A block count as a JSON-able expression over the named dimensions (``where``: the block
+    loop, for errors about counts that are not)."""
+    op = v.owner
+    if isinstance(op, Const):
+        return op.attrs["value"]
+    if isinstance(op, Dim):
+        return ["dim", op.attrs["name"]]
+    name = EXPRESSIONS.get(type(op))
+    if name is None:
+        what = (f"%{v.hint}, a kernel argument" if not isinstance(op, Op)
+                else f"{op.NAME} (%{v.hint or '?'})")
+        raise PassError("the launcher computes the grid from dimensions and constants only "
+                        f"(with {', '.join(sorted(EXPRESSIONS.values()))}); this block count "
+                        f"uses {what}", getattr(op, "span", None) or where)
+    return [name, *(count_expression(x, where) for x in op.operands)]
+
+
+def readable(expr) -> str:
+    if isinstance(expr, int):
+        return str(expr)
+    head, *args = expr
+    if head == "dim":
+        return args[0]
+    if head == "num_sms":
+        return "num_sms"
+    if head == "mul":
+        return " * ".join(readable(a) for a in args)
+    return f"{head}({', '.join(readable(a) for a in args)})"
+
+
+def tile_count(kernel: Kernel):
+    blocks = block_loop(kernel)
+    counts = [count_expression(v, blocks.span) for v in blocks.variadic()]
+    total = counts[0]
+    for c in counts[1:]:
+        total = ["mul", total, c]
+    return total
+
+
+def launch_grid(kernel: Kernel) -> list:
+    """The 1-D grid size as a JSON expression: T, or min(T, num_sms) when persistent."""
+    total = tile_count(kernel)
+    if block_loop(kernel).attrs.get("schedule") == "persistent":
+        return ["min", total, ["num_sms"]]
+    return total
+
+
+@register_pass
+@dataclass(frozen=True)
+class Grid(Pass):
+    name = "grid"
+    summary = "persistent grid over the SM count and grouped tile order, or one CTA per tile"
+    target_specific = True
+    schedule: str = ""
+    """Override the block loop's schedule: grid or persistent ("": keep the kernel's)."""
+    group: int = 0
+    """Override the block loop's group size (0: keep the kernel's)."""
+
+    def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        blocks = block_loop(kernel)
+        if self.schedule:
+            if self.schedule not in ("grid", "persistent"):
+                raise PassError(f"grid: schedule must be grid or persistent, got '{self.schedule}'")
+            blocks.attrs["schedule"] = self.schedule
+        if self.group:
+            blocks.attrs["group"] = self.group
+        schedule = blocks.attrs.get("schedule", "grid")
+        group = blocks.attrs.get("group", 1)
+        indices = [f"%{a.hint}" if a.hint else "?" for a in blocks.regions[0].args]
+        grid = launch_grid(kernel)
+        kernel.attrs["ctas"] = readable(grid)
+        order = "row-major"
+        if group > 1 and len(indices) >= 2:
+            order = f"grouped by {group} along {indices[-2]}"
+        elif group > 1:
+            ctx.decide(f"@{kernel.name}", f"group {group} ignored",
+                       "grouping needs a block loop of at least two indices")
+        kernel.attrs["tile_order"] = order
+        if schedule == "persistent":
+            what = f"persistent: {readable(grid)} CTAs, CTA b handles tiles b, b + ctas, ..."
+            why = ("one CTA per SM keeps its pipeline rings and barriers running from tile to "
+                   "tile (the producer prefetches the next tile while consumers finish this "
+                   "one), and short loops stop paying a launch-sized prologue per tile")
+        else:
+            what = f"{readable(grid)} CTAs, one per tile"
+            why = "schedule(grid): each CTA handles one tile; the 1-D grid has no size limit"
+        tiles = f"tiles over ({', '.join(indices)}), {order}"
+        if order.startswith("grouped"):
+            tiles += (f": {group} consecutive CTAs take {group} neighbouring {indices[-2]} rows of "
+                      f"the same {indices[-1]} columns, sharing their tiles in L2")
+        ctx.decide(f"@{kernel.name}", what, f"{why}; {tiles}", grid=grid, schedule=schedule,
+                   group=group, order=order)
+        return kernel

@@ -1,0 +1,199 @@
+"""Hopper (sm_90a) facts and the IR queries the scheduling passes share.
+
+The numbers are from shared/docs/hopper-ptx-facts.md (checked on an H200: 232,448 bytes of
+opt-in shared memory per block, 65,536 registers per block, setmaxnreg in [24, 256] by 8).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..errors import PassError
+from ..ir.core import Block, Kernel, Op, Value
+from ..ir.ops import Blocks, Copy, For, If, Load, Store, Yield
+from ..ir.types import TileType
+
+HOPPER_PIPELINE = "layout,warp-spec,pipeline,smem-plan,mbarrier,reg-budget,grid"
+"""The scheduling passes in the order each one's inputs require (mbarrier after smem-plan: an
+epilogue that smem-plan puts over a ring adds a consumer barrier to the protocol)."""
+
+SMEM_LIMIT = 232_448          # opt-in dynamic shared memory per block
+REGISTER_FILE = 65_536        # 32-bit registers per block
+WARPGROUP = 128               # threads
+MAX_THREADS = 1024
+SETMAXNREG_MIN, SETMAXNREG_MAX = 24, 256
+SWIZZLE_SPANS = (128, 64, 32)  # bytes, largest first
+SWIZZLE_ALIGN = 1024          # a swizzle pattern repeats every 8 rows of 128 B: align to it
+TMA_ALIGN = 128               # TMA shared-memory destinations
+MBARRIER_BYTES = 8
+
+
+def ceil_to(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def floor_to(x: int, multiple: int) -> int:
+    return x // multiple * multiple
+
+
+def nbytes(n: int) -> str:
+    """``196,608 B`` -- byte counts as the decision log prints them."""
+    return f"{n:,} B"
+
+
+def threads_for(consumers: int, producer: bool = True) -> int:
+    return WARPGROUP * (consumers + int(producer))
+
+
+def entry_registers(threads: int) -> int:
+    """Registers per thread at launch (``.maxnreg``): the file shared evenly, a multiple of 8."""
+    return floor_to(min(255, REGISTER_FILE // threads), 8)
+
+
+def register_pool(consumers: int) -> int:
+    """What setmaxnreg may redistribute: every thread's registers at entry (with a producer)."""
+    threads = threads_for(consumers)
+    return entry_registers(threads) * threads
+
+
+def has_producer(kernel: Kernel) -> bool:
+    """A producer warpgroup exists to issue TMA loads of shared tiles; without any, none."""
+    return bool(one_shot_loads(kernel) or pipelined_loops(kernel))
+
+
+def consumer_registers(consumers: int, producer: int) -> int:
+    """The most registers each consumer thread can get once the producer keeps ``producer``."""
+    share = (register_pool(consumers) - WARPGROUP * producer) // (WARPGROUP * consumers)
+    return min(SETMAXNREG_MAX, floor_to(share, 8))
+
+
+def swizzle_for_row_bytes(row_bytes: int) -> int:
+    """The largest swizzle span (128/64/32 B) dividing the row bytes, or 0 (no swizzle)."""
+    return next((span for span in SWIZZLE_SPANS if row_bytes % span == 0), 0)
+
+
+def swizzle_bytes(t: TileType) -> int:
+    """A shared tile's swizzle span from its ``swizzle`` attribute (0 when none or unset)."""
+    value = str(t.attr("swizzle", "none"))
+    return 0 if value in ("none", "0B", "0") else int(value.rstrip("B"))
+
+
+def tile_align(t: TileType) -> int:
+    return SWIZZLE_ALIGN if swizzle_bytes(t) else TMA_ALIGN
+
+
+def block_loop(kernel: Kernel) -> Blocks:
+    for op in kernel.body.ops:
+        if isinstance(op, Blocks):
+            return op
+    raise PassError(f"@{kernel.name} has no block loop: nothing to schedule", kernel.span)
+
+
+def is_shared(v: Value) -> bool:
+    return isinstance(v.type, TileType) and v.type.space == "st"
+
+
+def shared_loads(block: Block) -> list[Load]:
+    """The loads of shared tiles directly in ``block`` (not in nested regions)."""
+    return [op for op in block.ops if isinstance(op, Load) and is_shared(op.result)]
+
+
+def pipelined_loops(kernel: Kernel) -> list[For]:
+    """Loops whose body loads shared tiles: each gets a ring of stages (in program order)."""
+    return [op for op in kernel.walk() if isinstance(op, For) and shared_loads(op.regions[0])]
+
+
+def one_shot_loads(kernel: Kernel) -> list[Load]:
+    """Shared-tile loads of the block body itself: filled once per tile."""
+    return shared_loads(block_loop(kernel).regions[0])
+
+
+def walk_block(block: Block) -> Iterator[Op]:
+    for op in block.ops:
+        yield from op.walk()
+
+
+def check_supported_loads(kernel: Kernel) -> None:
+    """Shared tiles arrive by TMA from the producer warpgroup, which follows the block body and
+    the pipelined loops; a load it cannot see in advance (inside an if, or in a loop nested in a
+    pipelined loop) is refused with a clear message."""
+    placed = set(one_shot_loads(kernel))
+    for loop in pipelined_loops(kernel):
+        placed.update(shared_loads(loop.regions[0]))
+    for op in kernel.walk():
+        if isinstance(op, Load) and is_shared(op.result) and op not in placed:
+            raise PassError("a shared-tile load must sit in the block body or directly in a "
+                            "loop's body (the producer warpgroup issues it ahead of time); this "
+                            "one is inside an if or a nested region", op.span)
+
+
+def carried_groups(kernel: Kernel) -> list[list[Value]]:
+    """Values that must share one type because control flow carries one into another: a loop's
+    init, body argument, yielded value and result; an if's yielded values and result."""
+    parent: dict[Value, Value] = {}
+
+    def find(v: Value) -> Value:
+        while parent.get(v, v) is not v:
+            v = parent[v]
+        return v
+
+    def union(a: Value, b: Value) -> None:
+        ra, rb = find(a), find(b)
+        if ra is not rb:
+            parent[ra] = rb
+
+    for op in kernel.walk():
+        if isinstance(op, For):
+            body = op.regions[0]
+            yielded = body.terminator.operands if isinstance(body.terminator, Yield) else []
+            for i, res in enumerate(op.results):
+                for v in (op.variadic()[i], body.args[i + 1], yielded[i] if i < len(yielded) else None):
+                    if v is not None:
+                        union(res, v)
+        elif isinstance(op, If):
+            for region in op.regions:
+                term = region.terminator
+                for res, v in zip(op.results, term.operands if isinstance(term, Yield) else []):
+                    union(res, v)
+    groups: dict[Value, list[Value]] = {}
+    for v in list(parent):
+        groups.setdefault(find(v), []).append(v)
+    return list(groups.values())
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where an op sits in the block body's program order: [start, end] covers its regions."""
+
+    start: int
+    end: int
+
+
+def positions(block: Block) -> dict[Op, Position]:
+    """Pre-order numbering of every op under ``block``; a region op spans its contents."""
+    out: dict[Op, Position] = {}
+    counter = 0
+
+    def visit(op: Op) -> None:
+        nonlocal counter
+        start = counter
+        counter += 1
+        for region in op.regions:
+            for inner in region.ops:
+                visit(inner)
+        out[op] = Position(start, counter - 1)
+
+    for op in block.ops:
+        visit(op)
+    return out
+
+
+def stores_of_register_tiles(kernel: Kernel) -> list[Store]:
+    """Stores of 2-D register tiles: the epilogues that stage through shared memory."""
+    return [op for op in walk_block(block_loop(kernel).regions[0])
+            if isinstance(op, Store) and isinstance(op.operands[1].type, TileType)
+            and op.operands[1].type.space == "rt"]
+
+
+def shared_copies(kernel: Kernel) -> list[Copy]:
+    return [op for op in kernel.walk() if isinstance(op, Copy) and is_shared(op.result)]

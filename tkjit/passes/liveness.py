@@ -1,0 +1,127 @@
+"""Register pressure of a consumer warpgroup: live register fragments per thread, at the peak.
+
+Block-level register tiles are split by rows over the consumer warpgroups (64-row slabs, one
+share per consumer); a thread of a warpgroup holds rows*cols/128 elements of its share, packed
+into 32-bit registers (bf16: two per register). In the wgmma fragment (``layout=wgmma``) a cv
+holds 2 values per 64-row slab and an rv a quarter of its columns; other vectors are counted as
+spread over the 32 lanes of a warp. Shared tiles and scalars cost nothing here; the callers add
+an allowance for addresses, indices, descriptors and loop counters.
+
+The estimate walks the block body in program order: a value lives from its definition to its
+last use, a value used inside a loop it was defined outside of lives to the loop's end, and an
+op that consumes a value for the last time may write its result into the same registers (the
+wgmma accumulator, elementwise maps in place).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.core import Kernel, Op, Value
+from ..ir.ops import For
+from ..ir.types import TileType, Type, VectorType, is_register
+from .hopper import Position, block_loop, positions, walk_block
+
+CONSUMER_OVERHEAD = 32
+"""Registers a consumer thread needs besides its fragments (addresses, loop state, descriptors)."""
+PRODUCER_NEED = 24
+"""What the producer's one elected thread needs (coordinates, barrier addresses, phase bits)."""
+
+
+def rows_per_consumer(rows: int, consumers: int) -> int:
+    return rows // consumers if rows % (64 * consumers) == 0 else rows
+
+
+def fragment_registers(t: Type, consumers: int) -> int:
+    """32-bit registers per consumer thread holding one value of type ``t``."""
+    if not is_register(t) or not isinstance(t, (TileType, VectorType)):
+        return 0
+    wgmma = dict(t.attrs).get("layout") == "wgmma"
+    if isinstance(t, TileType):
+        elements = rows_per_consumer(t.rows, consumers) * t.cols / 128
+    elif not wgmma:
+        elements = -(-t.length // 32)
+    elif t.kind == "cv":
+        elements = 2 * max(1, rows_per_consumer(t.length, consumers) // 64)
+    else:
+        elements = t.length / 4
+    return -(-int(elements * t.dtype.bits) // 32)
+
+
+@dataclass
+class Pressure:
+    peak: int
+    """Fragment registers per consumer thread at the busiest op."""
+    at: Op | None
+    live: list[tuple[Value, int]]
+    """What is live there, largest first."""
+
+    def summary(self) -> str:
+        if self.at is None:
+            return "no register tiles"
+        parts = ", ".join(f"%{v.hint or '?'} {n}" for v, n in self.live[:4])
+        more = f" and {len(self.live) - 4} more" if len(self.live) > 4 else ""
+        return f"{self.peak}, first reached at {self.at.NAME}" + (f": {parts}{more}" if parts else "")
+
+
+def consumer_pressure(kernel: Kernel, consumers: int) -> Pressure:
+    body = block_loop(kernel).regions[0]
+    pos = positions(body)
+    born: dict[Value, int] = {}
+    last: dict[Value, int] = {}
+    for op in walk_block(body):
+        p = pos[op]
+        for v in op.results:
+            if fragment_registers(v.type, consumers):
+                born[v] = p.end if op.regions else p.start
+                last.setdefault(v, born[v])
+        for v in op.operands:
+            if v in born:
+                last[v] = max(last[v], use_position(op, v, pos))
+        if isinstance(op, For):
+            for arg in op.regions[0].args[1:]:
+                if fragment_registers(arg.type, consumers):
+                    born[arg] = p.start
+                    last.setdefault(arg, p.start)
+    births: dict[int, int] = {}
+    deaths: dict[int, int] = {}
+    for v, b in born.items():
+        regs = fragment_registers(v.type, consumers)
+        births[b] = births.get(b, 0) + regs
+        deaths[last[v]] = deaths.get(last[v], 0) + regs
+    best = Pressure(0, None, [])
+    by_position = {p.start: op for op, p in pos.items()}
+    for point in sorted(set(births) | set(deaths)):
+        live = [(v, fragment_registers(v.type, consumers)) for v in born
+                if born[v] <= point <= last[v]]
+        total = sum(n for _, n in live) - min(births.get(point, 0), deaths.get(point, 0))
+        if total > best.peak:
+            best = Pressure(total, by_position.get(point), sorted(live, key=lambda x: -x[1]))
+    return best
+
+
+def use_position(user: Op, v: Value, pos: dict[Op, Position]) -> int:
+    """Where a use keeps ``v`` alive until: the user, or the end of every loop around the user
+    that ``v`` was defined outside of (the next trip needs it again)."""
+    at = pos[user].start
+    block = user.parent
+    while block is not None and block.parent is not None:
+        enclosing = block.parent
+        if isinstance(enclosing, For) and not _inside(v, enclosing) and enclosing in pos:
+            at = max(at, pos[enclosing].end)
+        if enclosing not in pos:
+            break
+        block = enclosing.parent
+    return at
+
+
+def _inside(v: Value, loop: For) -> bool:
+    owner = v.owner
+    while owner is not None:
+        if owner is loop:
+            return True
+        if isinstance(owner, Op):
+            owner = owner.parent
+        else:  # a Block
+            owner = owner.parent
+    return False
+

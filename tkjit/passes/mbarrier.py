@@ -1,0 +1,199 @@
+"""mbarrier: the barrier rings and the producer/consumer protocol, built from the annotated IR
+and checked on the CPU before any PTX exists.
+
+``protocol_of(kernel)`` (after warp-spec, pipeline and smem-plan) gives the ``Protocol`` the PTX
+emitter follows: one ring per pipelined loop (full[s] armed by the producer's arrive.expect_tx
+with the stage's bytes, empty[s] counting one arrival per consumer warpgroup), a 1-stage ring
+per tile loaded once per tile, and the epilogues whose staging tile smem-plan put over a ring
+(every consumer meets on a named barrier before any writes there). The pass records the rings
+and the programs in the decision log and explores the protocol (``sync_check``): ``check=quick``
+(trip counts 0, 1 and stages+1, and a persistent run of 3 tiles), ``full`` (every case of
+``sync_check.default_cases``), ``off``, or ``auto``: quick, and full when compiling in debug mode.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..errors import PassError
+from ..ir.core import Kernel, Op, Value
+from ..ir.ops import MMA_OPS, Copy, For, Load, Store
+from .decisions import subject_of
+from .hopper import block_loop, check_supported_loads, is_shared, nbytes, shared_loads
+from .manager import Pass, PassContext, register_pass
+from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
+from .sync_check import CheckReport, check_protocol, default_cases
+from .sync_protocol import Item, LoopPlan, OneShotUse, Protocol, Ring, StagingReuse, standard_protocol
+from .sync_protocol import Load as RingLoad
+
+CHECKS = ("auto", "off", "quick", "full")
+
+
+class _Builder:
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        consumers = kernel.attrs.get("consumers")
+        if not isinstance(consumers, int):
+            raise PassError("mbarrier: the kernel has no consumer count; run warp-spec first")
+        self.consumers = consumers
+        self.rings: list[Ring] = []
+        self.items: list[Item] = []
+        self.ring_of: dict[Value, str] = {}
+        self.extent: dict[str, tuple[int, int]] = {}  # ring -> shared bytes [start, end)
+        self.names: set[str] = set()
+
+    def unique(self, hint: str | None, fallback: str) -> str:
+        base = hint or fallback
+        name, i = base, 1
+        while name in self.names:
+            i += 1
+            name = f"{base}{i}"
+        self.names.add(name)
+        return name
+
+    def build(self) -> Protocol:
+        blocks = block_loop(self.kernel)
+        check_supported_loads(self.kernel)
+        for op in blocks.regions[0].ops:
+            if isinstance(op, Load) and is_shared(op.result):
+                self.one_shot(op)
+            elif isinstance(op, For) and shared_loads(op.regions[0]):
+                self.loop(op)
+            elif isinstance(op, Store) and "smem" in op.attrs:
+                self.staging(op)
+            elif any(isinstance(inner, For) and shared_loads(inner.regions[0])
+                     for inner in op.walk() if inner is not op):
+                raise PassError("a loop that loads shared tiles must sit directly in the block "
+                                "body for the producer to follow it", op.span)
+        persistent = blocks.attrs.get("schedule") == "persistent"
+        return standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
+                                 tuple(self.items))
+
+    def one_shot(self, op: Load) -> None:
+        name = self.unique(op.result.hint, "tile")
+        t = op.result.type
+        self.rings.append(Ring(name, 1, (RingLoad(name, t.nbytes),), t.nbytes, self.consumers,
+                               one_shot=True, where=_where(op)))
+        self.items.append(OneShotUse(name))
+        self.ring_of[op.result] = name
+        if "smem" in op.attrs:
+            self.extent[name] = (op.attrs["smem"], op.attrs["smem"] + t.nbytes)
+
+    def loop(self, op: For) -> None:
+        if "stages" not in op.attrs:
+            raise PassError("mbarrier: this loop has no stage count; run the pipeline pass first",
+                            op.span)
+        name = self.unique(op.regions[0].args[0].hint, "loop")
+        loads = shared_loads(op.regions[0])
+        ring_loads = tuple(RingLoad(ld.result.hint or f"load{i}", ld.result.type.nbytes)
+                           for i, ld in enumerate(loads))
+        expect = op.attrs.get("stage_bytes", stage_data_bytes(op))
+        self.rings.append(Ring(name, op.attrs["stages"], ring_loads, expect, self.consumers,
+                               where=_where(op)))
+        for ld in loads:
+            self.ring_of[ld.result] = name
+        if all("smem" in ld.attrs for ld in loads):
+            start = min(ld.attrs["smem"] for ld in loads)
+            self.extent[name] = (start, start + op.attrs["stages"] * stage_stride(op))
+        reads = []
+        for inner in op.walk():
+            if isinstance(inner, (*MMA_OPS, Copy)):
+                rings = tuple(dict.fromkeys(self.ring_of[v] for v in inner.operands if v in self.ring_of))
+                if rings:
+                    reads.append(rings)
+        self.items.append(LoopPlan(name, tuple(reads)))
+
+    def staging(self, op: Store) -> None:
+        size, _ = staging_sizes(op, self.consumers)[op.attrs.get("staging", "tile")]
+        lo, hi = op.attrs["smem"], op.attrs["smem"] + size
+        over = tuple(name for name, (a, b) in self.extent.items() if a < hi and lo < b)
+        if over:
+            self.items.append(StagingReuse(over))
+
+
+def _where(op: Op) -> str:
+    return op.span.location() if op.span is not None else ""
+
+
+def protocol_of(kernel: Kernel) -> Protocol:
+    """The synchronization protocol of an annotated kernel (after warp-spec, pipeline, smem-plan)."""
+    return _Builder(kernel).build()
+
+
+def quick_cases(proto: Protocol) -> list[tuple[int, ...]]:
+    s = max((r.stages for r in proto.rings if not r.one_shot), default=1)
+    cases = [(0,), (1,), (s + 1,)]
+    if proto.persistent:
+        cases.append((s + 1, 1, 2 * s + 1))
+    return cases
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(proto: Protocol, cases: tuple[tuple[int, ...], ...]) -> CheckReport:
+    """Checking is a pure function of the protocol: kernels of one shape share the result."""
+    return check_protocol(proto, list(cases))
+
+
+@register_pass
+@dataclass(frozen=True)
+class Mbarrier(Pass):
+    name = "mbarrier"
+    summary = "full/empty mbarrier rings, one-shot barriers, the producer/consumer protocol, checked"
+    target_specific = True
+    check: str = "auto"
+    """Explore the protocol's interleavings: off, quick, full (every trip-count case), or auto
+    (quick; full in debug mode)."""
+
+    def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.check not in CHECKS:
+            raise PassError(f"mbarrier: check must be {', '.join(CHECKS)}, got '{self.check}'")
+        builder = _Builder(kernel)
+        proto = builder.build()
+        for ring in proto.rings:
+            ctx.decide(f"ring {ring.name}" + (f" ({ring.where})" if ring.where else ""),
+                       _ring_decision(ring), _ring_reason(ring, proto), stages=ring.stages,
+                       expect_tx=ring.expect_tx, empty_arrivals=ring.empty_arrivals)
+        for item in (i for i in builder.items if isinstance(i, StagingReuse)):
+            ctx.decide(f"epilogue over ring {', '.join(item.rings)}", "consumers meet on a named "
+                       f"barrier ({proto.consumers} x 128 threads) before writing the staging tile",
+                       "smem-plan put the staging tile over the ring; a consumer may still have "
+                       "wgmmas reading it until every consumer has drained its own")
+        mode = self.check
+        if mode == "auto":
+            mode = "full" if ctx.options.debug else "quick"
+        if mode != "off":
+            cases = quick_cases(proto) if mode == "quick" else default_cases(proto)
+            report = _checked(proto, tuple(cases))
+            exhaustive = all(r.exhaustive for r in report.results)
+            ctx.decide(f"@{kernel.name}", f"sync protocol checked: {len(report.results)} trip-count "
+                       f"case(s), {'every interleaving' if exhaustive else 'bounded search'}",
+                       "no deadlock, no stage overwritten before every consumer released it, no "
+                       "read before its bytes landed, no wait passing on a wrong phase",
+                       cases=[list(r.case) for r in report.results],
+                       states=[r.states for r in report.results], protocol=proto.text())
+        else:
+            ctx.decide(f"@{kernel.name}", "sync protocol built, not checked", "check=off",
+                       protocol=proto.text())
+        return kernel
+
+
+def _ring_decision(ring: Ring) -> str:
+    if ring.one_shot:
+        return (f"one-shot full/empty pair: full count 1 + expect_tx {nbytes(ring.expect_tx)}, "
+                f"empty count {ring.empty_arrivals}")
+    return (f"{ring.stages} stages: full[s] count 1 + expect_tx {nbytes(ring.expect_tx)}, "
+            f"empty[s] count {ring.empty_arrivals}")
+
+
+def _ring_reason(ring: Ring, proto: Protocol) -> str:
+    loads = " + ".join(f"{ld.name} {nbytes(ld.nbytes)}" for ld in ring.loads)
+    arm = (f"the producer's one arrive.expect_tx arms full with the bytes its TMA loads "
+           f"complete ({loads}); each of the {proto.consumers} consumer warpgroups arrives on "
+           "empty once no wgmma of its reads the stage")
+    if ring.one_shot:
+        return (f"loaded once per tile: {arm}, at the end of the tile; the phase bit flips "
+                "every tile")
+    return (f"{arm} (wait_group 1 after the next trip's wgmma retires the older ones); the "
+            "producer waits on empty[s] with parity ph^1 (a fresh barrier's preceding phase "
+            "counts as complete), consumers on full[s] with ph; ph flips when s wraps to 0 and "
+            "carries on from tile to tile")

@@ -1,0 +1,118 @@
+"""reg-budget: the setmaxnreg split between the producer and the consumer warpgroups.
+
+At launch every thread gets ``.maxnreg`` = 65,536 / threads rounded down to a multiple of 8
+(168 for 384 threads). The producer then gives registers back (``setmaxnreg.dec``) and the
+consumers take them (``setmaxnreg.inc``): P for the producer and C for each consumer thread,
+multiples of 8 in [24, 256], with 128·P + 128·N·C within what the CTA got at launch (so also
+within 65,536). The producer keeps 40 -- what CUTLASS and ThunderKittens give it -- unless the
+consumers' estimated need (``liveness``: live fragments + an allowance) does not fit beside
+it, then 24 (FA3, fast.cu); consumers get the rest. ``regs`` on the kernel (``@regs(P, C)``)
+or the pass options pin the split. Records ``regs = [P, C]`` and ``maxnreg`` on the kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import PassError
+from ..ir.core import Kernel
+from .hopper import (SETMAXNREG_MAX, SETMAXNREG_MIN, WARPGROUP, consumer_registers, entry_registers,
+                     register_pool, threads_for)
+from .liveness import CONSUMER_OVERHEAD, PRODUCER_NEED, consumer_pressure
+from .manager import Pass, PassContext, register_pass
+
+PRODUCER_DEFAULT = 40
+
+
+@register_pass
+@dataclass(frozen=True)
+class RegBudget(Pass):
+    name = "reg-budget"
+    summary = "setmaxnreg split between producer and consumers from a live-register estimate"
+    target_specific = True
+    producer: int = 0
+    """Pin the producer's registers per thread (0: the kernel's pin, else decide); with consumer."""
+    consumer: int = 0
+    """Pin each consumer thread's registers (0: the kernel's pin, else decide)."""
+
+    def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        n = kernel.attrs.get("consumers")
+        if not isinstance(n, int):
+            raise PassError("reg-budget: the kernel has no consumer count; run warp-spec first")
+        pressure = consumer_pressure(kernel, n)
+        need = pressure.peak + CONSUMER_OVERHEAD
+        pin = self.pinned(kernel)
+        if not kernel.attrs.get("producer", True):
+            return self.single_role(kernel, ctx, n, need, pressure, pin)
+        threads = threads_for(n)
+        entry = entry_registers(threads)
+        pool = register_pool(n)
+        if pin is not None:
+            p, c = pin
+            self.check(kernel, p, c, n, pool)
+            how = "pinned by the pass options" if self.producer or self.consumer else "pinned by the kernel"
+        else:
+            p = PRODUCER_DEFAULT
+            c = consumer_registers(n, p)
+            how = f"the producer keeps {p} (its elected thread needs about {PRODUCER_NEED})"
+            if need > c:
+                p, c = SETMAXNREG_MIN, consumer_registers(n, SETMAXNREG_MIN)
+                how = (f"tight: consumers need about {need} > {consumer_registers(n, PRODUCER_DEFAULT)}"
+                       f" beside a producer of {PRODUCER_DEFAULT}, so the producer keeps only {p}")
+        kernel.attrs["regs"] = (p, c)
+        kernel.attrs["maxnreg"] = entry
+        used = WARPGROUP * p + WARPGROUP * n * c
+        arithmetic = (f"{threads} threads start at {entry} = 65,536 / {threads} rounded down to a "
+                      f"multiple of 8; 128·{p} + {n}·128·{c} = {used:,} <= {threads}·{entry} = "
+                      f"{pool:,} <= 65,536")
+        estimate = (f"a consumer thread needs about {need} = {pressure.peak} live fragment "
+                    f"registers ({pressure.summary()}) + {CONSUMER_OVERHEAD} for addresses and "
+                    "loop state")
+        verdict = "" if need <= c else f"; {need} > {c}: expect ptxas to spill"
+        ctx.decide(f"@{kernel.name}", f"setmaxnreg: producer {p}, consumers {c}; .maxnreg {entry} "
+                   "at entry", f"{how}; {estimate}; {arithmetic}{verdict}",
+                   producer=p, consumer=c, maxnreg=entry, consumer_need=need, pool=pool)
+        return kernel
+
+    def single_role(self, kernel: Kernel, ctx: PassContext, n: int, need: int, pressure,
+                    pin) -> Kernel:
+        """Without a producer every warpgroup does the same work: no setmaxnreg, only .maxnreg."""
+        if pin is not None:
+            raise PassError(f"@{kernel.name}: regs pins a producer/consumer split, but the kernel "
+                            "loads no shared tile and so has no producer warpgroup", kernel.span)
+        threads = threads_for(n, producer=False)
+        entry = entry_registers(threads)
+        kernel.attrs["maxnreg"] = entry
+        verdict = "" if need <= entry else f"; {need} > {entry}: expect ptxas to spill"
+        ctx.decide(f"@{kernel.name}", f"no setmaxnreg; .maxnreg {entry} for all {threads} threads",
+                   f"one role only (no producer); a thread needs about {need} = {pressure.peak} "
+                   f"live fragment registers ({pressure.summary()}) + {CONSUMER_OVERHEAD}; "
+                   f"{threads} threads get {entry} = 65,536 / {threads} rounded down to a multiple "
+                   f"of 8 (at most 255){verdict}", maxnreg=entry, consumer_need=need)
+        return kernel
+
+    def pinned(self, kernel: Kernel) -> tuple[int, int] | None:
+        if self.producer or self.consumer:
+            if not (self.producer and self.consumer):
+                raise PassError("reg-budget: pin both producer and consumer, or neither")
+            return self.producer, self.consumer
+        regs = kernel.attrs.get("regs")
+        if regs is None:
+            return None
+        if not (isinstance(regs, tuple) and len(regs) == 2 and all(isinstance(r, int) for r in regs)):
+            raise PassError(f"@{kernel.name}: regs must be [producer, consumer], got {regs!r}",
+                            kernel.span)
+        return regs
+
+    @staticmethod
+    def check(kernel: Kernel, p: int, c: int, n: int, pool: int) -> None:
+        for role, r in (("producer", p), ("consumer", c)):
+            if r % 8 or not SETMAXNREG_MIN <= r <= SETMAXNREG_MAX:
+                raise PassError(f"@{kernel.name}: setmaxnreg takes multiples of 8 from "
+                                f"{SETMAXNREG_MIN} to {SETMAXNREG_MAX}; the {role} count is {r}",
+                                kernel.span)
+        used = WARPGROUP * p + WARPGROUP * n * c
+        if used > pool:
+            raise PassError(f"@{kernel.name}: registers {p}/{c} need 128·{p} + {n}·128·{c} = "
+                            f"{used:,}, more than the {pool:,} the {threads_for(n)} threads get "
+                            f"at launch; at most {consumer_registers(n, p)} per consumer beside "
+                            f"a producer of {p}", kernel.span)

@@ -1,0 +1,125 @@
+"""The shared-memory buffers of a warp-specialized kernel and when each one is in use.
+
+    ring      a pipelined loop's stages: ``stages`` x ``stride`` bytes (its loads side by side
+              in each stage, each slot aligned: 1024 B when swizzled, else 128 B)
+    tile      a shared tile loaded once per tile (outside any loop) or written by a copy
+    staging   the shared tile an epilogue stores a register tile through (stmatrix, then one
+              TMA store): the whole tile, or one 64-row x 128-byte chunk per consumer that
+              the consumer reuses chunk after chunk
+
+Lifetimes are ranges of the block body's program order (``hopper.positions``). In a persistent
+kernel rings and once-per-tile tiles live for the whole tile (the producer fills them for the
+next tile while consumers finish this one); otherwise a ring lives for its loop and a tile
+from its load to its last use. A staging tile lives from its store to the end of the tile
+(the TMA store reads it asynchronously).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.core import Kernel, Op, Value
+from ..ir.ops import For, Load, Store
+from ..ir.types import TileType
+from .decisions import subject_of
+from .hopper import (SWIZZLE_ALIGN, TMA_ALIGN, block_loop, ceil_to, one_shot_loads, pipelined_loops,
+                     positions, shared_copies, shared_loads, stores_of_register_tiles,
+                     swizzle_for_row_bytes, tile_align)
+from .liveness import use_position
+
+CHUNK_ROWS, CHUNK_ROW_BYTES = 64, 128
+
+
+@dataclass
+class Buffer:
+    kind: str            # "ring" | "tile" | "staging"
+    op: Op               # the For, Load, Copy or Store it belongs to
+    size: int
+    align: int
+    start: int
+    end: int
+    detail: str = ""
+    lifetime: str = ""
+
+    @property
+    def name(self) -> str:
+        what = {"ring": "ring of", "tile": "tile", "staging": "staging tile of"}[self.kind]
+        subject = subject_of(self.op.result) if self.kind == "tile" else subject_of(self.op)
+        return f"{what} {subject}"
+
+    def overlaps_in_time(self, other: "Buffer") -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+
+def stage_slots(loop: For) -> list[tuple[Load, int]]:
+    """Each load of the loop with its byte offset inside one stage."""
+    out, at = [], 0
+    for ld in shared_loads(loop.regions[0]):
+        at = ceil_to(at, tile_align(ld.result.type))
+        out.append((ld, at))
+        at += ld.result.type.nbytes
+    return out
+
+
+def stage_stride(loop: For) -> int:
+    slots = stage_slots(loop)
+    last, at = slots[-1]
+    align = max(tile_align(ld.result.type) for ld, _ in slots)
+    return ceil_to(at + last.result.type.nbytes, align)
+
+
+def stage_data_bytes(loop: For) -> int:
+    """What the loop's loads bring per trip: the expect-tx bytes of a stage."""
+    return sum(ld.result.type.nbytes for ld in shared_loads(loop.regions[0]))
+
+
+def staging_sizes(store: Store, consumers: int) -> dict[str, tuple[int, int]]:
+    """The staging forms of a register-tile store: name -> (bytes, alignment)."""
+    t: TileType = store.operands[1].type
+    out_bytes = store.operands[0].type.dtype.nbytes
+    whole = t.rows * t.cols * out_bytes
+    align = SWIZZLE_ALIGN if swizzle_for_row_bytes(t.cols * out_bytes) else TMA_ALIGN
+    return {"tile": (whole, align),
+            "chunks": (min(whole, consumers * CHUNK_ROWS * CHUNK_ROW_BYTES), SWIZZLE_ALIGN)}
+
+
+def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
+            consumers: int) -> list[Buffer]:
+    """Every buffer with its size, alignment and lifetime (``stages`` per pipelined loop,
+    ``staging`` form per register-tile store)."""
+    body = block_loop(kernel).regions[0]
+    pos = positions(body)
+    last = max((p.end for p in pos.values()), default=0)
+    persistent = block_loop(kernel).attrs.get("schedule") == "persistent"
+    out: list[Buffer] = []
+    for loop in pipelined_loops(kernel):
+        p = pos[loop]
+        span = (0, last) if persistent else (p.start, p.end)
+        slots = ", ".join(f"{subject_of(ld.result)} at +{at:,}" for ld, at in stage_slots(loop))
+        out.append(Buffer("ring", loop, stages[loop] * stage_stride(loop), SWIZZLE_ALIGN, *span,
+                          f"{stages[loop]} stages x {stage_stride(loop):,} B ({slots})",
+                          "in use all tile long: the producer fills the next tile's stages "
+                          "early" if persistent else "in use while its loop runs"))
+    for op in [*one_shot_loads(kernel), *shared_copies(kernel)]:
+        t = op.result.type
+        span = (0, last) if persistent and isinstance(op, Load) else _value_span(op.result, pos)
+        out.append(Buffer("tile", op, t.nbytes, tile_align(t), *span, str(t),
+                          "in use all tile long (persistent)" if span[0] == 0 and persistent
+                          else "in use from its definition to its last use"))
+    for store in stores_of_register_tiles(kernel):
+        form = staging[store]
+        size, align = staging_sizes(store, consumers)[form]
+        detail = ("the whole tile" if form == "tile"
+                  else f"{consumers} x {CHUNK_ROWS} rows x {CHUNK_ROW_BYTES} B, reused chunk by chunk")
+        out.append(Buffer("staging", store, size, align, pos[store].start, last, detail,
+                          "in use from the store to the end of the tile"))
+    return out
+
+
+def _value_span(v: Value, pos) -> tuple[int, int]:
+    start = pos[v.owner].start
+    end = start
+    for op in pos:
+        if v in op.operands:
+            end = max(end, use_position(op, v, pos))
+    return start, end
+

@@ -1,0 +1,158 @@
+"""smem-plan: where every shared buffer lives, within 232,448 bytes.
+
+Buffers (``smem_buffers``) are placed largest first at the lowest offset that is aligned (1,024
+bytes for swizzled tiles, 128 for other TMA targets) and clashes with no buffer in use at the
+same time, so a buffer that is dead by then is reused: in a kernel that is not persistent, an
+epilogue staging tile goes over the input ring once its loop is done. An epilogue stages its
+whole tile when that fits, else 64-row x 128-byte chunks per consumer. The mbarrier words follow
+(8 bytes each: full[s] and empty[s] per stage of every ring, a pair per once-per-tile load).
+
+Records ``smem`` on loads, copies and stores (stage 0's slot for a ring), ``stage_stride`` and
+``bars`` on pipelined loops, ``bars`` on once-per-tile loads, ``staging`` on stores, and the
+kernel's ``smem`` (dynamic shared bytes); the map goes to the decision log one row per buffer.
+Over the limit, a PassError names the largest buffers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import PassError
+from ..ir.core import Kernel
+from ..ir.ops import For, Store
+from .decisions import subject_of
+from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, ceil_to, nbytes, one_shot_loads, pipelined_loops,
+                     stores_of_register_tiles)
+from .manager import Pass, PassContext, register_pass
+from .smem_buffers import Buffer, buffers, stage_slots, stage_stride
+
+EPILOGUES = ("auto", "tile", "chunks")
+
+
+@dataclass
+class Placement:
+    buffer: Buffer
+    offset: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.buffer.size
+
+
+def place(bufs: list[Buffer], reuse: bool) -> list[Placement]:
+    """First fit, largest first; buffers in use at the same time never share bytes."""
+    placed: list[Placement] = []
+    for b in sorted(bufs, key=lambda b: (-b.size, b.start)):
+        offset = 0
+        while True:
+            offset = ceil_to(offset, b.align)
+            clash = next((p for p in placed
+                          if (not reuse or p.buffer.overlaps_in_time(b))
+                          and p.offset < offset + b.size and offset < p.end), None)
+            if clash is None:
+                break
+            offset = clash.end
+        placed.append(Placement(b, offset))
+    return placed
+
+
+@register_pass
+@dataclass(frozen=True)
+class SmemPlan(Pass):
+    name = "smem-plan"
+    summary = "offsets of every shared buffer, dead-buffer reuse, mbarrier words, the 227 KB limit"
+    target_specific = True
+    epilogue: str = "auto"
+    """How register tiles are staged for their stores: auto (whole tile when it fits), tile, chunks."""
+    reuse: bool = True
+    """Let buffers whose lifetimes do not overlap share bytes."""
+
+    def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.epilogue not in EPILOGUES:
+            raise PassError(f"smem-plan: epilogue must be {', '.join(EPILOGUES)}, got '{self.epilogue}'")
+        loops = pipelined_loops(kernel)
+        missing = [loop for loop in loops if "stages" not in loop.attrs]
+        if missing:
+            raise PassError("smem-plan: this loop has no stage count; run the pipeline pass first",
+                            missing[0].span)
+        stages = {loop: loop.attrs["stages"] for loop in loops}
+        consumers = kernel.attrs.get("consumers", 1)
+        staging = self.staging_forms(kernel, stages, consumers)
+        placed = place(buffers(kernel, stages, staging, consumers), self.reuse)
+        bars_at, total = _footprint(kernel, placed)
+        if total > SMEM_LIMIT:
+            raise self.too_big(kernel, placed, total)
+        self.annotate(kernel, placed, staging, bars_at)
+        kernel.attrs["smem"] = total
+        self.record(kernel, ctx, placed, bars_at, total)
+        return kernel
+
+    def staging_forms(self, kernel: Kernel, stages: dict[For, int], consumers: int) -> dict[Store, str]:
+        stores = stores_of_register_tiles(kernel)
+        if self.epilogue != "auto":
+            return {s: self.epilogue for s in stores}
+        forms = {s: "chunks" for s in stores}
+        for store in stores:  # upgrade one store at a time while everything still fits
+            trial = {**forms, store: "tile"}
+            placed = place(buffers(kernel, stages, trial, consumers), self.reuse)
+            if _footprint(kernel, placed)[1] <= SMEM_LIMIT:
+                forms = trial
+        return forms
+
+    def annotate(self, kernel: Kernel, placed: list[Placement], staging: dict[Store, str],
+                 bars_at: int) -> None:
+        at = bars_at
+        for p in placed:
+            op = p.buffer.op
+            if isinstance(op, For):
+                for ld, slot in stage_slots(op):
+                    ld.attrs["smem"] = p.offset + slot
+                op.attrs["stage_stride"] = stage_stride(op)
+            elif isinstance(op, Store):
+                op.attrs["smem"] = p.offset
+                op.attrs["staging"] = staging[op]
+            else:
+                op.attrs["smem"] = p.offset
+        for loop in pipelined_loops(kernel):
+            loop.attrs["bars"] = at
+            at += MBARRIER_BYTES * 2 * loop.attrs["stages"]
+        for ld in one_shot_loads(kernel):
+            ld.attrs["bars"] = at
+            at += MBARRIER_BYTES * 2
+
+    def record(self, kernel: Kernel, ctx: PassContext, placed: list[Placement], bars_at: int,
+               total: int) -> None:
+        rows = []
+        for p in sorted(placed, key=lambda p: p.offset):
+            b = p.buffer
+            shares = [q.buffer.name for q in placed if q is not p and q.offset < p.end
+                      and p.offset < q.end and q.buffer.size >= b.size and q.offset <= p.offset]
+            reason = f"{b.detail}; {b.lifetime}"
+            if shares:
+                reason += f"; reuses the bytes of the {', '.join(shares)}, dead by then"
+            ctx.decide(b.name, f"bytes {p.offset:,} .. {p.end - 1:,} ({nbytes(b.size)}, "
+                       f"{b.align}-byte aligned)", reason, offset=p.offset, size=b.size)
+            rows.append({"buffer": b.name, "offset": p.offset, "size": b.size})
+        if total > bars_at:
+            ctx.decide("mbarriers", f"bytes {bars_at:,} .. {total - 1:,} ({nbytes(total - bars_at)})",
+                       "full[s] and empty[s] for every stage of every ring, and a pair for every "
+                       "tile loaded once per tile, 8 bytes each")
+        ctx.decide(f"@{kernel.name}", f"{nbytes(total)} of dynamic shared memory",
+                   f"{nbytes(SMEM_LIMIT - total)} under the {nbytes(SMEM_LIMIT)} limit",
+                   smem=total, map=rows)
+
+    def too_big(self, kernel: Kernel, placed: list[Placement], total: int) -> PassError:
+        biggest = sorted(placed, key=lambda p: -p.buffer.size)[:3]
+        named = "; ".join(f"the {p.buffer.name}: {nbytes(p.buffer.size)}"
+                          + (f" ({p.buffer.detail})" if p.buffer.kind == "ring" else "")
+                          for p in biggest)
+        return PassError(f"@{kernel.name} needs {nbytes(total)} of shared memory; the limit is "
+                         f"{nbytes(SMEM_LIMIT)}. Largest buffers: {named}. Lower @stages or use "
+                         "smaller tiles", kernel.span)
+
+
+def _footprint(kernel: Kernel, placed: list[Placement]) -> tuple[int, int]:
+    """(where the mbarrier words start, total bytes)."""
+    bars_at = ceil_to(max((p.end for p in placed), default=0), MBARRIER_BYTES)
+    words = 2 * (sum(loop.attrs["stages"] for loop in pipelined_loops(kernel))
+                 + len(one_shot_loads(kernel)))
+    return bars_at, bars_at + MBARRIER_BYTES * words
