@@ -16,7 +16,7 @@ import zlib
 import pytest
 import torch
 
-from codegen_cases import ALL_CASES, BY_NAME, dims_of
+from codegen_cases import ALL_CASES, BY_NAME
 from tkjit.codegen import emit_ptx
 from tkjit.runtime import driver, toolchain
 from tkjit.runtime.launcher import Launcher

@@ -16,7 +16,7 @@ from .layout import AxisSplit, TileLayout, WarpGrid
 from .padding import UNKNOWN, Axis, Limit, PaddingInfo
 from .ptx import Namer, f32_imm
 from .smem import Geometry, Region, SmemPlan
-from .values import RegTile, RegVec, Scalar, SharedTile
+from .values import RegTile
 
 SMEM_SYMBOL = "tk_smem"
 
@@ -398,5 +398,3 @@ class Ctx:
             return f
         return s.reg
 
-
-_ = (Scalar, RegVec, SharedTile, F16)

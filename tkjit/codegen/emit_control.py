@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..errors import NotAvailableError
 from ..ir.ops import Blocks, For, If, Yield
 from ..ir.types import BOOL, I32, ScalarType, TileType, VectorType
-from .values import RegTile, RegVec, Scalar, SharedTile
+from .values import RegTile, RegVec, Scalar
 
 _KIND_OF_PREFIX = (("%rd", "b64"), ("%p", "pred"), ("%h", "b16"), ("%r", "b32"), ("%f", "f32"))
 _MOV = {"b64": "mov.b64", "pred": "mov.pred", "b16": "mov.b16", "b32": "mov.b32", "f32": "mov.f32"}
@@ -198,4 +198,3 @@ def emit_blocks(ctx, op: Blocks) -> list[str]:
 
 
 CONTROL_EMITTERS = {Blocks: emit_blocks, For: emit_for, If: emit_if, Yield: emit_yield}
-_ = SharedTile

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..ir.ops import (Abs, And, CDiv, Const, Cvt, Dim, Div, Eq, FloorDiv, Ge, Gt, Le, Lt, Max, Min,
                       Mod, Mul, Ne, Neg, Not, Or, Relu, Select, Sub, Add, UNARY_OPS)
-from ..ir.types import BOOL, F32, I32, DTYPES
+from ..ir.types import BOOL, DTYPES, I32
 from .mathfn import binary_f32, unary_f32
 from .ptx import f32_imm
 from .values import Scalar
@@ -165,5 +165,3 @@ for _cls in (Add, Sub, Mul, Div, Max, Min, CDiv, FloorDiv, Mod, Lt, Le, Gt, Ge, 
     SCALAR_EMITTERS[_cls] = emit_scalar_binary
 for _cls in UNARY_OPS:
     SCALAR_EMITTERS[_cls] = emit_scalar_unary
-
-_ = F32

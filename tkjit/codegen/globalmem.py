@@ -269,8 +269,6 @@ def _chunk_loop(ctx, geo: Geometry, body, out: list[str]) -> None:
 def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -> None:
     """Global window → shared tile (zero-filling everything outside the tensor)."""
     epc, es = geo.elems_per_chunk, geo.elem_bytes
-    threads = ctx.grid.threads
-    total = geo.rows * geo.chunks_per_row
 
     def fast():
         lines: list[str] = []
@@ -319,8 +317,6 @@ def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -
 def copy_out(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -> None:
     """Shared tile → global window, skipping everything outside the tensor."""
     epc, es = geo.elems_per_chunk, geo.elem_bytes
-    threads = ctx.grid.threads
-    total = geo.rows * geo.chunks_per_row
 
     def fast():
         lines: list[str] = []

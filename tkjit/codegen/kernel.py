@@ -121,7 +121,7 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
                       "why": "; ".join(f"{what} at {reg.offset} ({reg.size} B)" for what, reg, _ in plan.items)
                       or "no shared memory needed"})
     decisions += ctx.decisions
-    text = _module_text(kernel, entries, grid.threads, plan.total, ctx, loads, body)
+    text = _module_text(kernel, entries, grid.threads, ctx, loads, body)
     meta = {
         "name": kernel.name,
         "entry": kernel.name,
@@ -139,7 +139,7 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
     return text, meta
 
 
-def _module_text(kernel, entries, threads, smem, ctx: Ctx, loads, body) -> str:
+def _module_text(kernel, entries, threads, ctx: Ctx, loads, body) -> str:
     lines = [f"// tkjit: kernel '{kernel.name}', register-tile (mma.sync) backend",
              f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", ""]
     lines.append(f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];")
@@ -156,5 +156,4 @@ def _module_text(kernel, entries, threads, smem, ctx: Ctx, loads, body) -> str:
             lines.append(piece if piece.endswith(":") and not piece.startswith("//") else "  " + piece)
     lines.append("  ret;")
     lines.append("}")
-    _ = smem
     return "\n".join(lines) + "\n"

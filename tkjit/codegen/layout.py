@@ -104,10 +104,11 @@ def choose_warp_grid(kernel: Kernel, options: dict) -> tuple[WarpGrid, list[dict
     accumulators: list[TileType] = []
     for op in kernel.walk():
         values = list(op.results) + [a for r in op.regions for a in r.args]
-        tiles += [v.type for v in values if isinstance(v.type, TileType) and v.type.space == "rt"]
-        if any(isinstance(v.type, VectorType) and v.type.kind == "cv" for v in values):
-            row_centric += [v.type.length for v in values if isinstance(v.type, VectorType)
-                            and v.type.kind == "cv"]
+        for v in values:
+            if isinstance(v.type, TileType) and v.type.space == "rt":
+                tiles.append(v.type)
+            elif isinstance(v.type, VectorType) and v.type.kind == "cv":
+                row_centric.append(v.type.length)
         if isinstance(op, (Reduce, Broadcast)) and op.AXIS == "row":
             row_centric.append(op.operands[0].type.rows)
         if isinstance(op, Mma):
@@ -131,8 +132,13 @@ def choose_warp_grid(kernel: Kernel, options: dict) -> tuple[WarpGrid, list[dict
         why = "pinned by the warp_rows option"
     elif row_centric:
         wr = min(_largest_dividing(warps, r // BAND) for r in row_centric)
-        why = ("row reductions, row broadcasts or a register A operand: each warp keeps whole rows "
-               f"so they need no cross-warp traffic ({wr} warp rows divide the {min(row_centric)}-row tiles)")
+        if wr == warps:
+            why = ("row reductions, row broadcasts or a register A operand: each warp keeps whole rows, "
+                   "so they need no cross-warp traffic")
+        else:
+            why = (f"row reductions, row broadcasts or a register A operand on {min(row_centric)}-row "
+                   f"tiles: {wr} warp row(s) of whole bands, the columns split over {warps // wr} warps "
+                   "(row reductions combine them through shared memory)")
     elif accumulators:
         acc = max(accumulators, key=lambda t: t.rows * t.cols)
         best = None

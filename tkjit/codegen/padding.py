@@ -25,7 +25,7 @@ from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, Const, Copy, Cvt, Fill, For, If, Load, Mma,
                       Neg, Reduce, Relu, Sin, Sqrt, Tanh, Unary, Yield, Zeros)
 from ..ir.ops import Add, Div, Max, Min, Mul, Sub, Binary
-from ..ir.types import GlobalType, ScalarType, TileType, VectorType
+from ..ir.types import GlobalType, ScalarType, TileType
 
 ZERO_PRESERVING = (Neg, Abs, Relu, Sqrt, Sin, Tanh)
 """Maps with f(0) == 0: clean padding stays clean."""
@@ -321,5 +321,3 @@ def analyze_padding(kernel: Kernel) -> PaddingInfo:
     analysis.block(kernel.body)
     return analysis.info
 
-
-_ = VectorType

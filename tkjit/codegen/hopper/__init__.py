@@ -1,0 +1,58 @@
+"""The Hopper (sm_90a) backend: TMA, mbarrier rings, warp specialization and wgmma.
+
+    out = emit_hopper_ptx(kernel, options=None, decisions=None)   # (ptx, metadata) or None
+
+It compiles the kernels whose pattern it knows (today: the GEMM of match.py, with mma_AB or
+mma_ABt) into a warp-specialized kernel (gemm.py) and returns None for every other kernel, so
+the caller falls back to the register-tile backend; the reason is appended to ``decisions``
+(``{"decision": "backend", "value": "mma.sync", "why": ...}``) when a list is given.
+
+``options``: ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False: never take this path).
+Metadata is the register-tile backend's (name, entry, arch, backend, params, dims, grid, block,
+smem_bytes, num_warps, decisions) plus parameter entries of kind ``tensormap`` (which tensor,
+box and swizzle the launcher encodes), ``registers`` (the setmaxnreg split) and ``protocol``
+(the synchronization protocol the kernel follows, as text).
+"""
+from __future__ import annotations
+
+from ...ir.core import Kernel
+from .gemm import GemmKernel, gemm_protocol
+from .match import GemmMatch, NoMatch, match_gemm
+from .plan import Plan, make_plan
+
+ARCHS = ("sm_90a",)
+
+
+def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
+                    decisions: list | None = None) -> tuple[str, dict] | None:
+    reason = _refusal(kernel, dict(options or {}))
+    if isinstance(reason, str):
+        if decisions is not None:
+            decisions.append({"decision": "backend", "value": "mma.sync",
+                              "why": f"the Hopper wgmma path does not apply: {reason}"})
+        return None
+    g, plan = reason
+    return GemmKernel(g, plan).emit()
+
+
+def plan_gemm(kernel: Kernel, options: dict | None = None) -> tuple[GemmMatch, Plan] | str:
+    """The matched GEMM and its plan, or why the Hopper path does not apply."""
+    return _refusal(kernel, dict(options or {}))
+
+
+def _refusal(kernel: Kernel, options: dict):
+    arch = options.get("arch", "sm_90a")
+    if arch not in ARCHS:
+        return f"the target is {arch}; wgmma and setmaxnreg need sm_90a"
+    if options.get("hopper", True) is False:
+        return "turned off by the 'hopper' option"
+    g = match_gemm(kernel)
+    if isinstance(g, str):
+        return f"kernel '{kernel.name}' is not the GEMM pattern: {g}"
+    try:
+        return g, make_plan(g)
+    except NoMatch as e:
+        return f"kernel '{kernel.name}': {e}"
+
+
+__all__ = ["emit_hopper_ptx", "plan_gemm", "gemm_protocol", "match_gemm"]

@@ -1,0 +1,350 @@
+"""The warp-specialized GEMM kernel: PTX text and launch metadata.
+
+    warpgroup 0   producer: setmaxnreg.dec; one thread walks the tiles and, per K step, waits
+                  for a free stage (empty[s]), arms full[s] with the stage's bytes and issues
+                  the TMA boxes of A and B into it
+    warpgroups 1+ consumers: setmaxnreg.inc; each owns BM/consumers rows of the tile; per K
+                  step waits on full[s], issues one wgmma group over the stage, keeps it in
+                  flight (wait_group 1) and releases the previous stage; after the loop it
+                  drains, converts and stores its rows of C (clipped at C's edges)
+
+The control flow of both roles is the protocol (passes/sync_protocol.py) built by
+``gemm_protocol``: the same object the CPU checker explores. Tiles come from a tile loop over
+``blockIdx.x, += gridDim.x`` (one trip per CTA on a plain grid, many when persistent), in
+grouped order when the block loop asks for ``group``.
+
+Parameter ABI (docs/architecture.md): the kernel's parameters (a global is a ``.u64``
+pointer, a scalar its own type), every named dimension as ``.s32``, then one 128-byte tensor
+map per TMA operand (metadata entries of kind "tensormap").
+"""
+from __future__ import annotations
+
+from ...ir.types import F32, GlobalType
+from ...passes.sync_protocol import Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, producer_fill
+from . import mbarrier, tma, wgmma
+from .builder import Builder
+from .epilogue import Fragment, store_fragment
+from .match import GemmMatch
+from .plan import Plan, operand_a, operand_b
+from .program import RingRegs, RoleEmitter
+
+PTX_VERSION = "8.0"
+ARCH = "sm_90a"
+SMEM_SYMBOL = "tk_smem"
+RING = "k"
+
+
+def gemm_protocol(g: GemmMatch, plan: Plan) -> Protocol:
+    """One ring (the K loop's A and B tiles), filled by the producer, read by every consumer."""
+    a_bytes, b_bytes = g.bm * g.bk * 2, g.bk * g.bn * 2
+    ring = Ring(RING, plan.stages, (Load("a", a_bytes), Load("b", b_bytes)), a_bytes + b_bytes,
+                plan.consumers, where="the K loop")
+    producer = (Tiles((Loop(RING, producer_fill(ring)),)),)
+    consumer = (Tiles(consumer_loop(LoopPlan(RING, ((RING,),)), plan.stages)),)
+    return Protocol(g.kernel.name, plan.consumers, plan.persistent, (ring,), producer, consumer)
+
+
+class GemmKernel:
+    """Registers and helpers both roles share."""
+
+    def __init__(self, g: GemmMatch, plan: Plan):
+        self.g, self.plan = g, plan
+        self.b = Builder()
+        self.proto = gemm_protocol(g, plan)
+        self.maps = self._tensor_maps()
+        self.entries = self._param_entries()
+
+    # -- parameters -----------------------------------------------------------------------
+    def _tensor_maps(self) -> dict[str, tma.TensorMap]:
+        g, plan, name = self.g, self.plan, self.g.kernel.name
+        a_box = (plan.span_a // 2, g.bm)
+        b_box = (plan.span_b // 2, g.bk if g.b_major == "MN" else g.bn)
+        return {"a": tma.TensorMap(f"{name}_tmap_0", g.a, g.params[g.a].hint, g.dtype, a_box, plan.span_a),
+                "b": tma.TensorMap(f"{name}_tmap_1", g.b, g.params[g.b].hint, g.dtype, b_box, plan.span_b)}
+
+    def _param_entries(self) -> list[tuple[str, str, dict]]:
+        k = self.g.kernel
+        out = []
+        for i, p in enumerate(k.params):
+            name = f"{k.name}_param_{i}"
+            if isinstance(p.type, GlobalType):
+                out.append((".u64", name, {"kind": "global", "name": p.hint, "dtype": p.type.dtype.name,
+                                           "dims": list(p.type.dims)}))
+            else:
+                ptx = ".f32" if p.type.dtype == F32 else ".s32"
+                out.append((ptx, name, {"kind": "scalar", "name": p.hint, "dtype": p.type.dtype.name}))
+        for j, d in enumerate(k.named_dims()):
+            out.append((".s32", f"{k.name}_dim_{j}", {"kind": "dim", "name": d}))
+        return out
+
+    # -- the kernel -----------------------------------------------------------------------
+    def emit(self) -> tuple[str, dict]:
+        b, g, plan = self.b, self.g, self.plan
+        self.prologue()
+        producer, done = b.pred(), b.label("exit")
+        b(f"setp.eq.u32 {producer}, {self.wg}, 0;", f"@{producer} bra {self.producer_label};")
+        Consumer(self).run()
+        b(f"bra.uni {done};")
+        b.place(self.producer_label)
+        Producer(self).run(done)
+        b.place(done)
+        b("ret;")
+        return self.module_text(), self.metadata()
+
+    def prologue(self) -> None:
+        b, g, plan = self.b, self.g, self.plan
+        self.producer_label = b.label("producer")
+        tid, self.wg, self.tid_wg = b.reg(), b.reg(), b.reg()
+        b(f"mov.u32 {tid}, %tid.x;", f"shr.u32 {self.wg}, {tid}, 7;", f"and.b32 {self.tid_wg}, {tid}, 127;")
+        self.lane = b.reg()
+        b(f"and.b32 {self.lane}, {tid}, 31;")
+        raw, self.smem = b.reg(), b.reg()
+        b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
+          f"and.b32 {self.smem}, {self.smem}, -1024;")
+        self.globals: dict[int, str] = {}
+        for i, (ptx, name, meta) in enumerate(self.entries):
+            if meta["kind"] == "global" and i in (g.a, g.b, g.c):
+                raw64, addr = b.reg("b64"), b.reg("b64")
+                b(f"ld.param.u64 {raw64}, [{name}];", f"cvta.to.global.u64 {addr}, {raw64};")
+                self.globals[i] = addr
+            elif meta["kind"] == "dim":
+                r = b.reg()
+                b(f"ld.param.s32 {r}, [{name}];")
+                b.dims[meta["name"]] = r
+        self.trips = b.expr(g.trips)
+        self.tiles_m, self.tiles_n = (b.expr(c) for c in g.counts)
+        self.tile_count, self.grid_step = b.reg(), b.reg()
+        b(f"mul.lo.s32 {self.tile_count}, {self.tiles_m}, {self.tiles_n};",
+          f"mov.u32 {self.grid_step}, %nctaid.x;")
+        self.full = b.reg()
+        b(f"add.u32 {self.full}, {self.smem}, {plan.bars};")
+        self.empty = b.reg()
+        b(f"add.u32 {self.empty}, {self.full}, {8 * plan.stages};")
+        self.init_barriers(tid)
+
+    def init_barriers(self, tid: str) -> None:
+        b, plan = self.b, self.plan
+        leader, done = b.pred(), b.label("barriers_ready")
+        b(f"setp.ne.u32 {leader}, {tid}, 0;", f"@{leader} bra {done};")
+        for s in range(plan.stages):
+            b(mbarrier.init(f"{self.full}+{8 * s}", 1),
+              mbarrier.init(f"{self.empty}+{8 * s}", plan.consumers))
+        b(mbarrier.INIT_FENCE)
+        b.place(done)
+        b("bar.sync 0;")
+
+    def tile_coords(self, t: str) -> tuple[str, str]:
+        """(m, n) of linear tile ``t``: row-major, or grouped by ``group`` tile rows."""
+        b, group = self.b, self.plan.group
+        m, n = b.reg(), b.reg()
+        if group <= 1:
+            b(f"div.s32 {m}, {t}, {self.tiles_n};", f"mul.lo.s32 {n}, {m}, {self.tiles_n};",
+              f"sub.s32 {n}, {t}, {n};")
+            return m, n
+        per_group, first, height, inside = b.reg(), b.reg(), b.reg(), b.reg()
+        b(f"mul.lo.s32 {per_group}, {self.tiles_n}, {group};",
+          f"div.s32 {first}, {t}, {per_group};", f"mul.lo.s32 {first}, {first}, {group};",
+          f"sub.s32 {height}, {self.tiles_m}, {first};", f"min.s32 {height}, {height}, {group};",
+          f"rem.s32 {inside}, {t}, {per_group};",
+          f"rem.s32 {m}, {inside}, {height};", f"add.s32 {m}, {m}, {first};",
+          f"div.s32 {n}, {inside}, {height};")
+        return m, n
+
+    def ring_regs(self) -> dict[str, RingRegs]:
+        b = self.b
+        s, ph = b.reg(), b.reg()
+        b(f"mov.b32 {s}, 0;", f"mov.b32 {ph}, 0;")
+        return {RING: RingRegs(self.proto.ring(RING), self.full, self.empty, s, ph, self.trips)}
+
+    # -- text -----------------------------------------------------------------------------
+    def module_text(self) -> str:
+        k, plan = self.g.kernel, self.plan
+        params = [f"  .param {t} {name}" for t, name, _ in self.entries]
+        params += [f"  {m.declaration()}" for m in self.maps.values()]
+        lines = [f"// tkjit: kernel '{k.name}', Hopper warp-specialized GEMM (TMA + wgmma)",
+                 f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", "",
+                 f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", "",
+                 f".visible .entry {k.name}(", ",\n".join(params), ")",
+                 f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", "{"]
+        lines += self.b.body()
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def metadata(self) -> dict:
+        g, plan = self.g, self.plan
+        total = ["mul", g.counts[0], g.counts[1]]
+        grid = [["min", total, ["num_sms"]]] if plan.persistent else [total]
+        params = [meta for _, _, meta in self.entries if meta["kind"] != "dim"]
+        params += [m.entry() for m in self.maps.values()]
+        return {"name": g.kernel.name, "entry": g.kernel.name, "arch": ARCH, "backend": "wgmma",
+                "params": params, "dims": g.kernel.named_dims(), "grid": grid,
+                "block": [plan.threads, 1, 1], "smem_bytes": plan.smem_bytes,
+                "num_warps": plan.threads // 32, "registers": list(plan.regs),
+                "protocol": self.proto.text(), "decisions": list(plan.decisions)}
+
+
+class GemmRole(RoleEmitter):
+    def __init__(self, k: GemmKernel):
+        super().__init__(k.b, k.proto)
+        self.k = k
+        self.tile_count = k.tile_count
+
+    def run_program(self, program, leader: str | None) -> None:
+        """Emit ``program`` with fresh ring state (s = 0, ph = 0) once the role is set up."""
+        self.rings = self.k.ring_regs()
+        self.leader = leader
+        self.tile = self.b.reg()
+        self.emit(program)
+
+    def first_tile(self) -> None:
+        self.b(f"mov.u32 {self.tile}, %ctaid.x;")
+
+    def next_tile(self) -> None:
+        self.b(f"add.s32 {self.tile}, {self.tile}, {self.k.grid_step};")
+
+    def tile_begin(self) -> None:
+        self.m, self.n = self.k.tile_coords(self.tile)
+
+
+class Producer(GemmRole):
+    """One thread of warpgroup 0 issues every TMA copy."""
+
+    def run(self, done: str) -> None:
+        k, b = self.k, self.k.b
+        b(f"setmaxnreg.dec.sync.aligned.u32 {k.plan.regs[0]};")
+        others = b.pred()
+        b(f"setp.ne.u32 {others}, {k.tid_wg}, 0;", f"@{others} bra {done};")
+        self.maps = {}
+        for key, m in k.maps.items():
+            raw, addr = b.reg("b64"), b.reg("b64")
+            b(*tma.generic_address(m.symbol, raw, addr), tma.prefetch(addr))
+            self.maps[key] = addr
+        self.run_program(k.proto.producer, None)
+
+    def tile_begin(self) -> None:
+        super().tile_begin()
+        g, b = self.k.g, self.b
+        self.m0, self.n0 = b.reg(), b.reg()
+        b(f"mul.lo.s32 {self.m0}, {self.m}, {g.bm};", f"mul.lo.s32 {self.n0}, {self.n}, {g.bn};")
+
+    def tma_load(self, step) -> None:
+        g, plan, b = self.k.g, self.k.plan, self.b
+        r = self.rings[step.ring]
+        bar = self.bar(r, "full")
+        k0 = b.reg()
+        b(f"mul.lo.s32 {k0}, {r.counter}, {g.bk};")
+        if step.load == "a":
+            op, base, inner_k = operand_a(g, plan), plan.a_offset, True
+            outer = self.m0
+        else:
+            op, base, inner_k = operand_b(g, plan), plan.b_offset, g.b_major == "K"
+            outer = k0 if g.b_major == "MN" else self.n0
+        stage = b.reg()
+        b(f"mad.lo.u32 {stage}, {r.s}, {plan.stage_stride}, {self.k.smem};")
+        width = g.bk if inner_k else g.bn
+        start = k0 if inner_k else self.n0
+        for p in range(width // op.panel_cols):
+            dst, inner = b.reg(), b.reg()
+            b(f"add.u32 {dst}, {stage}, {base + p * op.panel_bytes};",
+              f"add.s32 {inner}, {start}, {p * op.panel_cols};")
+            b(tma.load_2d(dst, self.maps[step.load], inner, outer, bar))
+
+
+class Consumer(GemmRole):
+    """Consumer warpgroups 1..N: wgmma over the ring, then the epilogue of their rows."""
+
+    def run(self) -> None:
+        k, b, g, plan = self.k, self.k.b, self.k.g, self.k.plan
+        b(f"setmaxnreg.inc.sync.aligned.u32 {plan.regs[1]};")
+        index = b.reg()
+        b(f"sub.u32 {index}, {k.wg}, 1;")
+        leader = b.pred()
+        b(f"setp.eq.u32 {leader}, {k.tid_wg}, 0;")
+        self.rows = g.bm // plan.consumers
+        self.op_a, self.op_b = operand_a(g, plan), operand_b(g, plan)
+        self.a_base, self.b_base = b.reg(), b.reg()
+        b(f"mad.lo.u32 {self.a_base}, {index}, {self.rows * plan.span_a}, {k.smem};",
+          f"add.u32 {self.a_base}, {self.a_base}, {plan.a_offset};",
+          f"add.u32 {self.b_base}, {k.smem}, {plan.b_offset};")
+        self.thread_row, self.thread_col = self.fragment_origin(index)
+        self.acc = [[[b.reg("f32") for _ in range(plan.wgmma_n // 2)] for _ in range(g.bn // plan.wgmma_n)]
+                    for _ in range(self.rows // 64)]
+        self.run_program(k.proto.consumer, leader)
+
+    def fragment_origin(self, index: str) -> tuple[str, str]:
+        """The thread's first accumulator row (within the tile) and column: 16w + l/4, 2(l%4)."""
+        b = self.b
+        warp, row, col = b.reg(), b.reg(), b.reg()
+        b(f"shr.u32 {warp}, {self.k.tid_wg}, 5;", f"shr.u32 {row}, {self.k.lane}, 2;",
+          f"mad.lo.u32 {row}, {warp}, 16, {row};", f"mad.lo.u32 {row}, {index}, {self.rows}, {row};",
+          f"and.b32 {col}, {self.k.lane}, 3;", f"shl.b32 {col}, {col}, 1;")
+        return row, col
+
+    def tile_begin(self) -> None:
+        super().tile_begin()
+        zero = "0f00000000"
+        for slab in self.acc:
+            for piece in slab:
+                self.b(*(f"mov.f32 {r}, {zero};" for r in piece))
+
+    def descriptor_base(self, addr: str, op: wgmma.Operand) -> str:
+        b = self.b
+        enc, desc = b.reg(), b.reg("b64")
+        b(f"bfe.u32 {enc}, {addr}, 4, 14;", f"cvt.u64.u32 {desc}, {enc};",
+          f"or.b64 {desc}, {desc}, {op.constant:#x};")
+        return desc
+
+    def mma(self, step) -> None:
+        g, plan, b = self.k.g, self.k.plan, self.b
+        r = self.rings[step.rings[0]]
+        stage_off, a_addr, b_addr = b.reg(), b.reg(), b.reg()
+        b(f"mul.lo.u32 {stage_off}, {r.s}, {plan.stage_stride};",
+          f"add.u32 {a_addr}, {self.a_base}, {stage_off};", f"add.u32 {b_addr}, {self.b_base}, {stage_off};")
+        desc_a, desc_b = self.descriptor_base(a_addr, self.op_a), self.descriptor_base(b_addr, self.op_b)
+        lines = [wgmma.FENCE]
+        tb = 1 if g.b_major == "MN" else 0
+        for ks in range(g.bk // 16):
+            a_descs = [self.offset_descriptor(desc_a, self.op_a.offset(ks, 64 * slab))
+                       for slab in range(len(self.acc))]
+            b_descs = [self.offset_descriptor(desc_b, self.op_b.offset(ks, plan.wgmma_n * piece))
+                       for piece in range(len(self.acc[0]))]
+            for slab, pieces in enumerate(self.acc):
+                for piece, regs in enumerate(pieces):
+                    lines.append(wgmma.mma_instruction(plan.wgmma_n, g.dtype, regs, a_descs[slab],
+                                                       b_descs[piece], tb))
+        lines.append(wgmma.COMMIT)
+        b(*lines)
+
+    def offset_descriptor(self, base: str, nbytes: int) -> str:
+        if nbytes == 0:
+            return base
+        d = self.b.reg("b64")
+        self.b(f"add.s64 {d}, {base}, {wgmma.encode_field(nbytes)};")
+        return d
+
+    def tile_end(self) -> None:
+        k, g, plan, b = self.k, self.k.g, self.k.plan, self.b
+        dim_m, dim_n = (b.dims[d] if isinstance(d, str) else b.mov(d)
+                        for d in g.params[g.c].type.dims)
+        row0, col0 = b.reg(), b.reg()
+        b(f"mad.lo.s32 {row0}, {self.m}, {g.bm}, {self.thread_row};",
+          f"mad.lo.s32 {col0}, {self.n}, {g.bn}, {self.thread_col};")
+        inside = self.tile_inside(dim_m, dim_n)
+        for slab, pieces in enumerate(self.acc):
+            for piece, regs in enumerate(pieces):
+                row, col = b.reg(), b.reg()
+                b(f"add.s32 {row}, {row0}, {64 * slab};", f"add.s32 {col}, {col0}, {plan.wgmma_n * piece};")
+                store_fragment(b, Fragment(tuple(regs), row, col, plan.wgmma_n), k.globals[g.c],
+                               dim_m, dim_n, g.c_dtype, inside)
+
+    def tile_inside(self, dim_m: str, dim_n: str) -> str:
+        """'The whole tile lies inside C and N is even' (pairs of columns are aligned)."""
+        g, b = self.k.g, self.b
+        end_m, end_n, odd = b.reg(), b.reg(), b.reg()
+        p_m, p_n, p_even, inside = b.pred(), b.pred(), b.pred(), b.pred()
+        b(f"mad.lo.s32 {end_m}, {self.m}, {g.bm}, {g.bm};", f"mad.lo.s32 {end_n}, {self.n}, {g.bn}, {g.bn};",
+          f"setp.le.s32 {p_m}, {end_m}, {dim_m};", f"setp.le.s32 {p_n}, {end_n}, {dim_n};",
+          f"and.b32 {odd}, {dim_n}, 1;", f"setp.eq.s32 {p_even}, {odd}, 0;",
+          f"and.pred {inside}, {p_m}, {p_n};", f"and.pred {inside}, {inside}, {p_even};")
+        return inside
+

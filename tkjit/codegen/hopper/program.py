@@ -1,0 +1,178 @@
+"""PTX from a synchronization protocol (tkjit/passes/sync_protocol.py): each role's program is
+walked step by step, so the emitted kernel is the protocol the CPU checker explored.
+
+A ``RoleEmitter`` keeps, per ring, the stage index ``s`` and phase bit ``ph`` in registers (both
+start at 0 and carry over from tile to tile), the ring's trip count and, inside a loop, its trip
+counter. Steps with a fixed meaning (waits, arrivals, advancing, loops) are emitted here from a
+table; what depends on the kernel -- the TMA boxes of a stage, the wgmma group, what happens at
+the start and end of each tile -- is left to subclasses (``tma_load``, ``mma``, ``tile_begin``,
+``tile_end``, ``next_tile``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...passes.sync_protocol import (Advance, ExpectTx, IfTrips, Loop, Mma, MmaWait, NotFirst,
+                                     Protocol, Release, Reset, Ring, TmaLoad, Tiles, Wait)
+from . import mbarrier, wgmma
+from .builder import Builder
+
+
+@dataclass
+class RingRegs:
+    """A ring as one role sees it: barrier bases (shared addresses) and its stage/phase."""
+
+    ring: Ring
+    full: str
+    empty: str
+    s: str
+    ph: str
+    trips: str
+    counter: str | None = None
+    """The current trip index while inside the ring's loop."""
+
+
+class RoleEmitter:
+    """Emits one role's program. Before ``emit``, a subclass sets ``rings`` (the role's view of
+    every ring) and ``leader``: the predicate of the one thread that arrives on barriers for the
+    whole role (None: every executing thread is the leader)."""
+
+    def __init__(self, b: Builder, proto: Protocol):
+        self.b = b
+        self.proto = proto
+        self.rings: dict[str, RingRegs] = {}
+        self.leader: str | None = None
+        self.nonzero: set[str] = set()
+        self.table = {Wait: self.wait, ExpectTx: self.expect_tx, TmaLoad: self.tma_load, Mma: self.mma,
+                      MmaWait: self.mma_wait, Release: self.release, Advance: self.advance,
+                      Reset: self.reset, Tiles: self.tiles, Loop: self.loop, IfTrips: self.if_trips,
+                      NotFirst: self.not_first}
+
+    def emit(self, steps) -> None:
+        for step in steps:
+            fn = self.table.get(type(step))
+            if fn is None:
+                raise NotImplementedError(f"the Hopper emitter has no PTX for protocol step "
+                                          f"{type(step).__name__} ({step.text()})")
+            fn(step)
+
+    # -- addresses ------------------------------------------------------------------------
+    def bar(self, ring: RingRegs, which: str, stage: str | None = None) -> str:
+        base = ring.full if which == "full" else ring.empty
+        addr = self.b.reg()
+        self.b(f"mad.lo.u32 {addr}, {stage or ring.s}, 8, {base};")
+        return addr
+
+    # -- events ---------------------------------------------------------------------------
+    def wait(self, step: Wait) -> None:
+        r = self.rings[step.ring]
+        parity = r.ph
+        if step.flip:
+            parity = self.b.reg()
+            self.b(f"xor.b32 {parity}, {r.ph}, 1;")
+        self.b(*mbarrier.wait_parity(self.bar(r, step.bar), parity, self.b.pred(),
+                                     self.b.label(f"wait_{step.bar}")))
+
+    def expect_tx(self, step: ExpectTx) -> None:
+        r = self.rings[step.ring]
+        self.b(self.leading(mbarrier.arrive_expect_tx(self.bar(r, "full"), step.nbytes)))
+
+    def mma_wait(self, step: MmaWait) -> None:
+        self.b(wgmma.wait(step.pending))
+
+    def release(self, step: Release) -> None:
+        r = self.rings[step.ring]
+        stage = r.s
+        if step.which == "prev":
+            stage = self.b.reg()
+            first = self.b.pred()
+            self.b(f"add.s32 {stage}, {r.s}, -1;", f"setp.eq.s32 {first}, {r.s}, 0;",
+                   f"@{first} mov.b32 {stage}, {r.ring.stages - 1};")
+        self.b(self.leading(mbarrier.arrive(self.bar(r, "empty", stage))))
+
+    def advance(self, step: Advance) -> None:
+        r = self.rings[step.ring]
+        wrap = self.b.pred()
+        self.b(f"add.s32 {r.s}, {r.s}, 1;", f"setp.eq.s32 {wrap}, {r.s}, {r.ring.stages};",
+               f"@{wrap} mov.b32 {r.s}, 0;")
+        if step.per == "wrap":
+            self.b(f"@{wrap} xor.b32 {r.ph}, {r.ph}, 1;")
+        else:
+            self.b(f"xor.b32 {r.ph}, {r.ph}, 1;")
+
+    def reset(self, step: Reset) -> None:
+        r = self.rings[step.ring]
+        self.b(f"mov.b32 {r.s}, 0;", f"mov.b32 {r.ph}, 0;")
+
+    def leading(self, line: str) -> str:
+        return f"@{self.leader} {line}" if self.leader else line
+
+    # -- structure ------------------------------------------------------------------------
+    def tiles(self, step: Tiles) -> None:
+        top, end = self.b.label("tile"), self.b.label("tiles_done")
+        self.first_tile()
+        self.b.place(top)
+        done = self.b.pred()
+        self.b(f"setp.ge.s32 {done}, {self.tile}, {self.tile_count};", f"@{done} bra {end};")
+        self.tile_begin()
+        self.emit(step.body)
+        self.tile_end()
+        self.next_tile()
+        self.b(f"bra.uni {top};")
+        self.b.place(end)
+
+    def loop(self, step: Loop) -> None:
+        r = self.rings[step.ring]
+        outer = r.counter
+        r.counter = self.b.reg()
+        top, end = self.b.label(f"{step.ring}_loop"), self.b.label(f"{step.ring}_done")
+        self.b(f"mov.b32 {r.counter}, 0;")
+        at_least_once = step.min_trips > 0 or step.ring in self.nonzero
+        if not at_least_once:
+            skip = self.b.pred()
+            self.b(f"setp.ge.s32 {skip}, {r.counter}, {r.trips};", f"@{skip} bra {end};")
+        self.b.place(top)
+        self.emit(step.body)
+        again = self.b.pred()
+        self.b(f"add.s32 {r.counter}, {r.counter}, 1;", f"setp.lt.s32 {again}, {r.counter}, {r.trips};",
+               f"@{again} bra {top};")
+        self.b.place(end)
+        r.counter = outer
+
+    def if_trips(self, step: IfTrips) -> None:
+        r = self.rings[step.ring]
+        skip, end = self.b.pred(), self.b.label(f"{step.ring}_none")
+        self.b(f"setp.lt.s32 {skip}, {r.trips}, 1;", f"@{skip} bra {end};")
+        self.nonzero.add(step.ring)
+        self.emit(step.body)
+        self.nonzero.discard(step.ring)
+        self.b.place(end)
+
+    def not_first(self, step: NotFirst) -> None:
+        counters = [r.counter for r in self.rings.values() if r.counter is not None]
+        first, end = self.b.pred(), self.b.label("first_trip")
+        self.b(f"setp.eq.s32 {first}, {counters[-1]}, 0;", f"@{first} bra {end};")
+        self.emit(step.body)
+        self.b.place(end)
+
+    # -- what the kernel fills in ---------------------------------------------------------
+    tile: str
+    tile_count: str
+
+    def first_tile(self) -> None:
+        raise NotImplementedError
+
+    def next_tile(self) -> None:
+        raise NotImplementedError
+
+    def tile_begin(self) -> None:
+        pass
+
+    def tile_end(self) -> None:
+        pass
+
+    def tma_load(self, step: TmaLoad) -> None:
+        raise NotImplementedError(f"this role issues no TMA loads ({step.text()})")
+
+    def mma(self, step: Mma) -> None:
+        raise NotImplementedError(f"this role issues no wgmma ({step.text()})")
