@@ -8,7 +8,7 @@ import pytest
 
 from tkjit.errors import PassError
 from tkjit.passes.sync_check import SyncError, check_protocol, default_cases, find_violation
-from tkjit.passes.sync_protocol import (Advance, ConsumerSync, ExpectTx, IfTrips, Load, Loop, LoopPlan,
+from tkjit.passes.sync_protocol import (Advance, ExpectTx, IfTrips, Load, Loop, LoopPlan,
                                         Mma, MmaWait, NotFirst, OneShotUse, Release, Reset, Ring,
                                         StagingBegin, StagingEnd, StagingReuse, Tiles, TmaLoad, Wait,
                                         standard_protocol)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, Copy, For, Load, Store
-from .decisions import subject_of
 from .hopper import block_loop, check_supported_loads, is_shared, nbytes, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes

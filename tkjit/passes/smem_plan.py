@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from ..errors import PassError
 from ..ir.core import Kernel
 from ..ir.ops import For, Store
-from .decisions import subject_of
 from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, ceil_to, nbytes, one_shot_loads, pipelined_loops,
                      stores_of_register_tiles)
 from .manager import Pass, PassContext, register_pass
