@@ -1,0 +1,118 @@
+"""Timing one callable: device events around each call, warm-up first, the median of many runs.
+
+On a GPU with Triton, ``triton.testing.do_bench`` does it (events per call, and it clears the L2
+between calls); without Triton, CUDA events directly. On the CPU (the dry run) a host clock
+times a few calls: those numbers only show that the script works.
+
+``Rotation`` holds several independent input sets when one set fits in L2, so that consecutive
+calls do not find their inputs in the cache.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+MAX_SETS = 16
+ROTATION_MEMORY_FRACTION = 0.25   # rotation never takes more than this share of free memory
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Milliseconds per call: the median, the 20th and 80th percentiles (the spread), and how."""
+    median_ms: float
+    p20_ms: float | None
+    p80_ms: float | None
+    runs: int
+    method: str
+
+    def to_json(self) -> dict:
+        return {"median_ms": self.median_ms, "p20_ms": self.p20_ms, "p80_ms": self.p80_ms,
+                "runs": self.runs, "method": self.method}
+
+
+def measure(fn: Callable[[], object], ctx) -> Timing:
+    """Time ``fn`` the way the context says (see the module docstring)."""
+    if not ctx.cuda:
+        return _host_clock(fn)
+    if ctx.have_triton:
+        return _do_bench(fn, ctx.warmup_ms, ctx.rep_ms)
+    return _cuda_events(fn, ctx.warmup_ms, ctx.rep_ms)
+
+
+def _summary(times_ms: list[float], method: str) -> Timing:
+    ordered = sorted(times_ms)
+    if len(ordered) >= 5:
+        p20, _, p80 = _quantiles(ordered, (0.2, 0.5, 0.8))
+    else:
+        p20, p80 = ordered[0], ordered[-1]
+    return Timing(statistics.median(ordered), p20, p80, len(ordered), method)
+
+
+def _quantiles(ordered: list[float], qs: tuple[float, ...]) -> list[float]:
+    last = len(ordered) - 1
+    return [ordered[min(last, max(0, round(q * last)))] for q in qs]
+
+
+def _do_bench(fn, warmup_ms: float, rep_ms: float) -> Timing:
+    from triton.testing import do_bench
+    try:
+        times = do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+    except (AssertionError, TypeError, ValueError):   # an older Triton without return_mode="all"
+        median = do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+        return Timing(float(median), None, None, 0, "triton.testing.do_bench(median)")
+    return _summary([float(t) for t in times], "triton.testing.do_bench")
+
+
+def _cuda_events(fn, warmup_ms: float, rep_ms: float) -> Timing:
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        fn()
+    runs = min(1000, max(5, int(rep_ms / estimate)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for begin, finish in zip(starts, ends):
+        begin.record()
+        fn()
+        finish.record()
+    torch.cuda.synchronize()
+    return _summary([b.elapsed_time(f) for b, f in zip(starts, ends)], "torch.cuda.Event")
+
+
+def _host_clock(fn, runs: int = 3) -> Timing:
+    fn()
+    times = []
+    for _ in range(runs):
+        begin = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - begin) * 1000)
+    return _summary(times, "host clock (CPU dry run)")
+
+
+class Rotation:
+    """Input sets taken in turn: enough that together they are at least twice the L2, when the
+    device memory allows; one set when a set alone is already twice the L2."""
+
+    def __init__(self, make_set: Callable[[], tuple], set_bytes: int, ctx):
+        wanted = 1 if set_bytes >= 2 * ctx.l2_bytes else math.ceil(2 * ctx.l2_bytes / set_bytes) + 1
+        affordable = max(1, int(ctx.free_bytes * ROTATION_MEMORY_FRACTION) // max(1, set_bytes))
+        self.sets = [make_set() for _ in range(max(1, min(wanted, affordable, MAX_SETS)))]
+        self._cycle = itertools.cycle(self.sets)
+
+    def __len__(self) -> int:
+        return len(self.sets)
+
+    def next(self) -> tuple:
+        return next(self._cycle)
