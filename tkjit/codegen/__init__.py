@@ -15,20 +15,14 @@ See docs/codegen.md for the design.
 from __future__ import annotations
 
 from ..ir.core import Kernel
-from .hopper import emit_hopper_ptx
+from .hopper import emit_hopper_ptx  # the Hopper backend (hopper/): the compiler tries it first
 from .kernel import emit_kernel
 from .table import DEFAULT_TABLE, EmitterTable
 
 
 def emit_ptx(kernel: Kernel, options: dict | None = None) -> tuple[str, dict]:
-    """The PTX module for ``kernel`` and its launch metadata (see the module docstring).
-    Kernels the Hopper backend knows (``hopper/``: the warp-specialized GEMM) go there."""
-    why_not_hopper: list[dict] = []
-    hopper = emit_hopper_ptx(kernel, options, why_not_hopper)
-    if hopper is not None:
-        return hopper
-    ptx, meta = emit_kernel(kernel, options, DEFAULT_TABLE)
-    return ptx, {**meta, "decisions": why_not_hopper + list(meta.get("decisions", []))}
+    """The PTX module for ``kernel`` and its launch metadata (see the module docstring)."""
+    return emit_kernel(kernel, options, DEFAULT_TABLE)
 
 
-__all__ = ["emit_ptx", "EmitterTable", "DEFAULT_TABLE"]
+__all__ = ["emit_ptx", "emit_hopper_ptx", "EmitterTable", "DEFAULT_TABLE"]
