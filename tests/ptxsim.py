@@ -5,8 +5,9 @@ is exact for tkjit's PTX: every branch is block-uniform (the simulator checks), 
 only through predicated instructions. Shared-memory races are detected instead of hidden by the
 lockstep order: every shared byte remembers which thread last wrote and read it in the current
 barrier epoch, and an access that conflicts with another thread's access in the same epoch
-(read-after-write, write-after-read, write-after-write) raises ``RaceError``. ``cp.async`` data
-lands at ``cp.async.wait_all``.
+(read-after-write, write-after-read, write-after-write) raises ``RaceError``. ``cp.async`` data is
+*in flight* from the copy to the ``cp.async.wait_group``/``wait_all`` that covers its group: any
+access to in-flight bytes is a race, and the data lands (as a write) at the wait.
 
 Semantics follow the PTX ISA for ldmatrix, mma.sync.m16n8k16 (bf16/f16), shfl.sync.bfly and the
 scalar instructions; approximate math (ex2.approx, ...) is computed exactly in f32.
@@ -81,6 +82,7 @@ class _Shared:
         self.w_epoch = np.full(size, -1, dtype=np.int64)
         self.r_tid = np.full(size, -1, dtype=np.int64)
         self.r_epoch = np.full(size, -1, dtype=np.int64)
+        self.inflight = np.zeros(size, dtype=bool)
         self.epoch = 0
 
     def _bytes(self, addrs: np.ndarray, n: int) -> np.ndarray:
@@ -91,6 +93,8 @@ class _Shared:
 
     def read(self, tids: np.ndarray, addrs: np.ndarray, n: int) -> np.ndarray:
         idx = self._bytes(addrs, n)
+        if self.inflight[idx].any():
+            raise RaceError(f"shared read of bytes still being written by cp.async (no wait before it)")
         t = np.broadcast_to(tids[:, None], idx.shape)
         race = (self.w_epoch[idx] == self.epoch) & (self.w_tid[idx] != t)
         if race.any():
@@ -108,17 +112,36 @@ class _Shared:
         self.r_epoch[flat] = self.epoch
         return self.data[idx]
 
-    def write(self, tids: np.ndarray, addrs: np.ndarray, values: np.ndarray) -> None:
-        n = values.shape[1]
+    def start_async(self, tids: np.ndarray, addrs: np.ndarray, n: int) -> None:
+        """A cp.async copy begins: it must not conflict now, and its bytes are in flight."""
         idx = self._bytes(addrs, n)
+        if self.inflight[idx].any():
+            raise RaceError("cp.async into bytes another cp.async is still writing")
+        self._check_write(tids, idx)
+        self.inflight[idx.ravel()] = True
+
+    def finish_async(self, tids: np.ndarray, addrs: np.ndarray, values: np.ndarray) -> None:
+        idx = self._bytes(addrs, values.shape[1])
+        self.inflight[idx.ravel()] = False
+        self.write(tids, addrs, values)
+
+    def _check_write(self, tids: np.ndarray, idx: np.ndarray) -> None:
         t = np.broadcast_to(tids[:, None], idx.shape)
         waw = (self.w_epoch[idx] == self.epoch) & (self.w_tid[idx] != t)
         war = (self.r_epoch[idx] == self.epoch) & (self.r_tid[idx] != t)
-        flat = idx.ravel()
-        uniq, counts = np.unique(flat, return_counts=True)
+        uniq, counts = np.unique(idx.ravel(), return_counts=True)
         if waw.any() or war.any() or (counts > 1).any():
             kind = "write-after-write" if waw.any() or (counts > 1).any() else "write-after-read"
             raise RaceError(f"shared {kind} race (no barrier between the accesses)")
+
+    def write(self, tids: np.ndarray, addrs: np.ndarray, values: np.ndarray) -> None:
+        n = values.shape[1]
+        idx = self._bytes(addrs, n)
+        if self.inflight[idx].any():
+            raise RaceError("shared write to bytes a cp.async is still writing")
+        self._check_write(tids, idx)
+        t = np.broadcast_to(tids[:, None], idx.shape)
+        flat = idx.ravel()
         self.data[idx] = values
         self.w_tid[flat] = t.ravel()
         self.w_epoch[flat] = self.epoch
@@ -166,7 +189,8 @@ class CTA:
         self.ctaid, self.nctaid = ctaid, nctaid
         self.regs: dict[str, np.ndarray] = {}
         self.shared = _Shared(max(smem_bytes, 16))
-        self.pending: list[tuple] = []
+        self.pending: list[tuple] = []      # cp.async copies not yet committed to a group
+        self.groups: list[list[tuple]] = []  # committed groups, oldest first
         self.steps = 0
 
     # -- operands --------------------------------------------------------------------------
@@ -559,10 +583,19 @@ class CTA:
             self.mem.data[addrs[:, None] + np.arange(size * vec)] = data
 
     def op_cp(self, parts, ops, active):
-        if parts[1:3] == ["async", "wait_all"]:
-            for tids, addrs, data in self.pending:
-                self.shared.write(tids, addrs, data)
+        if parts[1:3] == ["async", "commit_group"]:
+            self.groups.append(self.pending)
             self.pending = []
+            return
+        if parts[1:3] in (["async", "wait_all"], ["async", "wait_group"]):
+            keep = int(ops[0]) if parts[2] == "wait_group" else 0
+            if parts[2] == "wait_all":
+                self.groups.append(self.pending)
+                self.pending = []
+            done, self.groups = self.groups[:len(self.groups) - keep], self.groups[len(self.groups) - keep:]
+            for group in done:
+                for tids, addrs, data in group:
+                    self.shared.finish_async(tids, addrs, data)
             return
         idx = np.nonzero(active)[0]
         saddr = self.address(ops[0], "shared")[idx]
@@ -571,13 +604,12 @@ class CTA:
         data = np.zeros((idx.size, 16), dtype=np.uint8)
         for row, (g, k) in enumerate(zip(gaddr, n)):
             data[row, :k] = self.mem.data[g:g + k]
+        self.shared.start_async(self.tid[idx].astype(np.int64), saddr, 16)
         self.pending.append((self.tid[idx].astype(np.int64), saddr, data))
 
     def op_bar(self, parts, ops, active):
         if not active.all():
             raise SimError("bar.sync under a predicate")
-        if self.pending:
-            raise SimError("bar.sync with cp.async still pending (missing cp.async.wait_all)")
         self.shared.barrier()
 
     def op_shfl(self, parts, ops, active):

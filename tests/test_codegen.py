@@ -256,10 +256,41 @@ def test_masks_appear_only_where_padding_can_reach():
 
 # ------------------------------------------------------------------ shared memory
 
-def test_epilogue_staging_reuses_the_operand_tiles():
-    _, meta = emitted("gemm")
-    # A 128x64 and B 64x256 bf16 tiles (48 KB) are dead when the 64 KB epilogue staging is needed
-    assert meta["smem_bytes"] == 128 * 256 * 2
+def test_epilogue_staging_reuses_the_operand_stages():
+    from tkjit.codegen.kernel import _plan
+    from tkjit.codegen.layout import choose_warp_grid
+    from tkjit.codegen.table import DEFAULT_TABLE
+    kernel = BY_NAME["gemm"].kernel()
+    grid, _ = choose_warp_grid(kernel, {})
+    pipelines, plan = _plan(kernel, DEFAULT_TABLE, grid)
+    (pipe,) = pipelines.values()
+    assert pipe.stages == 4 and [load.result.hint for load in pipe.loads] == ["a", "b"]
+    # four stages of A 128x64 and B 64x256 bf16 (48 KB each); the 64 KB epilogue staging of C
+    # lives after the loop, inside the space of the dead stage buffers
+    assert plan.total == 4 * (128 * 64 + 64 * 256) * 2
+    (staging,) = [reg for what, reg, _ in plan.items if what == "scratch of store"]
+    assert staging.offset + staging.size <= plan.total
+
+
+def test_pipelined_loop_waits_and_prefetches_once_per_trip():
+    ptx, meta = emitted("gemm")
+    loop = re.search(r"^\$L_for_\d+:$(.*)^\$L_for_end_\d+:$", ptx, re.S | re.M).group(1)
+    assert loop.count("bar.sync") == 1 and loop.count("cp.async.wait_group 2;") == 1
+    assert loop.count("cp.async.commit_group") == 1
+    assert {"decision": "stages", "value": 4} == {k: v for k, v in _decision(meta, "stages").items()
+                                                  if k != "why"}
+
+
+def test_stages_are_lowered_to_fit_shared_memory():
+    text = BY_NAME["gemm"].ir_path.read_text().replace("{stages = 4}", "{stages = 8}")
+    _, meta = emit_ptx(parse_kernel(text))
+    assert _decision(meta, "stages")["value"] == 4        # 8 x 48 KB does not fit in 227 KB
+    assert "lowered" in _decision(meta, "stages")["why"]
+
+
+def _decision(meta, name):
+    (entry,) = [d for d in meta["decisions"] if d["decision"] == name]
+    return entry
 
 
 def test_scalar_kernel_params_and_dims_come_in_abi_order():

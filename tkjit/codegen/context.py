@@ -7,6 +7,7 @@ emitter asks for them, so they are defined on every path and ptxas can keep or r
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import NotAvailableError
@@ -112,6 +113,8 @@ class Ctx:
         self.globals: dict[int, str] = {}   # id(param) -> .u64 global address register
         self.dims: dict[str, str] = {}      # named dim -> .s32 register
         self.decisions: list[dict] = []
+        self.pipelines: dict = {}           # id(for) -> LoopPipeline
+        self.prefetched: dict[int, object] = {}  # id(load) -> its SharedTile this trip
 
     # -- values --------------------------------------------------------------------------
     def bind(self, v: Value, rep) -> None:
@@ -145,12 +148,21 @@ class Ctx:
 
     def emit_op(self, op: Op) -> list[str]:
         emitter = self.emitters.lookup(op)
-        saved, self._op_cache = self._op_cache, {}
-        lines = emitter(self, op)
-        self._op_cache = saved
+        with self.fresh_scope():
+            lines = emitter(self, op)
         if op.span is not None and lines:
             return [f"// {op.NAME} at {op.span.location()}"] + lines
         return lines
+
+    @contextmanager
+    def fresh_scope(self):
+        """Registers cached for reuse (addresses, smem bases) stay inside this scope: code emitted
+        under a branch must not hand its registers to code after the branch."""
+        saved, self._op_cache = self._op_cache, {}
+        try:
+            yield
+        finally:
+            self._op_cache = saved
 
     # -- prologue-cached per-thread registers --------------------------------------------
     def cached(self, key, build) -> str:
@@ -236,8 +248,17 @@ class Ctx:
             return p
         return self.cached(key, build)
 
-    def smem_base(self) -> str:
-        return self.imm_expr(("smem",), f"mov.u32 {{r}}, {SMEM_SYMBOL};")
+    def smem_base(self, dyn: str | None = None, out: list[str] | None = None) -> str:
+        """The shared address of the dynamic shared memory, plus ``dyn`` (computed into ``out``)."""
+        base = self.imm_expr(("smem",), f"mov.u32 {{r}}, {SMEM_SYMBOL};")
+        if dyn is None:
+            return base
+        key = ("smem+", dyn)
+        if key not in self._op_cache:
+            r = self.new("b32")
+            out.append(f"add.u32 {r}, {base}, {dyn};")
+            self._op_cache[key] = r
+        return self._op_cache[key]
 
     def const_f32(self, value: float) -> str:
         def build(out):
@@ -247,7 +268,8 @@ class Ctx:
         return self.cached(("f32", f32_imm(value)), build)
 
     # -- shared-memory fragment addresses ------------------------------------------------
-    def address(self, pat: Pattern, offset: int, dr: int, dc: int, out: list[str]) -> str:
+    def address(self, pat: Pattern, offset: int, dr: int, dc: int, out: list[str],
+                dyn: str | None = None) -> str:
         """``[reg+imm]`` for the thread's row + dr (dr % 8 == 0), chunk + dc of a tile at ``offset``.
 
         The base registers are computed in the current op (into ``out``) and reused within it
@@ -256,14 +278,14 @@ class Ctx:
         m = g.mask + 1
         aligned = pat.walign % m == 0 and (dc % m) + pat.lmax < m
         key = dc % m if aligned else dc
-        cache_key = ("addr", pat, key, aligned)
+        cache_key = ("addr", pat, key, aligned, dyn)
         if cache_key not in self._op_cache:
-            self._op_cache[cache_key] = self._pattern_base(pat, key, aligned, out)
+            self._op_cache[cache_key] = self._pattern_base(pat, key, aligned, out, dyn)
         base = self._op_cache[cache_key]
         imm = offset + dr * g.row_bytes + 16 * (dc - key)
         return f"[{base}+{imm}]" if imm else f"[{base}]"
 
-    def _pattern_base(self, pat: Pattern, key: int, aligned: bool, out: list[str]) -> str:
+    def _pattern_base(self, pat: Pattern, key: int, aligned: bool, out: list[str], dyn: str | None) -> str:
         g = pat.geometry
         x, c, e = self.new("b32"), self.new("b32"), self.new("b32")
         out.append(f"shr.u32 {x}, {pat.row}, {g.shift};")
@@ -279,7 +301,7 @@ class Ctx:
         out.append(f"mad.lo.u32 {e}, {pat.row}, {g.row_bytes}, {c};")
         if pat.byte:
             out.append(f"add.u32 {e}, {e}, {pat.byte};")
-        out.append(f"add.u32 {e}, {e}, {self.smem_base()};")
+        out.append(f"add.u32 {e}, {e}, {self.smem_base(dyn, out)};")
         return e
 
     def fragment_pattern(self, layout: TileLayout, geometry: Geometry) -> Pattern:

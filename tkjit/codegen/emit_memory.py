@@ -50,7 +50,7 @@ def read_fragments(ctx, st: SharedTile, t: TileType, out: list[str]) -> RegTile:
     for b in range(layout.bands):
         for j in range(layout.chunks):
             for h in (0, 1):
-                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16), out)
+                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16), out, st.dyn)
                 if es == 2:
                     r = ctx.new("b32")
                     out.append(f"ld.shared.b32 {r}, {addr};")
@@ -82,7 +82,7 @@ def write_fragments(ctx, tile: RegTile, st: SharedTile, out: list[str]) -> None:
     for b in range(layout.bands):
         for j in range(layout.chunks):
             for h in (0, 1):
-                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16), out)
+                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16), out, st.dyn)
                 if es == 2:
                     if tile.packed and tile.type.dtype == dst:
                         r = tile.regs[b][j][h]
@@ -229,6 +229,9 @@ def emit_load(ctx, op) -> list[str]:
     if isinstance(t, VectorType):
         ctx.bind(op.result, _load_vector(ctx, op, out))
         return out
+    if id(op) in ctx.prefetched:            # a pipelined load: the loop fetched it ahead
+        ctx.bind(op.result, ctx.prefetched[id(op)])
+        return [f"// {t} prefetched by the loop pipeline"]
     view = GlobalView(ctx, param, coords, t.rows, t.cols, out)
     if t.space == "st":
         st = SharedTile(t, Geometry.of_tile(t), ctx.plan.of_value(op.result).offset)
@@ -260,7 +263,7 @@ def emit_store(ctx, op) -> list[str]:
             raise NotAvailableError(f"store: a {rep.type.dtype} shared tile into a {param.type.dtype} "
                                     "tensor; copy it into a register tile first", op.span)
         out += ctx.sync.read_(rep.region)
-        copy_out(ctx, view, rep.geometry, rep.offset, out)
+        copy_out(ctx, view, rep.geometry, rep.offset, out, rep.dyn)
         return out
     stage = _scratch_tile(ctx, op, t, param.type.dtype)
     out += ctx.sync.write(stage.region)
@@ -273,17 +276,18 @@ def emit_store(ctx, op) -> list[str]:
 def _copy_shared(ctx, src: SharedTile, dst: SharedTile, out: list[str]) -> None:
     geo = src.geometry
     total = geo.rows * geo.chunks_per_row
-    base = ctx.smem_base()
+    src_base, dst_base = ctx.smem_base(src.dyn, out), ctx.smem_base(dst.dyn, out)
     threads = ctx.grid.threads
     for k in range(-(-total // threads)):
-        i, a, p = ctx.new("b32"), ctx.new("b32"), ctx.new("pred")
+        i, a, b, p = ctx.new("b32"), ctx.new("b32"), ctx.new("b32"), ctx.new("pred")
         out.append(f"add.u32 {i}, {ctx.tid('tid')}, {k * threads};")
         out.append(f"setp.lt.u32 {p}, {i}, {total};")
-        out.append(f"shl.b32 {a}, {i}, 4;")
-        out.append(f"add.u32 {a}, {a}, {base};")
+        out.append(f"shl.b32 {i}, {i}, 4;")
+        out.append(f"add.u32 {a}, {i}, {src_base};")
+        out.append(f"add.u32 {b}, {i}, {dst_base};")
         words = [ctx.new("b32") for _ in range(4)]
         out.append(f"@{p} ld.shared.v4.b32 {{{', '.join(words)}}}, [{a}+{src.offset}];")
-        out.append(f"@{p} st.shared.v4.b32 [{a}+{dst.offset}], {{{', '.join(words)}}};")
+        out.append(f"@{p} st.shared.v4.b32 [{b}+{dst.offset}], {{{', '.join(words)}}};")
 
 
 def emit_copy(ctx, op) -> list[str]:

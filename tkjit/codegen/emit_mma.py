@@ -172,15 +172,17 @@ def emit_mma(ctx, op) -> list[str]:
                 r = a_regs.regs[b]
                 a_frag[b] = [r[2 * s][0], r[2 * s][1], r[2 * s + 1][0], r[2 * s + 1][1]]
             elif op.TA:
-                a_frag[b] = _ldmatrix(ctx, 4, True, ctx.address(a_pat, shared[0].offset, 16 * s, 2 * b, out), out)
+                addr = ctx.address(a_pat, shared[0].offset, 16 * s, 2 * b, out, shared[0].dyn)
+                a_frag[b] = _ldmatrix(ctx, 4, True, addr, out)
             else:
-                a_frag[b] = _ldmatrix(ctx, 4, False, ctx.address(a_pat, shared[0].offset, 16 * b, 2 * s, out), out)
+                addr = ctx.address(a_pat, shared[0].offset, 16 * b, 2 * s, out, shared[0].dyn)
+                a_frag[b] = _ldmatrix(ctx, 4, False, addr, out)
         for j in range(0, layout.chunks, 2):
             count = 4 if j + 1 < layout.chunks else 2
             if op.TB:
-                addr = ctx.address(b_pat, shared[1].offset, 8 * j, 2 * s, out)
+                addr = ctx.address(b_pat, shared[1].offset, 8 * j, 2 * s, out, shared[1].dyn)
             else:
-                addr = ctx.address(b_pat, shared[1].offset, 16 * s, j, out)
+                addr = ctx.address(b_pat, shared[1].offset, 16 * s, j, out, shared[1].dyn)
             regs = _ldmatrix(ctx, count, not op.TB, addr, out)
             b_frags = {j: regs[0:2]}
             if count == 4:

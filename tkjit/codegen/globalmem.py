@@ -25,8 +25,9 @@ class GlobalView:
     ``rows``/``cols`` are the tile's extents; for a vector ``rows`` is None and the window is
     the last dimension alone."""
 
-    def __init__(self, ctx, param: Value, coords: list[Value], rows: int | None, cols: int,
+    def __init__(self, ctx, param: Value, coords: list, rows: int | None, cols: int,
                  out: list[str]):
+        """``coords``: the tile coordinates, as IR values or as registers."""
         g: GlobalType = param.type
         self.ctx = ctx
         self.es = g.dtype.nbytes
@@ -37,7 +38,7 @@ class GlobalView:
         self.d_cols = ctx.dim_operand(g.dims[-1])
         self.d_rows = ctx.dim_operand(g.dims[-2]) if self.is_tile else None
         self.const_cols = g.dims[-1] if isinstance(g.dims[-1], int) else None
-        regs = [ctx.get(c).reg for c in coords]
+        regs = [c if isinstance(c, str) else ctx.get(c).reg for c in coords]
         self.lead_ok = None
         for d, c in zip(lead_dims, regs[:lead_n]):
             p = ctx.new("pred")
@@ -104,7 +105,8 @@ class GlobalView:
         return p
 
 
-def _swizzled(ctx, geo: Geometry, offset: int, row: str, chunk: str, out: list[str]) -> str:
+def _swizzled(ctx, geo: Geometry, offset: int, row: str, chunk: str, out: list[str],
+              dyn: str | None = None) -> str:
     """Shared address of (row, 16-byte chunk) of a tile at ``offset``."""
     x, s = ctx.new("b32"), ctx.new("b32")
     out.append(f"shr.u32 {x}, {row}, {geo.shift};")
@@ -112,7 +114,7 @@ def _swizzled(ctx, geo: Geometry, offset: int, row: str, chunk: str, out: list[s
     out.append(f"xor.b32 {x}, {x}, {chunk};")
     out.append(f"shl.b32 {x}, {x}, 4;")
     out.append(f"mad.lo.u32 {s}, {row}, {geo.row_bytes}, {x};")
-    out.append(f"add.u32 {s}, {s}, {ctx.smem_base()};")
+    out.append(f"add.u32 {s}, {s}, {ctx.smem_base(dyn, out)};")
     if offset:
         out.append(f"add.u32 {s}, {s}, {offset};")
     return s
@@ -127,8 +129,9 @@ class _ChunkWalk:
     8 per-thread bases plus an immediate, and the global address one base plus ROW(k) row
     strides: few registers and no divisions per chunk. Otherwise each chunk divides at run time."""
 
-    def __init__(self, ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]):
-        self.ctx, self.view, self.geo, self.offset = ctx, view, geo, offset
+    def __init__(self, ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str],
+                 dyn: str | None = None):
+        self.ctx, self.view, self.geo, self.offset, self.dyn = ctx, view, geo, offset, dyn
         self.threads = ctx.grid.threads
         self.cpr = geo.chunks_per_row
         self.total = geo.rows * self.cpr
@@ -175,7 +178,7 @@ class _ChunkWalk:
             out.append(f"xor.b32 {x}, {x}, {self.ch0};")
             out.append(f"shl.b32 {x}, {x}, 4;")
             out.append(f"mad.lo.u32 {b}, {row}, {geo.row_bytes}, {x};")
-            out.append(f"add.u32 {b}, {b}, {ctx.smem_base()};")
+            out.append(f"add.u32 {b}, {b}, {ctx.smem_base(self.dyn, out)};")
             self.bases[e] = b
         return self.bases[e]
 
@@ -192,7 +195,7 @@ class _ChunkWalk:
             out.append(f"mul.lo.u32 {col}, {ch}, {geo.elems_per_chunk};")
             ok = view.valid(row if view.is_tile else None, col, out)
             addr = view.element_address(row if view.is_tile else None, col, out)
-            return ok, addr, f"[{_swizzled(ctx, geo, self.offset, row, ch, out)}]", guard
+            return ok, addr, f"[{_swizzled(ctx, geo, self.offset, row, ch, out, self.dyn)}]", guard
         drow, dch = self._row_col(k)
         ok, gc = ctx.new("pred"), ctx.new("b32")
         out.append(f"add.s32 {gc}, {self.gcol}, {dch * geo.elems_per_chunk};")
@@ -232,6 +235,7 @@ def _aligned_cols(ctx, view: GlobalView, geo: Geometry, out: list[str]) -> str |
 
 
 def _two_paths(ctx, aligned, fast, slow, out: list[str]) -> None:
+    """The fast path, the slow path, or both behind a uniform branch (each in its own scope)."""
     if aligned is True:
         out += fast()
         return
@@ -240,10 +244,12 @@ def _two_paths(ctx, aligned, fast, slow, out: list[str]) -> None:
         return
     l_slow, l_done = ctx.label("slow_copy"), ctx.label("copied")
     out.append(f"@!{aligned} bra.uni {l_slow};")
-    out += fast()
+    with ctx.fresh_scope():
+        out += fast()
     out.append(f"bra.uni {l_done};")
     out.append(f"{l_slow}:")
-    out += slow()
+    with ctx.fresh_scope():
+        out += slow()
     out.append(f"{l_done}:")
 
 
@@ -266,13 +272,14 @@ def _chunk_loop(ctx, geo: Geometry, body, out: list[str]) -> None:
     out.append(f"{done}:")
 
 
-def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -> None:
+def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str], dyn: str | None = None,
+            wait: bool = True) -> None:
     """Global window → shared tile (zero-filling everything outside the tensor)."""
     epc, es = geo.elems_per_chunk, geo.elem_bytes
 
     def fast():
         lines: list[str] = []
-        walk = _ChunkWalk(ctx, view, geo, offset, lines)
+        walk = _ChunkWalk(ctx, view, geo, offset, lines, dyn)
         for k in range(walk.count):
             ok, addr, saddr, guard = walk.chunk(k, lines)
             safe, n = ctx.new("b64"), ctx.new("b32")
@@ -280,7 +287,8 @@ def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -
             lines.append(f"selp.u32 {n}, 16, 0, {ok};")
             pred = f"@{guard} " if guard else ""
             lines.append(f"{pred}cp.async.cg.shared.global {saddr}, [{safe}], 16, {n};")
-        lines.append("cp.async.wait_all;")
+        if wait:
+            lines.append("cp.async.wait_all;")
         return lines
 
     def slow():
@@ -305,7 +313,7 @@ def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -
                         b.append(f"shl.b32 {x}, {x}, {8 * es * e};")
                     b.append(f"or.b32 {word}, {word}, {x};")
                 words.append(word)
-            s = _swizzled(ctx, geo, offset, row, ch, b)
+            s = _swizzled(ctx, geo, offset, row, ch, b, dyn)
             b.append(f"st.shared.v4.b32 [{s}], {{{', '.join(words)}}};")
             return b
         _chunk_loop(ctx, geo, body, lines)
@@ -314,13 +322,14 @@ def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -
     _two_paths(ctx, _aligned_cols(ctx, view, geo, out), fast, slow, out)
 
 
-def copy_out(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) -> None:
+def copy_out(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str],
+             dyn: str | None = None) -> None:
     """Shared tile → global window, skipping everything outside the tensor."""
     epc, es = geo.elems_per_chunk, geo.elem_bytes
 
     def fast():
         lines: list[str] = []
-        walk = _ChunkWalk(ctx, view, geo, offset, lines)
+        walk = _ChunkWalk(ctx, view, geo, offset, lines, dyn)
         for k in range(walk.count):
             ok, addr, saddr, guard = walk.chunk(k, lines)
             if guard:
@@ -336,7 +345,7 @@ def copy_out(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str]) 
 
         def body(row, ch):
             b: list[str] = []
-            s = _swizzled(ctx, geo, offset, row, ch, b)
+            s = _swizzled(ctx, geo, offset, row, ch, b, dyn)
             words = [ctx.new("b32") for _ in range(4)]
             b.append(f"ld.shared.v4.b32 {{{', '.join(words)}}}, [{s}];")
             per_word = 4 // es

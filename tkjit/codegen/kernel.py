@@ -8,13 +8,14 @@ of first appearance. The grid is a JSON expression over the named dims; the bloc
 """
 from __future__ import annotations
 
-from ..errors import NotAvailableError
+from ..errors import NotAvailableError, PassError
 from ..ir.core import Kernel, Value
 from ..ir.ops import Add, Blocks, CDiv, Const, Dim, FloorDiv, Max, Min, Mod, Mul, Sub
 from ..ir.types import F32, I32, GlobalType, ScalarType
 from .context import SMEM_SYMBOL, Ctx
 from .layout import choose_warp_grid
 from .padding import analyze_padding
+from .pipeline import find_pipelines
 from .smem import plan_shared_memory
 from .table import DEFAULT_TABLE, EmitterTable
 from .values import Scalar
@@ -85,6 +86,20 @@ def _load_params(ctx: Ctx, entries) -> list[str]:
     return out
 
 
+def _plan(kernel: Kernel, table: EmitterTable, grid):
+    """The loop pipelines and the shared-memory plan, lowering the stage count until it fits."""
+    limit = None
+    while True:
+        pipelines = find_pipelines(kernel, limit)
+        try:
+            return pipelines, plan_shared_memory(kernel, lambda op: table.scratch_bytes(op, grid), pipelines)
+        except PassError:
+            deepest = max((p.stages for p in pipelines.values()), default=1)
+            if deepest <= 1:
+                raise
+            limit = deepest - 1
+
+
 def _block_loop(kernel: Kernel) -> Blocks:
     loops = [op for op in kernel.body.ops if isinstance(op, Blocks)]
     if len(loops) != 1:
@@ -100,8 +115,16 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
     blocks = _block_loop(kernel)
     grid, decisions = choose_warp_grid(kernel, options)
     pads = analyze_padding(kernel)
-    plan = plan_shared_memory(kernel, lambda op: table.scratch_bytes(op, grid))
+    pipelines, plan = _plan(kernel, table, grid)
     ctx = Ctx(kernel, grid, plan, pads, options, table)
+    ctx.pipelines = pipelines
+    for pipe in pipelines.values():
+        pinned = "stages" in pipe.loop.attrs
+        decisions.append({"decision": "stages", "value": pipe.stages,
+                          "why": f"{len(pipe.loads)} shared-tile load(s) of a loop double-buffered with cp.async "
+                                 f"groups, fetched {pipe.stages - 1} trip(s) ahead"
+                                 + (" (pinned by @stages)" if pinned and pipe.loop.attrs["stages"] == pipe.stages
+                                    else " (lowered to fit shared memory)" if pinned else " (the default)")})
     entries = _param_entries(kernel)
     loads = _load_params(ctx, entries)
     body = ctx.emit_block(kernel.body)

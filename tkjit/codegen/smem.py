@@ -134,9 +134,13 @@ def _live_interval(num: _Numbering, v: Value, uses: list[Op]) -> tuple[int, int]
     return start, end
 
 
-def plan_shared_memory(kernel: Kernel, scratch_bytes) -> SmemPlan:
-    """Place every shared tile and scratch area; ``scratch_bytes(op)`` is the op's need (0: none)."""
+def plan_shared_memory(kernel: Kernel, scratch_bytes, pipelines: dict | None = None) -> SmemPlan:
+    """Place every shared tile and scratch area; ``scratch_bytes(op)`` is the op's need (0: none).
+
+    ``pipelines`` (id(for) → LoopPipeline): a pipelined load gets ``stages`` stage buffers that
+    live over its whole loop."""
     num = _Numbering(kernel)
+    staged = {id(load): pipe for pipe in (pipelines or {}).values() for load in pipe.loads}
     uses: dict[int, list[Op]] = {}
     for op in num.ops:
         for v in op.operands:
@@ -151,7 +155,12 @@ def plan_shared_memory(kernel: Kernel, scratch_bytes) -> SmemPlan:
     for op in num.ops:
         idx = num.index[id(op)]
         for r in op.results:
-            if _is_shared(r) and isinstance(op, (Load, Copy)):
+            if _is_shared(r) and id(op) in staged:
+                pipe = staged[id(op)]
+                lo, hi = num.index[id(pipe.loop)], num.end[id(pipe.loop)]
+                items.append(((lo, hi), pipe.stages * pipe.stride(op), 1024, "value",
+                              f"%{r.hint or '?'} {r.type} x{pipe.stages} stages", id(r)))
+            elif _is_shared(r) and isinstance(op, (Load, Copy)):
                 lo, hi = _live_interval(num, r, uses.get(id(r), []))
                 items.append(((lo, hi), r.type.nbytes, 1024, "value", f"%{r.hint or '?'} {r.type}", id(r)))
         need = scratch_bytes(op)

@@ -7,7 +7,8 @@ in shared memory (shared tiles).
   tiles hold one ``%f`` per element, ``regs[band][chunk][i]`` with i = 2*half + column-in-pair;
   bf16/f16 tiles hold packed pairs, ``regs[band][chunk][half]`` (low half = even column).
 * ``RegVec``: a cv (``regs[band][half]``) or rv (``regs[chunk][column-in-pair]``) as f32 registers.
-* ``SharedTile``: a byte offset into the kernel's dynamic shared memory and the tile's Geometry.
+* ``SharedTile``: a byte offset into the kernel's dynamic shared memory and the tile's Geometry
+  (plus a run-time offset register for the stage buffers of a pipelined load).
 """
 from __future__ import annotations
 
@@ -51,7 +52,11 @@ class SharedTile:
     type: TileType
     geometry: Geometry
     offset: int
+    dyn: str | None = None
+    """A register added to ``offset`` at run time (the current stage of a pipelined load)."""
+    span: int = 0
+    """Bytes the tile may occupy from ``offset`` (all stages); 0: the tile's own size."""
 
     @property
     def region(self) -> Region:
-        return Region(self.offset, self.geometry.nbytes)
+        return Region(self.offset, self.span or self.geometry.nbytes)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ...ir.types import F32, GlobalType
 from ...passes.sync_protocol import Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, producer_fill
-from . import mbarrier, tma, wgmma
+from . import copy, mbarrier, tma, wgmma
 from .builder import Builder
 from .epilogue import Fragment, store_fragment
 from .match import GemmMatch
@@ -86,7 +86,12 @@ class GemmKernel:
         Consumer(self).run()
         b(f"bra.uni {done};")
         b.place(self.producer_label)
+        copying = b.label("copy_producer")
+        b(f"setmaxnreg.dec.sync.aligned.u32 {plan.regs[0]};", f"@!{self.tma_ok} bra {copying};")
         Producer(self).run(done)
+        b(f"bra.uni {done};")
+        b.place(copying)
+        CopyProducer(self).run()
         b.place(done)
         b("ret;")
         return self.module_text(), self.metadata()
@@ -116,11 +121,35 @@ class GemmKernel:
         self.tile_count, self.grid_step = b.reg(), b.reg()
         b(f"mul.lo.s32 {self.tile_count}, {self.tiles_m}, {self.tiles_n};",
           f"mov.u32 {self.grid_step}, %nctaid.x;")
+        self.tma_ok = self.rows_aligned()
         self.full = b.reg()
         b(f"add.u32 {self.full}, {self.smem}, {plan.bars};")
         self.empty = b.reg()
         b(f"add.u32 {self.empty}, {self.full}, {8 * plan.stages};")
         self.init_barriers(tid)
+
+    def dim(self, d) -> str:
+        return self.b.dims[d] if isinstance(d, str) else self.b.mov(d)
+
+    def shape(self, param: int) -> tuple[str, str]:
+        rows, cols = (self.dim(d) for d in self.g.params[param].type.dims)
+        return rows, cols
+
+    def rows_aligned(self) -> str:
+        """The predicate 'TMA can address A and B': their rows are multiples of 16 bytes (the
+        launcher has checked the base addresses). Otherwise the producer copies (copy.py)."""
+        b, g = self.b, self.g
+        inner = [g.params[i].type.dims[-1] for i in (g.a, g.b)]
+        ok = b.pred()
+        if all(isinstance(d, int) for d in inner):
+            b(f"setp.eq.u32 {ok}, {int(all(d % 8 == 0 for d in inner))}, 1;")
+            return ok
+        bits = b.reg()
+        b(f"mov.b32 {bits}, 0;")
+        for d in inner:
+            b(f"or.b32 {bits}, {bits}, {self.dim(d)};")
+        b(f"and.b32 {bits}, {bits}, 7;", f"setp.eq.u32 {ok}, {bits}, 0;")
+        return ok
 
     def init_barriers(self, tid: str) -> None:
         b, plan = self.b, self.plan
@@ -211,7 +240,6 @@ class Producer(GemmRole):
 
     def run(self, done: str) -> None:
         k, b = self.k, self.k.b
-        b(f"setmaxnreg.dec.sync.aligned.u32 {k.plan.regs[0]};")
         others = b.pred()
         b(f"setp.ne.u32 {others}, {k.tid_wg}, 0;", f"@{others} bra {done};")
         self.maps = {}
@@ -248,6 +276,37 @@ class Producer(GemmRole):
             b(f"add.u32 {dst}, {stage}, {base + p * op.panel_bytes};",
               f"add.s32 {inner}, {start}, {p * op.panel_cols};")
             b(tma.load_2d(dst, self.maps[step.load], inner, outer, bar))
+
+
+class CopyProducer(Producer):
+    """All 128 producer threads copy each stage (rows TMA cannot address): the same protocol,
+    with the stage's arrival made once its bytes are written and published (copy.py)."""
+
+    def run(self) -> None:
+        k, b = self.k, self.k.b
+        leader = b.pred()
+        b(f"setp.eq.u32 {leader}, {k.tid_wg}, 0;")
+        self.run_program(k.proto.producer, leader)
+
+    def expect_tx(self, step) -> None:
+        pass  # the arrival follows the copies (tma_load of the stage's last load)
+
+    def tma_load(self, step) -> None:
+        k, g, plan, b = self.k, self.k.g, self.k.plan, self.b
+        r = self.rings[step.ring]
+        k0, stage = b.reg(), b.reg()
+        b(f"mul.lo.s32 {k0}, {r.counter}, {g.bk};",
+          f"mad.lo.u32 {stage}, {r.s}, {plan.stage_stride}, {k.smem};")
+        if step.load == "a":
+            param, op, offset, origin = g.a, operand_a(g, plan), plan.a_offset, (self.m0, k0)
+        else:
+            param, op, offset = g.b, operand_b(g, plan), plan.b_offset
+            origin = (k0, self.n0) if g.b_major == "MN" else (self.n0, k0)
+        dst = b.reg()
+        b(f"add.u32 {dst}, {stage}, {offset};")
+        copy.copy_tile(b, op, k.tid_wg, k.globals[param], *k.shape(param), *origin, dst)
+        if step.load == r.ring.loads[-1].name:
+            b(*copy.publish(), self.leading(mbarrier.arrive(self.bar(r, "full"))))
 
 
 class Consumer(GemmRole):
@@ -324,8 +383,7 @@ class Consumer(GemmRole):
 
     def tile_end(self) -> None:
         k, g, plan, b = self.k, self.k.g, self.k.plan, self.b
-        dim_m, dim_n = (b.dims[d] if isinstance(d, str) else b.mov(d)
-                        for d in g.params[g.c].type.dims)
+        dim_m, dim_n = k.shape(g.c)
         row0, col0 = b.reg(), b.reg()
         b(f"mad.lo.s32 {row0}, {self.m}, {g.bm}, {self.thread_row};",
           f"mad.lo.s32 {col0}, {self.n}, {g.bn}, {self.thread_col};")

@@ -25,6 +25,8 @@ class TensorMap:
     dtype: str
     box: tuple[int, ...]
     swizzle: int
+    fallback: bool = True
+    """The kernel copies without TMA when the tensor's rows are not 16-byte multiples."""
 
     def declaration(self) -> str:
         return f".param .align 64 .b8 {self.symbol}[128]"
@@ -33,7 +35,7 @@ class TensorMap:
         """The kernel-metadata parameter entry the launcher encodes the map from."""
         return {"kind": "tensormap", "name": f"{self.tensor}.tmap", "param": self.param,
                 "tensor": self.tensor, "dtype": self.dtype, "box": list(self.box),
-                "swizzle": self.swizzle}
+                "swizzle": self.swizzle, "fallback": self.fallback}
 
     @property
     def box_bytes(self) -> int:
