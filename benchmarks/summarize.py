@@ -91,7 +91,8 @@ def heading(report: dict) -> list[str]:
     gpu = env.get("gpu") or after.get("name") or "unknown GPU"
     mode = " (quick)" if report["mode"].get("quick") else " (dry run)" if report["mode"].get("dry_run") else ""
     git = report.get("git", {})
-    commit = f"{git['commit'][:10]}{' (modified)' if git.get('dirty') else ''}" if git.get("commit") else "unknown"
+    known = len(git.get("commit", "")) == 40
+    commit = f"{git['commit'][:10]}{' (modified)' if git.get('dirty') else ''}" if known else "an unrecorded commit"
     lines = [f"## {report['date'][:10]} — {gpu}{mode}", ""]
     facts = [f"driver {after.get('driver_version', '?')}",
              f"torch {env.get('torch', '?')} (CUDA {env.get('torch_cuda')})", f"cuDNN {env.get('cudnn', '?')}",

@@ -47,13 +47,16 @@ def git_info() -> dict:
     if git is None or not (REPO / ".git").exists():
         return {}
     try:
-        commit = subprocess.run([git, "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                timeout=30).stdout.strip()
-        dirty = subprocess.run([git, "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=30).stdout.strip()
+        head = subprocess.run([git, "rev-parse", "--verify", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=30)
+        status = subprocess.run([git, "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    return {"commit": commit, "dirty": bool(dirty)}
+    commit = head.stdout.strip()
+    if head.returncode != 0 or len(commit) != 40 or status.returncode != 0:
+        return {}   # a copy of the tree without its history (as on a lent GPU machine)
+    return {"commit": commit, "dirty": bool(status.stdout.strip())}
 
 
 def torch_environment(ctx) -> dict:

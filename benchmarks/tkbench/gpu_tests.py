@@ -12,6 +12,9 @@ from pathlib import Path
 from .context import REPO
 
 TAIL_CHARS = 4000
+FIRST_FAILURE_CHARS = 3000
+"""The first failure's whole report is kept: later ones are often its consequence (a CUDA error
+such as an illegal address leaves the test process's context unusable)."""
 
 
 def run_gpu_tests(timeout_s: float, env: dict | None = None, path: str = "tests/gpu") -> dict:
@@ -57,7 +60,7 @@ def read_junit(path: Path) -> dict:
         return {"junit": f"unreadable report: {exc}"}
     suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    failing = []
+    failing, first_failure = [], None
     for suite in suites:
         for key in counts:
             counts[key] += int(suite.get(key, 0))
@@ -68,8 +71,10 @@ def read_junit(path: Path) -> dict:
                     message = (problem.get("message") or problem.text or "").strip().splitlines()
                     name = f"{case.get('classname', '')}::{case.get('name', '')}"
                     failing.append(f"{name}: {message[0] if message else kind}")
+                    if first_failure is None:
+                        first_failure = f"{name}\n{(problem.text or '').strip()}"[:FIRST_FAILURE_CHARS]
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return {**counts, "failing": failing}
+    return {**counts, "failing": failing, "first_failure": first_failure}
 
 
 def describe(result: dict) -> str:

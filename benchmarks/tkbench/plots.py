@@ -48,7 +48,7 @@ def _attention(plt, rows: list[dict]):
         ax.plot([n for n, _ in points], [r for _, r in points], marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("sequence length N (B·N = 16k tokens, H = 16)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     _finish(ax, "attention forward: SDPA time / tkjit time")
     return fig
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .rows import MEASURED, OK
 
-COLUMNS = (("what", 30, "<"), ("shape", 26, "<"), ("tkjit", 9, ">"), ("ref", 9, ">"), ("ratio", 7, ">"),
+COLUMNS = (("what", 28, "<"), ("shape", 29, "<"), ("tkjit", 9, ">"), ("ref", 9, ">"), ("ratio", 7, ">"),
            ("rate", 16, ">"), ("rel err", 8, ">"), ("ok", 7, "<"))
 ERROR_WIDTH = 118
 
