@@ -3,7 +3,9 @@
 A kernel-metadata parameter entry of kind ``tensormap`` (the Hopper backend writes them, after
 the tensors, scalars and named dims of the launch ABI) says which tensor argument a map
 describes (``param``, its index), the ``box`` it copies (elements, innermost first), the
-``swizzle`` (bytes: 0, 32, 64 or 128) and the ``dtype``. At launch the map of the tensor's
+``swizzle`` (bytes: 0, 32, 64 or 128) and the ``dtype``; ``fallback`` says that the kernel
+copies the tensor without TMA when its rows are not a multiple of 16 bytes (it checks that
+itself), so such a tensor gets an all-zero map it never reads. At launch the map of the tensor's
 pointer and shape is encoded with ``cuTensorMapEncodeTiled`` and its 128 bytes are copied into
 a 64-byte-aligned buffer (cuda-python's own CUtensorMap object sits at an address = 48 mod 64,
 and a tensor-map parameter must be 64-byte aligned). Maps are cached per (pointer, shape), so
@@ -12,7 +14,8 @@ a repeated launch costs one dict lookup per map.
 Tensors are row-major and contiguous (the launcher checks that): the global dims are the shape
 reversed and the strides follow from it. TMA refuses what it cannot address, and so does this
 module, before the GPU sees it, with a LaunchError naming the argument: a base address that is
-not 16-byte aligned, rows (every stride) that are not a multiple of 16 bytes.
+not 16-byte aligned, rows (every stride) that are not a multiple of 16 bytes (unless the kernel
+has the fallback).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class MapSpec:
     dtype: str
     box: tuple[int, ...]
     swizzle: int
+    fallback: bool = False
 
 
 def parse_entry(entry: dict, num_params: int) -> MapSpec:
@@ -61,7 +65,10 @@ def parse_entry(entry: dict, num_params: int) -> MapSpec:
     if inner % 16 or (swizzle and inner > swizzle):
         raise TkError(f"kernel metadata: tensor map '{name}': an inner box of {inner} bytes must be a "
                       f"multiple of 16{f' and at most the {swizzle}-byte swizzle span' if swizzle else ''}")
-    return MapSpec(name, param, str(entry.get("tensor", f"arg{param}")), dtype, tuple(box), swizzle)
+    fallback = entry.get("fallback", False)
+    if not isinstance(fallback, bool):
+        raise TkError(f"kernel metadata: tensor map '{name}' has fallback {fallback!r}; expected true or false")
+    return MapSpec(name, param, str(entry.get("tensor", f"arg{param}")), dtype, tuple(box), swizzle, fallback)
 
 
 def _driver_encode(spec: MapSpec, ptr: int, dims: tuple[int, ...], strides: tuple[int, ...]) -> bytes:
@@ -118,12 +125,16 @@ class TensorMapEncoder:
                               f"shape {list(shape)}")
         buf = (ctypes.c_uint8 * (MAP_BYTES + MAP_ALIGN))()
         addr = -(-ctypes.addressof(buf) // MAP_ALIGN) * MAP_ALIGN
-        if all(shape):  # an empty tensor is never read: its map stays zero
+        if all(shape) and not self._copied(shape):  # else the kernel never reads the map: zeros
             ctypes.memmove(addr, self._encoded(ptr, shape), MAP_BYTES)
         if len(self.cache) >= self.capacity:
             del self.cache[next(iter(self.cache))]
         self.cache[(ptr, shape)] = (addr, buf)
         return addr
+
+    def _copied(self, shape: tuple[int, ...]) -> bool:
+        """Whether the kernel copies this tensor without TMA (its fallback for unaligned rows)."""
+        return self.spec.fallback and (shape[-1] * ELEMENT_BYTES[self.spec.dtype]) % 16 != 0
 
     def _encoded(self, ptr: int, shape: tuple[int, ...]) -> bytes:
         esize = ELEMENT_BYTES[self.spec.dtype]

@@ -194,7 +194,7 @@ class GemmKernel:
                  f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", "",
                  f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", "",
                  f".visible .entry {k.name}(", ",\n".join(params), ")",
-                 f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", "{"]
+                 f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}", "{"]
         lines += self.b.body()
         lines.append("}")
         return "\n".join(lines) + "\n"

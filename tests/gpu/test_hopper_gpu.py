@@ -1,0 +1,122 @@
+"""On a Hopper GPU: GEMMs through the warp-specialized TMA + wgmma path against torch.matmul.
+
+Fresh random bf16 inputs, C poisoned with NaN and placed inside a larger poisoned buffer whose
+surroundings must stay untouched; shapes that divide the tiles and shapes that do not, K below
+one K tile, rows TMA cannot address (the producer's copy fallback), both B layouts, both
+schedules, f32 output.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tkjit
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+ABT = """
+kernel gemm_abt(A: gl<bf16>[M, K], B: gl<bf16>[N, K], C: gl<bf16>[M, N]) {
+  const BM = 128, BN = 256, BK = 64
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 4) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BN, BK] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+
+GRID_F32 = """
+kernel gemm_f32(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<f32>[M, N]) {
+  const BM = 128, BN = 128, BK = 64
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    C.tile(m, n) = acc
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    kernel = tkjit.load(EXAMPLES / "gemm.tk")
+    kernel.binary  # noqa: B018 - assemble now
+    assert kernel.metadata["backend"] == "wgmma", kernel.explain()
+    return kernel
+
+
+def placed(m: int, n: int, dtype=torch.bfloat16, pad: int = 64):
+    """A NaN-poisoned (m, n) tensor inside a NaN-poisoned buffer with ``pad`` elements each side."""
+    buf = torch.full((pad + m * n + pad,), float("nan"), dtype=dtype, device="cuda")
+    return buf, buf[pad:pad + m * n].view(m, n)
+
+
+def check(c, ref, buf, pad=64):
+    torch.cuda.synchronize()
+    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert err <= 1e-2, f"relative error {err:.3e}"
+    assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
+    assert torch.isnan(buf[:pad]).all() and torch.isnan(buf[-pad:]).all(), "wrote outside C"
+
+
+def run_ab(kernel, m, n, k, out_dtype=torch.bfloat16):
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    buf, c = placed(m, n, out_dtype)
+    kernel(a, b, c)
+    check(c, a.float() @ b.float(), buf)
+
+
+@pytest.mark.parametrize("m, n, k", [
+    (128, 256, 64), (256, 512, 128), (128, 128, 128), (512, 512, 512), (1024, 2048, 256),
+    (4096, 4096, 4096), (8192, 8192, 1024), (128, 8192, 512), (8192, 256, 2048),
+    (1000, 1000, 1000), (384, 640, 4096), (1000, 1504, 704), (200, 304, 64)])
+def test_gemm_matches_torch(gemm, m, n, k):
+    run_ab(gemm, m, n, k)
+
+
+@pytest.mark.parametrize("m, n, k", [(128, 256, 32), (300, 520, 8), (256, 256, 16)])
+def test_k_below_one_tile(gemm, m, n, k):
+    run_ab(gemm, m, n, k)
+
+
+@pytest.mark.parametrize("m, n, k", [(1000, 1500, 700), (200, 300, 100), (130, 258, 66), (129, 257, 65)])
+def test_rows_tma_cannot_address_take_the_copy_path(gemm, m, n, k):
+    run_ab(gemm, m, n, k)
+
+
+def test_8192_cubed(gemm):
+    run_ab(gemm, 8192, 8192, 8192)
+
+
+def test_mma_abt_and_f32_output_on_a_plain_grid():
+    abt = tkjit.compile(ABT)
+    a = torch.randn(1000, 512, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(1500, 512, dtype=torch.bfloat16, device="cuda")
+    buf, c = placed(1000, 1500)
+    abt(a, b, c)
+    check(c, a.float() @ b.float().T, buf)
+    assert abt.metadata["backend"] == "wgmma"
+    f32 = tkjit.compile(GRID_F32)
+    run_ab(f32, 640, 384, 320, torch.float32)
+    assert f32.metadata["backend"] == "wgmma"
+
+
+def test_repeated_launches_reuse_tensor_maps(gemm):
+    a = torch.randn(512, 256, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(256, 768, dtype=torch.bfloat16, device="cuda")
+    for _ in range(3):
+        buf, c = placed(512, 768)
+        gemm(a, b, c)
+        check(c, a.float() @ b.float(), buf)
