@@ -1,7 +1,8 @@
 """Emitters for control flow: the block loop, sequential ``for`` loops with carried values, ``if``.
 
 Carried values (loop iter args, if results) get fixed registers; ``yield`` becomes moves into
-them (through temporaries when a yield permutes them). Every condition is a scalar, so all
+them (through temporaries when a yield permutes them). A loop with pipelined loads gets its
+prologue, trip start and stage rotation from pipeline.py. Every condition is a scalar, so all
 control flow is uniform over the thread block (``bra.uni``), and barriers inside it are safe.
 
 The block loop: the grid is one-dimensional (``ctaid.x`` = the linear block number; no 65535
@@ -15,10 +16,8 @@ from __future__ import annotations
 from ..errors import NotAvailableError
 from ..ir.ops import Blocks, For, If, Yield
 from ..ir.types import BOOL, I32, ScalarType, TileType, VectorType
-from .globalmem import GlobalView, copy_in
-from .pipeline import coordinates_at
-from .smem import Geometry, Region
-from .values import RegTile, RegVec, Scalar, SharedTile
+from .pipeline import advance_stages, emit_prologue, emit_trip_start
+from .values import RegTile, RegVec, Scalar
 
 _KIND_OF_PREFIX = (("%rd", "b64"), ("%p", "pred"), ("%h", "b16"), ("%r", "b32"), ("%f", "f32"))
 _MOV = {"b64": "mov.b64", "pred": "mov.pred", "b16": "mov.b16", "b32": "mov.b32", "f32": "mov.f32"}
@@ -88,7 +87,7 @@ def emit_for(ctx, op: For) -> list[str]:
     out.append(f"mov.b32 {k}, {lo};")
     out += moves(ctx, carried, [ctx.get(v) for v in op.variadic()])
     if pipe is not None:
-        stage = _pipeline_prologue(ctx, pipe, lo, hi, step, out)
+        stage = emit_prologue(ctx, pipe, lo, hi, step, out)
     head, done = ctx.label("for"), ctx.label("for_end")
     p = ctx.new("pred")
     ctx.sync.assume_anything()
@@ -99,15 +98,11 @@ def emit_for(ctx, op: For) -> list[str]:
     for arg, rep in zip(body.args[1:], carried):
         ctx.bind(arg, rep)
     if pipe is not None:
-        _pipeline_trip(ctx, pipe, k, hi, step, stage, out)
+        emit_trip_start(ctx, pipe, k, hi, step, stage, out)
     out += ctx.emit_block(body)
     out += moves(ctx, carried, [ctx.get(v) for v in body.terminator.operands])
     if pipe is not None:
-        for reg in stage:
-            q = ctx.new("pred")
-            out.append(f"add.u32 {reg}, {reg}, 1;")
-            out.append(f"setp.eq.u32 {q}, {reg}, {pipe.stages};")
-            out.append(f"selp.u32 {reg}, 0, {reg}, {q};")
+        advance_stages(ctx, pipe, stage, out)
     out.append(f"add.s32 {k}, {k}, {step};")
     out.append(f"bra.uni {head};")
     out.append(f"{done}:")
@@ -122,63 +117,6 @@ def emit_for(ctx, op: For) -> list[str]:
         ctx.decide("stages", 1, "no shared-tile load of this loop can be fetched ahead (its coordinates "
                    "are not computed from the loop variable alone), or @stages(1)")
     return out
-
-
-def _issue(ctx, pipe, k: str, stage_offsets: list, out: list[str]) -> None:
-    """Start the cp.async copies of every pipelined load for the trip whose variable is ``k``."""
-    for load, (offset, dyn) in zip(pipe.loads, stage_offsets):
-        t = load.result.type
-        with ctx.fresh_scope():
-            coords = coordinates_at(ctx, pipe, load, k, out)
-            view = GlobalView(ctx, load.operands[0], coords, t.rows, t.cols, out)
-            copy_in(ctx, view, Geometry.of_tile(t), offset, out, dyn=dyn, wait=False)
-
-
-def _guarded(ctx, k: str, hi: str, body, out: list[str]) -> None:
-    p, skip = ctx.new("pred"), ctx.label("no_prefetch")
-    out.append(f"setp.ge.s32 {p}, {k}, {hi};")
-    out.append(f"@{p} bra.uni {skip};")
-    body()
-    out.append(f"{skip}:")
-    out.append("cp.async.commit_group;")
-
-
-def _pipeline_prologue(ctx, pipe, lo: str, hi: str, step: str, out: list[str]) -> tuple[str, str]:
-    """Fetch trips 0 .. S-2 into stages 0 .. S-2; return the (current, prefetch) stage registers."""
-    offsets = [ctx.plan.of_value(load.result).offset for load in pipe.loads]
-    for load, offset in zip(pipe.loads, offsets):
-        out += ctx.sync.write(Region(offset, pipe.stages * pipe.stride(load)))
-    for d in range(pipe.stages - 1):
-        kd = ctx.new("b32")
-        out.append(f"mad.lo.s32 {kd}, {step}, {d}, {lo};")
-        stage = [(off + d * pipe.stride(load), None) for load, off in zip(pipe.loads, offsets)]
-        _guarded(ctx, kd, hi, lambda: _issue(ctx, pipe, kd, stage, out), out)
-    cur, pre = ctx.new("b32"), ctx.new("b32")
-    out.append(f"mov.u32 {cur}, 0;")
-    out.append(f"mov.u32 {pre}, {pipe.stages - 1};")
-    return cur, pre
-
-
-def _pipeline_trip(ctx, pipe, k: str, hi: str, step: str, stage: tuple[str, str], out: list[str]) -> None:
-    """Top of a trip: wait for this trip's stage, barrier, fetch S-1 trips ahead, bind the tiles."""
-    cur, pre = stage
-    out.append(f"cp.async.wait_group {pipe.stages - 2};")
-    out.append("bar.sync 0;")
-    ctx.sync.restore(([], []))
-    kp = ctx.new("b32")
-    out.append(f"mad.lo.s32 {kp}, {step}, {pipe.stages - 1}, {k};")
-    offsets = []
-    for load in pipe.loads:
-        dyn = ctx.new("b32")
-        out.append(f"mul.lo.u32 {dyn}, {pre}, {pipe.stride(load)};")
-        offsets.append((ctx.plan.of_value(load.result).offset, dyn))
-    _guarded(ctx, kp, hi, lambda: _issue(ctx, pipe, kp, offsets, out), out)
-    for load in pipe.loads:
-        t = load.result.type
-        dyn = ctx.new("b32")
-        out.append(f"mul.lo.u32 {dyn}, {cur}, {pipe.stride(load)};")
-        ctx.prefetched[id(load)] = SharedTile(t, Geometry.of_tile(t), ctx.plan.of_value(load.result).offset,
-                                              dyn, pipe.stages * pipe.stride(load))
 
 
 def emit_if(ctx, op: If) -> list[str]:

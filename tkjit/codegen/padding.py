@@ -19,12 +19,13 @@ reports NotAvailableError.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, Const, Copy, Cvt, Fill, For, If, Load, Mma,
                       Neg, Reduce, Relu, Sin, Sqrt, Tanh, Unary, Yield, Zeros)
-from ..ir.ops import Add, Div, Max, Min, Mul, Sub, Binary
+from ..ir.ops import Add, Binary, CDiv, Div, FloorDiv, Max, Min, Mod, Mul, Sub
 from ..ir.types import GlobalType, ScalarType, TileType
 
 ZERO_PRESERVING = (Neg, Abs, Relu, Sqrt, Sin, Tanh)
@@ -110,19 +111,27 @@ class PaddingInfo:
 
 # ------------------------------------------------------------------ static ranges
 
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+_FOLD = {Add: operator.add, Sub: operator.sub, Mul: operator.mul, FloorDiv: operator.floordiv,
+         Mod: operator.mod, CDiv: _ceil_div}
+"""Integer ops whose constant operands fold."""
+
+
 def const_int(v: Value) -> int | None:
     """The value of an i32 computed from constants only, else None."""
     op = v.owner
     if isinstance(op, Const) and isinstance(op.attrs["value"], int):
         return int(op.attrs["value"])
-    from ..ir.ops import CDiv, FloorDiv, Mod
-    if isinstance(op, (Add, Sub, Mul, CDiv, FloorDiv, Mod)) and isinstance(v.type, ScalarType):
-        a, b = (const_int(x) for x in op.operands)
-        if a is None or b is None or (b == 0 and not isinstance(op, (Add, Sub, Mul))):
-            return None
-        return {Add: lambda: a + b, Sub: lambda: a - b, Mul: lambda: a * b,
-                CDiv: lambda: -((-a) // b), FloorDiv: lambda: a // b, Mod: lambda: a % b}[type(op)]()
-    return None
+    fold = _FOLD.get(type(op)) if isinstance(v.type, ScalarType) else None
+    if fold is None:
+        return None
+    a, b = (const_int(x) for x in op.operands)
+    if a is None or b is None or (b == 0 and fold not in (operator.add, operator.sub, operator.mul)):
+        return None
+    return fold(a, b)
 
 
 def upper_bound(v: Value) -> int | None:

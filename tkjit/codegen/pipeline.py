@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import For, Load
 from ..ir.types import I32, ScalarType, TileType
-from .values import Scalar
+from .globalmem import GlobalView, copy_in
+from .smem import Geometry, Region
+from .values import Scalar, SharedTile
 
 DEFAULT_STAGES = 2
 STAGE_ALIGN = 1024
@@ -100,3 +102,71 @@ def coordinates_at(ctx, pipe: LoopPipeline, load: Load, k: str, out: list[str]) 
         else:
             ctx.values[id(v)] = saved[id(v)]
     return regs
+
+
+def _issue(ctx, pipe, k: str, stage_offsets: list, out: list[str]) -> None:
+    """Start the cp.async copies of every pipelined load for the trip whose variable is ``k``."""
+    for load, (offset, dyn) in zip(pipe.loads, stage_offsets):
+        t = load.result.type
+        with ctx.fresh_scope():
+            coords = coordinates_at(ctx, pipe, load, k, out)
+            view = GlobalView(ctx, load.operands[0], coords, t.rows, t.cols, out)
+            copy_in(ctx, view, Geometry.of_tile(t), offset, out, dyn=dyn, wait=False)
+
+
+def _issue_if_in_range(ctx, pipe, k: str, hi: str, stage_offsets: list, out: list[str]) -> None:
+    """_issue when trip ``k`` exists (k < hi); one commit_group either way, so that group n is
+    always trip n."""
+    p, skip = ctx.new("pred"), ctx.label("no_prefetch")
+    out.append(f"setp.ge.s32 {p}, {k}, {hi};")
+    out.append(f"@{p} bra.uni {skip};")
+    _issue(ctx, pipe, k, stage_offsets, out)
+    out.append(f"{skip}:")
+    out.append("cp.async.commit_group;")
+
+
+def emit_prologue(ctx, pipe, lo: str, hi: str, step: str, out: list[str]) -> tuple[str, str]:
+    """Fetch trips 0 .. S-2 into stages 0 .. S-2; return the (current, prefetch) stage registers."""
+    offsets = [ctx.plan.of_value(load.result).offset for load in pipe.loads]
+    for load, offset in zip(pipe.loads, offsets):
+        out += ctx.sync.write(Region(offset, pipe.stages * pipe.stride(load)))
+    for d in range(pipe.stages - 1):
+        kd = ctx.new("b32")
+        out.append(f"mad.lo.s32 {kd}, {step}, {d}, {lo};")
+        stage = [(off + d * pipe.stride(load), None) for load, off in zip(pipe.loads, offsets)]
+        _issue_if_in_range(ctx, pipe, kd, hi, stage, out)
+    cur, pre = ctx.new("b32"), ctx.new("b32")
+    out.append(f"mov.u32 {cur}, 0;")
+    out.append(f"mov.u32 {pre}, {pipe.stages - 1};")
+    return cur, pre
+
+
+def emit_trip_start(ctx, pipe, k: str, hi: str, step: str, stage: tuple[str, str], out: list[str]) -> None:
+    """Top of a trip: wait for this trip's stage, barrier, fetch S-1 trips ahead, bind the tiles."""
+    cur, pre = stage
+    out.append(f"cp.async.wait_group {pipe.stages - 2};")
+    out.append("bar.sync 0;")
+    ctx.sync.restore(([], []))
+    kp = ctx.new("b32")
+    out.append(f"mad.lo.s32 {kp}, {step}, {pipe.stages - 1}, {k};")
+    offsets = []
+    for load in pipe.loads:
+        dyn = ctx.new("b32")
+        out.append(f"mul.lo.u32 {dyn}, {pre}, {pipe.stride(load)};")
+        offsets.append((ctx.plan.of_value(load.result).offset, dyn))
+    _issue_if_in_range(ctx, pipe, kp, hi, offsets, out)
+    for load in pipe.loads:
+        t = load.result.type
+        dyn = ctx.new("b32")
+        out.append(f"mul.lo.u32 {dyn}, {cur}, {pipe.stride(load)};")
+        ctx.prefetched[id(load)] = SharedTile(t, Geometry.of_tile(t), ctx.plan.of_value(load.result).offset,
+                                              dyn, pipe.stages * pipe.stride(load))
+
+
+def advance_stages(ctx, pipe, stage: tuple[str, str], out: list[str]) -> None:
+    """End of a trip: both stage registers move to the next stage, modulo S."""
+    for reg in stage:
+        q = ctx.new("pred")
+        out.append(f"add.u32 {reg}, {reg}, 1;")
+        out.append(f"setp.eq.u32 {q}, {reg}, {pipe.stages};")
+        out.append(f"selp.u32 {reg}, 0, {reg}, {q};")
