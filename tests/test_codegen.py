@@ -96,10 +96,10 @@ def _from_raw(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
 PAD = 64  # poisoned elements on each side of an output
 
 
-def run_on_simulator(name: str, shape: dict, seed: int = 0):
+def run_on_simulator(name: str, shape: dict, seed: int = 0, options: dict | None = None):
     """(outputs, untouched-outside flags, reference) of one simulated launch."""
     case = BY_NAME[name]
-    ptx, meta = emitted(name)
+    ptx, meta = emitted(name) if options is None else emit_ptx(case.kernel(), options)
     inputs = case.make(shape, torch.Generator().manual_seed(seed))
     mem = Memory(1 << 26)
     args, outs = [], {}
@@ -134,6 +134,25 @@ def test_simulated_results_match_torch(name, shape):
     for out in case.outputs:
         assert outside[out], f"{out}: elements outside the output were written"
         assert not torch.isnan(got[out].double()).any(), f"{out}: some elements were not written"
+        torch.testing.assert_close(got[out].double(), ref[out], rtol=case.rtol, atol=case.atol)
+
+
+PINNED_GRIDS = [
+    ("attention_causal", {"num_warps": 8, "warp_rows": 2}),   # P split over 4 warp columns: via shared
+    ("layernorm", {"num_warps": 8, "warp_rows": 8}),          # 16-row tiles replicated over 8 warp rows
+    ("gemm_atb", {"num_warps": 8, "warp_rows": 2}),           # 64x32 accumulator, chunks split 4 ways
+    ("maps", {"num_warps": 2, "warp_rows": 2}),               # column sums across warp rows
+    ("softmax", {"num_warps": 1}),
+]
+
+
+@pytest.mark.parametrize("name,options", PINNED_GRIDS, ids=[f"{n}-{o}" for n, o in PINNED_GRIDS])
+def test_every_warp_grid_computes_the_same(name, options):
+    """Layouts with replicas and split columns (cross-warp reductions, staged mma operands)."""
+    case = BY_NAME[name]
+    got, outside, ref = run_on_simulator(name, case.sim_shapes[0], options=options)
+    for out in case.outputs:
+        assert outside[out] and not torch.isnan(got[out].double()).any()
         torch.testing.assert_close(got[out].double(), ref[out], rtol=case.rtol, atol=case.atol)
 
 
