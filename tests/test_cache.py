@@ -100,9 +100,83 @@ def test_source_hash_covers_py_and_lark_files_by_path_and_contents(tmp_path):
     assert C._hash_source_tree(pkg) != h
 
 
-def test_source_hash_is_of_the_tkjit_package_and_memoized():
+def test_source_hash_is_of_the_tkjit_package_and_memoized(monkeypatch):
+    monkeypatch.setattr(C, "_source_hashes", {})  # this process's: the checkout may have changed since
     assert C.tkjit_source_hash() == C._hash_source_tree(REPO / "tkjit")
-    assert C.tkjit_source_hash.cache_info().currsize == 1
+
+    def rehash(package_dir):
+        raise AssertionError("hashed the sources twice in one process")
+    monkeypatch.setattr(C, "_hash_source_tree", rehash)
+    assert C.tkjit_source_hash() == C._source_hashes["tkjit"]
+
+
+def _package(root: Path) -> Path:
+    pkg = root / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "sub" / "grammar.lark").write_text("start: NAME\n")
+    return pkg
+
+
+def test_source_hash_memo_skips_reading_until_a_source_changes(tmp_path, monkeypatch):
+    pkg, memo = _package(tmp_path), tmp_path / "memo"
+    content = C._hash_source_tree(pkg)
+    assert C.source_hash_of(pkg, memo) == content
+    assert json.loads((memo / C.SOURCE_MEMO).read_text()) == {C._stat_key(pkg): content}
+    reads = []
+    real = C._hash_source_tree
+
+    def counted(package_dir):
+        reads.append(package_dir)
+        return real(package_dir)
+    monkeypatch.setattr(C, "_hash_source_tree", counted)
+    assert C.source_hash_of(pkg, memo) == content and reads == []  # the memo answered
+    a = pkg / "a.py"
+    a.write_text("x = 2\n")  # same size: the mtime changes the pre-key
+    os.utime(a, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns + 1_000_000))
+    changed = C.source_hash_of(pkg, memo)
+    assert changed != content and changed == real(pkg) and len(reads) == 1
+    (pkg / "sub" / "new.py").write_text("")
+    assert C.source_hash_of(pkg, memo) not in (content, changed) and len(reads) == 2
+    (pkg / "sub" / "new.py").unlink()
+    os.utime(a)  # touched, contents as before: a new pre-key, the same content hash
+    assert C.source_hash_of(pkg, memo) == changed and len(reads) == 3
+
+
+def test_source_hash_memo_survives_a_damaged_file(tmp_path):
+    pkg, memo = _package(tmp_path), tmp_path / "memo"
+    memo.mkdir()
+    (memo / C.SOURCE_MEMO).write_text("{not json")
+    assert C.source_hash_of(pkg, memo) == C._hash_source_tree(pkg)
+    (memo / C.SOURCE_MEMO).write_text('["a list"]')
+    assert C.source_hash_of(pkg, memo) == C._hash_source_tree(pkg)
+    assert [p.name for p in memo.iterdir()] == [C.SOURCE_MEMO]  # no temporary files left
+
+
+FAKE_PTXAS = """#!/bin/sh
+echo run >> "{runs}"
+echo "ptxas: NVIDIA (R) Ptx optimizing assembler"
+echo "Cuda compilation tools, release 13.0, {version}"
+"""
+
+
+def test_assembler_version_runs_ptxas_once_per_binary(tmp_path, monkeypatch):
+    from tkjit.runtime import toolchain
+    runs, ptxas = tmp_path / "runs", tmp_path / "ptxas"
+    ptxas.write_text(FAKE_PTXAS.format(runs=runs, version="V13.0.88"))
+    ptxas.chmod(0o755)
+    monkeypatch.setenv("TKJIT_PTXAS", str(ptxas))
+    toolchain._tool_version.cache_clear()
+    memo = tmp_path / "memo"
+    assert C.assembler_version(memo) == "13.0.88"
+    toolchain._tool_version.cache_clear()  # as in a fresh process
+    assert C.assembler_version(memo) == "13.0.88"
+    assert runs.read_text().count("run") == 1
+    ptxas.write_text(FAKE_PTXAS.format(runs=runs, version="V13.1.2"))  # an upgrade in place
+    toolchain._tool_version.cache_clear()
+    assert C.assembler_version(memo) == "13.1.2"
+    assert runs.read_text().count("run") == 2
+    toolchain._tool_version.cache_clear()
 
 
 # --- put / get ----------------------------------------------------------------------------------

@@ -9,10 +9,8 @@ does not verify is corruption: ``get`` treats it as a miss (logged at debug leve
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import logging
 import os
 import re
 import shutil
@@ -24,7 +22,13 @@ from typing import Callable
 import tkjit
 from .errors import TkError
 
-log = logging.getLogger("tkjit.cache")
+
+def _debug(message: str, *args) -> None:
+    """Log on the "tkjit.cache" logger (imported here: logging costs ~2.5 ms to import, more than a
+    cache hit, and only corruption and failed writes are logged)."""
+    import logging
+    logging.getLogger("tkjit.cache").debug(message, *args)
+
 
 FORMAT = 1
 MANIFEST, METADATA = "manifest.json", "metadata.json"
@@ -37,20 +41,112 @@ def _json_bytes(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
+def _source_files(package_dir: Path) -> list[tuple[str, str]]:
+    """(path relative to the package, absolute path) of every .py and .lark file, sorted."""
+    found: list[tuple[str, str]] = []
+    pending = [(str(package_dir), "")]
+    while pending:
+        directory, prefix = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        pending.append((entry.path, f"{prefix}{entry.name}/"))
+                elif entry.name.endswith((".py", ".lark")) and entry.is_file():
+                    found.append((prefix + entry.name, entry.path))
+    return sorted(found)
+
+
 def _hash_source_tree(package_dir: Path) -> str:
+    """sha256 over the relative path, size and contents of every .py and .lark file."""
     h = hashlib.sha256()
-    paths = [p for p in package_dir.rglob("*") if p.suffix in (".py", ".lark") and p.is_file()]
-    for rel, path in sorted((p.relative_to(package_dir).as_posix(), p) for p in paths):
-        data = path.read_bytes()
+    for rel, path in _source_files(package_dir):
+        with open(path, "rb") as f:
+            data = f.read()
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()
 
 
-@functools.cache
-def tkjit_source_hash() -> str:
-    """sha256 over every .py and .lark file of the installed tkjit package (once per process)."""
-    return _hash_source_tree(Path(tkjit.__file__).parent)
+def _stat_key(package_dir: Path) -> str:
+    """A cheap stand-in for the content hash: the package's path and every source file's relative
+    path, size and mtime (ns). Editing, adding, removing or renaming a file changes it."""
+    h = hashlib.sha256(str(Path(package_dir).resolve()).encode())
+    for rel, path in _source_files(package_dir):
+        st = os.stat(path)
+        h.update(f"\0{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+SOURCE_MEMO, ASSEMBLER_MEMO = "memo-source-hash.json", "memo-assembler-version.json"
+"""Small JSON files in the cache root: a cheap pre-key → the value it stands for."""
+_MEMO_ENTRIES = 32
+_source_hashes: dict[str, str] = {}
+
+
+def _memo_read(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            memo = json.loads(f.read())
+    except (OSError, ValueError):
+        return {}
+    return memo if isinstance(memo, dict) else {}
+
+
+def _memo_write(path: Path, key: str, value: str) -> None:
+    """Add ``key → value`` (keeping the newest entries) by an atomic replace; a failure (read-only
+    cache, a race with another writer) only costs a recomputation later."""
+    memo = {k: v for k, v in _memo_read(path).items() if isinstance(v, str) and k != key}
+    memo = dict(list(memo.items())[-(_MEMO_ENTRIES - 1):])
+    memo[key] = value
+    tmp = path.with_name(f".tmp-{path.name}-{os.urandom(6).hex()}")
+    try:
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        tmp.write_bytes(_json_bytes(memo))
+        os.replace(tmp, path)
+    except OSError as e:
+        _debug("could not write %s: %s", path, e)
+        tmp.unlink(missing_ok=True)
+
+
+def _memoized(memo_path: Path, key: str, compute: Callable[[], str]) -> str:
+    value = _memo_read(memo_path).get(key)
+    if isinstance(value, str) and value:
+        return value
+    value = compute()
+    _memo_write(memo_path, key, value)
+    return value
+
+
+def source_hash_of(package_dir: Path, memo_dir: Path | None = None) -> str:
+    """The content hash of a package's sources. With ``memo_dir``: looked up by the stat pre-key in
+    ``memo_dir/memo-source-hash.json`` first (a few stat calls instead of reading every file)."""
+    if memo_dir is None:
+        return _hash_source_tree(package_dir)
+    return _memoized(Path(memo_dir) / SOURCE_MEMO, _stat_key(package_dir),
+                     lambda: _hash_source_tree(package_dir))
+
+
+def tkjit_source_hash(memo_dir: Path | None = None) -> str:
+    """sha256 over every .py and .lark file of the installed tkjit package, once per process (and
+    with ``memo_dir``, once per change of the sources: see ``source_hash_of``)."""
+    found = _source_hashes.get("tkjit")
+    if found is None:
+        found = _source_hashes["tkjit"] = source_hash_of(Path(tkjit.__file__).parent, memo_dir)
+    return found
+
+
+def assembler_version(memo_dir: Path | None = None) -> str:
+    """ptxas's version (part of the key). ``ptxas --version`` is a subprocess: with ``memo_dir``,
+    its answer is kept in ``memo_dir/memo-assembler-version.json`` under the binary's path, size
+    and mtime, so a process that finds it there runs no subprocess."""
+    from .runtime import toolchain
+    if memo_dir is None:
+        return toolchain.ptxas_version()
+    path = toolchain.find_tool("ptxas")
+    st = os.stat(path)
+    return _memoized(Path(memo_dir) / ASSEMBLER_MEMO, f"{path}\0{st.st_size}\0{st.st_mtime_ns}",
+                     toolchain.ptxas_version)
 
 
 def normalize_kernel_text(text: str) -> str:
@@ -61,10 +157,11 @@ def normalize_kernel_text(text: str) -> str:
 
 
 def cache_key(*, kernel_text: str, options: dict, arch: str, assembler_version: str,
-              extra: dict | None = None) -> str:
-    """The key of everything that changes a compiled kernel. ``options``/``extra`` must be JSON."""
+              extra: dict | None = None, source_hash: str | None = None) -> str:
+    """The key of everything that changes a compiled kernel. ``options``/``extra`` must be JSON.
+    ``source_hash`` is tkjit's (default: ``tkjit_source_hash()``)."""
     return hashlib.sha256(_json_bytes({
-        "tkjit": tkjit.__version__, "source": tkjit_source_hash(),
+        "tkjit": tkjit.__version__, "source": source_hash or tkjit_source_hash(),
         "kernel": normalize_kernel_text(kernel_text), "options": options, "arch": arch,
         "assembler": assembler_version, "extra": extra or {},
     })).hexdigest()
@@ -183,7 +280,7 @@ class DiskCache:
         try:
             return self._read(key, path)
         except (OSError, ValueError) as e:
-            log.debug("cache entry %s is corrupted (%s); removing it", key, _reason(e))
+            _debug("cache entry %s is corrupted (%s); removing it", key, _reason(e))
         try:
             with self._lock(key):  # re-check: another process may have replaced it meanwhile
                 try:
@@ -191,7 +288,7 @@ class DiskCache:
                 except (OSError, ValueError):
                     self._discard(path)
         except OSError as e:
-            log.debug("could not remove cache entry %s: %s", key, e)
+            _debug("could not remove cache entry %s: %s", key, e)
         return None
 
     def put(self, key: str, files: dict[str, bytes], metadata: dict) -> CacheEntry:
