@@ -56,9 +56,10 @@ class _Newlines:
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> lark.Lark:
+    from ..lark_cache import cached_lark  # the built tables are kept in tkjit's cache directory
     grammar = (Path(__file__).parent / "grammar.lark").read_text()
-    return lark.Lark(grammar, parser="lalr", lexer="basic", postlex=_Newlines(),
-                     propagate_positions=True, maybe_placeholders=True)
+    return cached_lark(grammar, parser="lalr", lexer="basic", postlex=_Newlines(),
+                       propagate_positions=True, maybe_placeholders=True)
 
 
 _BINARY = {"or_op": "||", "and_op": "&&", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",

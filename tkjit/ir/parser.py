@@ -15,8 +15,9 @@ from .types import DTYPES, GlobalType, ScalarType, TileType, Type, VectorType
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> lark.Lark:
+    from ..lark_cache import cached_lark  # the built tables are kept in tkjit's cache directory
     grammar = (Path(__file__).parent / "ir.lark").read_text()
-    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    return cached_lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
 
 
 class _IRBuilder:
