@@ -211,6 +211,36 @@ def _ex_attention_ref(i, causal):
     return {"O": torch.softmax(s, dim=-1) @ v, "L": torch.logsumexp(s, dim=-1)}
 
 
+def _copies_make(d, gen):
+    m = d["M"]
+    return {"A": _randn(gen, m, 32, dtype=torch.float16), "S": _randn(gen, m, dtype=torch.float16),
+            "C": torch.empty(m, 32, dtype=torch.float16), "D": torch.empty(m, 32, dtype=torch.float16),
+            "E": torch.empty(m)}
+
+
+def _copies_ref(i):
+    a = i["A"].double()
+    yh = (a * i["S"].double()[:, None]).half().double()
+    eye = torch.zeros(32, 32, dtype=torch.float64, device=a.device)
+    eye[:min(32, a.shape[0])] = a[:32]
+    return {"D": yh, "C": yh @ eye.T, "E": a.sum(1)}
+
+
+def _scalars_make(d, gen):
+    return {"R": torch.empty(13, 16), "n": d["n"], "m": d["m"], "x": d["x"]}
+
+
+def _scalars_ref(i):
+    n, m = i["n"], i["m"]
+    x = float(torch.tensor(i["x"], dtype=torch.float32))             # what an f32 argument holds
+    trunc = abs(n) // abs(m) * (1 if (n >= 0) == (m >= 0) else -1)
+    root = torch.tensor(x, dtype=torch.float32) ** 2                  # may overflow to inf in f32
+    rounded = min(float(torch.round(root.sqrt()).double()), 2.0**31 - 1)   # cvt.rni saturates
+    rows = [x, -((-n) // m), n // m, n % m, max(n, m), min(n, m), -n, abs(n), max(n, 0), min(n, m),
+            1.0, rounded, trunc]
+    return {"R": torch.tensor(rows, dtype=torch.float32).double()[:, None].expand(13, 16)}  # stored as f32
+
+
 CASES = [
     Case("softmax", ["X", "Y"], ["Y"], _softmax_make, _softmax_ref,
          shapes=[{"N": 4096, "D": 1000}, {"N": 77, "D": 129}, {"N": 1, "D": 4097}, {"N": 513, "D": 256}],
@@ -250,6 +280,13 @@ CASES = [
          shapes=[{"B": 2, "H": 4, "N": 1024}, {"B": 1, "H": 2, "N": 130}],
          sim_shapes=[{"B": 1, "H": 1, "N": 100}],
          sass={"HMMA": True}),
+    Case("copies", ["A", "S", "C", "D", "E"], ["C", "D", "E"], _copies_make, _copies_ref,
+         shapes=[{"M": 1000}, {"M": 20}], sim_shapes=[{"M": 70}, {"M": 20}], rtol=2e-2, atol=2e-2,
+         sass={"HMMA.16816.F16": True, "LDSM": True}),
+    Case("scalars", ["R", "n", "m", "x"], ["R"], _scalars_make, _scalars_ref,
+         shapes=[{"n": -7, "m": 2, "x": -2.5}, {"n": 7, "m": -2, "x": 3.5}, {"n": -8, "m": -3, "x": 0.5}],
+         sim_shapes=[{"n": -7, "m": 2, "x": -2.5}, {"n": 7, "m": -2, "x": 3.5}, {"n": 9, "m": 3, "x": 1e30}],
+         rtol=0, atol=0),
     Case("maps", ["X", "Y", "S", "mode"], ["Y", "S"], _maps_make, _maps_ref,
          shapes=[{"N": 1000, "R": 16}, {"N": 64, "R": 1, "mode": 0}],
          sim_shapes=[{"N": 70, "R": 2}, {"N": 64, "R": 1, "mode": 0}], rtol=2e-3, atol=2e-3),
@@ -285,4 +322,5 @@ BY_NAME = {c.name: c for c in ALL_CASES}
 
 
 def dims_of(shape: dict) -> dict:
-    return {k: v for k, v in shape.items() if k != "mode"}
+    """The tensor dimensions of a shape (upper-case names; lower-case ones are scalar arguments)."""
+    return {k: v for k, v in shape.items() if k.isupper()}

@@ -389,12 +389,12 @@ class CTA:
 
     def op_min(self, parts, ops, active):
         if "f32" in parts:
-            return self._float(parts, ops, active, lambda a, b: np.where(np.isnan(a) | np.isnan(b), np.nan, np.minimum(a, b)))
+            return self._float(parts, ops, active, np.minimum if "NaN" in parts else np.fmin)
         self._arith(parts, ops, active, np.minimum)
 
     def op_max(self, parts, ops, active):
         if "f32" in parts:
-            return self._float(parts, ops, active, lambda a, b: np.where(np.isnan(a) | np.isnan(b), np.nan, np.maximum(a, b)))
+            return self._float(parts, ops, active, np.maximum if "NaN" in parts else np.fmax)
         self._arith(parts, ops, active, np.maximum)
 
     def op_neg(self, parts, ops, active):
@@ -513,8 +513,9 @@ class CTA:
             self.set(ops[0], _bf16_to_f32(h) if src_t == "bf16" else _f16_to_f32(h), active)
         elif dst_t == "f32" and src_t == "s32":
             self.set(ops[0], self.s32(ops[1]).astype(np.float32), active)
-        elif dst_t == "s32" and src_t == "f32":
-            self.set(ops[0], np.rint(self.f32(ops[1])).astype(np.int64).astype(np.int32), active)
+        elif dst_t == "s32" and src_t == "f32":       # round, saturate, NaN -> 0 (as the hardware)
+            r = np.nan_to_num(np.rint(self.f32(ops[1]).astype(np.float64)), nan=0.0)
+            self.set(ops[0], np.clip(r, -2.0**31, 2.0**31 - 1).astype(np.int64).astype(np.int32), active)
         elif dst_t == "f32" and src_t == "f32" and rni:
             self.set(ops[0], np.rint(self.f32(ops[1])), active)
         elif dst_t == "s64" and src_t == "s32":

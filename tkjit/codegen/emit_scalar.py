@@ -1,8 +1,9 @@
 """Emitters for scalar ops: constants, runtime dims, integer/float/bool arithmetic, compares,
 conversions and select. Every thread computes scalars redundantly (they are block-uniform).
 
-Integer semantics: ``cdiv`` rounds up, ``floordiv`` rounds down and ``mod`` takes the divisor's
-sign (Python's ``//`` and ``%``), for any signs; ``div`` on i32 is ``cdiv`` (the language's ``/``).
+Integer semantics (as the CPU interpreter): ``cdiv`` rounds up, ``floordiv`` rounds down and
+``mod`` takes the divisor's sign (Python's ``//`` and ``%``), for any signs; ``div`` on i32
+truncates toward zero (C). Division by zero is not checked.
 Float compares are IEEE (``ne`` is true when either side is NaN).
 """
 from __future__ import annotations
@@ -61,8 +62,9 @@ def _cdiv(ctx, a: str, b: str, out: list[str]) -> str:
     return r
 
 
-_INT_SIMPLE = {Add: "add.s32", Sub: "sub.s32", Mul: "mul.lo.s32", Max: "max.s32", Min: "min.s32"}
-_INT_DIVISION = {CDiv: _cdiv, Div: _cdiv, FloorDiv: _floordiv, Mod: _mod}
+_INT_SIMPLE = {Add: "add.s32", Sub: "sub.s32", Mul: "mul.lo.s32", Max: "max.s32", Min: "min.s32",
+               Div: "div.s32"}
+_INT_DIVISION = {CDiv: _cdiv, FloorDiv: _floordiv, Mod: _mod}
 _COMPARE = {Lt: "lt", Le: "le", Gt: "gt", Ge: "ge", Eq: "eq", Ne: "ne"}
 _FLOAT_COMPARE = {"ne": "neu"}
 _FLOAT_BINARY = {Add: "add", Sub: "sub", Mul: "mul", Div: "div", Max: "max", Min: "min"}

@@ -3,8 +3,8 @@
 Choices (docs/codegen.md): exp2 is ``ex2.approx.ftz``; exp and log go through ex2/lg2 with
 log2(e) and ln(2); sqrt is ``sqrt.rn``, rsqrt ``rsqrt.approx``; sin and cos reduce the argument to
 [-pi, pi] (Cody-Waite, two constants) before ``sin/cos.approx``; tanh is ``tanh.approx``. max and
-min propagate NaN (``max.NaN``), as torch.maximum does; relu(x) = max(x, 0) likewise. Division
-is IEEE ``div.rn``.
+min return the other operand when one is NaN (``max.f32``, IEEE maxNum — what the CPU interpreter
+does, so both backends agree); relu(x) = max(x, 0) likewise. Division is IEEE ``div.rn``.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def emit_cos(ctx, x: str, out: list[str]) -> str:
 
 def emit_relu(ctx, x: str, out: list[str]) -> str:
     r = ctx.new("f32")
-    out.append(f"max.NaN.f32 {r}, {x}, 0f00000000;")
+    out.append(f"max.f32 {r}, {x}, 0f00000000;")
     return r
 
 
@@ -79,7 +79,7 @@ UNARY_F32 = {
 
 BINARY_F32 = {
     "add": "add.f32", "sub": "sub.f32", "mul": "mul.f32", "div": "div.rn.f32",
-    "max": "max.NaN.f32", "min": "min.NaN.f32",
+    "max": "max.f32", "min": "min.f32",
 }
 
 
