@@ -185,6 +185,14 @@ def test_metadata_describes_the_launch():
     assert {d["decision"] for d in meta["decisions"]} >= {"warps", "warp_grid", "schedule", "shared_memory"}
 
 
+def test_emission_is_deterministic_and_pure():
+    kernel = BY_NAME["attention_causal"].kernel()
+    from tkjit.ir.printer import print_kernel
+    before = print_kernel(kernel)
+    first, second = emit_ptx(kernel), emit_ptx(kernel)
+    assert first == second and print_kernel(kernel) == before
+
+
 def test_persistent_grid_is_bounded_by_the_sms():
     _, meta = emitted("gemm")
     total = ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], 256]]

@@ -1,9 +1,10 @@
 """The emission context: values → registers, per-thread index registers, shared-memory
 synchronization, padding predicates and the helpers every emitter uses.
 
-Per-thread values that never change (lane, warp row/column, a layout's row base, fragment
-addresses in a shared tile) are computed once in the kernel *prologue* the first time an
-emitter asks for them, so they are defined on every path and ptxas can keep or rematerialize them.
+Per-thread values that never change (lane, warp row/column, a layout's row and column base) are
+computed once in the kernel *prologue* the first time an emitter asks for them, so they are
+defined on every path. Shared-memory address bases are cached per op only (``fresh_scope``): kept
+for the whole kernel they would hold registers through every loop.
 """
 from __future__ import annotations
 
