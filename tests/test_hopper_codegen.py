@@ -191,10 +191,11 @@ def test_other_targets_and_the_off_switch():
 def test_metadata_lists_the_tensor_maps_after_the_tensors():
     _, meta = emit_hopper_ptx(ir_of(VARIANTS["example"]))
     kinds = [p["kind"] for p in meta["params"]]
-    assert kinds == ["global", "global", "global", "tensormap", "tensormap"]
-    a_map, b_map = meta["params"][3:]
+    assert kinds == ["global", "global", "global", "tensormap", "tensormap", "tensormap"]
+    a_map, b_map, c_map = meta["params"][3:]
     assert (a_map["param"], a_map["box"], a_map["swizzle"]) == (0, [64, 128], 128)
     assert (b_map["param"], b_map["box"]) == (1, [64, 64])
+    assert (c_map["param"], c_map["box"], c_map["fallback"]) == (2, [64, 64], True)
     assert meta["block"] == [384, 1, 1] and meta["registers"] == [40, 232]
     assert meta["grid"] == [["min", ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], 256]],
                              ["num_sms"]]]
@@ -232,3 +233,5 @@ def test_assembles_with_hgmma_tma_and_mbarriers_and_no_spills(name):
     for want in ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG"):
         assert any(o.startswith(want) for o in ops), f"{want} not in the SASS of {name}"
     assert not any(o.startswith(("LDL", "STL")) for o in ops), "local-memory traffic"
+    if meta["params"][-1]["param"] == 2:  # C staged: stmatrix, then TMA stores
+        assert any(o.startswith("STSM") for o in ops) and any(o.startswith("UTMASTG") for o in ops)

@@ -85,3 +85,68 @@ def _store_clipped(b: Builder, frag: Fragment, addrs, rows, dim_m: str, dim_n: s
                 b(f"and.pred {ok}, {row_ok[h]}, {col_ok[e]};")
                 kind = "f32" if c_dtype == "f32" else "b16"
                 b(f"@{ok} st.global.{kind} [{addrs[h]}+{(j * 8 + e) * esz}], {values[e]};")
+
+
+# ------------------------------------------------------------------ staged through shared memory
+
+PANEL_COLS, PANEL_BYTES = 64, 64 * 128
+"""A staging panel: 64 rows x 64 columns of a 16-bit C, rows of 128 bytes, 128B-swizzled (what a
+TMA box of 64 x 64 with CU_TENSOR_MAP_SWIZZLE_128B reads)."""
+
+
+@dataclass(frozen=True)
+class Staging:
+    """One consumer's staging tiles: ``cols`` columns of each of its 64-row slabs per round,
+    64-column panels one after another (slab-major). ``lanes[q]`` is this thread's stmatrix
+    address for the q-th 16-column chunk of a panel (row 16w + l%8 + 8((l>>3)&1), chunk 2q + l/16,
+    swizzled); ``barrier`` the consumer's named barrier; ``leader`` its one TMA-issuing thread."""
+
+    base: str
+    lanes: tuple[str, ...]
+    barrier: str
+    leader: str
+    cols: int
+    tmap: str
+
+
+def staging_lanes(b: Builder, base: str, lane: str, warp: str) -> tuple[str, ...]:
+    row, low, hi, t = b.reg(), b.reg(), b.reg(), b.reg()
+    b(f"and.b32 {low}, {lane}, 7;", f"bfe.u32 {t}, {lane}, 3, 1;", f"shl.b32 {row}, {t}, 3;",
+      f"add.u32 {row}, {row}, {low};", f"mad.lo.u32 {row}, {warp}, 16, {row};",
+      f"mad.lo.u32 {row}, {row}, 128, {base};", f"shr.u32 {hi}, {lane}, 4;")
+    lanes = []
+    for q in range(4):
+        x = b.reg()
+        b(f"add.u32 {x}, {hi}, {2 * q};", f"xor.b32 {x}, {x}, {low};", f"mad.lo.u32 {x}, {x}, 16, {row};")
+        lanes.append(x)
+    return tuple(lanes)
+
+
+def store_staged(b: Builder, st: Staging, acc, wgmma_n: int, bn: int, row0: str, col0: str, c_dtype: str) -> None:
+    """stmatrix the accumulators (``acc[slab][piece]``) into the staging panels, ``st.cols``
+    columns per round, and TMA-store each panel to C at rows ``row0 + 64*slab``, columns
+    ``col0 + ...``: rows and columns outside C are not written (TMA clips the box)."""
+    from . import tma
+    panels = st.cols // PANEL_COLS
+    for r in range(bn // st.cols):
+        b(f"@{st.leader} {tma.store_wait(0, read_only=True)}", f"bar.sync {st.barrier}, 128;")
+        for slab, pieces in enumerate(acc):
+            for jr in range(st.cols // 16):
+                piece, inner = divmod(r * st.cols + 16 * jr, wgmma_n)
+                regs = pieces[piece][inner // 2:inner // 2 + 8]
+                packed = []
+                for k in range(4):
+                    x = b.reg()
+                    b(f"{PACK[c_dtype]} {x}, {regs[2 * k + 1]}, {regs[2 * k]};")
+                    packed.append(x)
+                p, q = divmod(jr, 4)
+                b(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{st.lanes[q]}+{(slab * panels + p) * PANEL_BYTES}], "
+                  f"{{{', '.join(packed)}}};")
+        b("fence.proxy.async.shared::cta;", f"bar.sync {st.barrier}, 128;")
+        for slab in range(len(acc)):
+            for p in range(panels):
+                inner, outer, src = b.reg(), b.reg(), b.reg()
+                b(f"add.s32 {inner}, {col0}, {r * st.cols + p * PANEL_COLS};", f"add.s32 {outer}, {row0}, {64 * slab};",
+                  f"add.u32 {src}, {st.base}, {(slab * panels + p) * PANEL_BYTES};",
+                  f"@{st.leader} {tma.store_2d(st.tmap, inner, outer, src)}")
+        b(f"@{st.leader} {tma.STORE_COMMIT}")

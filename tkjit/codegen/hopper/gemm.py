@@ -23,7 +23,7 @@ from ...ir.types import F32, GlobalType
 from ...passes.sync_protocol import Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, producer_fill
 from . import copy, mbarrier, tma, wgmma
 from .builder import Builder
-from .epilogue import Fragment, store_fragment
+from .epilogue import PANEL_COLS, Fragment, Staging, staging_lanes, store_fragment, store_staged
 from .match import GemmMatch
 from .plan import Plan, operand_a, operand_b
 from .program import RingRegs, RoleEmitter
@@ -32,6 +32,8 @@ PTX_VERSION = "8.0"
 ARCH = "sm_90a"
 SMEM_SYMBOL = "tk_smem"
 RING = "k"
+FIRST_CONSUMER_BARRIER = 2
+"""Named barriers: 0 the CTA's, 1 the copying producer's, 2 + c consumer c's (its epilogue)."""
 
 
 def gemm_protocol(g: GemmMatch, plan: Plan) -> Protocol:
@@ -59,8 +61,12 @@ class GemmKernel:
         g, plan, name = self.g, self.plan, self.g.kernel.name
         a_box = (plan.span_a // 2, g.bm)
         b_box = (plan.span_b // 2, g.bk if g.b_major == "MN" else g.bn)
-        return {"a": tma.TensorMap(f"{name}_tmap_0", g.a, g.params[g.a].hint, g.dtype, a_box, plan.span_a),
+        maps = {"a": tma.TensorMap(f"{name}_tmap_0", g.a, g.params[g.a].hint, g.dtype, a_box, plan.span_a),
                 "b": tma.TensorMap(f"{name}_tmap_1", g.b, g.params[g.b].hint, g.dtype, b_box, plan.span_b)}
+        if plan.staging is not None:
+            maps["c"] = tma.TensorMap(f"{name}_tmap_2", g.c, g.params[g.c].hint, g.c_dtype,
+                                      (PANEL_COLS, 64), 128)
+        return maps
 
     def _param_entries(self) -> list[tuple[str, str, dict]]:
         k = self.g.kernel
@@ -121,7 +127,8 @@ class GemmKernel:
         self.tile_count, self.grid_step = b.reg(), b.reg()
         b(f"mul.lo.s32 {self.tile_count}, {self.tiles_m}, {self.tiles_n};",
           f"mov.u32 {self.grid_step}, %nctaid.x;")
-        self.tma_ok = self.rows_aligned()
+        self.tma_ok = self.rows_aligned(g.a, g.b)
+        self.c_tma_ok = self.rows_aligned(g.c) if plan.staging is not None else None
         self.full = b.reg()
         b(f"add.u32 {self.full}, {self.smem}, {plan.bars};")
         self.empty = b.reg()
@@ -135,11 +142,12 @@ class GemmKernel:
         rows, cols = (self.dim(d) for d in self.g.params[param].type.dims)
         return rows, cols
 
-    def rows_aligned(self) -> str:
-        """The predicate 'TMA can address A and B': their rows are multiples of 16 bytes (the
-        launcher has checked the base addresses). Otherwise the producer copies (copy.py)."""
+    def rows_aligned(self, *params: int) -> str:
+        """The predicate 'TMA can address these 16-bit tensors': their rows are multiples of 16
+        bytes (the launcher has checked the base addresses). Otherwise the producer copies
+        (copy.py) and the epilogue stores registers."""
         b, g = self.b, self.g
-        inner = [g.params[i].type.dims[-1] for i in (g.a, g.b)]
+        inner = [g.params[i].type.dims[-1] for i in params]
         ok = b.pred()
         if all(isinstance(d, int) for d in inner):
             b(f"setp.eq.u32 {ok}, {int(all(d % 8 == 0 for d in inner))}, 1;")
@@ -243,7 +251,8 @@ class Producer(GemmRole):
         others = b.pred()
         b(f"setp.ne.u32 {others}, {k.tid_wg}, 0;", f"@{others} bra {done};")
         self.maps = {}
-        for key, m in k.maps.items():
+        for key in ("a", "b"):
+            m = k.maps[key]
             raw, addr = b.reg("b64"), b.reg("b64")
             b(*tma.generic_address(m.symbol, raw, addr), tma.prefetch(addr))
             self.maps[key] = addr
@@ -315,7 +324,7 @@ class Consumer(GemmRole):
     def run(self) -> None:
         k, b, g, plan = self.k, self.k.b, self.k.g, self.k.plan
         b(f"setmaxnreg.inc.sync.aligned.u32 {plan.regs[1]};")
-        index = b.reg()
+        index = self.index = b.reg()
         b(f"sub.u32 {index}, {k.wg}, 1;")
         leader = b.pred()
         b(f"setp.eq.u32 {leader}, {k.tid_wg}, 0;")
@@ -328,7 +337,20 @@ class Consumer(GemmRole):
         self.thread_row, self.thread_col = self.fragment_origin(index)
         self.acc = [[[b.reg("f32") for _ in range(plan.wgmma_n // 2)] for _ in range(g.bn // plan.wgmma_n)]
                     for _ in range(self.rows // 64)]
+        self.staging = self.staging_setup(index, leader) if plan.staging is not None else None
         self.run_program(k.proto.consumer, leader)
+        if self.staging is not None:  # the CTA's shared memory must outlive the last TMA store
+            b(f"@{leader} {tma.store_wait(0, read_only=False)}")
+
+    def staging_setup(self, index: str, leader: str) -> Staging:
+        k, b, plan = self.k, self.b, self.k.plan
+        base, warp, barrier = b.reg(), b.reg(), b.reg()
+        b(f"mad.lo.u32 {base}, {index}, {self.rows * plan.staging_cols * 2}, {k.smem};",
+          f"add.u32 {base}, {base}, {plan.staging};", f"shr.u32 {warp}, {k.tid_wg}, 5;",
+          f"add.u32 {barrier}, {index}, {FIRST_CONSUMER_BARRIER};")
+        raw, tmap = b.reg("b64"), b.reg("b64")
+        b(*tma.generic_address(k.maps["c"].symbol, raw, tmap))
+        return Staging(base, staging_lanes(b, base, k.lane, warp), barrier, leader, plan.staging_cols, tmap)
 
     def fragment_origin(self, index: str) -> tuple[str, str]:
         """The thread's first accumulator row (within the tile) and column: 16w + l/4, 2(l%4)."""
@@ -387,6 +409,14 @@ class Consumer(GemmRole):
         row0, col0 = b.reg(), b.reg()
         b(f"mad.lo.s32 {row0}, {self.m}, {g.bm}, {self.thread_row};",
           f"mad.lo.s32 {col0}, {self.n}, {g.bn}, {self.thread_col};")
+        registers, done = b.label("register_stores"), b.label("tile_stored")
+        if self.staging is not None:
+            tile_row, tile_col = b.reg(), b.reg()
+            b(f"mul.lo.s32 {tile_row}, {self.m}, {g.bm};", f"mad.lo.s32 {tile_row}, {self.index}, {self.rows}, {tile_row};",
+              f"mul.lo.s32 {tile_col}, {self.n}, {g.bn};", f"@!{k.c_tma_ok} bra {registers};")
+            store_staged(b, self.staging, self.acc, plan.wgmma_n, g.bn, tile_row, tile_col, g.c_dtype)
+            b(f"bra.uni {done};")
+        b.place(registers)
         inside = self.tile_inside(dim_m, dim_n)
         for slab, pieces in enumerate(self.acc):
             for piece, regs in enumerate(pieces):
@@ -394,6 +424,7 @@ class Consumer(GemmRole):
                 b(f"add.s32 {row}, {row0}, {64 * slab};", f"add.s32 {col}, {col0}, {plan.wgmma_n * piece};")
                 store_fragment(b, Fragment(tuple(regs), row, col, plan.wgmma_n), k.globals[g.c],
                                dim_m, dim_n, g.c_dtype, inside)
+        b.place(done)
 
     def tile_inside(self, dim_m: str, dim_n: str) -> str:
         """'The whole tile lies inside C and N is even' (pairs of columns are aligned)."""

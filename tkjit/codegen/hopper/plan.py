@@ -57,6 +57,10 @@ class Plan:
     persistent: bool
     group: int
     wgmma_n: int
+    staging: int | None = None
+    """Offset of the epilogue's staging tiles (None: registers store straight to C)."""
+    staging_cols: int = 0
+    """Columns of C each consumer stages per round (a multiple of 64; BN / it rounds a tile)."""
     decisions: list[dict] = field(default_factory=list)
 
     @property
@@ -91,12 +95,13 @@ def make_plan(g: GemmMatch) -> Plan:
     consumers, why_c = _consumers(g)
     regs, maxnreg, why_r = _registers(g, consumers)
     wgmma_n = _wgmma_n(g, span_b)
-    stages, a_off, b_off, stride, bars, smem, why_s, why_m = _memory(g)
+    stages, a_off, b_off, stride, bars, smem, why_s, why_m, staging, staging_cols, why_e = \
+        _memory(g, consumers, wgmma_n)
     blocks = g.blocks
     persistent = blocks.attrs.get("schedule", "grid") == "persistent"
     group = int(blocks.attrs.get("group", 1))
     plan = Plan(span_a, span_b, consumers, regs, maxnreg, stages, a_off, b_off, stride, bars, smem,
-                persistent, group, wgmma_n)
+                persistent, group, wgmma_n, staging, staging_cols)
     plan.decide("backend", "wgmma", "the kernel is the GEMM pattern: TMA loads into an S-stage ring, "
                 "one producer warpgroup, consumer warpgroups issuing wgmma")
     plan.decide("swizzle A", f"{span_a}B", why_a)
@@ -105,6 +110,8 @@ def make_plan(g: GemmMatch) -> Plan:
     plan.decide("registers", f"producer {regs[0]}, consumers {regs[1]}, {maxnreg} at entry", why_r)
     plan.decide("stages", stages, why_s)
     plan.decide("shared_memory", smem, why_m)
+    plan.decide("epilogue", f"stmatrix + TMA store, {staging_cols} columns per round" if staging is not None
+                else "registers to global", why_e)
     rows_pc = g.bm // consumers
     plan.decide("wgmma", f"m64n{wgmma_n}k16 x {g.bk // 16} k-steps x {rows_pc // 64} slab(s) x "
                 f"{g.bn // wgmma_n} piece(s) per trip", "N per instruction is the tile's columns, "
@@ -186,19 +193,21 @@ def operand_b(g: GemmMatch, plan: Plan) -> Operand:
     return Operand("K", g.bn, g.bk, plan.span_b)
 
 
-def _memory(g: GemmMatch):
+def _memory(g: GemmMatch, consumers: int, wgmma_n: int):
     a_bytes = g.bm * g.bk * 2
     b_bytes = g.bk * g.bn * 2
     loop = g.loop
     a_off, b_off = g.load_a.attrs.get("smem"), g.load_b.attrs.get("smem")
     planned = a_off is not None and b_off is not None and "bars" in loop.attrs \
         and "stage_stride" in loop.attrs and "smem" in g.kernel.attrs
+    staging, staging_cols = None, 0
     if planned:
         stages, stride, bars = loop.attrs["stages"], loop.attrs["stage_stride"], loop.attrs["bars"]
         smem = g.kernel.attrs["smem"] + ALIGN_SLACK
         why_s = "from the pipeline pass"
         why_m = (f"from the smem-plan pass (+{ALIGN_SLACK} B to round the base up to 1024): A at "
                  f"{a_off}, B at {b_off}, stages {stride} B apart, mbarriers at {bars}")
+        why_e = "the smem-plan pass's map has no room for this epilogue's staging tiles"
     else:
         a_off, b_off = 0, ceil_to(a_bytes, ALIGN)
         stride = ceil_to(b_off + b_bytes, ALIGN)
@@ -211,10 +220,16 @@ def _memory(g: GemmMatch):
             stages = min(MAX_STAGES, fit)
             why_s = (f"local rule (the pipeline pass's): {fit} stage(s) of {stride} B fit in "
                      f"{room} B, capped at {MAX_STAGES}")
-        bars = stages * stride
+        ring = stages * stride
+        staging_cols, why_e = _staging_cols(g, consumers, wgmma_n, room - ring - 16 * stages)
+        if staging_cols:
+            staging = ring
+            ring += consumers * (g.bm // consumers) * staging_cols * 2
+        bars = ring
         smem = bars + 16 * stages + ALIGN_SLACK
-        why_m = (f"local plan: stage s holds A at s*{stride} and B at s*{stride}+{b_off}; full[s] and "
-                 f"empty[s] mbarriers at {bars}; +{ALIGN_SLACK} B to round the base up to 1024")
+        why_m = (f"local plan: stage s holds A at s*{stride} and B at s*{stride}+{b_off}"
+                 + (f"; staging tiles at {staging}" if staging is not None else "")
+                 + f"; full[s] and empty[s] mbarriers at {bars}; +{ALIGN_SLACK} B to round the base up to 1024")
     if stages < 1:
         raise NoMatch(f"one stage of A and B ({a_bytes + b_bytes} B) does not fit in shared memory")
     if smem > SMEM_LIMIT:
@@ -222,4 +237,21 @@ def _memory(g: GemmMatch):
     for off in (a_off, b_off, stride):
         if off % ALIGN:
             raise NoMatch(f"shared tile offset {off} is not 1024-byte aligned")
-    return stages, a_off, b_off, stride, bars, smem, why_s, why_m
+    return stages, a_off, b_off, stride, bars, smem, why_s, why_m, staging, staging_cols, why_e
+
+
+def _staging_cols(g: GemmMatch, consumers: int, wgmma_n: int, room: int) -> tuple[int, str]:
+    """The widest slice of its rows (a multiple of 64 columns dividing BN) each consumer can
+    stage in ``room`` bytes, or 0 (then the epilogue stores registers straight to C)."""
+    if g.c_dtype not in ("bf16", "f16"):
+        return 0, f"C is {g.c_dtype}: stmatrix stages 16-bit values only, so registers store to C"
+    if g.bn % 64 or wgmma_n % 16:
+        return 0, f"BN = {g.bn} is not a whole number of 64-column TMA boxes"
+    rows = g.bm // consumers
+    for cols in range(g.bn, 0, -64):
+        if g.bn % cols == 0 and consumers * rows * cols * 2 <= room:
+            return cols, (f"each consumer stages {rows} x {cols} of its rows in 128B-swizzled 64-column "
+                          f"panels ({room} B left beside the ring), one TMA store per panel that runs "
+                          "while the next tile's wgmmas do; C rows that TMA cannot address "
+                          "(not a multiple of 16 bytes) take the register stores")
+    return 0, f"no 64-column staging slice fits in the {room} B left beside the ring"

@@ -57,3 +57,17 @@ def load_2d(dst: str, tmap: str, inner: str, outer: str, bar: str) -> str:
     """Copy one box into shared memory at ``dst``, completing its bytes on mbarrier ``bar``."""
     return (f"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
             f"[{dst}], [{tmap}, {{{inner}, {outer}}}], [{bar}];")
+
+
+def store_2d(tmap: str, inner: str, outer: str, src: str) -> str:
+    """Copy one box from shared memory at ``src`` to the tensor (elements outside it are skipped)."""
+    return f"cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [{tmap}, {{{inner}, {outer}}}], [{src}];"
+
+
+STORE_COMMIT = "cp.async.bulk.commit_group;"
+
+
+def store_wait(pending: int, read_only: bool) -> str:
+    """Wait until at most ``pending`` store groups are in flight (``.read``: until they have read
+    their shared memory, which may then be written again)."""
+    return f"cp.async.bulk.wait_group{'.read' if read_only else ''} {pending};"

@@ -1,0 +1,31 @@
+"""One GEMM through the Hopper path, checked against torch: a small process for compute-sanitizer.
+
+    compute-sanitizer --tool memcheck python3 tests/gpu/hopper_sanitize.py M N K
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+import tkjit
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gemm.tk"
+
+
+def main(m: int, n: int, k: int) -> int:
+    gemm = tkjit.load(EXAMPLE)
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    gemm(a, b, c)
+    torch.cuda.synchronize()
+    ref = a.float() @ b.float()
+    err = ((c.float() - ref).norm() / ref.norm()).item()
+    print(f"{m}x{n}x{k} ({gemm.metadata['backend']}): relative error {err:.2e}")
+    return 0 if err <= 1e-2 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(*(int(x) for x in sys.argv[1:4])))
