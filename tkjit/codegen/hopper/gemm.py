@@ -85,7 +85,7 @@ class GemmKernel:
 
     # -- the kernel -----------------------------------------------------------------------
     def emit(self) -> tuple[str, dict]:
-        b, g, plan = self.b, self.g, self.plan
+        b, plan = self.b, self.plan
         self.prologue()
         producer, done = b.pred(), b.label("exit")
         b(f"setp.eq.u32 {producer}, {self.wg}, 0;", f"@{producer} bra {self.producer_label};")
