@@ -3,7 +3,8 @@
     out = emit_hopper_ptx(kernel, options=None, decisions=None)   # (ptx, metadata) or None
 
 It compiles the kernels whose pattern it knows (today: the GEMM of match.py, with mma_AB or
-mma_ABt) into a warp-specialized kernel (gemm.py) and returns None for every other kernel, so
+mma_ABt) into a warp-specialized kernel (gemm.py; its decisions: plan.py, which uses the
+scheduling passes' annotations where they are present) and returns None for every other kernel, so
 the caller falls back to the register-tile backend; the reason is appended to ``decisions``
 (``{"decision": "backend", "value": "mma.sync", "why": ...}``) when a list is given.
 

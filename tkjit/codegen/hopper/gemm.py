@@ -2,11 +2,16 @@
 
     warpgroup 0   producer: setmaxnreg.dec; one thread walks the tiles and, per K step, waits
                   for a free stage (empty[s]), arms full[s] with the stage's bytes and issues
-                  the TMA boxes of A and B into it
+                  the TMA boxes of A and B into it. When A's or B's rows are not a multiple of
+                  16 bytes (TMA cannot address them; the kernel checks the dims) all 128
+                  producer threads copy the stage instead (copy.py)
     warpgroups 1+ consumers: setmaxnreg.inc; each owns BM/consumers rows of the tile; per K
                   step waits on full[s], issues one wgmma group over the stage, keeps it in
                   flight (wait_group 1) and releases the previous stage; after the loop it
-                  drains, converts and stores its rows of C (clipped at C's edges)
+                  drains and stores its rows of C: stmatrix into 128B-swizzled staging panels
+                  and TMA stores that run under the next tile's wgmmas (TMA clips them at C's
+                  edges), or, without room for staging or with C rows TMA cannot address,
+                  straight from registers under row/column predicates (epilogue.py)
 
 The control flow of both roles is the protocol (passes/sync_protocol.py) built by
 ``gemm_protocol``: the same object the CPU checker explores. Tiles come from a tile loop over
