@@ -48,12 +48,14 @@ class Recorder:
         self.kinds, self.result, self.calls = kinds, result, []
 
     def __call__(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        self.calls.append(dict(fn=fn, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem, stream=stream,
+                               values=self.decode(params), extra=extra))
+        return (self.result,)
+
+    def decode(self, params: int) -> list:
         pointers = (ctypes.c_void_p * len(self.kinds)).from_address(params)
         ctype = {"p": ctypes.c_uint64, "f": ctypes.c_float, "i": ctypes.c_int32}
-        values = [ctype[k].from_address(pointers[i]).value for i, k in enumerate(self.kinds)]
-        self.calls.append(dict(fn=fn, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem, stream=stream,
-                               values=values, extra=extra))
-        return (self.result,)
+        return [ctype[k].from_address(pointers[i]).value for i, k in enumerate(self.kinds)]
 
 
 def glb(name, dims, dtype="f32"):
@@ -419,3 +421,111 @@ def test_host_overhead_benchmark_runs():
     from tkjit.runtime.bench_launch import measure_host_overhead
     result = measure_host_overhead(batches=3, per_batch=10)
     assert result["launcher_us"] > 0 and "host_overhead_us" in result
+
+
+# ---------------------------------------------------------------- parameter blocks without a lock
+
+def test_a_launch_inside_a_launch_gets_its_own_parameter_block():
+    inner_args = [cuda(torch.zeros(300)) for _ in range(3)]
+    outer_args = [cuda(torch.zeros(100)) for _ in range(3)]
+    holder = {}
+
+    class Nested(Recorder):
+        def __call__(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            if not self.calls and "launcher" in holder:
+                holder.pop("launcher")(*inner_args)  # re-entered while the outer block is taken
+            return super().__call__(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra)
+
+    rec = Nested("pppi")
+    launcher = Launcher(FN, ADD, [["cdiv", ["dim", "N"], 128]], 128, 0, name="k", launch=rec,
+                        current_device=lambda: 0, current_stream=lambda dev: STREAM)
+    holder["launcher"] = launcher
+    launcher(*outer_args)
+    inner, outer = rec.calls
+    assert inner["values"] == [a.data_ptr() for a in inner_args] + [300]
+    assert outer["values"] == [a.data_ptr() for a in outer_args] + [100]
+    assert len(launcher._pool) == 2  # both blocks are back
+
+
+def test_threads_launching_at_once_never_see_each_others_arguments():
+    import sys
+    import threading
+    import time
+
+    class Slow(Recorder):
+        def __call__(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            time.sleep(0)  # let another thread pack between our pack and our read
+            self.calls.append({"thread": threading.get_ident(), "values": self.decode(params)})
+            return (0,)
+
+    rec = Slow("pppi")
+    launcher = Launcher(FN, ADD, [["cdiv", ["dim", "N"], 128]], 128, 0, name="k", launch=rec,
+                        current_device=lambda: 0, current_stream=lambda dev: STREAM)
+    per_thread = [[cuda(torch.zeros(16 * (t + 1))) for _ in range(3)] for t in range(4)]
+    start = threading.Barrier(len(per_thread))
+    own = {}
+
+    def work(args):
+        own[threading.get_ident()] = [a.data_ptr() for a in args] + [len(args[0])]
+        start.wait()
+        for _ in range(200):
+            launcher(*args)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(args,)) for args in per_thread]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(rec.calls) == 800 and all(c["values"] == own[c["thread"]] for c in rec.calls)
+
+
+def test_refused_calls_go_to_on_refusal():
+    refused = []
+
+    def on_refusal(args, stream, checked):
+        refused.append((args, stream, checked))
+        return "handled"
+
+    rec = Recorder("pppi")
+    launcher = Launcher(FN, ADD, [["cdiv", ["dim", "N"], 128]], 128, 0, name="k", launch=rec,
+                        current_device=lambda: 0, current_stream=lambda dev: STREAM, on_refusal=on_refusal)
+    good = [cuda(torch.zeros(8)) for _ in range(3)]
+    cpu = [torch.zeros(8) for _ in range(3)]
+    assert launcher(*good) is None and launcher(*cpu, stream=7) == "handled"
+    assert len(rec.calls) == 1 and refused == [(tuple(cpu), 7, False)]
+    with pytest.raises(LaunchError, match="not on a CUDA device"):
+        launcher.slow(tuple(cpu), None)
+
+
+def test_the_ctypes_launch_api_passes_handles_as_pointers():
+    calls = []
+
+    def cu_launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        pointers = (ctypes.c_void_p * 4).from_address(params.value)
+        values = [ctypes.c_uint64.from_address(pointers[i]).value for i in range(3)]
+        values.append(ctypes.c_int32.from_address(pointers[3]).value)
+        calls.append((fn.value, (gx, gy, gz), (bx, by, bz), smem, stream and stream.value, values, extra))
+        return 0
+
+    launcher = Launcher(0x1234, ADD, [["cdiv", ["dim", "N"], 128]], 128, 0, name="k", launch=cu_launch,
+                        launch_api="ctypes", current_device=lambda: 0, current_stream=lambda dev: 0)
+    args = [cuda(torch.zeros(200)) for _ in range(3)]
+    launcher(*args)
+    launcher(*args, stream=0xABC)
+    ptrs = [a.data_ptr() for a in args]
+    assert calls == [(0x1234, (2, 1, 1), (128, 1, 1), 0, None, ptrs + [200], None),
+                     (0x1234, (2, 1, 1), (128, 1, 1), 0, 0xABC, ptrs + [200], None)]
+    with pytest.raises(TkError, match="unknown launch_api 'cffi'"):
+        Launcher(0x1234, ADD, [1], 128, 0, launch=cu_launch, launch_api="cffi")
+
+
+def test_a_constant_grid_out_of_range_is_a_metadata_error():
+    with pytest.raises(TkError, match="constant grid size 0 is out of range"):
+        make(ADD, grid=(0,))
+    with pytest.raises(TkError, match="constant grid size 70000 is out of range"):
+        make(ADD, grid=(["dim", "N"], 70000))

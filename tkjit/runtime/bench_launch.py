@@ -1,8 +1,13 @@
 """Launch overhead: a Launcher call against a raw ``cuLaunchKernel`` of the same cubin.
 
-``measure_launch_overhead()`` needs a Hopper GPU; ``measure_host_overhead()`` runs anywhere
-(a fake launch function and CPU tensors) and isolates the Python-side cost of checking and
-packing. ``python -m tkjit.runtime.bench_launch [--cpu]`` prints either as JSON.
+``measure_launch_overhead()`` needs a Hopper GPU. It times, interleaved batch by batch:
+``raw_us``, cuda-python's ``cuLaunchKernel`` as a user of cuda-python calls it (the baseline of
+the 1.3x target); ``raw_ctypes_us``, libcuda's symbol through ctypes with prebuilt handles (the
+cheapest raw call Python has: the honest floor); the Launcher through each launch API; a
+``tkjit.compile``d kernel object against a raw launch of its own function; and ``torch.add``.
+``measure_host_overhead()`` runs anywhere (a fake launch function and CPU tensors) and isolates
+the Python-side cost of checking and packing. ``python -m tkjit.runtime.bench_launch [--cpu]``
+prints either as JSON.
 """
 from __future__ import annotations
 
@@ -62,6 +67,18 @@ ADD_F32_SIGNATURE = [{"kind": "global", "name": name, "dtype": "f32", "dims": ["
 ADD_F32_GRID = [["cdiv", ["dim", "N"], 128]]
 ADD_F32_BLOCK = 128
 
+ADD_TK = """\
+# O = X + Y, 16 rows of 64 f32 per block
+kernel add(X: gl<f32>[N, 64], Y: gl<f32>[N, 64], O: gl<f32>[N, 64]) {
+  for i in blocks(N / 16) {
+    x: rt<f32>[16, 64] = X.tile(i, 0)
+    y: rt<f32>[16, 64] = Y.tile(i, 0)
+    O.tile(i, 0) = x + y
+  }
+}
+"""
+"""The same sum in the kernel language, for the kernel object's overhead."""
+
 
 def _median_us(fns: dict, batches: int, per_batch: int, sync=lambda: None) -> dict[str, float]:
     """Median over batches of the mean time per call, in µs; the functions take turns per batch."""
@@ -78,8 +95,12 @@ def _median_us(fns: dict, batches: int, per_batch: int, sync=lambda: None) -> di
 
 
 def measure_launch_overhead(n: int = 4096, batches: int = 50, per_batch: int = 100) -> dict:
-    """Launcher vs raw cuLaunchKernel of the add_f32 cubin on the current GPU (median µs per launch)."""
+    """Launchers and the kernel object vs raw cuLaunchKernel on the current GPU (median µs per launch)."""
+    import datetime
+
     import torch
+
+    import tkjit
 
     from . import driver, toolchain
     from .launcher import Launcher
@@ -87,31 +108,90 @@ def measure_launch_overhead(n: int = 4096, batches: int = 50, per_batch: int = 1
     cubin, report = toolchain.assemble(ADD_F32_PTX, name="add_f32")
     module = driver.Module.load(cubin, ADD_F32_PTX)
     fn = module.get_function("add_f32")
-    launcher = Launcher(fn, ADD_F32_SIGNATURE, ADD_F32_GRID, ADD_F32_BLOCK, 0, name="add_f32",
-                        device=module.device)
+    launchers = {api: Launcher(fn, ADD_F32_SIGNATURE, ADD_F32_GRID, ADD_F32_BLOCK, 0, name="add_f32",
+                               device=module.device, launch_api=api) for api in ("bindings", "ctypes")}
     x, y = (torch.randn(n, device="cuda") for _ in range(2))
     out = torch.empty_like(x)
-    launcher(x, y, out)
-    torch.cuda.synchronize()
-    assert torch.equal(out, x + y), "add_f32 through the Launcher gave a wrong result"
+    for launcher in launchers.values():
+        out.fill_(float("nan"))
+        launcher(x, y, out)
+        torch.cuda.synchronize()
+        assert torch.equal(out, x + y), f"add_f32 through the {launcher.launch_api} Launcher gave a wrong result"
 
     cu = driver.cu()
     stream = torch.cuda.current_stream().cuda_stream
-    values = [ctypes.c_uint64(t.data_ptr()) for t in (x, y, out)] + [ctypes.c_int32(n)]
-    pointers = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in values])
-    address, grid = ctypes.addressof(pointers), (n + 127) // 128
-    driver.check(cu.cuLaunchKernel(fn, grid, 1, 1, 128, 1, 1, 0, stream, address, 0), "raw cuLaunchKernel")
+    raw = _raw_launch(cu, fn, [x, y, out], [n], stream)
+    raw_ctypes = _raw_ctypes_launch(driver, fn, [x, y, out], [n], stream)
+
+    kernel = tkjit.compile(ADD_TK, filename="bench_add.tk")
+    x2, y2, o2 = (t.view(n // 64, 64) for t in (x, y, out))
+    o2.fill_(float("nan"))
+    kernel(x2, y2, o2)
+    torch.cuda.synchronize()
+    assert torch.equal(o2, x2 + y2), "the add kernel object gave a wrong result"
+    kernel_launcher = kernel._launchers[torch.cuda.current_device()]
+    kernel_raw = _raw_launch(cu, kernel_launcher.function, [x2, y2, o2], [n // 64], stream,
+                             grid=kernel_launcher.grid(N=n // 64), block=kernel_launcher.block,
+                             smem=kernel_launcher.smem_bytes)
 
     times = _median_us({
-        "raw_us": lambda: cu.cuLaunchKernel(fn, grid, 1, 1, 128, 1, 1, 0, stream, address, 0),
-        "launcher_us": lambda: launcher(x, y, out),
-        "launcher_explicit_stream_us": lambda: launcher(x, y, out, stream=stream),
+        "raw_us": raw,
+        "raw_ctypes_us": raw_ctypes,
+        "launcher_us": lambda: launchers["bindings"](x, y, out),
+        "launcher_ctypes_us": lambda: launchers["ctypes"](x, y, out),
+        "launcher_explicit_stream_us": lambda: launchers["bindings"](x, y, out, stream=stream),
+        "kernel_raw_us": kernel_raw,
+        "kernel_us": lambda: kernel(x2, y2, o2),
         "torch_add_us": lambda: torch.add(x, y, out=out),
     }, batches, per_batch, torch.cuda.synchronize)
-    return {"device": torch.cuda.get_device_name(), "n": n, "batches": batches, "per_batch": per_batch,
-            "registers": report["add_f32"].registers, "loaded_from_ptx": module.from_ptx, **times,
+    return {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "n": n, "batches": batches, "per_batch": per_batch,
+            "registers": report["add_f32"].registers, "loaded_from_ptx": module.from_ptx,
+            "default_launch_api": driver.default_launch_api(), **times,
             "overhead_us": times["launcher_us"] - times["raw_us"],
-            "ratio": times["launcher_us"] / times["raw_us"]}
+            "ratio": times["launcher_us"] / times["raw_us"],
+            "ratio_vs_ctypes": times["launcher_us"] / times["raw_ctypes_us"],
+            "ratio_ctypes_launcher": times["launcher_ctypes_us"] / times["raw_us"],
+            "kernel_ratio": times["kernel_us"] / times["kernel_raw_us"]}
+
+
+def _param_block(tensors, ints) -> tuple:
+    """(ctypes values kept alive, the void*[] of their addresses) for a raw launch."""
+    values = [ctypes.c_uint64(t.data_ptr()) for t in tensors] + [ctypes.c_int32(v) for v in ints]
+    pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+    return values, pointers
+
+
+def _raw_launch(cu, fn, tensors, ints, stream, grid=None, block=(ADD_F32_BLOCK, 1, 1), smem: int = 0):
+    """A cuda-python cuLaunchKernel call with everything prepared, as a user of cuda-python writes it."""
+    from . import driver
+    values, pointers = _param_block(tensors, ints)
+    address = ctypes.addressof(pointers)
+    gx, gy, gz = grid or ((ints[0] + ADD_F32_BLOCK - 1) // ADD_F32_BLOCK, 1, 1)
+    bx, by, bz = block
+    driver.check(cu.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, address, 0), "raw cuLaunchKernel")
+
+    def launch():
+        return cu.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, address, 0)
+    launch.keep_alive = (values, pointers)
+    return launch
+
+
+def _raw_ctypes_launch(driver, fn, tensors, ints, stream):
+    """libcuda's cuLaunchKernel through ctypes, every handle a prebuilt c_void_p: the cheapest raw call."""
+    values, pointers = _param_block(tensors, ints)
+    launch = driver.launch_function("ctypes")
+    handle, params = ctypes.c_void_p(int(fn)), ctypes.c_void_p(ctypes.addressof(pointers))
+    cstream = ctypes.c_void_p(stream) if stream else None
+    grid = (ints[0] + ADD_F32_BLOCK - 1) // ADD_F32_BLOCK
+    err = launch(handle, grid, 1, 1, ADD_F32_BLOCK, 1, 1, 0, cstream, params, None)
+    if err:
+        raise driver.driver_error(err, "raw cuLaunchKernel through ctypes")
+
+    def raw():
+        return launch(handle, grid, 1, 1, ADD_F32_BLOCK, 1, 1, 0, cstream, params, None)
+    raw.keep_alive = (values, pointers)
+    return raw
 
 
 def measure_host_overhead(batches: int = 50, per_batch: int = 2000) -> dict:

@@ -44,6 +44,38 @@ def cu():
     return _cu
 
 
+DEFAULT_LAUNCH_API = "bindings"
+"""How Launchers call cuLaunchKernel unless told otherwise: cuda-python's Cython wrapper. Against
+libcuda's symbol through ctypes (no argtypes, handles passed as prebuilt c_void_p) it measured
+faster on the CPU with a stub libcuda (0.37 vs 0.52 µs per call); ``bench_launch`` measures both on
+the GPU."""
+_ctypes_launch = None
+
+
+def default_launch_api() -> str:
+    return DEFAULT_LAUNCH_API
+
+
+def launch_function(api: str):
+    """The raw cuLaunchKernel of a launch API: ``"bindings"`` (cuda-python; returns
+    ``(CUresult,)``) or ``"ctypes"`` (libcuda's symbol; returns the CUresult as an int, takes the
+    function, stream and parameter block as c_void_p or None and the sizes as Python ints)."""
+    global _ctypes_launch
+    if api == "bindings":
+        return cu().cuLaunchKernel
+    if api != "ctypes":
+        raise TkError(f"unknown launch API {api!r} (expected bindings or ctypes)")
+    if _ctypes_launch is None:
+        import ctypes
+        try:
+            function = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+        except OSError as e:
+            raise NotAvailableError(f"cannot load libcuda.so.1 through ctypes: {e}") from None
+        function.restype = ctypes.c_int  # no argtypes: their per-call conversion costs ~0.5 µs
+        _ctypes_launch = function
+    return _ctypes_launch
+
+
 def _torch():
     try:
         import torch

@@ -4,18 +4,22 @@ A Launcher is built from the kernel's metadata (architecture.md, "Interfaces bet
 pieces"): the parameter list, the grid expressions, the block and the dynamic shared bytes.
 At construction it generates and compiles one small Python function (``launcher.source``)
 that, per call, checks the arguments with a handful of attribute reads, binds the named
-dimensions, evaluates the grid, writes the values into a preallocated ctypes parameter block
-and calls ``cuLaunchKernel(..., kernelParams=<address of a void*[]>, extra=0)``.
+dimensions, evaluates the grid, writes the values into a ctypes parameter block taken from a
+pool and calls ``cuLaunchKernel(..., kernelParams=<address of a void*[]>, extra=0)``. That
+function is the launcher's ``__call__`` itself (each Launcher gets a one-off subclass), so a
+launch is one Python call.
 
-When that fast path sees anything unusual it hands the call to ``check_args``, the readable
-reference checker, which raises a LaunchError naming the argument and what was expected (or
-normalizes a harmless variant, e.g. an int for an f32 scalar, and goes back to the fast path).
-Nothing touches the GPU before the checks pass.
+When that fast path sees anything unusual it hands the call to ``slow`` (or the ``on_refusal``
+hook of its owner), where ``check_args``, the readable reference checker, raises a LaunchError
+naming the argument and what was expected (or normalizes a harmless variant, e.g. an int for an
+f32 scalar, and goes back to the fast path). Nothing touches the GPU before the checks pass.
 
-Measured on a CPU with a fake launch (``python -m tkjit.runtime.bench_launch --cpu``): a call
-with three tensors costs about 1.8 µs of Python, of which ~0.35 µs per tensor (attribute reads),
-0.15 µs the lock that keeps the shared parameter block consistent across threads, 0.1 µs the
-pack. Grid expressions are generated source inlined in that function: compiled source took 81 ns
+What a call costs, measured on the 2-core CI machine with a stub libcuda whose cuLaunchKernel
+returns at once (cuda-python's wrapper around it: 0.40 µs): 2.0 µs for three tensors, against 2.3
+µs before the checks were grouped by kind, the lock gave way to the pool and the extra Python
+frame went. Of the ~1.6 µs of Python, ~1 µs is the five torch attribute reads per tensor (dtype,
+get_device, is_contiguous, shape, data_ptr; shape alone ~0.1 µs), 0.1 µs the pack, 0.05 µs the
+pool. Grid expressions are generated source inlined in that function: compiled source took 81 ns
 for one ``cdiv`` against 139 ns for a tree of closures.
 
 The driver calls are injected (``launch``, ``current_device``, ``current_stream``, ``num_sms``)
@@ -27,16 +31,18 @@ from __future__ import annotations
 import ctypes
 import numbers
 import struct
-import threading
 from dataclasses import dataclass
 
 from ..errors import LaunchError, NotAvailableError, TkError
+from .tensormap import fast_path_lines, tensor_map_encoders
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "e4m3": "float8_e4m3fn",
                  "e5m2": "float8_e5m2", "i32": "int32"}
 _SCALAR_SLOTS = {"f32": "f4x", "i32": "i4x"}
 _I32_LIMIT = 2**31
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
+_NO_EXTRA = {"bindings": "0", "ctypes": "None"}
+"""The launch APIs, and how each spells cuLaunchKernel's ``extra=NULL``."""
 _GRID_OPS = {"cdiv": 2, "mul": 2, "add": 2, "min": 2, "max": 2, "dim": 1, "num_sms": 0}
 
 
@@ -75,6 +81,8 @@ def parse_signature(signature: list[dict]) -> tuple[Param, ...]:
             if dtype not in _SCALAR_SLOTS:
                 raise TkError(f"kernel metadata: scalar '{name}' has unsupported dtype {dtype!r}")
             params.append(Param(name, dtype))
+        elif kind == "tensormap":
+            continue  # not an argument: encoded from one at launch (tensormap.py)
         else:
             raise TkError(f"kernel metadata: parameter '{name}' has kind {kind!r}; the launcher "
                           "handles 'global' and 'scalar' (tensor maps are not supported yet)")
@@ -132,15 +140,25 @@ def compile_grid(grid_exprs: list, names: tuple[str, ...], num_sms: int | None =
 # ---------------------------------------------------------------- the launcher
 
 class Launcher:
-    """Checks, packs and launches one kernel; ``launcher(*args, stream=None)``."""
+    """Checks, packs and launches one kernel; ``launcher(*args, stream=None)``.
+
+    ``launch_api`` says how ``cuLaunchKernel`` is called: ``"bindings"`` (cuda-python's wrapper,
+    the default: it measured faster than ctypes, see bench_launch) or ``"ctypes"`` (libcuda's
+    symbol through ctypes). An injected ``launch`` follows the bindings convention: it takes the
+    function, ints and the parameter block's address and returns ``(CUresult, ...)``.
+    ``on_refusal(args, stream, checked)`` replaces the slow path when the fast path refuses the
+    arguments (the kernel object routes CPU tensors to the interpreter there); it must end in
+    ``launcher.slow`` for anything it does not handle itself."""
 
     def __init__(self, function, signature: list[dict], grid_exprs: list, block, smem_bytes: int = 0, *,
                  name: str = "kernel", device: int | None = None, num_sms: int | None = None,
-                 launch=None, current_device=None, current_stream=None):
+                 launch=None, current_device=None, current_stream=None, launch_api: str | None = None,
+                 on_refusal=None, encode_map=None):
         import torch
         self.name, self.function, self.device, self.smem_bytes = name, function, device, int(smem_bytes)
         self.params = parse_signature(signature)
         self.dims = named_dims(self.params)
+        self.maps = tensor_map_encoders(signature, len(self.params), name, encode_map)
         block3 = tuple(block) if isinstance(block, (list, tuple)) else (int(block),)
         self.block = block3 + (1,) * (3 - len(block3))
         if len(self.block) != 3 or min(self.block) < 1 or self.block[0] * self.block[1] * self.block[2] > 1024:
@@ -148,9 +166,12 @@ class Launcher:
         if not 1 <= len(grid_exprs) <= 3:
             raise TkError(f"kernel metadata: the grid has {len(grid_exprs)} expressions; expected 1 to 3")
         self.grid_exprs = list(grid_exprs)
+        self.launch_api = launch_api or ("bindings" if launch is not None else _driver().default_launch_api())
+        if self.launch_api not in _NO_EXTRA:
+            raise TkError(f"unknown launch_api {self.launch_api!r} (expected {' or '.join(_NO_EXTRA)})")
         self._torch = torch
         self._torch_dtypes = {k: getattr(torch, v, None) for k, v in _TORCH_DTYPES.items()}
-        self._launch = launch if launch is not None else _driver().cu().cuLaunchKernel
+        self._launch = launch if launch is not None else _driver().launch_function(self.launch_api)
         self._current_device = current_device or _default_current_device(torch)
         self._current_stream = current_stream or _default_current_stream(torch)
         if num_sms is None and any(_uses_num_sms(e) for e in self.grid_exprs):
@@ -159,89 +180,150 @@ class Launcher:
         self.grid = compile_grid(self.grid_exprs, self.dims, num_sms)
         self._prepare_param_block()
         self.source = self._fast_path_source()
-        scope = self._fast_path_scope()
+        scope = self._fast_path_scope(on_refusal or self.slow)
         exec(compile(self.source, f"<tkjit launcher {name}>", "exec"), scope)
-        self._fast = scope["fast"]
+        self.fast = scope["fast"]
+        """The generated function: ``fast(*args, stream=None)``."""
+        self.__class__ = _calling(self.fast)
 
     def __call__(self, *args, stream=None):
-        return self._fast(args, stream)
+        """Replaced per instance by the generated function itself (see ``_calling``)."""
+        return self.fast(*args, stream=stream)
 
     # -- preparation ------------------------------------------------------------------------
 
     def _prepare_param_block(self) -> None:
-        """One 8-byte slot per kernel parameter (pointers, scalars, then the named dims)."""
+        """One 8-byte slot per kernel parameter (pointers, scalars, then the named dims).
+
+        Parameter blocks come from a pool (a list: ``pop``/``append`` are atomic under the GIL), so
+        threads launching the same kernel at once never share a block and no lock is taken: a
+        thread that finds the pool empty makes itself a new block (``_new_param_block``)."""
         fmt = ["Q" if p.is_tensor else _SCALAR_SLOTS[p.dtype] for p in self.params] + ["i4x"] * len(self.dims)
-        n = len(fmt)
+        self._n_slots = len(fmt)
         self._pack = struct.Struct("<" + "".join(fmt)).pack_into
-        self._slots = (ctypes.c_uint64 * max(n, 1))()
-        base = ctypes.addressof(self._slots)
-        self._pointers = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(n)])
-        self.params_address = ctypes.addressof(self._pointers) if n else 0
+        self._pool: list = [self._new_param_block()]
+
+    def _new_param_block(self) -> tuple:
+        """(slots, address of the void*[] that points at them, that array): kept alive together."""
+        n = self._n_slots
+        slots = (ctypes.c_uint64 * max(n, 1))()
+        base = ctypes.addressof(slots)
+        pointers = (ctypes.c_void_p * max(n + len(self.maps), 1))(*[base + 8 * i for i in range(n)])
+        address = ctypes.addressof(pointers) if n else 0  # tensor maps follow tensors: n > 0
+        if self.launch_api == "ctypes":
+            address = ctypes.c_void_p(address)  # passed as is: no per-call conversion
+        return slots, address, pointers
 
     def _fast_path_source(self) -> str:
-        """Python source of the per-call function: checks, dim binding, grid, pack, launch."""
-        names = [f"a{i}" for i in range(len(self.params))]
-        slow = "return slow(args, stream, checked)"
-        lines = ["def fast(args, stream, checked=False):"]
-        unpack = ["try:", f"    {', '.join(names)}, = args", "except ValueError:", f"    {slow}"]
-        body = (unpack if names else [f"if args: {slow}"]) + ["dev = current_device()"]
-        body.append(f"if dev != {self.device}: {slow}" if self.device is not None else f"if dev < 0: {slow}")
-        bound: set[str] = set()
-        for i, p in enumerate(self.params):
-            a = names[i]
-            if not p.is_tensor:
-                body.append(f"if type({a}) is not {'float' if p.dtype == 'f32' else 'int'}: {slow}")
-                continue
-            body.append(f"if not (isinstance({a}, Tensor) and {a}.dtype is T{i} and {a}.get_device() == dev "
-                        f"and {a}.is_contiguous()): {slow}")
-            body += [f"s = {a}.shape", f"if len(s) != {len(p.dims)}: {slow}"]
-            conds = []
-            for j, d in enumerate(p.dims):
-                if isinstance(d, int):
-                    conds.append(f"s[{j}] != {d}")
-                elif d in bound:
-                    conds.append(f"s[{j}] != d_{d}")
-                else:
-                    body.append(f"d_{d} = s[{j}]")
-                    bound.add(d)
-            if conds:
-                body.append(f"if {' or '.join(conds)}: {slow}")
-            body += [f"p{i} = {a}.data_ptr()", f"if p{i} & 15: {slow}"]
-        if self.dims:
-            body.append(f"if {' or '.join(f'd_{d} >= {_I32_LIMIT}' for d in self.dims)}: {slow}")
-        grid = [grid_expr_source(e, self.dims) for e in self.grid_exprs] + ["1"] * (3 - len(self.grid_exprs))
-        body += [f"gx = {grid[0]}", f"gy = {grid[1]}", f"gz = {grid[2]}",
-                 f"if not (0 < gx <= {_GRID_LIMITS[0]} and 0 < gy <= {_GRID_LIMITS[1]} "
-                 f"and 0 < gz <= {_GRID_LIMITS[2]}): return grid_out_of_range(gx, gy, gz)",
-                 "if stream is None: stream = current_stream(dev)",
-                 "elif type(stream) is not int or stream < 0: stream = stream_handle(stream, dev)"]
-        values = [f"p{i}" if p.is_tensor else names[i] for i, p in enumerate(self.params)]
-        values += [f"d_{d}" for d in self.dims]
-        bx, by, bz = self.block
-        body += ["with lock:",
-                 "    try:", f"        pack(slots, 0{''.join(', ' + v for v in values)})",
-                 f"    except (OverflowError, StructError): {slow}",
-                 f"    err = launch(fn, gx, gy, gz, {bx}, {by}, {bz}, {self.smem_bytes}, stream, params, 0)[0]",
-                 "    if err: launch_failed(err, gx, gy, gz, stream)"]
-        return "\n".join(lines + ["    " + b for b in body if b]) + "\n"
+        """Python source of the per-call function: checks, dim binding, grid, pack, launch.
 
-    def _fast_path_scope(self) -> dict:
+        The checks are grouped by kind (every tensor's type, then every dtype, device, contiguity,
+        shape, pointer) so that each group is one ``if``; any failure hands the call to ``slow``."""
+        names = [f"a{i}" for i in range(len(self.params))]
+        tensors = [i for i, p in enumerate(self.params) if p.is_tensor]
+        slow = "return slow(args, stream, checked)"
+        body = (["try:", f"    {', '.join(names)}, = args", "except ValueError:", f"    {slow}"]
+                if names else [f"if args: {slow}"])
+        body.append("dev = current_device()")
+        body.append(f"if dev != {self.device}: {slow}" if self.device is not None else f"if dev < 0: {slow}")
+        for i, p in enumerate(self.params):
+            if not p.is_tensor:
+                body.append(f"if type(a{i}) is not {'float' if p.dtype == 'f32' else 'int'}: {slow}")
+        if tensors:
+            body += _all_hold([f"isinstance(a{i}, Tensor)" for i in tensors], slow)
+            body += _any_fails([f"a{i}.dtype is not T{i}" for i in tensors], slow)
+            body += _all_hold([f"a{i}.get_device() == dev" for i in tensors], slow)
+            body += _all_hold([f"a{i}.is_contiguous()" for i in tensors], slow)
+            body += self._shape_checks(slow)
+            body += [f"p{i} = a{i}.data_ptr()" for i in tensors]
+            body.append(f"if ({' | '.join(f'p{i}' for i in tensors)}) & 15: {slow}")
+        body += self._grid_lines()
+        body += ["if stream is None: stream = current_stream(dev)",
+                 "elif type(stream) is not int or stream < 0: stream = stream_handle(stream, dev)"]
+        values = [f"p{i}" if p.is_tensor else names[i] for i, p in enumerate(self.params)] + \
+                 [f"d_{d}" for d in self.dims]
+        bx, by, bz = self.block
+        handle = "(cstream(stream) if stream else None)" if self.launch_api == "ctypes" else "stream"
+        gx, gy, gz = (str(e) if isinstance(e, int) else f"g{axis}" for axis, e in zip("xyz", self._grid3()))
+        call = f"launch(fn, {gx}, {gy}, {gz}, {bx}, {by}, {bz}, {self.smem_bytes}, {handle}, params, {_NO_EXTRA[self.launch_api]})"
+        shapes = {i: [d if isinstance(d, int) else f"d_{d}" for d in p.dims]
+                  for i, p in enumerate(self.params) if p.is_tensor}
+        map_lookups, map_stores, self._map_scope = fast_path_lines(self.maps, shapes, self._n_slots)
+        body += map_lookups
+        body += ["try:", "    block = take()", "except IndexError:", "    block = new_block()",
+                 "slots, params, ptrs = block", *map_stores,
+                 "try:", f"    pack(slots, 0{''.join(', ' + v for v in values)})",
+                 "except (OverflowError, StructError):", "    give(block)", f"    {slow}",
+                 "try:", f"    err = {call}{'' if self.launch_api == 'ctypes' else '[0]'}",
+                 f"    if err: launch_failed(err, {gx}, {gy}, {gz}, stream, params)",
+                 "finally:", "    give(block)"]
+        return "def fast(*args, stream=None, checked=False):\n" + "".join(f"    {b}\n" for b in body)
+
+    def _grid3(self) -> list:
+        """The three grid expressions; constants stay ints (checked once, here)."""
+        exprs = list(self.grid_exprs) + [1] * (3 - len(self.grid_exprs))
+        for limit, e in zip(_GRID_LIMITS, exprs):
+            if isinstance(e, int) and not isinstance(e, bool) and not 0 < e <= limit:
+                raise TkError(f"kernel metadata: the constant grid size {e} is out of range [1, {limit}]")
+        return exprs
+
+    def _grid_lines(self) -> list[str]:
+        """``gx = ...`` for every computed axis, and one range check over them."""
+        lines, checks = [], []
+        for axis, limit, e in zip("xyz", _GRID_LIMITS, self._grid3()):
+            if isinstance(e, int):
+                continue
+            lines.append(f"g{axis} = {grid_expr_source(e, self.dims)}")
+            checks.append(f"0 < g{axis} <= {limit}")
+        if checks:
+            args = ", ".join(str(e) if isinstance(e, int) else f"g{axis}" for axis, e in zip("xyz", self._grid3()))
+            lines += _all_hold(checks, f"return grid_out_of_range({args})")
+        return lines
+
+    def _shape_checks(self, slow: str) -> list[str]:
+        """Unpack every tensor's shape (a wrong rank raises ValueError); bind each named dim at its
+        first appearance and compare the later ones, the constants and the 2^31 limit."""
+        unpack, conds, bound = [], [], set()
+        for i, p in enumerate(self.params):
+            if not p.is_tensor:
+                continue
+            targets = []
+            for j, d in enumerate(p.dims):
+                if isinstance(d, str) and d not in bound:
+                    bound.add(d)
+                    targets.append(f"d_{d}")
+                    conds.append(f"d_{d} >= {_I32_LIMIT}")
+                else:
+                    targets.append(f"s{i}_{j}")
+                    conds.append(f"s{i}_{j} != {d if isinstance(d, int) else 'd_' + d}")
+            unpack.append(f"    {''.join(t + ', ' for t in targets)}= a{i}.shape" if targets else
+                          f"    () = a{i}.shape")
+        lines = ["try:", *unpack, "except ValueError:", f"    {slow}"]
+        return lines + (_any_fails(conds, slow) if conds else [])
+
+    def _fast_path_scope(self, slow) -> dict:
         scope = {f"T{i}": self._torch_dtypes[p.dtype] for i, p in enumerate(self.params) if p.is_tensor}
-        scope.update(Tensor=self._torch.Tensor, current_device=self._current_device, slow=self._slow,
+        fn = self.function
+        if self.launch_api == "ctypes":
+            fn = ctypes.c_void_p(int(fn))
+        scope.update(Tensor=self._torch.Tensor, current_device=self._current_device, slow=slow,
                      current_stream=self._current_stream, stream_handle=self._stream_handle,
-                     grid_out_of_range=self._grid_out_of_range, lock=threading.RLock(), pack=self._pack,
-                     slots=self._slots, StructError=struct.error, launch=self._launch, fn=self.function,
-                     params=self.params_address, launch_failed=self._launch_failed, num_sms=self.num_sms)
+                     grid_out_of_range=self._grid_out_of_range, pack=self._pack, StructError=struct.error,
+                     take=self._pool.pop, give=self._pool.append, new_block=self._new_param_block,
+                     launch=self._launch, fn=fn, cstream=ctypes.c_void_p, launch_failed=self._launch_failed,
+                     num_sms=self.num_sms, **self._map_scope)
         return scope
 
     # -- the slow path: diagnosis ---------------------------------------------------------------
 
-    def _slow(self, args, stream, checked):
+    def slow(self, args, stream, checked=False):
+        """Where the fast path sends what it refuses: check_args names the problem (a LaunchError),
+        or normalizes the arguments and the fast path runs again."""
         if checked:
             raise TkError(f"internal error: the launcher of '{self.name}' refused arguments that its "
                           f"checker accepted; please report this with the kernel's metadata")
         fixed, _ = self.check_args(args)
-        return self._fast(fixed, stream, True)
+        return self.fast(*fixed, stream=stream, checked=True)
 
     def _where(self, i: int) -> str:
         return f"{self.name}: argument {i} ('{self.params[i].name}')"
@@ -338,17 +420,37 @@ class Launcher:
         raise LaunchError(f"{self.name}: the grid ({gx}, {gy}, {gz}) is out of range: x must be in "
                           f"[1, {_GRID_LIMITS[0]}], y and z in [1, {_GRID_LIMITS[1]}]")
 
-    def _launch_failed(self, err, gx: int, gy: int, gz: int, stream: int) -> None:
-        """Called with the parameter block still locked: retry once with a context, else raise."""
+    def _launch_failed(self, err, gx: int, gy: int, gz: int, stream: int, params) -> None:
+        """Called with the parameter block still taken: retry once with a context, else raise."""
         drv = _driver()
         if drv.error_name(err) == "CUDA_ERROR_INVALID_CONTEXT":  # a thread where torch made none current
             drv.ensure_context()
-            err = self._launch(self.function, gx, gy, gz, *self.block, self.smem_bytes, stream,
-                               self.params_address, 0)[0]
-            if not err:
+            if not self._launch_again(gx, gy, gz, stream, params):
                 return
         raise drv.driver_error(err, f"cuLaunchKernel of '{self.name}' (grid ({gx}, {gy}, {gz}), "
                                     f"block {self.block}, {self.smem_bytes} bytes dynamic shared memory)")
+
+    def _launch_again(self, gx: int, gy: int, gz: int, stream: int, params):
+        """The fast path's launch call, spelled out (the CUresult)."""
+        if self.launch_api == "ctypes":
+            return self._launch(ctypes.c_void_p(int(self.function)), gx, gy, gz, *self.block, self.smem_bytes,
+                                ctypes.c_void_p(stream) if stream else None, params, None)
+        return self._launch(self.function, gx, gy, gz, *self.block, self.smem_bytes, stream, params, 0)[0]
+
+
+def _any_fails(conditions: list[str], slow: str) -> list[str]:
+    return [f"if {' or '.join(conditions)}: {slow}"]
+
+
+def _all_hold(conditions: list[str], slow: str) -> list[str]:
+    return [f"if not ({' and '.join(conditions)}): {slow}"]
+
+
+def _calling(fast) -> type:
+    """A one-off subclass of Launcher whose ``__call__`` is the generated function: ``launcher(*args)``
+    then costs one Python call instead of two (about 0.1 µs less per launch, measured)."""
+    return type("Launcher", (Launcher,), {"__call__": staticmethod(fast), "__slots__": (),
+                                          "__module__": Launcher.__module__, "__doc__": Launcher.__doc__})
 
 
 def _driver():
