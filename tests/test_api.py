@@ -212,10 +212,10 @@ def test_the_gpu_path_builds_a_launcher_from_the_metadata(kernel, monkeypatch):
             return "fn"
 
     class Launcher:
-        def __init__(self, fn, params, grid, block, smem, name, device):
+        def __init__(self, fn, params, grid, block, smem, name, device, on_refusal):
             calls.append(("launcher", fn, params, grid, block, smem, name, device))
 
-        def __call__(self, *args):
+        def fast(self, *args, stream=None):
             calls.append(("launch", args))
 
     monkeypatch.setattr(driver, "gpu_available", lambda: True)

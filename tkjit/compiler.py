@@ -6,24 +6,29 @@ Textual IR is also a valid input (a ``.tkir`` file name, or text that starts wit
 ``kernel @``): it enters at ``tkir``. Each stage's text lands in ``CompileResult.asm``
 (``tkir``, ``after:<pass>`` for every pass, ``opt``, ``ptx``, ``sass``); ``compile(until=...)``
 stops after a stage and ``advance()`` runs the later ones on demand. A stage whose piece of
-tkjit is missing raises NotAvailableError saying so. The binary stages (ptx, cubin and their
-metadata together) go through the disk cache unless ``options.cache`` is off.
+tkjit is missing raises NotAvailableError saying so.
+
+The binary stages (ptx, cubin and their metadata together) go through the disk cache unless
+``options.cache`` is off. The key is made from the input itself (the normalized text, the file
+name, the options, the arch, tkjit's source hash and the ptxas version), so ``load_or_compile``
+(what ``tkjit.compile`` uses) looks the entry up before the front end runs: on a hit the result
+has its binary stages, metadata and decision log from the entry, and the IR stages are made only
+when something asks for them. Heavy modules (the IR parser, the passes, lark, numpy) are
+imported only by the stages that need them.
 """
 from __future__ import annotations
 
 import importlib
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .errors import NotAvailableError, PassError, TkError, ToolchainError, VerifyError
-from .ir.core import Kernel
-from .ir.parser import parse_ir, parse_kernel
-from .ir.printer import print_kernel, print_kernels
-from .ir.verify import verify_kernel
 from .options import CompileOptions
-from .passes import DEFAULT_PIPELINE, DecisionLog, IRSnapshots, PassContext, PassManager, Pipeline
-from .passes.rewrite import clone_kernel
+
+if TYPE_CHECKING:
+    from .ir.core import Kernel
+    from .passes import DecisionLog, PassManager
 
 STAGES = ("tkir", "opt", "ptx", "cubin", "sass")
 """In order. ``after:<pass>`` texts are made by the ``opt`` stage."""
@@ -40,25 +45,73 @@ class CompileResult:
     filename: str
     options: CompileOptions
     name: str = ""
-    tkir: Kernel | None = None
-    """The kernel as the front end (or the IR parser) made it; passes never touch it."""
-    portable_ir: Kernel | None = None
-    """The IR before the first target-specific pass: what the CPU interpreter runs."""
-    ir: Kernel | None = None
-    """The IR after the whole pipeline."""
     asm: dict[str, str] = field(default_factory=dict)
     binary: bytes | None = None
     """The cubin."""
     metadata: dict = field(default_factory=dict)
-    decisions: DecisionLog = field(default_factory=DecisionLog)
     done: list[str] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
     """Stage → why it could not run."""
     dump: "_Dumper | None" = None
+    key: str | None = None
+    """The disk-cache key, once computed (None: not yet, the cache is off, or there is no ptxas)."""
+    from_cache: bool = False
+    """The binary stages came from the cache before the front end ran (``load_or_compile``): the
+    IR stages are made when first asked for, and the decision log is the cached one."""
+    _tkir: "Kernel | None" = field(default=None, repr=False)
+    _portable_ir: "Kernel | None" = field(default=None, repr=False)
+    _ir: "Kernel | None" = field(default=None, repr=False)
+    _decisions: "DecisionLog | None" = field(default=None, repr=False)
+    _cached_log: tuple | None = field(default=None, repr=False)
+    """(decisions JSON, ptxas report dict) of a cache hit, made into ``decisions`` on first use."""
+
+    @property
+    def tkir(self) -> "Kernel | None":
+        """The kernel as the front end (or the IR parser) made it; passes never touch it. (None
+        before the stage ran; after a cache hit, asking for it runs the stage.)"""
+        if self._tkir is None and self.from_cache:
+            advance(self, "tkir")
+        return self._tkir
+
+    @property
+    def portable_ir(self) -> "Kernel | None":
+        """The IR before the first target-specific pass: what the CPU interpreter runs."""
+        if self._portable_ir is None and self.from_cache:
+            advance(self, "opt")
+        return self._portable_ir
+
+    @property
+    def ir(self) -> "Kernel | None":
+        """The IR after the whole pipeline."""
+        if self._ir is None and self.from_cache:
+            advance(self, "opt")
+        return self._ir
+
+    @property
+    def decisions(self) -> "DecisionLog":
+        """What the passes, the code generator and ptxas decided (the cached log on a hit)."""
+        if self._decisions is None:
+            from .passes import DecisionLog
+            self._decisions = DecisionLog()
+            if self._cached_log is not None:
+                logged, ptxas = self._cached_log
+                self._decisions = DecisionLog.from_json(logged)
+                _record_ptxas_warnings(self, ptxas)
+        return self._decisions
 
     @property
     def pipeline(self) -> str:
-        return self.options.pipeline if self.options.pipeline is not None else DEFAULT_PIPELINE
+        if self.options.pipeline is not None:
+            return self.options.pipeline
+        from .passes import DEFAULT_PIPELINE
+        return DEFAULT_PIPELINE
+
+    def signature(self) -> list[tuple[str, str]]:
+        """(name, type) of every kernel parameter, e.g. ``("A", "gl<f32>[M, 64]")``; from the cache
+        entry on a hit (without running the front end)."""
+        if self._tkir is None and "signature" in self.metadata:
+            return [(str(name), str(type_)) for name, type_ in self.metadata["signature"]]
+        return [(p.hint or f"#{i}", str(p.type)) for i, p in enumerate(self.tkir.params)]
 
 
 # ---------------------------------------------------------------- entry points
@@ -70,14 +123,73 @@ def compile(source: str, options: CompileOptions | None = None, *, filename: str
     return advance(result, until)
 
 
+def load_or_compile(source: str, options: CompileOptions | None = None, *,
+                    filename: str = "<string>") -> CompileResult:
+    """What a kernel object is made from: the cache entry of this input when there is one (its
+    binary stages made, the IR stages made on demand: see ``CompileResult.from_cache``), else the
+    front end and the passes now, so that mistakes are reported at once. Dumps and debug
+    verification want every stage to run, so with either the cache is not looked at here."""
+    result = CompileResult(source, filename, options or CompileOptions.resolve())
+    opts = result.options
+    if opts.cache and opts.dump_dir is None and not opts.debug:
+        result.key = cache_key_of(result)
+        if result.key is not None:
+            from .cache import DiskCache
+            entry = DiskCache.default().get(result.key)
+            if entry is not None and _adopt(result, entry.files, entry.metadata):
+                return result
+    return advance(result, "opt")
+
+
 def advance(result: CompileResult, until: str) -> CompileResult:
-    """Run the stages of ``result`` that have not run yet, up to and including ``until``."""
+    """Run the stages of ``result`` that have not run yet, up to and including ``until``: those
+    after the last one made (after a cache hit, the IR stages do not run for ``sass``)."""
     last = STAGES.index(stage_of(until))
-    for stage in STAGES[:last + 1]:
+    if STAGES[last] in result.done:
+        return result
+    first = last
+    while first > 0 and STAGES[first - 1] not in result.done:
+        first -= 1
+    for stage in STAGES[first:last + 1]:
         if stage == "ptx" and last > STAGES.index("ptx") and result.options.cache:
             continue  # the cubin stage takes the PTX from the cache, or emits it on a miss
         _run_stage(result, stage)
     return result
+
+
+def cache_key_of(result: CompileResult) -> str | None:
+    """The disk-cache key of a compilation: everything that changes its output, from the input
+    (no stage runs). None when there is no usable ptxas: nothing is cached then. Both of the
+    key's costly parts are memoized in the cache directory (see cache.py)."""
+    from .cache import DiskCache, assembler_version, cache_key, tkjit_source_hash
+    root = DiskCache.default().root
+    try:
+        version = assembler_version(root)
+    except ToolchainError:
+        return None
+    opts = result.options
+    return cache_key(kernel_text=result.source, options=opts.key(), arch=opts.arch,
+                     assembler_version=version, extra={"filename": result.filename},
+                     source_hash=tkjit_source_hash(root))
+
+
+_ENTRY_FILES = ("kernel.cubin", "kernel.ptx")
+_ENTRY_METADATA = ("name", "signature", "decisions")
+
+
+def _adopt(result: CompileResult, files: dict[str, bytes], metadata: dict) -> bool:
+    """Take a cache entry as this result's binary stages before the front end ran; False (a miss)
+    when the entry lacks something a result needs."""
+    if any(f not in files for f in _ENTRY_FILES) or any(m not in metadata for m in _ENTRY_METADATA):
+        return False
+    result.from_cache = True
+    result.name = str(metadata["name"])
+    result.binary = files["kernel.cubin"]
+    result.asm["ptx"] = files["kernel.ptx"].decode()
+    result.metadata = dict(metadata)
+    result._cached_log = (metadata["decisions"], metadata.get("ptxas", {}))
+    result.done += ["ptx", "cubin"]
+    return True
 
 
 def _run_stage(result: CompileResult, stage: str) -> None:
@@ -116,8 +228,11 @@ def is_ir_text(source: str, filename: str = "") -> bool:
 
 def optimize_ir_text(text: str, filename: str, pipeline: str, *, options: CompileOptions | None = None,
                      verify_each: bool = False,
-                     on_snapshot: Callable[[str, str], None] | None = None) -> tuple[str, DecisionLog]:
+                     on_snapshot: Callable[[str, str], None] | None = None) -> tuple[str, "DecisionLog"]:
     """IR text in, IR text out (every kernel of the text through ``pipeline``): ``tkjit opt``."""
+    from .ir.parser import parse_ir
+    from .ir.printer import print_kernels
+    from .passes import DecisionLog, IRSnapshots, PassContext, PassManager, Pipeline
     options = options or CompileOptions.resolve()
     manager = PassManager(Pipeline.parse(pipeline), verify_each=verify_each or options.debug,
                           instruments=[IRSnapshots(on_snapshot)] if on_snapshot else [])
@@ -150,17 +265,20 @@ def require(module: str, attr: str, what: str):
 # ---------------------------------------------------------------- the stages
 
 def _front_end(result: CompileResult) -> None:
+    from .ir.printer import print_kernel
+    from .ir.verify import verify_kernel
     if is_ir_text(result.source, result.filename):
         if result.options.constants:
             names = ", ".join(name for name, _ in result.options.constants)
             raise TkError(f"constants ({names}) apply to kernel source, but {result.filename} is "
                           "textual IR, where constants are already folded")
+        from .ir.parser import parse_kernel
         kernel = parse_kernel(result.source, result.filename)
     else:
         lower_source = require("tkjit.frontend", "lower_source", "the kernel-language front end")
         kernel = lower_source(result.source, result.filename, dict(result.options.constants))
         verify_kernel(kernel, show_ir=True)
-    result.tkir = kernel
+    result._tkir = kernel
     result.name = kernel.name
     result.asm["tkir"] = print_kernel(kernel)
     if result.options.dump_dir is not None:
@@ -171,16 +289,20 @@ def _front_end(result: CompileResult) -> None:
 class _KeepPortable:
     """Instrument: clones the IR just before the pipeline's first target-specific pass."""
 
-    def __init__(self, result: CompileResult, pipeline: Pipeline):
+    def __init__(self, result: CompileResult, pipeline):
         self.result = result
         self.first_target = next((i for i, p in enumerate(pipeline) if p.target_specific), None)
 
-    def after_pass(self, index, pass_, kernel: Kernel) -> None:
+    def after_pass(self, index, pass_, kernel: "Kernel") -> None:
         if self.first_target is not None and index == self.first_target - 1:
-            self.result.portable_ir = clone_kernel(kernel)
+            from .passes.rewrite import clone_kernel
+            self.result._portable_ir = clone_kernel(kernel)
 
 
 def _optimize(result: CompileResult) -> None:
+    from .ir.printer import print_kernel
+    from .passes import DecisionLog, IRSnapshots, PassContext, PassManager, Pipeline
+    from .passes.rewrite import clone_kernel
     pipeline = Pipeline.parse(result.pipeline)
     dump = result.dump
 
@@ -192,19 +314,22 @@ def _optimize(result: CompileResult) -> None:
     keep = _KeepPortable(result, pipeline)
     manager = PassManager(pipeline, verify_each=result.options.debug,
                           instruments=[IRSnapshots(on_snapshot), keep])
-    ir = _run_pipeline(manager, clone_kernel(result.tkir), PassContext(result.options, result.decisions))
+    # After a cache hit the log is the cached one; the passes' second telling of it is dropped.
+    log = DecisionLog() if result.from_cache else result.decisions
+    ir = _run_pipeline(manager, clone_kernel(result.tkir), PassContext(result.options, log))
     if keep.first_target == 0:
-        result.portable_ir = result.tkir
+        result._portable_ir = result.tkir
     elif keep.first_target is None:
-        result.portable_ir = ir
-    result.ir = ir
+        result._portable_ir = ir
+    result._ir = ir
     result.asm["opt"] = print_kernel(ir)
     if dump is not None:
         dump.decisions(result.decisions)
 
 
-def _run_pipeline(manager: PassManager, kernel: Kernel, ctx: PassContext) -> Kernel:
+def _run_pipeline(manager: "PassManager", kernel: "Kernel", ctx) -> "Kernel":
     """Run the passes, then verify (always: the verifier is not optional, only how often it runs)."""
+    from .ir.verify import verify_kernel
     kernel = manager.run(kernel, ctx)
     if not manager.verify_each:
         try:
@@ -218,9 +343,12 @@ def _run_pipeline(manager: PassManager, kernel: Kernel, ctx: PassContext) -> Ker
 
 def _emit_ptx(result: CompileResult) -> None:
     emit_ptx = require("tkjit.codegen", "emit_ptx", "the PTX backend")
-    ptx, metadata = emit_ptx(result.ir, {})  # no code-generation knobs are pinned yet
+    emit_hopper = getattr(require_module("tkjit.codegen", "the PTX backend"), "emit_hopper_ptx", None)
+    declined: list[dict] = []  # why the Hopper path (the warp-specialized GEMM) does not apply
+    hopper = emit_hopper(result.ir, {"arch": result.options.arch}, declined) if emit_hopper else None
+    ptx, metadata = hopper if hopper is not None else emit_ptx(result.ir, {})
     metadata = dict(metadata)
-    for entry in metadata.pop("decisions", []):
+    for entry in declined + metadata.pop("decisions", []):
         _record_backend_decision(result, entry)
     result.asm["ptx"] = ptx
     result.metadata.update(metadata)
@@ -239,38 +367,47 @@ def _assemble(result: CompileResult) -> None:
     _need_tool("ptxas", "assembling a cubin")
 
     def build() -> tuple[dict[str, bytes], dict]:
-        _run_stage(result, "ptx")
+        advance(result, "ptx")
         cubin, report = toolchain.assemble(result.asm["ptx"], result.options.arch, name=result.name)
         metadata = {"name": result.name, **result.metadata, "ptxas": report.to_dict(),
-                    "decisions": result.decisions.to_json()}
+                    "decisions": result.decisions.to_json(),
+                    "signature": [list(param) for param in result.signature()]}
         return {"kernel.cubin": cubin, "kernel.ptx": result.asm["ptx"].encode()}, metadata
 
     if result.options.cache:
-        files, metadata = _cached(result, build, toolchain.ptxas_version())
+        files, metadata = _cached(result, build)
     else:
         files, metadata = build()
-    if "ptx" not in result.done:  # a cache hit: the PTX and the backend's decisions come from it
+    if "ptx" not in result.done:  # another process's entry: the PTX and the backend's decisions
+        from .passes import DecisionLog
         result.asm["ptx"] = files["kernel.ptx"].decode()
         backend = [d for d in metadata.get("decisions", []) if d.get("pass") == "codegen"]
         result.decisions.decisions.extend(DecisionLog.from_json(backend))
         _finish(result, "ptx")
     result.binary = files["kernel.cubin"]
     result.metadata = dict(metadata)
-    for warning in toolchain.PtxasReport.from_dict(metadata.get("ptxas", {})).warnings():
+    _record_ptxas_warnings(result, metadata.get("ptxas", {}))
+
+
+def _record_ptxas_warnings(result: CompileResult, report: dict) -> None:
+    from .runtime.toolchain import PtxasReport
+    for warning in PtxasReport.from_dict(report).warnings():
         result.decisions.record("ptxas", f"@{result.name}", warning)
 
 
-def _cached(result: CompileResult, build, assembler_version: str) -> tuple[dict[str, bytes], dict]:
-    from .cache import DiskCache, cache_key
+def _cached(result: CompileResult, build) -> tuple[dict[str, bytes], dict]:
+    from .cache import DiskCache
     cache = DiskCache.default()
-    key = cache_key(kernel_text=result.asm["opt"], options=result.options.key(),
-                    arch=result.options.arch, assembler_version=assembler_version)
-    entry = cache.get(key)
+    if result.key is None:
+        result.key = cache_key_of(result)
+        if result.key is None:  # ptxas cannot tell its version: nothing to key the entry by
+            return build()
+    entry = cache.get(result.key)
     if entry is not None:
         return entry.files, entry.metadata
     files, metadata = build()
     try:
-        cache.put(key, files, metadata)
+        cache.put(result.key, files, metadata)
     except OSError as e:
         warnings.warn(f"tkjit: could not write the cache entry under {cache.root}: {e}", RuntimeWarning,
                       stacklevel=2)

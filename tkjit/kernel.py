@@ -1,30 +1,41 @@
 """The user-facing kernel object: ``tkjit.compile(text)`` / ``tkjit.load(path)``.
 
-Compiling runs the front end and the passes at once (so mistakes are reported at compile time);
-PTX, the cubin and SASS are made the first time they are asked for (``kernel.asm["ptx"]``) or
-needed (the first launch on a GPU). Calling the kernel runs it on the GPU when its tensor
-arguments are CUDA tensors, and on the CPU interpreter when they are CPU tensors or numpy arrays
-(or when the backend is forced with ``backend="interpret"`` / ``TKJIT_BACKEND``).
+Compiling looks the kernel up in the disk cache first (``compiler.load_or_compile``): on a hit
+the cubin, PTX, metadata and decision log come from the entry and the front end and the passes run
+only if the IR is asked for (``kernel.ir``, ``kernel.asm["tkir"]``, the interpreter). On a miss
+they run at once, so mistakes are reported at compile time; PTX, the cubin and SASS are then made
+the first time they are asked for (``kernel.asm["ptx"]``) or needed (the first launch on a GPU).
+
+Calling the kernel runs it on the GPU when its tensor arguments are CUDA tensors, and on the CPU
+interpreter when they are CPU tensors or numpy arrays (or when the backend is forced with
+``backend="interpret"`` / ``TKJIT_BACKEND``). After the first GPU launch a call goes straight to
+the launcher's generated fast path; whatever that path refuses comes back to the kernel
+(``_refused``), which picks the interpreter, another device's launcher, or the launcher's checker.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import compiler
 from .compiler import CompileResult, StageNotAvailableError
 from .errors import LaunchError, NotAvailableError, TkError
-from .ir.core import Kernel as IRKernel
 from .options import CompileOptions
-from .passes import DecisionLog
+
+if TYPE_CHECKING:
+    from .ir.core import Kernel as IRKernel
+    from .passes import DecisionLog
 
 _LAZY_STAGES = ("ptx", "sass")
+_IR_STAGES = ("tkir", "opt")
+"""Made on demand after a cache hit (``after:<pass>`` texts are made by ``opt``)."""
 
 
 class AsmView(Mapping):
-    """Read-only text of every stage: ``tkir``, ``after:<pass>``, ``opt``, ``ptx``, ``sass``.
-    ``ptx`` and ``sass`` are built on first access."""
+    """Read-only text of every stage: ``tkir``, ``after:<pass>``, ``opt``, ``ptx``, ``sass``, in that
+    order. ``ptx`` and ``sass`` are built on first access, and so are the IR stages of a kernel
+    that came from the cache (listing the stages makes them too)."""
 
     def __init__(self, result: CompileResult):
         self._result = result
@@ -35,6 +46,10 @@ class AsmView(Mapping):
             return asm[stage]
         if stage == "cubin":
             raise StageNotAvailableError("the cubin is binary, not text: use kernel.binary")
+        if self._result.from_cache and compiler.stage_of(stage) in _IR_STAGES:
+            compiler.advance(self._result, "opt")
+            if stage in asm:
+                return asm[stage]
         if stage in _LAZY_STAGES:
             try:
                 compiler.advance(self._result, stage)
@@ -56,14 +71,26 @@ class AsmView(Mapping):
         text = f"the stages made so far: {', '.join(self._result.asm)}"
         return text + (f" (built when asked for: {', '.join(later)})" if later else "")
 
+    def _made(self) -> list[str]:
+        """The stages made, in stage order (after a cache hit the IR stages are made first)."""
+        if self._result.from_cache:
+            compiler.advance(self._result, "opt")
+        order = {stage: i for i, stage in enumerate(compiler.STAGES)}
+
+        def position(name: str) -> int:
+            return order[compiler.stage_of(name)]
+        return sorted(self._result.asm, key=position)  # stable: after:<pass> stay in pipeline order
+
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._result.asm))
+        return iter(self._made())
 
     def __len__(self) -> int:
-        return len(self._result.asm)
+        return len(self._made())
 
     def __contains__(self, stage: object) -> bool:
-        return stage in self._result.asm
+        if stage in self._result.asm:
+            return True
+        return self._result.from_cache and isinstance(stage, str) and stage in self._made()
 
 
 class CompiledKernel:
@@ -72,6 +99,8 @@ class CompiledKernel:
     def __init__(self, result: CompileResult):
         self._result = result
         self._launchers: dict[int, Any] = {}
+        self._gpu_fast = None
+        """The generated fast path of the launcher used last (its refusals come to ``_refused``)."""
         self.asm = AsmView(result)
 
     @property
@@ -79,8 +108,8 @@ class CompiledKernel:
         return self._result.name
 
     @property
-    def ir(self) -> IRKernel:
-        """The optimized tile IR."""
+    def ir(self) -> "IRKernel":
+        """The optimized tile IR (after a cache hit, the front end and the passes run now)."""
         return self._result.ir
 
     @property
@@ -102,7 +131,7 @@ class CompiledKernel:
         return dict(self._result.metadata)
 
     @property
-    def decisions(self) -> DecisionLog:
+    def decisions(self) -> "DecisionLog":
         """The decision log itself (``explain()`` renders it)."""
         return self._result.decisions
 
@@ -118,18 +147,33 @@ class CompiledKernel:
         return header + self._result.decisions.render() + footer
 
     def __repr__(self) -> str:
-        params = ", ".join(f"{p.hint}: {p.type}" for p in self._result.tkir.params)
+        params = ", ".join(f"{name}: {type_}" for name, type_ in self._result.signature())
         return f"<tkjit kernel {self.name}({params})>"
 
     # -- running it ---------------------------------------------------------------------
-    def __call__(self, *args: Any) -> None:
+    def __call__(self, *args: Any, stream: Any = None) -> None:
+        """Run the kernel; ``stream=`` (a torch.cuda.Stream or a raw CUstream handle) for a GPU
+        launch, else torch's current stream."""
+        fast = self._gpu_fast
+        if fast is not None:
+            return fast(*args, stream=stream)
+        return self._refused(args, stream, False)
+
+    def _refused(self, args: tuple, stream: Any, checked: bool) -> None:
+        """A call the GPU fast path did not take (or one before it existed): the interpreter for
+        host arrays, the current device's launcher (made on first use), or that launcher's
+        checker, which says what is wrong with the arguments."""
         backend = self.options.backend or self._backend_for(args)
         if backend == "interpret":
-            return self._interpret(args)
-        return self._launch(args)
+            return self._interpret(args, stream)
+        launcher = self._device_launcher()
+        if launcher.fast is not self._gpu_fast:  # the first launch, or another device than last time
+            self._gpu_fast = launcher.fast
+            return launcher.fast(*args, stream=stream)
+        return launcher.slow(args, stream, checked)
 
     def _backend_for(self, args: tuple) -> str:
-        names = [p.hint or f"#{i}" for i, p in enumerate(self._result.tkir.params)]
+        names = [name for name, _ in self._result.signature()]
         cuda = [n for n, a in zip(names, args) if getattr(a, "is_cuda", False)]
         host = [n for n, a in zip(names, args) if _is_host_tensor(a)]
         if cuda and host:
@@ -137,11 +181,15 @@ class CompiledKernel:
                               "on the CPU; pass all tensors on one device")
         return "gpu" if cuda else "interpret"
 
-    def _interpret(self, args: tuple) -> None:
+    def _interpret(self, args: tuple, stream: Any = None) -> None:
+        if stream is not None:
+            raise LaunchError(f"kernel '{self.name}': stream= applies to GPU launches, but these arguments "
+                              "run on the CPU interpreter")
         run = compiler.require("tkjit.interpreter", "run", "the CPU interpreter")
         run(self._result.portable_ir, list(args))
 
-    def _launch(self, args: tuple) -> None:
+    def _device_launcher(self):
+        """The launcher of torch's current device (loading the module there on first use)."""
         from .runtime import driver
         if not driver.gpu_available():
             raise NotAvailableError(f"kernel '{self.name}': no CUDA GPU is usable here (cuda-python, the "
@@ -151,7 +199,7 @@ class CompiledKernel:
         launcher = self._launchers.get(device)
         if launcher is None:
             launcher = self._launchers[device] = self._make_launcher(driver)
-        launcher(*args)
+        return launcher
 
     def _make_launcher(self, driver):
         """Load the cubin on the current device and prepare the launcher from the metadata."""
@@ -167,7 +215,7 @@ class CompiledKernel:
         smem = int(meta.get("smem_bytes", 0))
         driver.set_dynamic_smem(function, smem, module.device)
         return Launcher(function, meta["params"], meta["grid"], meta["block"], smem, name=self.name,
-                        device=module.device)
+                        device=module.device, on_refusal=self._refused)
 
 
 def _is_host_tensor(a: Any) -> bool:
@@ -194,7 +242,7 @@ def compile(source: str, *, constants: dict | None = None, filename: str = "<str
         raise TkError(f"tkjit.compile takes the kernel's text (a str), got {type(source).__name__}{hint}")
     options = CompileOptions.resolve(constants=constants, pipeline=pipeline, debug=debug, cache=cache,
                                      backend=backend)
-    result = compiler.compile(source, options, filename=filename, until="opt")
+    result = compiler.load_or_compile(source, options, filename=filename)
     if options.dump_dir is not None:
         compiler.dump_all(result)
     return CompiledKernel(result)

@@ -56,10 +56,10 @@ class CompileOptions:
         )
 
     def key(self) -> dict:
-        """The options that change compiled output, as JSON (arch is keyed separately)."""
-        from .passes import DEFAULT_PIPELINE
-        return {"constants": [[name, value] for name, value in self.constants],
-                "pipeline": self.pipeline if self.pipeline is not None else DEFAULT_PIPELINE}
+        """The options that change compiled output, as JSON (arch is keyed separately). The default
+        pipeline is keyed as null: what it is is tkjit source, which the key hashes anyway (and so
+        the key needs no import of the passes)."""
+        return {"constants": [[name, value] for name, value in self.constants], "pipeline": self.pipeline}
 
 
 def _check_constants(constants: Mapping[str, ConstantValue]) -> tuple[tuple[str, ConstantValue], ...]:

@@ -27,8 +27,9 @@ def add_kernel():
     return module, module.get_function("add_f32"), report
 
 
-def launcher_for(module, fn, smem: int = 0) -> Launcher:
-    return Launcher(fn, ADD_F32_SIGNATURE, ADD_F32_GRID, ADD_F32_BLOCK, smem, name="add_f32", device=module.device)
+def launcher_for(module, fn, smem: int = 0, launch_api: str | None = None) -> Launcher:
+    return Launcher(fn, ADD_F32_SIGNATURE, ADD_F32_GRID, ADD_F32_BLOCK, smem, name="add_f32", device=module.device,
+                    launch_api=launch_api)
 
 
 def inputs(n: int):
@@ -51,6 +52,38 @@ def test_add_matches_torch(add_kernel, n):
     launcher_for(module, fn)(x, y, out)
     torch.cuda.synchronize()
     torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("launch_api", ["bindings", "ctypes"])
+def test_both_launch_apis(add_kernel, launch_api):
+    module, fn, _ = add_kernel
+    launch = launcher_for(module, fn, launch_api=launch_api)
+    side = torch.cuda.Stream()
+    for n, stream in ((1000, None), (4096, side)):
+        x, y, out = inputs(n)
+        launch(x, y, out, stream=stream)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+
+
+def test_kernel_object_fast_path_and_its_refusals():
+    import tkjit
+    from tkjit.runtime.bench_launch import ADD_TK
+    kernel = tkjit.compile(ADD_TK, filename="add.tk")
+    x, y = torch.randn(40, 64, device="cuda"), torch.randn(40, 64, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    kernel(x, y, out)
+    assert kernel._gpu_fast is not None
+    kernel(x, y, out, stream=torch.cuda.Stream())  # the fast path with a stream
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+    with pytest.raises(LaunchError, match="argument 2 .'O'.: expected dtype f32"):
+        kernel(x, y, out.half())
+    out_cpu = torch.full((40, 64), float("nan"))
+    kernel(x.cpu(), y.cpu(), out_cpu)  # refused by the GPU path, run by the interpreter
+    torch.testing.assert_close(out_cpu, (x + y).cpu(), rtol=0, atol=0)
+    with pytest.raises(LaunchError, match="on the GPU but"):
+        kernel(x, y.cpu(), out)
 
 
 def test_streams(add_kernel):

@@ -1,0 +1,142 @@
+"""How fast the JIT itself is: a cold compile stage by stage, and a cached load in a fresh process.
+
+``measure_cold_compile(path)`` compiles a ``.tk``/``.tkir`` file from text to a cubin in fresh
+processes with the cubin cache off and times each stage (import, front end, passes, codegen,
+ptxas; cuobjdump is not run). ``measure_fresh_process_load(path)`` warms a cache directory, then
+starts fresh processes that import tkjit and load the kernel from that cache, timing
+``import tkjit``, the load (text → a kernel ready to launch: the cubin in hand), what the load had
+to import, and, given shapes and a GPU, the first launch (module load, launcher) and a second one.
+Both return dicts (benchmarks/run.py prints them); each uses a private cache directory and keeps
+Python's bytecode as an installed package does. ``python -m tkjit.runtime.bench_jit FILE`` prints
+both as JSON.
+
+Design targets (docs: design.md): cold compile of the GEMM ≤ 0.25 s; cached load ≤ 10 ms after
+import.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from operator import itemgetter
+from pathlib import Path
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+_COLD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import tkjit
+from tkjit import compiler
+from tkjit.options import CompileOptions
+t1 = time.perf_counter()
+path = sys.argv[1]
+text = open(path).read()
+result = compiler.CompileResult(text, path, CompileOptions.resolve(cache=False))
+stages = {}
+for stage in ("tkir", "opt", "ptx", "cubin"):
+    start = time.perf_counter()
+    compiler.advance(result, stage)
+    stages[stage] = time.perf_counter() - start
+print(json.dumps({"import_s": t1 - t0, "stages_s": stages, "cubin_bytes": len(result.binary)}))
+"""
+
+_FRESH = r"""
+import json, sys, time
+heavy = ("torch", "lark", "numpy", "cuda.bindings", "tkjit.frontend", "tkjit.passes", "tkjit.codegen")
+launch = sys.argv[2] == "launch"
+if launch:
+    import torch  # a user has torch before any kernel: not the JIT's cost
+t0 = time.perf_counter()
+import tkjit
+t1 = time.perf_counter()
+before = set(sys.modules)
+kernel = tkjit.load(sys.argv[1])
+binary = kernel.binary
+t2 = time.perf_counter()
+out = {"import_s": t1 - t0, "load_s": t2 - t1, "from_cache": kernel._result.from_cache,
+       "cubin_bytes": len(binary),
+       "imported_by_load": sorted(m for m in heavy if m in sys.modules and m not in before)}
+if launch:
+    shapes = json.loads(sys.argv[3])
+    args = [torch.randn(*shape, device="cuda").to(getattr(torch, dtype)) for shape, dtype in shapes]
+    torch.cuda.synchronize()
+    t3 = time.perf_counter()
+    kernel(*args)
+    torch.cuda.synchronize()
+    t4 = time.perf_counter()
+    kernel(*args)
+    torch.cuda.synchronize()
+    t5 = time.perf_counter()
+    out.update(first_launch_s=t4 - t3, second_launch_s=t5 - t4)
+print(json.dumps(out))
+"""
+
+
+def _python(code: str, args: list[str], env: dict[str, str]) -> dict:
+    """Run ``code`` in a fresh interpreter that imports this tkjit, with exactly the environment
+    ``env`` (see ``_environment``); its last stdout line is JSON."""
+    env = dict(env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the benchmark process failed (exit status {proc.returncode}):\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _environment(tmp: str) -> dict[str, str]:
+    """A private cache directory, and Python's bytecode kept (in ``tmp``) as an installed package
+    has it, even where PYTHONDONTWRITEBYTECODE is set."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "TKJIT_NO_CACHE")}
+    return {**env, "TKJIT_CACHE_DIR": os.path.join(tmp, "cache"),
+            "PYTHONPYCACHEPREFIX": os.path.join(tmp, "pycache")}
+
+
+def _total(run: dict) -> float:
+    return sum(run["stages_s"].values())
+
+
+def measure_cold_compile(path: str | Path, repeats: int = 3) -> dict:
+    """Text → cubin with the cubin cache off, in fresh processes: every import and every stage is
+    counted. The first process of a new installation also compiles Python's bytecode and builds
+    the parser tables (``first_run_s``); the others find both (as every later process of an
+    installation does) and the best of them by total is reported, in seconds per stage."""
+    names = {"tkir": "front_end_s", "opt": "passes_s", "ptx": "codegen_s", "cubin": "ptxas_s"}
+    with tempfile.TemporaryDirectory(prefix="tkjit-bench-") as tmp:
+        env = _environment(tmp)
+        first = _python(_COLD, [str(path)], env)
+        runs = [_python(_COLD, [str(path)], env) for _ in range(repeats)]
+    best = min(runs, key=_total)
+    return {"kernel": str(path), "import_s": best["import_s"],
+            **{names[stage]: seconds for stage, seconds in best["stages_s"].items()},
+            "compile_s": _total(best), "first_run_s": first["import_s"] + _total(first),
+            "cubin_bytes": best["cubin_bytes"], "repeats": repeats, "target_compile_s": 0.25}
+
+
+def measure_fresh_process_load(path: str | Path, launch_shapes: list | None = None, repeats: int = 3) -> dict:
+    """A cached load in fresh processes: one process compiles ``path`` into a new cache, then each
+    run imports tkjit and loads it from there. ``launch_shapes`` (``[[shape, dtype], ...]`` for the
+    kernel's tensor arguments, e.g. ``[[[256, 64], "bfloat16"], ...]``) adds the first and second
+    launch on the GPU. Seconds; the best of ``repeats`` runs by load time."""
+    mode = ["launch", json.dumps(launch_shapes)] if launch_shapes else ["load", "[]"]
+    with tempfile.TemporaryDirectory(prefix="tkjit-bench-") as tmp:
+        env = _environment(tmp)
+        warm = _python(_FRESH, [str(path), "load", "[]"], env)
+        runs = [_python(_FRESH, [str(path), *mode], env) for _ in range(repeats)]
+    best = min(runs, key=itemgetter("load_s"))
+    return {"kernel": str(path), "warming_load_s": warm["load_s"], **best, "repeats": repeats,
+            "target_load_s": 0.010}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    path = argv[0] if argv else str(_REPO_ROOT / "examples" / "gemm.tk")
+    print(json.dumps({"cold_compile": measure_cold_compile(path),
+                      "fresh_process_load": measure_fresh_process_load(path)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
