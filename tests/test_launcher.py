@@ -2,7 +2,7 @@
 
 CUDA tensors are faked by a torch.Tensor subclass over CPU (or meta) storage that reports a CUDA
 device; the launch function records the grid, block, stream and the values in the parameter
-block. Host overhead on a CPU: ``python -m tkjit.runtime.bench_launch --cpu`` (about 1.8 µs for
+block. Host overhead on a CPU: ``python -m tkjit.runtime.bench_launch --cpu`` (about 1.7 µs for
 three tensors on the CI machine, against 0.08 µs for calling the fake launch directly).
 """
 from __future__ import annotations

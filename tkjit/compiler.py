@@ -19,6 +19,7 @@ imported only by the stages that need them.
 from __future__ import annotations
 
 import importlib
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
@@ -29,6 +30,8 @@ from .options import CompileOptions
 if TYPE_CHECKING:
     from .ir.core import Kernel
     from .passes import DecisionLog, PassManager
+
+_LAZY_STAGES_LOCK = threading.RLock()
 
 STAGES = ("tkir", "opt", "ptx", "cubin", "sass")
 """In order. ``after:<pass>`` texts are made by the ``opt`` stage."""
@@ -70,22 +73,27 @@ class CompileResult:
         """The kernel as the front end (or the IR parser) made it; passes never touch it. (None
         before the stage ran; after a cache hit, asking for it runs the stage.)"""
         if self._tkir is None and self.from_cache:
-            advance(self, "tkir")
+            self._make_lazily("tkir")
         return self._tkir
 
     @property
     def portable_ir(self) -> "Kernel | None":
         """The IR before the first target-specific pass: what the CPU interpreter runs."""
         if self._portable_ir is None and self.from_cache:
-            advance(self, "opt")
+            self._make_lazily("opt")
         return self._portable_ir
 
     @property
     def ir(self) -> "Kernel | None":
         """The IR after the whole pipeline."""
         if self._ir is None and self.from_cache:
-            advance(self, "opt")
+            self._make_lazily("opt")
         return self._ir
+
+    def _make_lazily(self, stage: str) -> None:
+        """An IR stage of a cache hit, made on first use (once, whichever thread asks first)."""
+        with _LAZY_STAGES_LOCK:
+            advance(self, stage)
 
     @property
     def decisions(self) -> "DecisionLog":
@@ -103,8 +111,8 @@ class CompileResult:
     def pipeline(self) -> str:
         if self.options.pipeline is not None:
             return self.options.pipeline
-        from .passes import DEFAULT_PIPELINE
-        return DEFAULT_PIPELINE
+        from .passes import default_pipeline
+        return default_pipeline(self.options.arch)
 
     def signature(self) -> list[tuple[str, str]]:
         """(name, type) of every kernel parameter, e.g. ``("A", "gl<f32>[M, 64]")``; from the cache

@@ -56,7 +56,7 @@ before = set(sys.modules)
 kernel = tkjit.load(sys.argv[1])
 binary = kernel.binary
 t2 = time.perf_counter()
-out = {"import_s": t1 - t0, "load_s": t2 - t1, "from_cache": kernel._result.from_cache,
+out = {"import_s": t1 - t0, "load_s": t2 - t1, "from_cache": getattr(kernel._result, "from_cache", None),
        "cubin_bytes": len(binary),
        "imported_by_load": sorted(m for m in heavy if m in sys.modules and m not in before)}
 if launch:
@@ -81,7 +81,7 @@ def _python(code: str, args: list[str], env: dict[str, str]) -> dict:
     env = dict(env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          cwd=_REPO_ROOT, timeout=600)  # ``python -c`` imports from its cwd first
     if proc.returncode != 0:
         raise RuntimeError(f"the benchmark process failed (exit status {proc.returncode}):\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -107,8 +107,9 @@ def measure_cold_compile(path: str | Path, repeats: int = 3) -> dict:
     names = {"tkir": "front_end_s", "opt": "passes_s", "ptx": "codegen_s", "cubin": "ptxas_s"}
     with tempfile.TemporaryDirectory(prefix="tkjit-bench-") as tmp:
         env = _environment(tmp)
-        first = _python(_COLD, [str(path)], env)
-        runs = [_python(_COLD, [str(path)], env) for _ in range(repeats)]
+        path = str(Path(path).resolve())
+        first = _python(_COLD, [path], env)
+        runs = [_python(_COLD, [path], env) for _ in range(repeats)]
     best = min(runs, key=_total)
     return {"kernel": str(path), "import_s": best["import_s"],
             **{names[stage]: seconds for stage, seconds in best["stages_s"].items()},
@@ -122,10 +123,11 @@ def measure_fresh_process_load(path: str | Path, launch_shapes: list | None = No
     kernel's tensor arguments, e.g. ``[[[256, 64], "bfloat16"], ...]``) adds the first and second
     launch on the GPU. Seconds; the best of ``repeats`` runs by load time."""
     mode = ["launch", json.dumps(launch_shapes)] if launch_shapes else ["load", "[]"]
+    path = str(Path(path).resolve())
     with tempfile.TemporaryDirectory(prefix="tkjit-bench-") as tmp:
         env = _environment(tmp)
-        warm = _python(_FRESH, [str(path), "load", "[]"], env)
-        runs = [_python(_FRESH, [str(path), *mode], env) for _ in range(repeats)]
+        warm = _python(_FRESH, [path, "load", "[]"], env)
+        runs = [_python(_FRESH, [path, *mode], env) for _ in range(repeats)]
     best = min(runs, key=itemgetter("load_s"))
     return {"kernel": str(path), "warming_load_s": warm["load_s"], **best, "repeats": repeats,
             "target_load_s": 0.010}
