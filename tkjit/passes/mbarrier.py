@@ -103,7 +103,7 @@ class _Builder:
         self.items.append(LoopPlan(name, tuple(reads)))
 
     def staging(self, op: Store) -> None:
-        size, _ = staging_sizes(op, self.consumers)[op.attrs.get("staging", "tile")]
+        size, _ = staging_sizes(op, self.consumers, op.attrs.get("staging_cols"))[op.attrs.get("staging", "tile")]
         lo, hi = op.attrs["smem"], op.attrs["smem"] + size
         over = tuple(name for name, (a, b) in self.extent.items() if a < hi and lo < b)
         if over:

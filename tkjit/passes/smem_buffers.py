@@ -4,8 +4,9 @@
               in each stage, each slot aligned: 1024 B when swizzled, else 128 B)
     tile      a shared tile loaded once per tile (outside any loop) or written by a copy
     staging   the shared tile an epilogue stores a register tile through (stmatrix, then one
-              TMA store): the whole tile, or one 64-row x 128-byte chunk per consumer that
-              the consumer reuses chunk after chunk
+              TMA store): the whole tile, or chunks of 64 rows x ``cols`` columns per consumer
+              (a round of 128-byte panels; one panel unless smem-plan widens the round) that
+              the consumer reuses round after round
 
 Lifetimes are ranges of the block body's program order (``hopper.positions``). In a persistent
 kernel rings and once-per-tile tiles live for the whole tile (the producer fills them for the
@@ -72,20 +73,35 @@ def stage_data_bytes(loop: For) -> int:
     return sum(ld.result.type.nbytes for ld in shared_loads(loop.regions[0]))
 
 
-def staging_sizes(store: Store, consumers: int) -> dict[str, tuple[int, int]]:
-    """The staging forms of a register-tile store: name -> (bytes, alignment)."""
+def panel_cols(store: Store) -> int:
+    """Columns of the stored tile in one 128-byte panel row (64 for a 16-bit destination)."""
+    return max(1, CHUNK_ROW_BYTES // store.operands[0].type.dtype.nbytes)
+
+
+def round_widths(store: Store) -> list[int]:
+    """The chunk widths (columns per round) a store can stage, widest first: whole panels that
+    divide the tile's columns."""
+    step, cols = panel_cols(store), store.operands[1].type.cols
+    return [c for c in range(cols - cols % step, 0, -step) if cols % c == 0] or [step]
+
+
+def staging_sizes(store: Store, consumers: int, cols: int | None = None) -> dict[str, tuple[int, int]]:
+    """The staging forms of a register-tile store: name -> (bytes, alignment). A chunk is 64
+    rows x ``cols`` columns per consumer (one 128-byte panel when ``cols`` is None)."""
     t: TileType = store.operands[1].type
     out_bytes = store.operands[0].type.dtype.nbytes
     whole = t.rows * t.cols * out_bytes
     align = SWIZZLE_ALIGN if swizzle_for_row_bytes(t.cols * out_bytes) else TMA_ALIGN
+    chunk_row = CHUNK_ROW_BYTES if cols is None else cols * out_bytes
     return {"tile": (whole, align),
-            "chunks": (min(whole, consumers * CHUNK_ROWS * CHUNK_ROW_BYTES), SWIZZLE_ALIGN)}
+            "chunks": (min(whole, consumers * CHUNK_ROWS * chunk_row), SWIZZLE_ALIGN)}
 
 
 def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
-            consumers: int) -> list[Buffer]:
+            consumers: int, widths: dict[Store, int] | None = None) -> list[Buffer]:
     """Every buffer with its size, alignment and lifetime (``stages`` per pipelined loop,
-    ``staging`` form per register-tile store)."""
+    ``staging`` form per register-tile store, ``widths``: columns per chunk round where wider
+    than one panel)."""
     body = block_loop(kernel).regions[0]
     pos = positions(body)
     last = max((p.end for p in pos.values()), default=0)
@@ -107,9 +123,11 @@ def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
                           else "in use from its definition to its last use"))
     for store in stores_of_register_tiles(kernel):
         form = staging[store]
-        size, align = staging_sizes(store, consumers)[form]
+        cols = (widths or {}).get(store)
+        size, align = staging_sizes(store, consumers, cols)[form]
+        row = CHUNK_ROW_BYTES if cols is None else cols * store.operands[0].type.dtype.nbytes
         detail = ("the whole tile" if form == "tile"
-                  else f"{consumers} x {CHUNK_ROWS} rows x {CHUNK_ROW_BYTES} B, reused chunk by chunk")
+                  else f"{consumers} x {CHUNK_ROWS} rows x {row} B, reused chunk by chunk")
         out.append(Buffer("staging", store, size, align, pos[store].start, last, detail,
                           "in use from the store to the end of the tile"))
     return out

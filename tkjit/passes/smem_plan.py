@@ -4,11 +4,15 @@ Buffers (``smem_buffers``) are placed largest first at the lowest offset that is
 bytes for swizzled tiles, 128 for other TMA targets) and clashes with no buffer in use at the
 same time, so a buffer that is dead by then is reused: in a kernel that is not persistent, an
 epilogue staging tile goes over the input ring once its loop is done. An epilogue stages its
-whole tile when that fits, else 64-row x 128-byte chunks per consumer. The mbarrier words follow
+whole tile when that fits, else chunks of 64 rows per consumer, as many 128-byte panels wide as
+fit (a wider round means fewer stmatrix/TMA-store rounds; 1,024 B are left for the kernel to
+round its shared base up to a swizzle boundary) -- the Hopper emitter stages exactly this. The
+chunk width goes on the store as ``staging_cols`` (``epilogue=chunks``: one panel). The mbarrier words follow
 (8 bytes each: full[s] and empty[s] per stage of every ring, a pair per once-per-tile load).
 
 Records ``smem`` on loads, copies and stores (stage 0's slot for a ring), ``stage_stride`` and
-``bars`` on pipelined loops, ``bars`` on once-per-tile loads, ``staging`` on stores, and the
+``bars`` on pipelined loops, ``bars`` on once-per-tile loads, ``staging`` (and for chunks
+``staging_cols``) on stores, and the
 kernel's ``smem`` (dynamic shared bytes); the map goes to the decision log one row per buffer.
 Over the limit, a PassError names the largest buffers.
 """
@@ -19,10 +23,10 @@ from dataclasses import dataclass
 from ..errors import PassError
 from ..ir.core import Kernel
 from ..ir.ops import For, Store
-from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, ceil_to, nbytes, one_shot_loads, pipelined_loops,
+from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, SWIZZLE_ALIGN, ceil_to, nbytes, one_shot_loads, pipelined_loops,
                      stores_of_register_tiles)
 from .manager import Pass, PassContext, register_pass
-from .smem_buffers import Buffer, buffers, stage_slots, stage_stride
+from .smem_buffers import Buffer, buffers, round_widths, stage_slots, stage_stride
 
 EPILOGUES = ("auto", "tile", "chunks")
 
@@ -76,11 +80,12 @@ class SmemPlan(Pass):
         stages = {loop: loop.attrs["stages"] for loop in loops}
         consumers = kernel.attrs.get("consumers", 1)
         staging = self.staging_forms(kernel, stages, consumers)
-        placed = place(buffers(kernel, stages, staging, consumers), self.reuse)
+        widths = self.chunk_widths(kernel, stages, staging, consumers)
+        placed = place(buffers(kernel, stages, staging, consumers, widths), self.reuse)
         bars_at, total = _footprint(kernel, placed)
         if total > SMEM_LIMIT:
             raise self.too_big(kernel, placed, total)
-        self.annotate(kernel, placed, staging, bars_at)
+        self.annotate(kernel, placed, staging, widths, bars_at)
         kernel.attrs["smem"] = total
         self.record(kernel, ctx, placed, bars_at, total)
         return kernel
@@ -97,8 +102,26 @@ class SmemPlan(Pass):
                 forms = trial
         return forms
 
+    def chunk_widths(self, kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
+                     consumers: int) -> dict[Store, int]:
+        """Columns per round of each chunked store: one panel for ``epilogue=chunks``; in auto,
+        the widest round that fits with room left to align the shared base (one store at a time)."""
+        widths: dict[Store, int] = {}
+        for store in [s for s in stores_of_register_tiles(kernel) if staging[s] == "chunks"]:
+            options = round_widths(store)
+            widths[store] = options[-1]
+            if self.epilogue != "auto":
+                continue
+            for cols in options:
+                trial = {**widths, store: cols}
+                placed = place(buffers(kernel, stages, staging, consumers, trial), self.reuse)
+                if _footprint(kernel, placed)[1] + SWIZZLE_ALIGN <= SMEM_LIMIT:
+                    widths = trial
+                    break
+        return widths
+
     def annotate(self, kernel: Kernel, placed: list[Placement], staging: dict[Store, str],
-                 bars_at: int) -> None:
+                 widths: dict[Store, int], bars_at: int) -> None:
         at = bars_at
         for p in placed:
             op = p.buffer.op
@@ -109,6 +132,8 @@ class SmemPlan(Pass):
             elif isinstance(op, Store):
                 op.attrs["smem"] = p.offset
                 op.attrs["staging"] = staging[op]
+                if op in widths:
+                    op.attrs["staging_cols"] = widths[op]
             else:
                 op.attrs["smem"] = p.offset
         for loop in pipelined_loops(kernel):

@@ -2,9 +2,11 @@
 split, stages, the shared-memory map and the block order.
 
 The scheduling passes (layout, warp-spec, pipeline, smem-plan, reg-budget) record these on the
-IR; where an annotation is present it is used as it is. Where it is absent (those passes are
-not in the default pipeline yet) the same rule is computed here, locally, and the decision log
-says so ("local rule"). Each decision is a ``{"decision", "value", "why"}`` entry.
+IR, and the default sm_90a pipeline runs them, so the annotations are used as they are ("from
+the <pass> pass"); that includes the epilogue's staging, which smem-plan places and sizes (the
+store's ``smem``, ``staging`` and ``staging_cols``). Where they are absent (a pipeline without
+those passes, e.g. ``-p canonicalize``) the same rule is computed here, locally, and the
+decision log says so ("local rule"). Each decision is a ``{"decision", "value", "why"}`` entry.
 """
 from __future__ import annotations
 
@@ -116,10 +118,11 @@ def make_plan(g: GemmMatch) -> Plan:
     plan.decide("wgmma", f"m64n{wgmma_n}k16 x {g.bk // 16} k-steps x {rows_pc // 64} slab(s) x "
                 f"{g.bn // wgmma_n} piece(s) per trip", "N per instruction is the tile's columns, "
                 "split evenly when wider than 256")
+    by_grid = "from the grid pass: " if "tile_order" in g.kernel.attrs else ""
     plan.decide("schedule", "persistent" if persistent else "grid",
-                "one CTA per SM looping over tiles" if persistent else "one CTA per tile")
+                by_grid + ("one CTA per SM looping over tiles" if persistent else "one CTA per tile"))
     if group > 1:
-        plan.decide("block_order", f"grouped by {group}", "consecutive tiles walk groups of "
+        plan.decide("block_order", f"grouped by {group}", f"{by_grid}consecutive tiles walk groups of "
                     f"{group} tile rows so A and B tiles are reused from L2")
     return plan
 
@@ -139,7 +142,9 @@ def _consumers(g: GemmMatch) -> tuple[int, str]:
     if isinstance(pinned, int) and not isinstance(pinned, bool):
         if slabs % pinned:
             raise NoMatch(f"{pinned} consumers cannot share {slabs} 64-row slabs evenly")
-        return pinned, "from the kernel (@consumers or the warp-spec pass)"
+        if "threads" in g.kernel.attrs:
+            return pinned, f"from the warp-spec pass ({g.kernel.attrs['threads']} threads)"
+        return pinned, "pinned by the kernel (@consumers)"
     for n in sorted((d for d in range(1, min(slabs, 7) + 1) if slabs % d == 0), reverse=True):
         need = (g.bm // n) * g.bn // WARPGROUP + CONSUMER_OVERHEAD
         if need <= consumer_registers(n, SETMAXNREG_MIN):
@@ -156,7 +161,8 @@ def _registers(g: GemmMatch, consumers: int) -> tuple[tuple[int, int], int, str]
     pinned = g.kernel.attrs.get("regs")
     if pinned is not None:
         p, c = pinned
-        why = "from the kernel (@regs or the reg-budget pass)"
+        why = ("from the reg-budget pass" if "maxnreg" in g.kernel.attrs
+               else "pinned by the kernel (@regs)")
     else:
         p = PRODUCER_REGS
         c = consumer_registers(consumers, p)
@@ -207,7 +213,8 @@ def _memory(g: GemmMatch, consumers: int, wgmma_n: int):
         why_s = "from the pipeline pass"
         why_m = (f"from the smem-plan pass (+{ALIGN_SLACK} B to round the base up to 1024): A at "
                  f"{a_off}, B at {b_off}, stages {stride} B apart, mbarriers at {bars}")
-        why_e = "the smem-plan pass's map has no room for this epilogue's staging tiles"
+        ring = (min(a_off, b_off), min(a_off, b_off) + stages * stride)
+        staging, staging_cols, why_e = _planned_staging(g, consumers, wgmma_n, ring)
     else:
         a_off, b_off = 0, ceil_to(a_bytes, ALIGN)
         stride = ceil_to(b_off + b_bytes, ALIGN)
@@ -240,7 +247,36 @@ def _memory(g: GemmMatch, consumers: int, wgmma_n: int):
     return stages, a_off, b_off, stride, bars, smem, why_s, why_m, staging, staging_cols, why_e
 
 
-def _staging_cols(g: GemmMatch, consumers: int, wgmma_n: int, room: int) -> tuple[int, str]:
+def _planned_staging(g: GemmMatch, consumers: int, wgmma_n: int,
+                     ring: tuple[int, int]) -> tuple[int | None, int, str]:
+    """The staging smem-plan placed for C's store: (offset, columns per round, why), or
+    (None, 0, why) when the epilogue must store registers straight to C (no plan, a plan too
+    small for a round, or a tile over the ring: this kernel has no consumer barrier for that)."""
+    store = g.store.attrs
+    form = store.get("staging")
+    if form is None or "smem" not in store:
+        return None, 0, "the smem-plan pass planned no staging tile for C's store"
+    rows = g.bm // consumers
+    cols = g.bn if form == "tile" else store.get("staging_cols", 64)
+    planned = g.bm * g.bn * 2 if form == "tile" else consumers * 64 * cols * 2
+    need = consumers * rows * cols * 2
+    if need > planned:
+        return None, 0, (f"the smem-plan pass's staging tile ({planned} B) is smaller than {consumers} "
+                         f"consumer(s) x {rows} rows x {cols} columns of C ({need} B)")
+    if store["smem"] < ring[1] and ring[0] < store["smem"] + planned:
+        return None, 0, ("the smem-plan pass put the staging tile over the ring; the warp-specialized "
+                         "GEMM has no consumer barrier before writing it, so registers store to C")
+    if store["smem"] % ALIGN:
+        return None, 0, f"the smem-plan pass put the staging tile at {store['smem']}, not 1024-byte aligned"
+    cols, why = _staging_cols(g, consumers, wgmma_n, need, cols, "planned for it")
+    if not cols:
+        return None, 0, why
+    shape = "the whole tile" if form == "tile" else f"chunks of {cols} columns"
+    return store["smem"], cols, (f"from the smem-plan pass: {shape} at {store['smem']}; {why}")
+
+
+def _staging_cols(g: GemmMatch, consumers: int, wgmma_n: int, room: int,
+                  widest: int | None = None, room_is: str = "left beside the ring") -> tuple[int, str]:
     """The widest slice of its rows (a multiple of 64 columns dividing BN) each consumer can
     stage in ``room`` bytes, or 0 (then the epilogue stores registers straight to C)."""
     if g.c_dtype not in ("bf16", "f16"):
@@ -248,10 +284,10 @@ def _staging_cols(g: GemmMatch, consumers: int, wgmma_n: int, room: int) -> tupl
     if g.bn % 64 or wgmma_n % 16:
         return 0, f"BN = {g.bn} is not a whole number of 64-column TMA boxes"
     rows = g.bm // consumers
-    for cols in range(g.bn, 0, -64):
+    for cols in range(widest or g.bn, 0, -64):
         if g.bn % cols == 0 and consumers * rows * cols * 2 <= room:
             return cols, (f"each consumer stages {rows} x {cols} of its rows in 128B-swizzled 64-column "
-                          f"panels ({room} B left beside the ring), one TMA store per panel that runs "
+                          f"panels ({room} B {room_is}), one TMA store per panel that runs "
                           "while the next tile's wgmmas do; C rows that TMA cannot address "
                           "(not a multiple of 16 bytes) take the register stores")
-    return 0, f"no 64-column staging slice fits in the {room} B left beside the ring"
+    return 0, f"no 64-column staging slice fits in the {room} B {room_is}"

@@ -50,11 +50,12 @@ class Store(Op):
     """``store %C, %c, %m, %n`` — write tile %c at tile coordinates (m, n), clipped to the tensor.
     Set by smem-plan for a register tile: ``smem`` (offset of the shared staging buffer it goes
     through) and ``staging`` ("tile": the whole tile; "chunks": 64-row x 128-byte chunks, one
-    buffer per consumer warpgroup, reused chunk after chunk)."""
+    buffer per consumer warpgroup, reused chunk after chunk; ``staging_cols``, when set, widens a
+    chunk to that many columns)."""
 
     NAME = "store"
     OPERANDS = ("dst", "value", "coords*")
-    ATTRS = {"smem": int, "staging": str}
+    ATTRS = {"smem": int, "staging": str, "staging_cols": int}
     OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = 0
 
