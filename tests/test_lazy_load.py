@@ -149,3 +149,17 @@ def test_the_cold_compile_is_timed_by_stage(tmp_path):
     stages = ("front_end_s", "passes_s", "codegen_s", "ptxas_s")
     assert all(cold[s] > 0 for s in stages) and cold["cubin_bytes"] > 0
     assert cold["compile_s"] == pytest.approx(sum(cold[s] for s in stages))
+
+
+def test_importing_tkjit_imports_nothing_heavy():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    heavy = ["torch", "lark", "numpy", "cuda.bindings", "tkjit.frontend", "tkjit.passes", "tkjit.codegen",
+             "tkjit.ir.parser", "logging", "subprocess"]
+    code = f"import sys, json, tkjit; print(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
+    root = Path(tkjit.__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
