@@ -13,6 +13,11 @@ import pytest
 import tkjit
 from tkjit.compiler import StageNotAvailableError
 from tkjit.errors import LaunchError, NotAvailableError, TkError
+from tkjit.passes import DEFAULT_PIPELINE
+
+AFTER_EACH_PASS = [f"after:{name}" for name in DEFAULT_PIPELINE.split(",")]
+"""The IR stages the default pipeline makes (canonicalize and the Hopper scheduling passes)."""
+MADE = ", ".join(["tkir", *AFTER_EACH_PASS, "opt"])
 
 TWICE = """\
 kernel @twice(%A: gl<f32>[M, 64], %B: gl<f32>[M, 64]) {
@@ -46,7 +51,8 @@ def test_the_kernel_object(kernel):
     assert kernel.name == "twice"
     assert repr(kernel) == "<tkjit kernel twice(A: gl<f32>[M, 64], B: gl<f32>[M, 64])>"
     assert isinstance(kernel.asm, Mapping)
-    assert list(kernel.asm) == ["tkir", "after:canonicalize", "opt"] and len(kernel.asm) == 3
+    assert list(kernel.asm) == ["tkir", *AFTER_EACH_PASS, "opt"] and len(kernel.asm) == len(AFTER_EACH_PASS) + 2
+    assert AFTER_EACH_PASS[:2] == ["after:canonicalize", "after:layout"]
     assert "tkir" in kernel.asm and "ptx" not in kernel.asm
     assert kernel.asm["tkir"].startswith("kernel @twice(")
     assert tkjit.ir.printer.print_kernel(kernel.ir) == kernel.asm["opt"]
@@ -60,7 +66,7 @@ def test_asm_is_read_only(kernel):
 
 def test_explain_shows_the_decisions(kernel):
     text = kernel.explain()
-    assert text.startswith("kernel 'twice', pipeline 'canonicalize'\ncanonicalize\n")
+    assert text.startswith(f"kernel 'twice', pipeline '{DEFAULT_PIPELINE}'\ncanonicalize\n")
     assert "  if at twice.tkir:11:5: kept the then region and removed the if\n" in text
     assert kernel.decisions.for_pass("canonicalize")
 
@@ -85,9 +91,9 @@ def test_asking_for_a_stage_that_does_not_exist(kernel):
     e = info.value
     assert isinstance(e, TkError)
     assert "there is no stage 'llvm'" in e.message
-    assert "the stages made so far: tkir, after:canonicalize, opt (built when asked for: ptx, sass)" in e.notes
-    with pytest.raises(StageNotAvailableError, match="the pipeline 'canonicalize' has no such pass"):
-        kernel.asm["after:layout"]
+    assert f"the stages made so far: {MADE} (built when asked for: ptx, sass)" in e.notes
+    with pytest.raises(StageNotAvailableError, match="the pipeline '.*' has no such pass"):
+        kernel.asm["after:unroll"]
     with pytest.raises(StageNotAvailableError, match="the cubin is binary, not text: use kernel.binary"):
         kernel.asm["cubin"]
     assert kernel.asm.get("llvm") is None  # Mapping.get turns the KeyError into the default
@@ -98,7 +104,7 @@ def test_asking_for_ptx_without_a_backend(kernel, monkeypatch):
     with pytest.raises(StageNotAvailableError) as info:
         kernel.asm["ptx"]
     assert info.value.message.startswith("no 'ptx' for kernel 'twice': the PTX backend is not available yet")
-    assert info.value.notes == ["the stages made so far: tkir, after:canonicalize, opt"]
+    assert info.value.notes == [f"the stages made so far: {MADE}"]
     with pytest.raises(StageNotAvailableError, match="no cubin for kernel 'twice'"):
         kernel.binary
 

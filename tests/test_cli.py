@@ -14,6 +14,7 @@ from tkjit.cli import main, parse_define
 from tkjit.config import reset_config
 from tkjit.demo import format_table, run_demo
 from tkjit.errors import TkError
+from tkjit.passes import DEFAULT_PIPELINE
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.tk"))
@@ -69,17 +70,24 @@ def test_every_example_round_trips_through_opt(capsys, monkeypatch, example):
     code, tkir, err = run(capsys, "compile", str(example), "--emit", "tkir")
     assert code == 0, err
     assert run(capsys, "opt", "-", "-p", "", stdin=tkir, monkeypatch=monkeypatch)[1] == tkir
-    code, opt, err = run(capsys, "opt", "-", "-p", "canonicalize", "--verify-each", stdin=tkir,
+    code, opt, err = run(capsys, "opt", "-", "-p", DEFAULT_PIPELINE, "--verify-each", stdin=tkir,
                          monkeypatch=monkeypatch)
     assert code == 0, err
     code, emitted, _ = run(capsys, "compile", str(example))
     assert emitted == opt  # --emit opt is the default
+    for name in DEFAULT_PIPELINE.split(","):  # the IR after each pass reparses to itself
+        code, after, err = run(capsys, "compile", str(example), "--emit", f"after:{name}")
+        assert code == 0, err
+        assert run(capsys, "opt", "-", "-p", "", stdin=after, monkeypatch=monkeypatch)[1] == after, name
 
 
 def test_compile_stages_and_output_file(capsys, ir_file, tmp_path):
     code, opt, _ = run(capsys, "compile", str(ir_file))
     assert code == 0 and "mul" not in opt and "%grid = cdiv %M, %c16 : i32" in opt
-    assert run(capsys, "compile", str(ir_file), "--emit", "after:canonicalize")[1] == opt
+    last = DEFAULT_PIPELINE.split(",")[-1]
+    assert run(capsys, "compile", str(ir_file), "--emit", f"after:{last}")[1] == opt
+    portable = run(capsys, "compile", str(ir_file), "--emit", "after:canonicalize")[1]
+    assert "mul" not in portable and "attributes" not in portable and "threads = 128" in opt
     out = tmp_path / "out.tkir"
     code, printed, _ = run(capsys, "compile", str(ir_file), "-o", str(out))
     assert code == 0 and printed == "" and out.read_text() == opt
@@ -100,9 +108,9 @@ def test_compile_with_dumps_writes_every_stage_it_can(capsys, monkeypatch, ir_fi
 
 
 def test_compile_a_stage_that_does_not_exist(capsys, ir_file):
-    code, out, err = run(capsys, "compile", str(ir_file), "--emit", "after:layout")
+    code, out, err = run(capsys, "compile", str(ir_file), "--emit", "after:unroll")
     assert code == 1 and out == ""
-    assert "error: there is no stage 'after:layout': the pipeline 'canonicalize' has no such pass" in err
+    assert f"error: there is no stage 'after:unroll': the pipeline '{DEFAULT_PIPELINE}' has no such pass" in err
     code, _, err = run(capsys, "compile", str(ir_file), "--emit", "llvm")
     assert code == 1 and "there is no stage 'llvm'; the stages are tkir, opt, ptx, cubin, sass" in err
 
@@ -112,7 +120,8 @@ def test_compile_emit_ptx_without_the_backend_says_so(capsys, monkeypatch, ir_fi
     code, out, err = run(capsys, "compile", str(ir_file), "--emit", "ptx")
     assert code == 1 and out == ""
     assert err.startswith("error: cannot emit 'ptx': the PTX backend is not available yet")
-    assert "note: the stages made here: tkir, after:canonicalize, opt" in err
+    stages = ", ".join(["tkir", *(f"after:{name}" for name in DEFAULT_PIPELINE.split(",")), "opt"])
+    assert f"note: the stages made here: {stages}" in err
     assert "Traceback" not in err
 
 
@@ -219,7 +228,8 @@ def test_defines_reach_the_front_end(capsys):
 def test_explain(capsys, ir_file):
     code, out, _ = run(capsys, "explain", str(ir_file))
     assert code == 0
-    assert out.startswith("kernel 'twice', pipeline 'canonicalize'\ncanonicalize\n  @twice: folded 1 scalar op")
+    assert out.startswith(f"kernel 'twice', pipeline '{DEFAULT_PIPELINE}'\ncanonicalize\n  @twice: folded 1 scalar op")
+    assert "\nsmem-plan\n" in out and "\nreg-budget\n" in out
 
 
 # ---------------------------------------------------------------- the other commands
@@ -227,7 +237,7 @@ def test_explain(capsys, ir_file):
 def test_passes_lists_the_registry(capsys):
     code, out, _ = run(capsys, "passes")
     assert code == 0 and out.startswith("canonicalize ")
-    assert "max-iterations (int, default 8)" in out and "the default pipeline: canonicalize" in out
+    assert "max-iterations (int, default 8)" in out and f"the default pipeline: {DEFAULT_PIPELINE}" in out
 
 
 def test_cache_commands(capsys, tmp_path, monkeypatch):

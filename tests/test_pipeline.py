@@ -18,7 +18,7 @@ from tkjit.ir.core import Kernel
 from tkjit.ir.parser import parse_kernel
 from tkjit.ir.printer import print_kernel
 from tkjit.options import CompileOptions
-from tkjit.passes import Pass, PassContext, register_pass, unregister_pass
+from tkjit.passes import DEFAULT_PIPELINE, Pass, PassContext, register_pass, unregister_pass
 
 IR = """\
 // a kernel in textual IR
@@ -78,12 +78,14 @@ def test_passes():
 
 def test_ir_text_enters_at_tkir_and_runs_the_default_pipeline():
     result = compile(IR, options(), filename="twice.tkir")
-    assert list(result.asm) == ["tkir", "after:canonicalize", "opt"]
+    assert list(result.asm) == ["tkir", *(f"after:{name}" for name in DEFAULT_PIPELINE.split(",")), "opt"]
+    assert DEFAULT_PIPELINE.startswith("canonicalize,layout,")
     assert result.done == ["tkir", "opt"]
     assert result.name == "twice"
     assert result.asm["tkir"] == print_kernel(parse_kernel(IR))
     assert "%grid = cdiv %M, %c16 : i32" in result.asm["opt"]
-    assert result.asm["opt"] == result.asm["after:canonicalize"] == print_kernel(result.ir)
+    assert result.asm["opt"] == result.asm["after:grid"] == print_kernel(result.ir)
+    assert print_kernel(result.portable_ir) == result.asm["after:canonicalize"]
     assert print_kernel(result.tkir) == result.asm["tkir"]  # passes ran on a copy
     assert result.decisions.for_pass("canonicalize")
 
@@ -177,8 +179,11 @@ def test_portable_ir_is_the_ir_before_the_first_target_specific_pass():
     assert "hopper" not in result.portable_ir.attrs
     first = compile(IR, options(pipeline="test-target,canonicalize"))
     assert first.portable_ir is first.tkir
-    plain = compile(IR, options())
+    plain = compile(IR, options(pipeline="canonicalize"))
     assert plain.portable_ir is plain.ir
+    default = compile(IR, options())  # the Hopper passes are target-specific: the interpreter skips them
+    assert print_kernel(default.portable_ir) == default.asm["after:canonicalize"]
+    assert "threads" in default.ir.attrs and "threads" not in default.portable_ir.attrs
 
 
 # ---------------------------------------------------------------- verification
@@ -291,13 +296,19 @@ def test_dumps_every_stage_and_the_decisions(codegen, tmp_path, monkeypatch):
     kernel = tkjit.compile(IR, filename="twice.tkir")
     out = tmp_path / "twice"
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["00-tkir.tkir", "01-after-canonicalize.tkir", "02-ptx.ptx", "03-cubin.cubin",
-                     "04-sass.sass", "decisions.json", "decisions.txt", "metadata.json", "stages.txt"]
+    passes = DEFAULT_PIPELINE.split(",")
+    n = len(passes)
+    ir_files = [f"{i + 1:02d}-after-{name}.tkir" for i, name in enumerate(passes)]
+    assert names == sorted(["00-tkir.tkir", *ir_files, f"{n + 1:02d}-ptx.ptx", f"{n + 2:02d}-cubin.cubin",
+                            f"{n + 3:02d}-sass.sass", "decisions.json", "decisions.txt", "metadata.json",
+                            "stages.txt"])
     assert (out / "00-tkir.tkir").read_text() == kernel.asm["tkir"]
-    assert (out / "01-after-canonicalize.tkir").read_text() == kernel.asm["opt"]
-    assert (out / "02-ptx.ptx").read_text() == kernel.asm["ptx"]
-    assert (out / "03-cubin.cubin").read_bytes() == kernel.binary
-    assert "Function : twice" in (out / "04-sass.sass").read_text()
+    for file, name in zip(ir_files, passes):
+        assert (out / file).read_text() == kernel.asm[f"after:{name}"]
+    assert (out / ir_files[-1]).read_text() == kernel.asm["opt"]
+    assert (out / f"{n + 1:02d}-ptx.ptx").read_text() == kernel.asm["ptx"]
+    assert (out / f"{n + 2:02d}-cubin.cubin").read_bytes() == kernel.binary
+    assert "Function : twice" in (out / f"{n + 3:02d}-sass.sass").read_text()
     assert (out / "decisions.txt").read_text() == kernel.decisions.render()
     assert json.loads((out / "decisions.json").read_text()) == kernel.decisions.to_json()
     assert json.loads((out / "metadata.json").read_text())["name"] == "twice"

@@ -321,7 +321,8 @@ def _optimize(result: CompileResult) -> None:
 
     keep = _KeepPortable(result, pipeline)
     manager = PassManager(pipeline, verify_each=result.options.debug,
-                          instruments=[IRSnapshots(on_snapshot), keep])
+                          instruments=[IRSnapshots(on_snapshot), keep],
+                          tentative_target=result.options.pipeline is None)  # see docs/hopper-schedule.md
     # After a cache hit the log is the cached one; the passes' second telling of it is dropped.
     log = DecisionLog() if result.from_cache else result.decisions
     ir = _run_pipeline(manager, clone_kernel(result.tkir), PassContext(result.options, log))
@@ -354,7 +355,9 @@ def _emit_ptx(result: CompileResult) -> None:
     emit_hopper = getattr(require_module("tkjit.codegen", "the PTX backend"), "emit_hopper_ptx", None)
     declined: list[dict] = []  # why the Hopper path (the warp-specialized GEMM) does not apply
     hopper = emit_hopper(result.ir, {"arch": result.options.arch}, declined) if emit_hopper else None
-    ptx, metadata = hopper if hopper is not None else emit_ptx(result.ir, {})
+    # The register-tile backend takes the IR before the Hopper scheduling passes: their
+    # decisions (stages, swizzles, ...) are not its own (docs/hopper-schedule.md).
+    ptx, metadata = hopper if hopper is not None else emit_ptx(result.portable_ir, {})
     metadata = dict(metadata)
     for entry in declined + metadata.pop("decisions", []):
         _record_backend_decision(result, entry)

@@ -10,10 +10,24 @@ from .manager import (IRSnapshots, Pass, PassContext, PassManager, Pipeline, des
 from . import canonicalize  # noqa: E402,F401  (registers the pass)
 from . import grid, layout, mbarrier, pipeline, reg_budget, smem_plan, warp_spec  # noqa: E402,F401
 
-DEFAULT_PIPELINE = "canonicalize"
-"""What ``tkjit.compile`` runs. To come, in order: layout, warp-spec, pipeline, mbarrier,
-smem-plan, reg-budget, grid, lower."""
+from .hopper import HOPPER_PIPELINE  # noqa: E402
 
-__all__ = ["DEFAULT_PIPELINE", "Decision", "DecisionLog", "IRSnapshots", "Pass", "PassContext",
+PORTABLE_PIPELINE = "canonicalize"
+"""The target-independent passes: what a target without scheduling passes runs."""
+
+DEFAULT_PIPELINE = f"{PORTABLE_PIPELINE},{HOPPER_PIPELINE}"
+"""What ``tkjit.compile`` runs for sm_90a: canonicalize, then the Hopper scheduling passes (they
+annotate; the interpreter runs the IR from before the first of them, the Hopper emitter follows
+their annotations and the register-tile backend ignores them)."""
+
+PIPELINES = {"sm_90a": DEFAULT_PIPELINE}
+
+
+def default_pipeline(arch: str) -> str:
+    """The pipeline ``tkjit.compile`` runs for ``arch`` when none is given."""
+    return PIPELINES.get(arch, PORTABLE_PIPELINE)
+
+
+__all__ = ["DEFAULT_PIPELINE", "PORTABLE_PIPELINE", "default_pipeline", "Decision", "DecisionLog", "IRSnapshots", "Pass", "PassContext",
            "PassManager", "Pipeline", "describe_options", "get_pass", "register_pass",
            "registered_passes", "subject_of", "unregister_pass"]

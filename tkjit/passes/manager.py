@@ -295,26 +295,83 @@ class IRSnapshots:
             self.on_snapshot(label, text)
 
 
+BUG_NOTE = "this is a bug in tkjit"
+
+
 class PassManager:
-    """Runs a pipeline over a kernel; verifies after every pass when ``verify_each``."""
+    """Runs a pipeline over a kernel; verifies after every pass when ``verify_each``.
+
+    ``tentative_target``: the target-specific passes (from the first one on) apply as a whole or
+    not at all. When one of them refuses the kernel (a PassError that is not a crash), what they
+    did is dropped -- their IR snapshots and decisions -- the refusal is recorded as that pass's
+    decision, and the kernel goes on as it was before them (the backend that needs no schedule
+    compiles it). The default pipeline runs this way; a pipeline the user names does not.
+    """
 
     def __init__(self, pipeline: Pipeline | str, verify_each: bool = False,
-                 instruments: list[Instrument] | tuple[Instrument, ...] = ()):
+                 instruments: list[Instrument] | tuple[Instrument, ...] = (),
+                 tentative_target: bool = False):
         self.pipeline = Pipeline.parse(pipeline) if isinstance(pipeline, str) else pipeline
         self.verify_each = verify_each
         self.instruments = list(instruments)
+        self.tentative_target = tentative_target
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
-        for index, p in enumerate(self.pipeline):
-            before = print_kernel(kernel) if self.verify_each else None
-            ctx.current_pass = p.name
-            kernel = self._run_one(p, kernel, ctx, before)
-            if self.verify_each:
-                self._verify_after(p, kernel, before)
-            for instrument in self.instruments:
-                instrument.after_pass(index, p, kernel)
+        passes = list(self.pipeline)
+        first = next((i for i, p in enumerate(passes) if p.target_specific), len(passes))
+        if not self.tentative_target:
+            first = len(passes)
+        for index in range(first):
+            kernel = self._step(index, passes[index], kernel, ctx, self.instruments)
+        if first < len(passes):
+            kernel = self._run_tentatively(passes, first, kernel, ctx)
         ctx.current_pass = ""
         return kernel
+
+    def _step(self, index: int, p: Pass, kernel: Kernel, ctx: PassContext, instruments) -> Kernel:
+        before = print_kernel(kernel) if self.verify_each else None
+        ctx.current_pass = p.name
+        kernel = self._run_one(p, kernel, ctx, before)
+        if self.verify_each:
+            self._verify_after(p, kernel, before)
+        for instrument in instruments:
+            instrument.after_pass(index, p, kernel)
+        return kernel
+
+    def _run_tentatively(self, passes: list[Pass], first: int, kernel: Kernel, ctx: PassContext) -> Kernel:
+        from .rewrite import clone_kernel
+        untouched, outer, tentative = clone_kernel(kernel), ctx.log, DecisionLog()
+        held = _Held()
+        ctx.log = tentative
+        index = first
+        try:
+            for index in range(first, len(passes)):
+                kernel = self._step(index, passes[index], kernel, ctx, [held])
+        except PassError as e:
+            if BUG_NOTE in e.notes or isinstance(e.__cause__, VerifyError):
+                raise  # a crash or invalid IR is a bug in a pass, not a refusal
+            ctx.log = outer
+            self._record_refusal(passes, first, index, untouched, e, ctx)
+            return untouched
+        finally:
+            ctx.log = outer
+        for index, p, snapshot in held.calls:
+            for instrument in self.instruments:
+                instrument.after_pass(index, p, snapshot)
+        for d in tentative:
+            outer.record(d.pass_name, d.subject, d.decision, d.reason, **d.data)
+        return kernel
+
+    @staticmethod
+    def _record_refusal(passes: list[Pass], first: int, index: int, kernel: Kernel, e: PassError,
+                        ctx: PassContext) -> None:
+        where = f" (at {e.span.location()})" if e.span is not None else ""
+        before = f"'{passes[first - 1].name}'" if first else "the front end"
+        ctx.current_pass = passes[index].name
+        ctx.decide(f"@{kernel.name}", f"not scheduled: {e.message}{where}",
+                   f"the passes from '{passes[first].name}' on apply to the whole kernel or not at "
+                   f"all, so their work is dropped and the kernel goes on as it was after {before}, "
+                   "for the backend that needs no schedule", refused=True)
 
     def _run_one(self, p: Pass, kernel: Kernel, ctx: PassContext, before: str | None) -> Kernel:
         try:
@@ -325,7 +382,7 @@ class PassManager:
             raise
         except Exception as e:
             raise PassError(f"pass '{p.name}' crashed: {type(e).__name__}: {e}",
-                            notes=["this is a bug in tkjit"] + _reproducer(p, before)) from e
+                            notes=[BUG_NOTE] + _reproducer(p, before)) from e
         if not isinstance(out, Kernel):
             raise PassError(f"pass '{p.name}' returned {type(out).__name__}, not a Kernel")
         return out
@@ -336,6 +393,17 @@ class PassManager:
         except VerifyError as e:
             raise PassError(f"the IR is invalid after pass '{p}': {e.message}", e.span,
                             notes=e.notes + _reproducer(p, before)) from e
+
+
+class _Held:
+    """An instrument that holds a copy of the IR after each pass until the passes are kept."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, Pass, Kernel]] = []
+
+    def after_pass(self, index: int, pass_: Pass, kernel: Kernel) -> None:
+        from .rewrite import clone_kernel
+        self.calls.append((index, pass_, clone_kernel(kernel)))
 
 
 def _reproducer(p: Pass, before: str | None) -> list[str]:

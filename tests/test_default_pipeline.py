@@ -1,0 +1,157 @@
+"""The default sm_90a pipeline: canonicalize, then the Hopper scheduling passes.
+
+The Hopper emitter follows the passes' annotations (and emits what its local rules gave before);
+kernels it declines reach the register-tile backend as if only canonicalize had run; a kernel
+the schedule refuses is recorded and goes on unscheduled (an explicit pipeline still errors).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from codegen_cases import CASES, EXAMPLES as EXAMPLE_CASES
+from tkjit.compiler import compile
+from tkjit.errors import PassError
+from tkjit.ir.printer import print_kernel
+from tkjit.options import CompileOptions
+from tkjit.ir.core import Kernel
+from tkjit.passes import (DEFAULT_PIPELINE, DecisionLog, IRSnapshots, Pass, PassContext, PassManager,
+                          default_pipeline, register_pass, unregister_pass)
+from tkjit.passes.hopper import HOPPER_PIPELINE
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.tk"))
+BY_NAME = {case.name: case for case in [*CASES, *EXAMPLE_CASES]}
+
+
+def ptx_of(text: str, filename: str, pipeline: str | None = None):
+    return compile(text, CompileOptions.resolve(pipeline=pipeline), filename=filename, until="ptx")
+
+
+def test_the_default_pipeline_is_canonicalize_then_the_hopper_passes():
+    assert DEFAULT_PIPELINE == f"canonicalize,{HOPPER_PIPELINE}"
+    assert default_pipeline("sm_90a") == DEFAULT_PIPELINE
+    assert default_pipeline("sm_80") == "canonicalize"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_has_the_ir_after_each_pass_and_the_ptx_of_canonicalize_alone(example):
+    text = example.read_text()
+    scheduled, plain = ptx_of(text, example.name), ptx_of(text, example.name, "canonicalize")
+    assert [k for k in scheduled.asm if k.startswith("after:")] == [
+        f"after:{name}" for name in DEFAULT_PIPELINE.split(",")]
+    assert scheduled.asm["ptx"] == plain.asm["ptx"]  # the passes agree with the local rules
+    assert print_kernel(scheduled.portable_ir) == scheduled.asm["after:canonicalize"]
+
+
+def test_the_hopper_emitter_takes_its_decisions_from_the_passes():
+    example = Path(__file__).parent.parent / "examples" / "gemm.tk"
+    result = ptx_of(example.read_text(), "gemm.tk")
+    emitted = {d.decision.split(":")[0]: d.reason for d in result.decisions.for_pass("codegen")}
+    assert emitted["swizzle A"] == "from the layout pass"
+    assert emitted["consumers"].startswith("from the warp-spec pass")
+    assert emitted["registers"].startswith("from the reg-budget pass")
+    assert emitted["stages"] == "from the pipeline pass"
+    assert emitted["shared_memory"].startswith("from the smem-plan pass")
+    assert emitted["epilogue"].startswith("from the smem-plan pass: chunks of 128 columns at 196608")
+    assert "local rule" not in result.decisions.render()
+    assert result.metadata["smem_bytes"] == 230_464
+
+
+@pytest.mark.parametrize("name, refusal", [
+    ("gemm_atb", "wgmma reads B from shared memory"),
+    ("ex_attention_causal_d64", "2 consumers cannot share the 1 64-row slab(s)"),
+])
+def test_a_kernel_the_schedule_refuses_goes_on_unscheduled(name, refusal):
+    text = print_kernel(BY_NAME[name].kernel())
+    result = ptx_of(text, f"{name}.tkir")
+    (why,) = [d for d in result.decisions if d.data.get("refused")]
+    assert why.decision.startswith("not scheduled: ") and refusal in why.decision
+    assert "the kernel goes on as it was after 'canonicalize'" in why.reason
+    assert not [d for d in result.decisions if d.pass_name in ("layout", "warp-spec") and d is not why]
+    assert [k for k in result.asm if k.startswith("after:")] == ["after:canonicalize"]
+    assert result.metadata["backend"] == "mma.sync"
+    assert result.asm["ptx"] == ptx_of(text, f"{name}.tkir", "canonicalize").asm["ptx"]
+    with pytest.raises(PassError, match=refusal.split("(")[0]):
+        ptx_of(text, f"{name}.tkir", DEFAULT_PIPELINE)  # named by the user: refusals are errors
+
+
+# ---------------------------------------------------------------- the manager's all-or-nothing rule
+
+@dataclass(frozen=True)
+class Annotate(Pass):
+    name = "test-annotate"
+    target_specific = True
+
+    def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        kernel.attrs["threads"] = 128
+        ctx.decide(f"@{kernel.name}", "annotated")
+        return kernel
+
+
+@dataclass(frozen=True)
+class Refuse(Pass):
+    name = "test-refuse"
+    target_specific = True
+
+    def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        raise PassError("no schedule for this one", kernel.span)
+
+
+@dataclass(frozen=True)
+class Crash(Pass):
+    name = "test-crash"
+    target_specific = True
+
+    def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        raise ValueError("oops")
+
+
+@dataclass(frozen=True)
+class Corrupt(Pass):
+    name = "test-corrupt-target"
+    target_specific = True
+
+    def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        kernel.body.ops.insert(0, kernel.body.ops.pop())  # the block loop before its operands
+        return kernel
+
+
+@pytest.fixture
+def test_passes():
+    for cls in (Annotate, Refuse, Crash, Corrupt):
+        register_pass(cls)
+    yield
+    for cls in (Annotate, Refuse, Crash, Corrupt):
+        unregister_pass(cls.name)
+
+
+def run_tentatively(pipeline: str, verify_each: bool = False):
+    kernel = BY_NAME["scalars"].kernel()
+    log, snapshots = DecisionLog(), IRSnapshots()
+    manager = PassManager(pipeline, verify_each=verify_each, instruments=[snapshots], tentative_target=True)
+    out = manager.run(kernel, PassContext(CompileOptions.resolve(), log))
+    return out, log, [label for label, _ in snapshots.snapshots]
+
+
+def test_kept_target_passes_report_their_snapshots_and_decisions(test_passes):
+    out, log, labels = run_tentatively("canonicalize,test-annotate")
+    assert out.attrs["threads"] == 128 and labels == ["after:canonicalize", "after:test-annotate"]
+    assert [d.decision for d in log.for_pass("test-annotate")] == ["annotated"]
+
+
+def test_a_refusal_drops_the_target_passes_work(test_passes):
+    out, log, labels = run_tentatively("canonicalize,test-annotate,test-refuse")
+    assert "threads" not in out.attrs and labels == ["after:canonicalize"]
+    assert not log.for_pass("test-annotate")
+    (why,) = log.for_pass("test-refuse")
+    assert why.decision.startswith("not scheduled: no schedule for this one (at ")
+    assert why.data == {"refused": True}
+
+
+def test_crashes_and_invalid_ir_are_still_errors(test_passes):
+    with pytest.raises(PassError, match="crashed"):
+        run_tentatively("canonicalize,test-crash")
+    with pytest.raises(PassError, match="the IR is invalid after pass 'test-corrupt-target'"):
+        run_tentatively("canonicalize,test-corrupt-target", verify_each=True)
