@@ -120,3 +120,13 @@ def test_repeated_launches_reuse_tensor_maps(gemm):
         buf, c = placed(512, 768)
         gemm(a, b, c)
         check(c, a.float() @ b.float(), buf)
+
+
+@pytest.mark.parametrize("m, n, k", [(128, 256, 64), (1024, 2048, 512), (1000, 1504, 704), (200, 300, 100)])
+def test_grid_gemm_stages_its_epilogue_over_the_drained_ring(m, n, k):
+    """Not persistent: smem-plan puts C's staging tile over the ring, and the consumers meet on a
+    named barrier before any of them writes it (a missing barrier corrupts A/B of a slower one)."""
+    source = (EXAMPLES / "gemm.tk").read_text().replace(" schedule(persistent, group = 8)", "")
+    kernel = tkjit.compile(source)
+    assert kernel.metadata["backend"] == "wgmma" and "bar.sync 4, 256;" in kernel.asm["ptx"]
+    run_ab(kernel, m, n, k)
