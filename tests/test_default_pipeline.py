@@ -19,9 +19,7 @@ from tkjit.options import CompileOptions
 from tkjit.ir.core import Kernel
 from tkjit.passes import (DEFAULT_PIPELINE, DecisionLog, IRSnapshots, Pass, PassContext, PassManager,
                           default_pipeline, register_pass, unregister_pass)
-from tkjit.codegen.hopper import gemm_protocol, plan_gemm
 from tkjit.passes.hopper import HOPPER_PIPELINE
-from tkjit.passes.sync_check import check_protocol
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.tk"))
 BY_NAME = {case.name: case for case in [*CASES, *EXAMPLE_CASES]}
@@ -59,22 +57,6 @@ def test_the_hopper_emitter_takes_its_decisions_from_the_passes():
     assert emitted["epilogue"].startswith("from the smem-plan pass: chunks of 128 columns at 196608")
     assert "local rule" not in result.decisions.render()
     assert result.metadata["smem_bytes"] == 230_464
-
-
-def test_a_grid_gemm_stages_its_epilogue_over_the_dead_ring_after_a_consumer_barrier():
-    text = (Path(__file__).parent.parent / "examples" / "gemm.tk").read_text()
-    text = text.replace(" schedule(persistent, group = 8)", "")
-    result = ptx_of(text, "gemm.tk")
-    assert result.metadata["smem_bytes"] == 196_608 + 64 + 1024  # the whole C tile over the ring
-    epilogue = next(d.reason for d in result.decisions.for_pass("codegen") if d.decision.startswith("epilogue"))
-    assert "the whole tile at 0 over the ring" in epilogue
-    ptx = result.asm["ptx"]
-    assert 0 < ptx.index("bar.sync 4, 256;") < ptx.index("stmatrix")
-    g, plan = plan_gemm(result.ir)
-    assert plan.staging_over_ring
-    proto = gemm_protocol(g, plan)
-    assert "bar.sync: all consumer warpgroups meet" in proto.text()
-    check_protocol(proto)  # raises on any violation
 
 
 @pytest.mark.parametrize("name, refusal", [

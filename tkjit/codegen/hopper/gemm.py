@@ -25,9 +25,7 @@ map per TMA operand (metadata entries of kind "tensormap").
 from __future__ import annotations
 
 from ...ir.types import F32, GlobalType
-from ...passes.sync_protocol import (ConsumerSync, Load, LoopPlan, Loop, Protocol, Ring, StagingBegin,
-                                     StagingEnd, StagingReuse, Tiles, consumer_loop, consumer_staging,
-                                     producer_fill)
+from ...passes.sync_protocol import Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, producer_fill
 from . import copy, mbarrier, tma, wgmma
 from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, staging_lanes, store_fragment, store_staged
@@ -40,8 +38,7 @@ ARCH = "sm_90a"
 SMEM_SYMBOL = "tk_smem"
 RING = "k"
 FIRST_CONSUMER_BARRIER = 2
-"""Named barriers: 0 the CTA's, 1 the copying producer's, 2 + c consumer c's (its epilogue), and
-2 + consumers all consumers' (before staging tiles that lie over the ring)."""
+"""Named barriers: 0 the CTA's, 1 the copying producer's, 2 + c consumer c's (its epilogue)."""
 
 
 def gemm_protocol(g: GemmMatch, plan: Plan) -> Protocol:
@@ -50,10 +47,7 @@ def gemm_protocol(g: GemmMatch, plan: Plan) -> Protocol:
     ring = Ring(RING, plan.stages, (Load("a", a_bytes), Load("b", b_bytes)), a_bytes + b_bytes,
                 plan.consumers, where="the K loop")
     producer = (Tiles((Loop(RING, producer_fill(ring)),)),)
-    steps = consumer_loop(LoopPlan(RING, ((RING,),)), plan.stages)
-    if plan.staging_over_ring:  # every consumer is done with the ring before any writes over it
-        steps += consumer_staging(StagingReuse((RING,)))
-    consumer = (Tiles(steps),)
+    consumer = (Tiles(consumer_loop(LoopPlan(RING, ((RING,),)), plan.stages)),)
     return Protocol(g.kernel.name, plan.consumers, plan.persistent, (ring,), producer, consumer)
 
 
@@ -331,19 +325,6 @@ class CopyProducer(Producer):
 
 class Consumer(GemmRole):
     """Consumer warpgroups 1..N: wgmma over the ring, then the epilogue of their rows."""
-
-    def __init__(self, k: GemmKernel):
-        super().__init__(k)
-        self.table.update({ConsumerSync: self.consumer_sync, StagingBegin: self.staging_edge,
-                           StagingEnd: self.staging_edge})
-
-    def consumer_sync(self, step: ConsumerSync) -> None:
-        consumers = self.k.plan.consumers
-        self.b(f"bar.sync {FIRST_CONSUMER_BARRIER + consumers}, {128 * consumers};")
-
-    def staging_edge(self, step) -> None:
-        """Nothing to emit: the epilogue at the end of the tile writes the staging tiles after
-        the consumer barrier, and the kernel waits for its TMA stores before it exits."""
 
     def run(self) -> None:
         k, b, g, plan = self.k, self.k.b, self.k.g, self.k.plan

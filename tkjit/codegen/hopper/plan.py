@@ -63,9 +63,6 @@ class Plan:
     """Offset of the epilogue's staging tiles (None: registers store straight to C)."""
     staging_cols: int = 0
     """Columns of C each consumer stages per round (a multiple of 64; BN / it rounds a tile)."""
-    staging_over_ring: bool = False
-    """smem-plan put the staging tiles over the ring (not persistent): the consumers meet on a
-    named barrier before writing them (the protocol's StagingReuse)."""
     decisions: list[dict] = field(default_factory=list)
 
     @property
@@ -106,8 +103,7 @@ def make_plan(g: GemmMatch) -> Plan:
     persistent = blocks.attrs.get("schedule", "grid") == "persistent"
     group = int(blocks.attrs.get("group", 1))
     plan = Plan(span_a, span_b, consumers, regs, maxnreg, stages, a_off, b_off, stride, bars, smem,
-                persistent, group, wgmma_n, staging, staging_cols,
-                staging is not None and staging < min(a_off, b_off) + stages * stride)
+                persistent, group, wgmma_n, staging, staging_cols)
     plan.decide("backend", "wgmma", "the kernel is the GEMM pattern: TMA loads into an S-stage ring, "
                 "one producer warpgroup, consumer warpgroups issuing wgmma")
     plan.decide("swizzle A", f"{span_a}B", why_a)
@@ -267,19 +263,16 @@ def _planned_staging(g: GemmMatch, consumers: int, wgmma_n: int,
     if need > planned:
         return None, 0, (f"the smem-plan pass's staging tile ({planned} B) is smaller than {consumers} "
                          f"consumer(s) x {rows} rows x {cols} columns of C ({need} B)")
-    over = store["smem"] < ring[1] and ring[0] < store["smem"] + planned
-    if over and g.blocks.attrs.get("schedule", "grid") == "persistent":
-        return None, 0, ("the smem-plan pass put the staging tile over the ring, which a persistent "
-                         "kernel's producer refills for the next tile, so registers store to C")
+    if store["smem"] < ring[1] and ring[0] < store["smem"] + planned:
+        return None, 0, ("the smem-plan pass put the staging tile over the ring; the warp-specialized "
+                         "GEMM has no consumer barrier before writing it, so registers store to C")
     if store["smem"] % ALIGN:
         return None, 0, f"the smem-plan pass put the staging tile at {store['smem']}, not 1024-byte aligned"
     cols, why = _staging_cols(g, consumers, wgmma_n, need, cols, "planned for it")
     if not cols:
         return None, 0, why
     shape = "the whole tile" if form == "tile" else f"chunks of {cols} columns"
-    where = (" over the ring (dead by then: the consumers meet on a named barrier before writing it)"
-             if over else "")
-    return store["smem"], cols, (f"from the smem-plan pass: {shape} at {store['smem']}{where}; {why}")
+    return store["smem"], cols, (f"from the smem-plan pass: {shape} at {store['smem']}; {why}")
 
 
 def _staging_cols(g: GemmMatch, consumers: int, wgmma_n: int, room: int,
