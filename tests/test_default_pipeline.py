@@ -59,6 +59,20 @@ def test_the_hopper_emitter_takes_its_decisions_from_the_passes():
     assert result.metadata["smem_bytes"] == 230_464
 
 
+def test_a_grid_gemm_keeps_its_staging_beside_the_ring():
+    """smem-plan puts a grid kernel's staging tile over the drained ring; the emitter has no
+    consumer barrier for that, so it keeps its own plan (today's PTX) and says why."""
+    text = (Path(__file__).parent.parent / "examples" / "gemm.tk").read_text()
+    text = text.replace(" schedule(persistent, group = 8)", "")
+    result = ptx_of(text, "gemm.tk")
+    store = next(op for op in result.ir.walk() if op.NAME == "store")
+    assert store.attrs["smem"] == 0  # the plan: over the ring
+    memory = next(d.reason for d in result.decisions.for_pass("codegen") if d.decision.startswith("shared_memory"))
+    assert memory.startswith("the smem-plan pass put C's staging tile over the ring")
+    assert result.metadata["smem_bytes"] == 230_464
+    assert result.asm["ptx"] == ptx_of(text, "gemm.tk", "canonicalize").asm["ptx"]
+
+
 @pytest.mark.parametrize("name, refusal", [
     ("gemm_atb", "wgmma reads B from shared memory"),
     ("ex_attention_causal_d64", "2 consumers cannot share the 1 64-row slab(s)"),

@@ -207,14 +207,16 @@ def _memory(g: GemmMatch, consumers: int, wgmma_n: int):
     planned = a_off is not None and b_off is not None and "bars" in loop.attrs \
         and "stage_stride" in loop.attrs and "smem" in g.kernel.attrs
     staging, staging_cols = None, 0
+    over_ring = planned and _staging_over_ring(g, min(a_off, b_off) + loop.attrs["stages"] * loop.attrs["stage_stride"])
+    if over_ring:  # the emitter has no consumer barrier before writing over the ring: plan locally
+        planned = False
     if planned:
         stages, stride, bars = loop.attrs["stages"], loop.attrs["stage_stride"], loop.attrs["bars"]
         smem = g.kernel.attrs["smem"] + ALIGN_SLACK
         why_s = "from the pipeline pass"
         why_m = (f"from the smem-plan pass (+{ALIGN_SLACK} B to round the base up to 1024): A at "
                  f"{a_off}, B at {b_off}, stages {stride} B apart, mbarriers at {bars}")
-        ring = (min(a_off, b_off), min(a_off, b_off) + stages * stride)
-        staging, staging_cols, why_e = _planned_staging(g, consumers, wgmma_n, ring)
+        staging, staging_cols, why_e = _planned_staging(g, consumers, wgmma_n)
     else:
         a_off, b_off = 0, ceil_to(a_bytes, ALIGN)
         stride = ceil_to(b_off + b_bytes, ALIGN)
@@ -222,7 +224,8 @@ def _memory(g: GemmMatch, consumers: int, wgmma_n: int):
         fit = (room - 128) // stride
         pinned = loop.attrs.get("stages")
         if pinned:
-            stages, why_s = pinned, "pinned by the kernel (@stages)"
+            stages, why_s = pinned, ("from the pipeline pass" if "stage_bytes" in loop.attrs
+                                     else "pinned by the kernel (@stages)")
         else:
             stages = min(MAX_STAGES, fit)
             why_s = (f"local rule (the pipeline pass's): {fit} stage(s) of {stride} B fit in "
@@ -234,7 +237,9 @@ def _memory(g: GemmMatch, consumers: int, wgmma_n: int):
             ring += consumers * (g.bm // consumers) * staging_cols * 2
         bars = ring
         smem = bars + 16 * stages + ALIGN_SLACK
-        why_m = (f"local plan: stage s holds A at s*{stride} and B at s*{stride}+{b_off}"
+        why_m = (("the smem-plan pass put C's staging tile over the ring, and this kernel has no "
+                  "consumer barrier before writing it there, so: " if over_ring else "")
+                 + f"local plan: stage s holds A at s*{stride} and B at s*{stride}+{b_off}"
                  + (f"; staging tiles at {staging}" if staging is not None else "")
                  + f"; full[s] and empty[s] mbarriers at {bars}; +{ALIGN_SLACK} B to round the base up to 1024")
     if stages < 1:
@@ -247,11 +252,17 @@ def _memory(g: GemmMatch, consumers: int, wgmma_n: int):
     return stages, a_off, b_off, stride, bars, smem, why_s, why_m, staging, staging_cols, why_e
 
 
-def _planned_staging(g: GemmMatch, consumers: int, wgmma_n: int,
-                     ring: tuple[int, int]) -> tuple[int | None, int, str]:
+def _staging_over_ring(g: GemmMatch, ring_end: int) -> bool:
+    """Whether smem-plan put C's staging tile over the ring (it does for a kernel that is not
+    persistent, the ring being dead by then); writing there needs a barrier of all consumers."""
+    store = g.store.attrs
+    return "smem" in store and store["smem"] < ring_end
+
+
+def _planned_staging(g: GemmMatch, consumers: int, wgmma_n: int) -> tuple[int | None, int, str]:
     """The staging smem-plan placed for C's store: (offset, columns per round, why), or
     (None, 0, why) when the epilogue must store registers straight to C (no plan, a plan too
-    small for a round, or a tile over the ring: this kernel has no consumer barrier for that)."""
+    small for a round)."""
     store = g.store.attrs
     form = store.get("staging")
     if form is None or "smem" not in store:
@@ -263,9 +274,6 @@ def _planned_staging(g: GemmMatch, consumers: int, wgmma_n: int,
     if need > planned:
         return None, 0, (f"the smem-plan pass's staging tile ({planned} B) is smaller than {consumers} "
                          f"consumer(s) x {rows} rows x {cols} columns of C ({need} B)")
-    if store["smem"] < ring[1] and ring[0] < store["smem"] + planned:
-        return None, 0, ("the smem-plan pass put the staging tile over the ring; the warp-specialized "
-                         "GEMM has no consumer barrier before writing it, so registers store to C")
     if store["smem"] % ALIGN:
         return None, 0, f"the smem-plan pass put the staging tile at {store['smem']}, not 1024-byte aligned"
     cols, why = _staging_cols(g, consumers, wgmma_n, need, cols, "planned for it")
