@@ -118,12 +118,22 @@ def check(result, what: str = "a CUDA driver call"):
 
 
 @functools.lru_cache(maxsize=1)
+def initialized_driver():
+    """The driver bindings after ``cuInit``; NotAvailableError when this machine has no NVIDIA
+    driver (cuda-python then fails to find libcuda at the first call)."""
+    driver = cu()
+    try:
+        result = driver.cuInit(0)
+    except RuntimeError as e:  # cuda-pathfinder's DynamicLibNotFoundError
+        raise NotAvailableError(f"no NVIDIA driver on this machine: {e}") from None
+    check(result, "cuInit")
+    return driver
+
+
 def gpu_available() -> bool:
     """Whether cuda-python, a driver, a CUDA device and a CUDA build of torch are all present."""
     try:
-        driver = cu()
-        if driver.cuInit(0)[0]:
-            return False
+        driver = initialized_driver()
         err, count = driver.cuDeviceGetCount()
         if err or count < 1:
             return False
@@ -140,8 +150,7 @@ def ensure_context() -> int:
     makes it current when no context is current.
     """
     torch = _torch()
-    driver = cu()
-    check(driver.cuInit(0), "cuInit")
+    driver = initialized_driver()
     if not torch.cuda.is_available():
         raise NotAvailableError("PyTorch sees no CUDA device (a CPU-only build of torch?)")
     torch.cuda.init()
@@ -160,8 +169,7 @@ def device_attribute(device: int, name: str) -> int:
     """A CU_DEVICE_ATTRIBUTE_<name> of a device, cached (e.g. ``"MULTIPROCESSOR_COUNT"``)."""
     key = (device, name)
     if key not in _device_attributes:
-        driver = cu()
-        check(driver.cuInit(0), "cuInit")
+        driver = initialized_driver()
         handle = check(driver.cuDeviceGet(device), "cuDeviceGet")
         attr = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
         _device_attributes[key] = int(check(driver.cuDeviceGetAttribute(attr, handle),
