@@ -23,6 +23,19 @@ from .values import RegTile
 SMEM_SYMBOL = "tk_smem"
 
 
+
+_THREAD_INDEX = {
+    # name: (instruction, derived from, operand; None = the warp grid's column count)
+    "lane": ("and.b32", "tid", 31),
+    "warp": ("shr.u32", "tid", 5),
+    "g": ("shr.u32", "lane", 2),
+    "t": ("and.b32", "lane", 3),
+    "wrow": ("div.u32", "warp", None),
+    "wcol": ("rem.u32", "warp", None),
+}
+"""How each thread index derives from %tid.x (lane, warp, quad row g and column t, warp-grid row and column)."""
+
+
 class SharedSync:
     """Inserts ``bar.sync`` where a shared-memory access could race with an earlier one.
 
@@ -180,18 +193,10 @@ class Ctx:
             r = self.new("b32")
             if name == "tid":
                 out.append(f"mov.u32 {r}, %tid.x;")
-            elif name == "lane":
-                out.append(f"and.b32 {r}, {self.tid('tid')}, 31;")
-            elif name == "warp":
-                out.append(f"shr.u32 {r}, {self.tid('tid')}, 5;")
-            elif name == "g":
-                out.append(f"shr.u32 {r}, {self.tid('lane')}, 2;")
-            elif name == "t":
-                out.append(f"and.b32 {r}, {self.tid('lane')}, 3;")
-            elif name == "wrow":
-                out.append(f"div.u32 {r}, {self.tid('warp')}, {self.grid.wc};")
-            elif name == "wcol":
-                out.append(f"rem.u32 {r}, {self.tid('warp')}, {self.grid.wc};")
+            else:
+                instr, source, operand = _THREAD_INDEX[name]
+                operand = self.grid.wc if operand is None else operand
+                out.append(f"{instr} {r}, {self.tid(source)}, {operand};")
             return r
         return self.cached(("tid", name), build)
 
