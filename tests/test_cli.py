@@ -18,23 +18,8 @@ from tkjit.passes import DEFAULT_PIPELINE
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.tk"))
-IR = """\
-kernel @twice(%A: gl<f32>[M, 64], %B: gl<f32>[M, 64]) {
-  %M = dim {name = "M"} : i32
-  %c16 = const {value = 16} : i32
-  %c0 = const {value = 0} : i32
-  %c2 = const {value = 2} : i32
-  %c8 = const {value = 8} : i32
-  %tile = mul %c2, %c8 : i32
-  %grid = cdiv %M, %tile : i32
-  blocks %grid {
-  ^(%i: i32):
-    %v = load %A, %i, %c0 : rt<f32>[16, 64]
-    %w = add %v, %v : rt<f32>[16, 64]
-    store %B, %w, %i, %c0
-  }
-}
-"""
+IR = (REPO / "tests" / "ir" / "roundtrip" / "twice.tkir").read_text()
+"""A small kernel in textual IR (also a round-trip test file)."""
 
 
 @pytest.fixture

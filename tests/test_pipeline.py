@@ -3,6 +3,7 @@ not available, the disk cache of the binary stages, dumps, and debug verificatio
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import sys
 import types
 from dataclasses import dataclass
@@ -20,24 +21,7 @@ from tkjit.ir.printer import print_kernel
 from tkjit.options import CompileOptions
 from tkjit.passes import DEFAULT_PIPELINE, Pass, PassContext, register_pass, unregister_pass
 
-IR = """\
-// a kernel in textual IR
-kernel @twice(%A: gl<f32>[M, 64], %B: gl<f32>[M, 64]) {
-  %M = dim {name = "M"} : i32
-  %c16 = const {value = 16} : i32
-  %c0 = const {value = 0} : i32
-  %c2 = const {value = 2} : i32
-  %c8 = const {value = 8} : i32
-  %tile = mul %c2, %c8 : i32
-  %grid = cdiv %M, %tile : i32
-  blocks %grid {
-  ^(%i: i32):
-    %v = load %A, %i, %c0 : rt<f32>[16, 64]
-    %w = add %v, %v : rt<f32>[16, 64]
-    store %B, %w, %i, %c0
-  }
-}
-"""
+IR = "// a kernel in textual IR\n" + (Path(__file__).parent / "ir" / "roundtrip" / "twice.tkir").read_text()
 
 
 def options(**kw) -> CompileOptions:
