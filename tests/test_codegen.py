@@ -22,20 +22,12 @@ from tkjit.errors import NotAvailableError
 from tkjit.ir.core import Op
 from tkjit.ir.parser import parse_kernel
 from tkjit.ir.types import F32_T
+from support import needs_cuda_tools
 
 toolchain = pytest.importorskip("tkjit.runtime.toolchain")
 
 
-def _have_ptxas() -> bool:
-    try:
-        toolchain.find_tool("ptxas")
-        toolchain.find_tool("cuobjdump")
-        return True
-    except Exception:  # noqa: BLE001 - no CUDA tools installed
-        return False
-
-
-needs_ptxas = pytest.mark.skipif(not _have_ptxas(), reason="ptxas/cuobjdump not installed")
+needs_ptxas = needs_cuda_tools
 
 
 @functools.lru_cache(maxsize=None)

@@ -18,6 +18,7 @@ from tkjit.codegen.hopper.copy import SWIZZLE_MASKS
 from tkjit.codegen.hopper.plan import operand_a, operand_b
 from tkjit.codegen.hopper.wgmma import Operand, descriptor, encode_field
 from tkjit.passes.sync_check import check_protocol
+from support import needs_cuda_tools
 
 toolchain = pytest.importorskip("tkjit.runtime.toolchain")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -203,15 +204,6 @@ def test_metadata_lists_the_tensor_maps_after_the_tensors():
 
 # ------------------------------------------------------------------ ptxas and SASS
 
-def _have_tools() -> bool:
-    try:
-        toolchain.find_tool("ptxas")
-        toolchain.find_tool("cuobjdump")
-        return True
-    except Exception:  # noqa: BLE001 - no CUDA tools here
-        return False
-
-
 @functools.lru_cache(maxsize=None)
 def assembled(name: str):
     ptx, meta = emit_hopper_ptx(ir_of(VARIANTS[name]))
@@ -220,7 +212,7 @@ def assembled(name: str):
     return report, ops, meta
 
 
-@pytest.mark.skipif(not _have_tools(), reason="ptxas/cuobjdump not installed")
+@needs_cuda_tools
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_assembles_with_hgmma_tma_and_mbarriers_and_no_spills(name):
     report, ops, meta = assembled(name)

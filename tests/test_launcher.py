@@ -15,24 +15,13 @@ import torch
 
 from tkjit.errors import LaunchError, NotAvailableError, TkError
 from tkjit.runtime.launcher import Launcher, compile_grid, named_dims, parse_signature
+from support import fake_cuda_tensor_class
 
 FN = object()
 STREAM = 1234
 
 
-class FakeCuda(torch.Tensor):
-    """A tensor whose metadata says cuda:<fake_device>; its storage stays on the CPU."""
-
-    @property
-    def is_cuda(self):
-        return True
-
-    @property
-    def device(self):
-        return torch.device("cuda", getattr(self, "fake_device", 0))
-
-    def get_device(self):
-        return getattr(self, "fake_device", 0)
+FakeCuda = fake_cuda_tensor_class()
 
 
 def cuda(t: torch.Tensor, device: int = 0) -> FakeCuda:

@@ -12,9 +12,9 @@ import pytest
 import tkjit
 from tkjit import compiler
 from tkjit.cache import DiskCache
-from tkjit.errors import ToolchainError
 from tkjit.ir.printer import print_kernel
 from tkjit.runtime import bench_jit
+from support import skip_without_cuda_tools
 
 SRC = """\
 # O = X + Y, BR rows of 64 f32 per block
@@ -30,11 +30,7 @@ kernel add<BR = 16>(X: gl<f32>[N, 64], Y: gl<f32>[N, 64], O: gl<f32>[N, 64]) {
 
 @pytest.fixture(autouse=True)
 def _need_ptxas():
-    from tkjit.runtime.toolchain import find_tool
-    try:
-        find_tool("ptxas")
-    except ToolchainError:
-        pytest.skip("ptxas is not installed here")
+    skip_without_cuda_tools()
 
 
 class Stages:

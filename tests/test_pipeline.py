@@ -20,6 +20,7 @@ from tkjit.ir.parser import parse_kernel
 from tkjit.ir.printer import print_kernel
 from tkjit.options import CompileOptions
 from tkjit.passes import DEFAULT_PIPELINE, Pass, PassContext, register_pass, unregister_pass
+from support import skip_without_cuda_tools
 
 IR = "// a kernel in textual IR\n" + (Path(__file__).parent / "ir" / "roundtrip" / "twice.tkir").read_text()
 
@@ -215,13 +216,7 @@ def codegen(monkeypatch):
     return fake
 
 
-def need_ptxas():
-    from tkjit.errors import ToolchainError
-    from tkjit.runtime.toolchain import find_tool
-    try:
-        find_tool("ptxas")
-    except ToolchainError:
-        pytest.skip("ptxas is not installed here")
+need_ptxas = skip_without_cuda_tools
 
 
 def test_the_ptx_stage_says_when_the_backend_is_missing(monkeypatch):

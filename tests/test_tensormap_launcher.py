@@ -13,21 +13,10 @@ from test_tensormap import FakeEncode, entry
 from tkjit.errors import LaunchError
 from tkjit.runtime.launcher import Launcher
 from tkjit.runtime.tensormap import tensor_map_encoders
+from support import fake_cuda_tensor_class
 
 
-class FakeCuda(torch.Tensor):
-    """Says cuda:0 while its storage stays on the CPU."""
-
-    @property
-    def is_cuda(self):
-        return True
-
-    @property
-    def device(self):
-        return torch.device("cuda", 0)
-
-    def get_device(self):
-        return 0
+FakeCuda = fake_cuda_tensor_class()
 
 
 SIGNATURE = [{"kind": "global", "name": "A", "dtype": "bf16", "dims": ["M", "K"]},

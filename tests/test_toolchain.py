@@ -9,11 +9,10 @@ import pytest
 from tkjit.errors import ToolchainError
 from tkjit.runtime import toolchain
 from tkjit.runtime.bench_launch import ADD_F32_PTX
+from support import cuda_tools_missing
 
-try:
-    toolchain.find_tool("ptxas")
-except ToolchainError:
-    pytest.skip("ptxas is not installed (pip install tkjit[cuda])", allow_module_level=True)
+if cuda_tools_missing() is not None:
+    pytest.skip(cuda_tools_missing(), allow_module_level=True)
 
 SETMAXNREG_PTX = """\
 .version 8.0
