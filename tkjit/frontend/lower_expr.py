@@ -47,8 +47,6 @@ class ExprLowering:
     def emit(self, cls: type[Op], operands=(), attrs=None, result_types=None, span=None,
              hints=None) -> Op:
         op = cls(list(operands), attrs or {}, result_types, (), span, hints)
-        if result_types is not None:
-            op.verify()  # an op given its result type checks it only when verified
         self.blocks[-1].append(op)
         return op
 

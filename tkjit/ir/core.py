@@ -86,12 +86,14 @@ class Op:
         self._check_form()
         hints = list(result_hints or [])
         self.results: list[Value] = []
-        types = list(result_types) if result_types is not None else None
-        if types is None:
-            types = self.infer()
+        given = result_types is not None
+        types = list(result_types) if given else self.infer()
         self.results = [
             Value(t, hints[i] if i < len(hints) else None, self, i) for i, t in enumerate(types)]
-        self._check_result_types()
+        if given:
+            self.verify()  # the given types must be the ones the operands imply
+        else:
+            self._check_result_types()
 
     # -- declarative checks -------------------------------------------------------------
     def error(self, message: str) -> VerifyError:
