@@ -166,6 +166,7 @@ def test_assembler_version_runs_ptxas_once_per_binary(tmp_path, monkeypatch):
     ptxas.write_text(FAKE_PTXAS.format(runs=runs, version="V13.0.88"))
     ptxas.chmod(0o755)
     monkeypatch.setenv("TKJIT_PTXAS", str(ptxas))
+    reset_config()  # the environment is read once, into the Config
     toolchain._tool_version.cache_clear()
     memo = tmp_path / "memo"
     assert C.assembler_version(memo) == "13.0.88"

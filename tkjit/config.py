@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+TOOL_VARIABLES = ("TKJIT_PTXAS", "TKJIT_CUOBJDUMP", "TKJIT_NVDISASM")
+
+
 def _flag(env: dict[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
@@ -24,6 +27,9 @@ class Config:
     """TKJIT_BACKEND=gpu|interpret: force a backend (default: gpu when one is present)."""
     arch: str = "sm_90a"
     """TKJIT_ARCH: the target architecture."""
+    tools: tuple[tuple[str, str], ...] = ()
+    """TKJIT_PTXAS / TKJIT_CUOBJDUMP / TKJIT_NVDISASM: explicit paths of NVIDIA's tools, as
+    (variable, path) pairs; tools not named here are looked for in the CUDA wheels, then PATH."""
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> "Config":
@@ -40,6 +46,7 @@ class Config:
             no_cache=_flag(env, "TKJIT_NO_CACHE"),
             backend=(env.get("TKJIT_BACKEND") or None),
             arch=env.get("TKJIT_ARCH") or "sm_90a",
+            tools=tuple((var, env[var]) for var in TOOL_VARIABLES if env.get(var)),
         )
 
 

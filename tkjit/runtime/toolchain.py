@@ -43,8 +43,11 @@ def _wheel_bin_dirs() -> list[Path]:
 
 
 def find_tool(name: str, env: dict[str, str] | None = None) -> str:
-    """The path of ``ptxas``, ``cuobjdump`` or ``nvdisasm``; ToolchainError if it is nowhere."""
-    env = os.environ if env is None else env
+    """The path of ``ptxas``, ``cuobjdump`` or ``nvdisasm``; ToolchainError if it is nowhere.
+    ``env`` holds the TKJIT_<TOOL> overrides (default: the process's Config)."""
+    if env is None:
+        from ..config import get_config
+        env = dict(get_config().tools)
     override = env.get(_ENV_VARS[name], "")
     if override:
         if os.path.isfile(override) and os.access(override, os.X_OK):
