@@ -363,6 +363,10 @@ def _emit_ptx(result: CompileResult) -> None:
         _record_backend_decision(result, entry)
     result.asm["ptx"] = ptx
     result.metadata.update(metadata)
+    fill_sms = result.tkir.attrs.get("fill_sms")
+    if fill_sms:  # @fill_sms: the launch picks these constants per shape (tkjit/fill_sms.py)
+        from .fill_sms import constants_of
+        result.metadata["fill_sms"] = constants_of(fill_sms)
 
 
 def _record_backend_decision(result: CompileResult, entry: dict) -> None:

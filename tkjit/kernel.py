@@ -11,10 +11,13 @@ interpreter when they are CPU tensors or numpy arrays (or when the backend is fo
 ``backend="interpret"`` / ``TKJIT_BACKEND``). After the first GPU launch a call goes straight to
 the launcher's generated fast path; whatever that path refuses comes back to the kernel
 (``_refused``), which picks the interpreter, another device's launcher, or the launcher's checker.
+A kernel annotated ``@fill_sms`` launches on the GPU through ``fill_sms.ShapeDispatch`` instead:
+per argument shapes, a variant compiled with the tile constants chosen for them.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -96,8 +99,10 @@ class AsmView(Mapping):
 class CompiledKernel:
     """A compiled kernel: ``.name``, ``.asm[stage]``, ``.ir``, ``.explain()``, and calling it."""
 
-    def __init__(self, result: CompileResult):
+    def __init__(self, result: CompileResult, *, fill_sms: bool = True):
         self._result = result
+        self._fill_sms = fill_sms
+        """Whether a @fill_sms kernel picks its tile constants per shape (False for the variants)."""
         self._launchers: dict[int, Any] = {}
         self._gpu_fast = None
         """The generated fast path of the launcher used last (its refusals come to ``_refused``)."""
@@ -166,6 +171,11 @@ class CompiledKernel:
         backend = self.options.backend or self._backend_for(args)
         if backend == "interpret":
             return self._interpret(args, stream)
+        if self._fill_sms:
+            dispatch = self._shape_dispatch()
+            if dispatch is not None:
+                self._gpu_fast = dispatch
+                return dispatch(*args, stream=stream)
         launcher = self._device_launcher()
         if launcher.fast is not self._gpu_fast:  # the first launch, or another device than last time
             self._gpu_fast = launcher.fast
@@ -188,13 +198,40 @@ class CompiledKernel:
         run = compiler.require("tkjit.interpreter", "run", "the CPU interpreter")
         run(self._result.portable_ir, list(args))
 
-    def _device_launcher(self):
-        """The launcher of torch's current device (loading the module there on first use)."""
+    def _shape_dispatch(self):
+        """For a @fill_sms kernel, its GPU entry point that picks a variant per argument shapes
+        (made once; None, and never asked again, for other kernels)."""
+        self.asm["ptx"]  # noqa: B018 - the metadata: the cache entry's, or made now
+        defaults = self._result.metadata.get("fill_sms")
+        self._fill_sms = False
+        if not defaults:
+            return None
+        from .fill_sms import ShapeDispatch
+        driver = self._gpu_driver()
+        own = CompiledKernel(self._result, fill_sms=False)
+
+        def variant(constants: dict) -> CompiledKernel:
+            if constants == defaults:
+                return own
+            merged = {**dict(self.options.constants), **constants}
+            options = replace(self.options, constants=tuple(sorted(merged.items())))
+            made = CompiledKernel(compiler.load_or_compile(self._result.source, options,
+                                                           filename=self._result.filename), fill_sms=False)
+            made.asm["ptx"]  # noqa: B018 - its metadata (the grid the choice counts tiles with)
+            return made
+        return ShapeDispatch(self, driver.num_sms(driver.ensure_context()), variant, own)
+
+    def _gpu_driver(self):
         from .runtime import driver
         if not driver.gpu_available():
             raise NotAvailableError(f"kernel '{self.name}': no CUDA GPU is usable here (cuda-python, the "
                                     "driver, a device and a CUDA build of torch are all needed); pass CPU "
                                     "tensors or compile with backend='interpret' to run on the CPU interpreter")
+        return driver
+
+    def _device_launcher(self):
+        """The launcher of torch's current device (loading the module there on first use)."""
+        driver = self._gpu_driver()
         device = driver.ensure_context()
         launcher = self._launchers.get(device)
         if launcher is None:

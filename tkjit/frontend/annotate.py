@@ -5,6 +5,9 @@
     @stages(S)      for loop      for attr stages = S               (1 to 8)
     @unroll(U)      for loop      for attr unroll = U               (1 or more)
     @swizzle(B)     st binding    type attr swizzle = "<B>B"/"none" (B in 0, 32, 64, 128)
+    @fill_sms(C, ...) kernel      kernel attr fill_sms = "C=v ..."  (<...> constants that size the
+                                                                     block loop's tiles; chosen per
+                                                                     launch shape, tkjit/fill_sms.py)
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ RULES: dict[str, Rule] = {
     "stages": Rule("for", ("S",)),
     "unroll": Rule("for", ("U",)),
     "swizzle": Rule("st", ("B",)),
+    "fill_sms": Rule("kernel", ("C", "...")),
 }
 _PLACES = {
     "kernel": "the kernel (write it before `kernel`)",
@@ -42,6 +46,16 @@ _HERE = {
 
 
 def _checked(lw, ann: ast.Annotation, here: str) -> list[int]:
+    rule = _rule(ann, here)
+    if len(ann.args) != len(rule.params):
+        want = f"@{ann.name}({', '.join(rule.params)})"
+        raise DiagnosticError(f"@{ann.name} takes {len(rule.params)} argument"
+                              f"{'s' if len(rule.params) != 1 else ''}: {want}", ann.span)
+    return [lw.constant_int(a, f"the argument of @{ann.name}") for a in ann.args]
+
+
+def _rule(ann: ast.Annotation, here: str) -> Rule:
+    """The annotation's rule, once it is known and written in its place."""
     rule = RULES.get(ann.name)
     if rule is None:
         hint = did_you_mean(ann.name, RULES)
@@ -50,11 +64,31 @@ def _checked(lw, ann: ast.Annotation, here: str) -> list[int]:
     if rule.place != here and not (rule.place == "st" and here == "let"):
         raise DiagnosticError(f"@{ann.name} applies to {_PLACES[rule.place]}, not to "
                               f"{_HERE[here]}", ann.span)
-    if len(ann.args) != len(rule.params):
-        want = f"@{ann.name}({', '.join(rule.params)})"
-        raise DiagnosticError(f"@{ann.name} takes {len(rule.params)} argument"
-                              f"{'s' if len(rule.params) != 1 else ''}: {want}", ann.span)
-    return [lw.constant_int(a, f"the argument of @{ann.name}") for a in ann.args]
+    return rule
+
+
+def _constant_names(lw, ann: ast.Annotation) -> str:
+    """@fill_sms(BM, BN): integer ``<...>`` constants and their values, ``"BM=128 BN=256"``."""
+    if not ann.args:
+        raise DiagnosticError(f"@{ann.name} takes the names of the kernel's <...> constants that "
+                              "size the block loop's tiles: @fill_sms(BM, BN)", ann.span)
+    declared = {c.name for c in lw.ast.consts}
+    names: list[str] = []
+    values: list[int] = []
+    for arg in ann.args:
+        if not isinstance(arg, ast.Name) or arg.name not in declared:
+            known = ", ".join(sorted(declared)) or "none"
+            raise DiagnosticError(f"@{ann.name}: each argument names one of the kernel's <...> "
+                                  f"constants (its constants: {known})", arg.span)
+        if arg.name in names:
+            raise DiagnosticError(f"@{ann.name}: {arg.name} is named twice", arg.span)
+        value = lw.constant_int(arg, f"the constant {arg.name} of @{ann.name}")
+        if value <= 0:
+            raise DiagnosticError(f"@{ann.name}: {arg.name} sizes tiles, so it must be positive, "
+                                  f"got {value}", arg.span)
+        names.append(arg.name)
+        values.append(value)
+    return " ".join(f"{name}={value}" for name, value in zip(names, values))
 
 
 def _unique(annotations: tuple[ast.Annotation, ...]) -> None:
@@ -76,6 +110,9 @@ def kernel_attrs(lw, annotations: tuple[ast.Annotation, ...]) -> dict:
     _unique(annotations)
     attrs: dict = {}
     for ann in annotations:
+        if ann.name == "fill_sms" and _rule(ann, "kernel"):
+            attrs["fill_sms"] = _constant_names(lw, ann)
+            continue
         args = _checked(lw, ann, "kernel")
         if ann.name == "consumers":
             _range(ann, args[0], 1, 4, "the number of consumer warpgroups")

@@ -1,0 +1,193 @@
+"""@fill_sms: the annotation, the model that picks tile constants per launch shape, and the
+dispatch that applies it (with stand-in variants: no GPU here)."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import tkjit
+from tkjit.errors import TkError
+from tkjit.fill_sms import (Candidate, ShapeDispatch, bind_dims, candidate_constants, choose, constants_of,
+                            halvings, tile_count)
+from tkjit.passes import DecisionLog
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gemm.tk"
+GRID = [["min", ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], 256]], ["num_sms"]]]
+H200_SMS = 132
+
+
+def gemm_candidates(m: int, n: int) -> list[Candidate]:
+    out = []
+    for constants in candidate_constants({"BM": 128, "BN": 256}, set()):
+        bm, bn = (value for _, value in constants)
+        out.append(Candidate(constants, -(-m // bm) * -(-n // bn)))
+    return out
+
+
+def test_halvings_stop_at_multiples_of_64():
+    assert halvings(256) == [256, 128, 64]
+    assert halvings(128) == [128, 64]
+    assert halvings(96) == [96]
+    assert halvings(64) == [64]
+
+
+def test_candidates_put_the_defaults_first_and_keep_pins():
+    assert candidate_constants({"BM": 128, "BN": 256}, set()) == [
+        (("BM", 128), ("BN", 256)), (("BM", 128), ("BN", 128)), (("BM", 128), ("BN", 64)),
+        (("BM", 64), ("BN", 256)), (("BM", 64), ("BN", 128)), (("BM", 64), ("BN", 64))]
+    assert candidate_constants({"BM": 128, "BN": 256}, {"BN"}) == [(("BM", 128), ("BN", 256)),
+                                                                   (("BM", 64), ("BN", 256))]
+
+
+@pytest.mark.parametrize("m, n, want", [
+    (128, 4096, (64, 64)),      # 16 default tiles: 128 tiles of 64 x 64 on 132 SMs
+    (128, 14336, (128, 128)),   # 56 default tiles: 112 of 128 x 128 in one round beats 224 in two
+    (1024, 4096, (128, 256)),   # 128 tiles: short of 132, and no smaller tile does less per SM
+    (1024, 14336, (128, 256)),  # 448 tiles fill the SMs: the default stays
+    (4096, 4096, (128, 256)),
+    (8192, 8192, (128, 256)),
+])
+def test_the_model_picks_small_tiles_only_for_small_problems(m, n, want):
+    best, why = choose(gemm_candidates(m, n), H200_SMS)
+    assert tuple(v for _, v in best.constants) == want, why
+
+
+def test_the_model_says_why():
+    _, why = choose(gemm_candidates(4096, 4096), H200_SMS)
+    assert why == "the default tiles fill the GPU: 512 tiles for 132 SMs"
+    _, why = choose(gemm_candidates(128, 4096), H200_SMS)
+    assert why.startswith("the default (BM = 128, BN = 256) gives 16 tiles for 132 SMs")
+    assert "BM = 64, BN = 64: 128 tiles, 1 x 4096" in why
+
+
+def test_tile_count_and_dims_come_from_the_metadata():
+    assert tile_count(GRID, {"M": 128, "N": 4096, "K": 64}) == 16
+    assert tile_count([["cdiv", ["dim", "N"], 64], 3], {"N": 100}) == 6
+    params = [{"kind": "global", "dims": ["M", "K"]}, {"kind": "global", "dims": ["K", "N"]},
+              {"kind": "tensormap", "param": 0}]
+    shaped = [SimpleNamespace(shape=(128, 512)), SimpleNamespace(shape=(512, 64))]
+    assert bind_dims(params, shaped) == {"M": 128, "K": 512, "N": 64}
+    assert bind_dims(params, [SimpleNamespace(shape=(128,)), shaped[1]]) is None
+
+
+def test_the_annotation_records_the_constants():
+    kernel = tkjit.load(EXAMPLE, cache=False)
+    assert kernel.ir.attrs["fill_sms"] == "BM=128 BN=256"
+    assert constants_of(kernel.ir.attrs["fill_sms"]) == {"BM": 128, "BN": 256}
+    pinned = tkjit.load(EXAMPLE, constants={"BN": 128}, cache=False)
+    assert pinned.ir.attrs["fill_sms"] == "BM=128 BN=128"
+
+
+def test_the_annotation_leaves_the_default_kernel_as_it_was():
+    old = EXAMPLE.read_text().replace("@fill_sms(BM, BN)", "")
+    assert old != EXAMPLE.read_text()
+    with_it = tkjit.load(EXAMPLE, cache=False)
+    without = tkjit.compile(old, filename=str(EXAMPLE), cache=False)
+    assert with_it.asm["after:grid"].replace(', fill_sms = "BM=128 BN=256"', "") == without.asm["after:grid"]
+
+
+@pytest.mark.parametrize("annotation, message", [
+    ("@fill_sms", "@fill_sms takes the names of the kernel's <...> constants"),
+    ("@fill_sms(BX)", "@fill_sms: each argument names one of the kernel's <...> constants (its constants: BK, BM, BN)"),
+    ("@fill_sms(BM, BM)", "@fill_sms: BM is named twice"),
+    ("@fill_sms(BM + 1)", "each argument names one of the kernel's <...> constants"),
+])
+def test_bad_annotations_are_reported_at_the_annotation(annotation, message):
+    text = EXAMPLE.read_text().replace("@fill_sms(BM, BN)", annotation)
+    with pytest.raises(TkError) as info:
+        tkjit.compile(text, filename="gemm.tk", cache=False)
+    assert message in str(info.value)
+    assert "gemm.tk:3:" in str(info.value)
+
+
+def test_fill_sms_is_a_kernel_annotation():
+    text = EXAMPLE.read_text().replace("@stages(4)", "@stages(4) @fill_sms(BM)")
+    with pytest.raises(TkError, match="@fill_sms applies to the kernel"):
+        tkjit.compile(text, cache=False)
+
+
+class FakeVariant:
+    def __init__(self, constants: dict, grid: list):
+        self.constants = constants
+        self.metadata = {"grid": grid}
+        self.calls = 0
+
+    def __call__(self, *args, stream=None):
+        self.calls += 1
+
+
+def fake_dispatch(num_sms: int = H200_SMS, broken: tuple = ()):
+    made: list[dict] = []
+
+    def make_variant(constants: dict):
+        if (constants["BM"], constants["BN"]) in broken:
+            raise TkError("does not fit")
+        made.append(constants)
+        grid = [["min", ["mul", ["cdiv", ["dim", "M"], constants["BM"]], ["cdiv", ["dim", "N"], constants["BN"]]],
+                 ["num_sms"]]]
+        return FakeVariant(constants, grid)
+    kernel = SimpleNamespace(name="gemm", decisions=DecisionLog(), options=SimpleNamespace(constants=()),
+                             metadata={"fill_sms": {"BM": 128, "BN": 256}, "grid": GRID,
+                                       "params": [{"kind": "global", "dims": ["M", "K"]},
+                                                  {"kind": "global", "dims": ["K", "N"]},
+                                                  {"kind": "global", "dims": ["M", "N"]}]})
+    fallback = FakeVariant({}, GRID)
+    return ShapeDispatch(kernel, num_sms, make_variant, fallback), kernel, made, fallback
+
+
+def tensors(m: int, n: int, k: int) -> tuple:
+    return SimpleNamespace(shape=(m, k)), SimpleNamespace(shape=(k, n)), SimpleNamespace(shape=(m, n))
+
+
+def test_dispatch_chooses_once_per_shape_and_logs_it():
+    dispatch, kernel, made, _ = fake_dispatch()
+    dispatch(*tensors(128, 4096, 4096))
+    assert len(made) == 6  # every candidate compiled once, to count its tiles
+    dispatch(*tensors(128, 4096, 4096))
+    dispatch(*tensors(4096, 4096, 4096))
+    assert len(made) == 6  # variants are kept by constants; shapes by their argument shapes
+    chosen = {tuple(v.constants.values()): v.calls for v in dispatch._variants.values() if v.calls}
+    assert chosen == {(64, 64): 2, (128, 256): 1}
+    logged = kernel.decisions.for_pass("fill-sms")
+    assert [d.subject for d in logged] == ["@gemm at M=128 K=4096 N=4096", "@gemm at M=4096 K=4096 N=4096"]
+    assert logged[0].decision == "BM = 64, BN = 64" and logged[0].data["tiles"] == 128
+
+
+def test_dispatch_skips_a_variant_that_does_not_compile():
+    dispatch, kernel, _, _ = fake_dispatch(broken=((64, 64),))
+    dispatch(*tensors(128, 4096, 4096))
+    entry = kernel.decisions.for_pass("fill-sms")[0]
+    assert entry.decision == "BM = 128, BN = 64"  # 64 tiles: ties with BM = 64, BN = 128, the earlier wins
+    assert "not compiled: BM = 64, BN = 64: does not fit" in entry.reason
+
+
+def test_arguments_without_shapes_go_to_the_default_kernel():
+    dispatch, _, made, fallback = fake_dispatch()
+    dispatch(1, 2, 3)
+    assert fallback.calls == 1 and not made
+
+
+def test_the_kernel_object_compiles_the_chosen_variant(monkeypatch):
+    """The kernel object's own dispatch (driver calls stood in for): real variants, compiled with
+    the chosen constants, their grids read from their metadata."""
+    from tkjit.runtime import driver
+    monkeypatch.setattr(driver, "gpu_available", lambda: True)
+    monkeypatch.setattr(driver, "ensure_context", lambda: 0)
+    monkeypatch.setattr(driver, "num_sms", lambda device=None: H200_SMS)
+    kernel = tkjit.load(EXAMPLE, cache=False)
+    dispatch = kernel._shape_dispatch()
+    assert isinstance(dispatch, ShapeDispatch)
+    small = dispatch._choose(tensors(128, 14336, 4096))
+    assert small.options.constants == (("BM", 128), ("BN", 128))
+    assert small.metadata["grid"][0][1] == ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], 128]]
+    large = dispatch._choose(tensors(4096, 4096, 4096))
+    assert large._result is kernel._result and not large._fill_sms  # the default: the kernel itself
+    assert [d.decision for d in kernel.decisions.for_pass("fill-sms")] == ["BM = 128, BN = 128",
+                                                                           "BM = 128, BN = 256"]
+
+
+def test_kernels_without_the_annotation_launch_as_before():
+    kernel = tkjit.compile(EXAMPLE.read_text().replace("@fill_sms(BM, BN)", ""), cache=False)
+    assert kernel._shape_dispatch() is None and not kernel._fill_sms

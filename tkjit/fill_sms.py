@@ -1,0 +1,189 @@
+"""@fill_sms: per launch shape, the tile constants that keep every SM busy.
+
+A kernel annotated ``@fill_sms(BM, BN)`` names the ``<...>`` constants that size its block
+loop's tiles. Its default values suit large problems; when a launch has too few tiles for the
+GPU's SMs (the gemm at M = 128: 128×256 tiles give N/256 CTAs for 132 SMs, each running the whole
+K loop), the kernel object launches a variant compiled with smaller tiles instead. The choice
+is made on the first call with a given set of argument shapes, logged in the decision log
+(pass ``fill-sms``) and kept in a dict keyed by those shapes, so later calls cost one lookup.
+
+The model (``choose``):
+
+* candidates: each named constant takes its default or the default halved, again and again,
+  while it stays a positive multiple of ``FLOOR`` (64: one wgmma M slab, a 128-byte bf16 row);
+  a constant the caller set (``constants=``) is a pin and keeps its value. For the gemm:
+  BM ∈ {128, 64} × BN ∈ {256, 128, 64}.
+* tiles(c): the candidate's launch-grid expression with an unbounded SM count (its tile count).
+* When the default's tiles fill the SMs (tiles ≥ SMs) the default stays: smaller tiles only add
+  per-tile work (epilogues, refetched operands) and lower the math per byte loaded.
+* Otherwise the candidate with the least work on the busiest SM wins:
+  ceil(tiles / SMs) × tile size (the product of the named constants). Ties go to the larger
+  tile, then to the larger leading constant (the earlier candidate).
+
+Variants are ordinary kernel objects (``tkjit.compile`` with the chosen constants; the disk cache
+holds their binaries); only the chosen one is assembled.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import TkError
+
+if TYPE_CHECKING:
+    from .kernel import CompiledKernel
+
+FLOOR = 64
+"""Halving stops before a constant falls below this or stops being a multiple of it."""
+PASS = "fill-sms"
+"""The decision log's name for these choices."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    constants: tuple[tuple[str, int], ...]
+    """(name, value) of every named constant, in the annotation's order."""
+    tiles: int
+
+    @property
+    def size(self) -> int:
+        """The tile size the model weighs (the product of the named constants)."""
+        size = 1
+        for _, value in self.constants:
+            size *= value
+        return size
+
+    def text(self) -> str:
+        return ", ".join(f"{name} = {value}" for name, value in self.constants)
+
+
+def halvings(value: int) -> list[int]:
+    """``value``, then its halves while they stay positive multiples of FLOOR."""
+    out = [value]
+    while out[-1] % (2 * FLOOR) == 0:
+        out.append(out[-1] // 2)
+    return out
+
+
+def candidate_constants(defaults: dict[str, int], pinned: set[str]) -> list[tuple[tuple[str, int], ...]]:
+    """Every combination of the named constants' values, the defaults first, larger values
+    first (the earlier name varies slowest)."""
+    choices = [[(name, v) for v in ([value] if name in pinned else halvings(value))]
+               for name, value in defaults.items()]
+    return [tuple(combo) for combo in itertools.product(*choices)]
+
+
+def waves(c: Candidate, num_sms: int) -> int:
+    return -(-c.tiles // num_sms)
+
+
+def choose(candidates: list[Candidate], num_sms: int) -> tuple[Candidate, str]:
+    """The model above: (the chosen candidate, why). ``candidates[0]`` is the default."""
+    default = candidates[0]
+    if default.tiles >= num_sms:
+        return default, (f"the default tiles fill the GPU: {default.tiles} tiles for {num_sms} SMs")
+
+    def work(c: Candidate) -> tuple:
+        return (waves(c, num_sms) * c.size, -c.size)
+    best = min(candidates, key=work)  # min keeps the earliest of equals
+    weighed = "; ".join(f"{c.text()}: {c.tiles} tiles, {waves(c, num_sms)} x {c.size}"
+                        for c in candidates)
+    why = (f"the default ({default.text()}) gives {default.tiles} tiles for {num_sms} SMs; the least "
+           f"work on the busiest SM is ceil(tiles / SMs) x tile size, ties to the larger tile ({weighed})")
+    return best, why
+
+
+class ShapeDispatch:
+    """A @fill_sms kernel's GPU entry point: ``dispatch(*args, stream=None)`` launches the variant
+    chosen for these argument shapes (choosing it on the first call with them)."""
+
+    def __init__(self, kernel: "CompiledKernel", num_sms: int, make_variant: Callable[[dict[str, int]], "CompiledKernel"], fallback: Callable):
+        self._kernel = kernel
+        self._num_sms = num_sms
+        self._make_variant = make_variant
+        self._fallback = fallback
+        """Where arguments without shapes go (the default kernel's own checks name the problem)."""
+        self._variants: dict[tuple, "CompiledKernel"] = {}
+        """By constants: each variant compiled once."""
+        self._by_shape: dict[tuple, "CompiledKernel"] = {}
+
+    def __call__(self, *args: Any, stream: Any = None) -> None:
+        try:
+            key = tuple(a.shape for a in args)
+        except AttributeError:
+            return self._fallback(*args, stream=stream)
+        variant = self._by_shape.get(key)
+        if variant is None:
+            variant = self._by_shape[key] = self._choose(args)
+        return variant(*args, stream=stream)
+
+    def _choose(self, args: tuple) -> "CompiledKernel":
+        dims = bind_dims(self._kernel.metadata.get("params", []), args)
+        if dims is None:  # a wrong rank: the default's launcher reports it
+            return self._variant(self._defaults())
+        candidates, dropped = [], []
+        for constants in candidate_constants(self._defaults(), self._pinned()):
+            try:
+                variant = self._variant(dict(constants))
+            except TkError as e:
+                dropped.append(f"{', '.join(f'{n} = {v}' for n, v in constants)}: {e.message}")
+                continue
+            candidates.append(Candidate(constants, tile_count(variant.metadata["grid"], dims)))
+        best, why = choose(candidates, self._num_sms)
+        if dropped:
+            why += f"; not compiled: {'; '.join(dropped)}"
+        shape = " ".join(f"{name}={value}" for name, value in dims.items())
+        self._kernel.decisions.record(PASS, f"@{self._kernel.name} at {shape}", best.text(), why,
+                                      constants=dict(best.constants), tiles=best.tiles,
+                                      num_sms=self._num_sms)
+        return self._variant(dict(best.constants))
+
+    def _defaults(self) -> dict[str, int]:
+        return dict(self._kernel.metadata["fill_sms"])
+
+    def _pinned(self) -> set[str]:
+        return {name for name, _ in self._kernel.options.constants}
+
+    def _variant(self, constants: dict[str, int]) -> "CompiledKernel":
+        key = tuple(sorted(constants.items()))
+        variant = self._variants.get(key)
+        if variant is None:
+            variant = self._variants[key] = self._make_variant(constants)
+        return variant
+
+
+def bind_dims(params: list[dict], args: tuple) -> dict[str, int] | None:
+    """The named dimensions the arguments' shapes give (None when a rank does not match)."""
+    dims: dict[str, int] = {}
+    for p, a in zip(params, args):
+        if p.get("kind") != "global":
+            continue
+        shape = tuple(a.shape)
+        if len(shape) != len(p["dims"]):
+            return None
+        for d, size in zip(p["dims"], shape):
+            if isinstance(d, str):
+                dims.setdefault(d, int(size))
+    return dims
+
+
+def tile_count(grid: list, dims: dict[str, int]) -> int:
+    """A launch grid (architecture.md, "Grid") evaluated with an unbounded SM count: the number
+    of tiles."""
+    from .runtime.launcher import compile_grid
+    x, y, z = compile_grid(grid, tuple(dims), num_sms=UNBOUNDED)(**dims)
+    return x * y * z
+
+
+UNBOUNDED = 1 << 62
+"""An SM count that bounds no persistent grid."""
+
+
+def constants_of(attr: str) -> dict[str, int]:
+    """The kernel attribute ``fill_sms = "BM=128 BN=256"`` (written by the front end) as a dict."""
+    constants: dict[str, int] = {}
+    for item in attr.split():
+        name, _, value = item.partition("=")
+        constants[name] = int(value)
+    return constants
