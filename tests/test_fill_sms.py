@@ -103,7 +103,9 @@ def test_bad_annotations_are_reported_at_the_annotation(annotation, message):
 
 
 def test_fill_sms_is_a_kernel_annotation():
-    text = EXAMPLE.read_text().replace("@stages(4)", "@stages(4) @fill_sms(BM)")
+    loop = "    for k in 0 .. K / BK {"
+    assert loop in EXAMPLE.read_text()
+    text = EXAMPLE.read_text().replace(loop, "    @fill_sms(BM)\n" + loop)
     with pytest.raises(TkError, match="@fill_sms applies to the kernel"):
         tkjit.compile(text, cache=False)
 

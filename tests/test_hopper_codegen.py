@@ -153,6 +153,37 @@ def test_the_emitted_protocol_passes_the_checker(name):
     assert len(report.results) >= 6 and "no violation" in report.text()
 
 
+# ------------------------------------------------------------------ stage counts through the passes
+
+PIPELINED_STAGES = {"example": 4, "example_bm128_bn128": 6, "example_bm128_bn64": 8,
+                    "example_bm64_bn256": 5, "example_bm64_bn128": 8, "example_bm64_bn64": 8}
+"""The k loop's stages for each tile size @fill_sms may pick: as many as fit beside the epilogue's
+staging, up to 8 (a 64x64 stage is 16 KiB: 13 would fit)."""
+
+
+@pytest.mark.parametrize("name", list(PIPELINED_STAGES))
+def test_the_pipeline_pass_gives_smaller_tiles_more_stages(name):
+    kernel = tkjit.compile(VARIANTS[name], pipeline=HOPPER_PIPELINE, cache=False)
+    (row,) = kernel.decisions.for_pass("pipeline")
+    stages = PIPELINED_STAGES[name]
+    assert row.data["stages"] == stages and row.decision.startswith(f"{stages} stage(s) of")
+    capped = name in ("example_bm64_bn128", "example_bm64_bn64")  # 9 and 13 would fit
+    assert row.reason.endswith(", capped at max-stages 8") == capped
+    assert capped or f"leave room for {stages} stage(s)" in row.reason
+    g, plan = plan_gemm(kernel.ir)
+    assert plan.stages == PIPELINED_STAGES[name]
+
+
+@pytest.mark.parametrize("name", ["example_bm64_bn256", "example_bm128_bn128", "example_bm64_bn64"])
+def test_every_new_stage_count_passes_the_full_sync_check(name):
+    """5, 6 and 8 stages: every trip count around the ring size (0, 1, s-1, s, s+1, 2s+1; one
+    tile and three), every interleaving."""
+    g, plan = plan_gemm(ir_of(VARIANTS[name], HOPPER_PIPELINE))
+    report = check_protocol(gemm_protocol(g, plan))
+    assert plan.stages in (5, 6, 8) and "no violation" in report.text()
+    assert len(report.results) >= 12 and all(r.exhaustive for r in report.results)
+
+
 # ------------------------------------------------------------------ which kernels take the path
 
 def test_the_example_gemm_takes_the_hopper_path_through_the_compiler():
@@ -210,17 +241,18 @@ def test_metadata_lists_the_tensor_maps_after_the_tensors():
 # ------------------------------------------------------------------ ptxas and SASS
 
 @functools.lru_cache(maxsize=None)
-def assembled(name: str):
-    ptx, meta = emit_hopper_ptx(ir_of(VARIANTS[name]))
+def assembled(name: str, pipeline: str = "canonicalize"):
+    ptx, meta = emit_hopper_ptx(ir_of(VARIANTS[name], pipeline))
     cubin, report = toolchain.assemble(ptx, name=meta["name"])
     ops = set(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", toolchain.sass(cubin)))
     return report, ops, meta
 
 
 @needs_cuda_tools
-@pytest.mark.parametrize("name", list(VARIANTS))
-def test_assembles_with_hgmma_tma_and_mbarriers_and_no_spills(name):
-    report, ops, meta = assembled(name)
+@pytest.mark.parametrize("name, pipeline", [(name, "canonicalize") for name in VARIANTS]
+                         + [(name, HOPPER_PIPELINE) for name in PIPELINED_STAGES])
+def test_assembles_with_hgmma_tma_and_mbarriers_and_no_spills(name, pipeline):
+    report, ops, meta = assembled(name, pipeline)
     fn = report[meta["name"]]
     assert fn.spill_store_bytes == 0 and fn.spill_load_bytes == 0 and fn.stack_frame_bytes == 0, report.log
     assert not report.setmaxnreg_ignored(), report.log

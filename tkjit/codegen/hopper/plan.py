@@ -22,7 +22,7 @@ SETMAXNREG_MIN, SETMAXNREG_MAX = 24, 256
 SWIZZLE_SPANS = (128, 64, 32)
 ALIGN = 1024                  # swizzled tiles start on their pattern's 1024-byte boundary
 ALIGN_SLACK = 1024            # the kernel rounds the dynamic shared base up to 1024 at run time
-MAX_STAGES = 4
+MAX_STAGES = 4                # the local plan's cap (no pipeline pass ran); the pass goes up to 8
 PRODUCER_REGS = 40
 CONSUMER_OVERHEAD = 32        # registers a consumer needs besides its accumulators
 MAX_WGMMA_N = 256
@@ -228,7 +228,7 @@ def _memory(g: GemmMatch, consumers: int, wgmma_n: int):
                                      else "pinned by the kernel (@stages)")
         else:
             stages = min(MAX_STAGES, fit)
-            why_s = (f"local rule (the pipeline pass's): {fit} stage(s) of {stride} B fit in "
+            why_s = (f"local rule: {fit} stage(s) of {stride} B fit in "
                      f"{room} B, capped at {MAX_STAGES}")
         ring = stages * stride
         staging_cols, why_e = _staging_cols(g, consumers, wgmma_n, room - ring - 16 * stages)
