@@ -4,11 +4,12 @@ makes the result a float; math functions follow IEEE (``log(0)`` is ``-inf``) in
 """
 from __future__ import annotations
 
+import functools
+
 import math
 import operator
 from typing import Callable, Union
 
-import numpy as np
 
 from ..errors import DiagnosticError
 from ..source import Span
@@ -132,19 +133,14 @@ def fold_unary(op: str, a: Const, span: Span) -> Const:
     return -a
 
 
-def _rsqrt(x):
-    return 1.0 / np.sqrt(x)
-
-
-def _relu(x):
-    return np.maximum(x, 0.0)
-
-
-MATH: dict[str, Callable] = {
-    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "abs": np.abs,
-    "relu": _relu, "sqrt": np.sqrt, "rsqrt": _rsqrt, "sin": np.sin, "cos": np.cos,
-    "tanh": np.tanh,
-}
+@functools.lru_cache(maxsize=1)
+def _math() -> dict[str, Callable]:
+    """numpy's functions (IEEE results: inf, nan, no exceptions), imported only when a constant
+    is folded through one: most kernels never do, and numpy's import is a third of a cold compile."""
+    import numpy as np
+    return {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "abs": np.abs,
+            "relu": lambda x: np.maximum(x, 0.0), "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+            "sin": np.sin, "cos": np.cos, "tanh": np.tanh}
 
 
 def fold_math(fn: str, x: Const, span: Span) -> Const:
@@ -153,8 +149,9 @@ def fold_math(fn: str, x: Const, span: Span) -> Const:
         raise DiagnosticError(f"{fn} needs a number, got the bool {show(x)}", span)
     if isinstance(x, int) and fn in ("abs", "relu"):
         return abs(x) if fn == "abs" else max(x, 0)
+    import numpy as np
     with np.errstate(all="ignore"):
-        return float(MATH[fn](np.float64(to_float(x, span))))
+        return float(_math()[fn](np.float64(to_float(x, span))))
 
 
 def fold_minmax(fn: str, a: Const, b: Const, span: Span) -> Const:

@@ -14,7 +14,6 @@ import operator
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 
 from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import (Abs, Add, And, CDiv, Const, Dim, Div, Eq, FloorDiv, Ge, Gt, If, Le, Lt, Max, Min,
@@ -52,10 +51,11 @@ I32_FOLDS: dict[type[Op], Callable] = {
     CDiv: _cdiv, FloorDiv: operator.floordiv, Mod: operator.mod, Div: _trunc_div,
     Neg: operator.neg, Abs: abs, Relu: _relu,
 }
-F32_FOLDS: dict[type[Op], Callable] = {
-    Add: np.add, Sub: np.subtract, Mul: np.multiply, Div: np.divide, Max: np.fmax, Min: np.fmin,
-    Neg: np.negative, Abs: np.abs, Relu: np.fmax,  # relu(x) = fmax(x, 0) (operand added below)
+F32_FOLDS: dict[type[Op], str] = {
+    Add: "add", Sub: "subtract", Mul: "multiply", Div: "divide", Max: "fmax", Min: "fmin",
+    Neg: "negative", Abs: "abs", Relu: "fmax",  # relu(x) = fmax(x, 0) (operand added below)
 }
+"""numpy's f32 functions by name: numpy is imported only when an f32 constant is folded."""
 COMPARE_FOLDS: dict[type[Op], Callable] = {
     Lt: operator.lt, Le: operator.le, Gt: operator.gt, Ge: operator.ge, Eq: operator.eq, Ne: operator.ne,
 }
@@ -68,6 +68,7 @@ def fold_value(op: Op, args: list[Scalar]) -> Scalar | None:
     cls, t = type(op), op.results[0].type
     if cls in COMPARE_FOLDS:
         if op.operands[0].type == ScalarType(F32):
+            import numpy as np
             args = [np.float32(a) for a in args]
         return bool(COMPARE_FOLDS[cls](*args))
     if t == ScalarType(BOOL) and cls in BOOL_FOLDS:
@@ -77,9 +78,10 @@ def fold_value(op: Op, args: list[Scalar]) -> Scalar | None:
             return None
         return _wrap_i32(I32_FOLDS[cls](*(int(a) for a in args)))
     if t == ScalarType(F32) and cls in F32_FOLDS:
+        import numpy as np
         f32_args = [np.float32(a) for a in args] + ([np.float32(0)] if cls is Relu else [])
         with np.errstate(all="ignore"):
-            return float(F32_FOLDS[cls](*f32_args))
+            return float(getattr(np, F32_FOLDS[cls])(*f32_args))
     return None
 
 
