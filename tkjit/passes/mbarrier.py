@@ -24,6 +24,7 @@ from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
 from .sync_check import CheckReport, check_protocol, default_cases
 from .sync_protocol import Item, LoopPlan, OneShotUse, Protocol, Ring, StagingReuse, standard_protocol
 from .sync_protocol import Load as RingLoad
+from . import sync_verdicts
 
 CHECKS = ("auto", "off", "quick", "full")
 
@@ -128,9 +129,10 @@ def quick_cases(proto: Protocol) -> list[tuple[int, ...]]:
 
 
 @functools.lru_cache(maxsize=256)
-def _checked(proto: Protocol, cases: tuple[tuple[int, ...], ...]) -> CheckReport:
-    """Checking is a pure function of the protocol: kernels of one shape share the result."""
-    return check_protocol(proto, list(cases))
+def _checked(proto: Protocol, cases: tuple[tuple[int, ...], ...], explore: bool) -> CheckReport:
+    """Checking is a pure function of the protocol: kernels of one shape share the result (in this
+    process, and through the verdicts kept on disk unless ``explore``)."""
+    return sync_verdicts.checked(proto, cases, check_protocol, explore=explore)
 
 
 @register_pass
@@ -162,7 +164,7 @@ class Mbarrier(Pass):
             mode = "full" if ctx.options.debug else "quick"
         if mode != "off":
             cases = quick_cases(proto) if mode == "quick" else default_cases(proto)
-            report = _checked(proto, tuple(cases))
+            report = _checked(proto, tuple(cases), bool(ctx.options.debug))
             exhaustive = all(r.exhaustive for r in report.results)
             ctx.decide(f"@{kernel.name}", f"sync protocol checked: {len(report.results)} trip-count "
                        f"case(s), {'every interleaving' if exhaustive else 'bounded search'}",
