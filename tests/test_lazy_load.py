@@ -173,3 +173,19 @@ def test_compiling_the_gemm_example_does_not_import_numpy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1]) is False
+
+
+def test_lark_is_imported_without_regex_and_regex_still_imports():
+    """lark's optional regex backend is skipped (tkjit's grammars do not use it); the process can
+    still import regex itself afterwards."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(tkjit.__file__).resolve().parent.parent
+    code = ("import sys, tkjit; tkjit.compile(open('examples/softmax.tk').read()); "
+            "print('regex' in sys.modules, 'lark' in sys.modules); "
+            "import importlib.util; spec = importlib.util.find_spec('regex'); "
+            "spec is None or __import__('regex'); print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "ok"]

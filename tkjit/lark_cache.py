@@ -50,11 +50,12 @@ def _hashable(key: Any) -> Any:
 
 
 def _build(grammar: str, options: dict) -> Any:
-    import lark
+    from ._lark import lark
     return lark.Lark(grammar, **options)
 
 
 def _serialized(parser: Any) -> dict:
+    from ._lark import lark  # noqa: F401 (imported first, without regex)
     from lark.grammar import Rule
     from lark.lexer import TerminalDef
     data, memo = parser.memo_serialize([TerminalDef, Rule])
@@ -63,13 +64,13 @@ def _serialized(parser: Any) -> dict:
 
 
 def _load(text: bytes, postlex: Any) -> Any:
-    import lark
+    from ._lark import lark
     tables = json.loads(text, object_hook=_tagged)
     return lark.Lark._load_from_dict(tables["data"], tables["memo"], postlex=postlex)
 
 
 def grammar_key(grammar: str, options: dict, postlex: Any = None) -> str:
-    import lark
+    from ._lark import lark
     described = {"grammar": grammar, "options": {k: repr(v) for k, v in sorted(options.items())},
                  "postlex": None if postlex is None else f"{type(postlex).__module__}.{type(postlex).__qualname__}",
                  "lark": lark.__version__}

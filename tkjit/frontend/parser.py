@@ -9,7 +9,7 @@ import functools
 from pathlib import Path
 from typing import Iterator
 
-import lark
+from .._lark import lark
 from lark import Token, Transformer, v_args
 
 from ..errors import DiagnosticError

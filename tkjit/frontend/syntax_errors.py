@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-import lark
+from .._lark import lark
 
 from ..errors import DiagnosticError
 from ..source import Source, Span

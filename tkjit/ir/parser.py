@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import lark
+from .._lark import lark
 
 from ..errors import DiagnosticError
 from ..source import Source, Span
