@@ -96,7 +96,7 @@ def test_compile_with_dumps_writes_every_stage_it_can(capsys, monkeypatch, ir_fi
 def test_compile_a_stage_that_does_not_exist(capsys, ir_file):
     code, out, err = run(capsys, "compile", str(ir_file), "--emit", "after:unroll")
     assert code == 1 and out == ""
-    assert f"error: there is no stage 'after:unroll': the pipeline '{DEFAULT_PIPELINE}' has no such pass" in err
+    assert f"error: kernel 'twice' has no stage 'after:unroll': the pipeline '{DEFAULT_PIPELINE}' has no such pass" in err
     code, _, err = run(capsys, "compile", str(ir_file), "--emit", "llvm")
     assert code == 1 and "there is no stage 'llvm'; the stages are tkir, opt, ptx, cubin, sass" in err
 

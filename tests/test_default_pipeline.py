@@ -91,6 +91,25 @@ def test_a_kernel_the_schedule_refuses_goes_on_unscheduled(name, refusal):
         ptx_of(text, f"{name}.tkir", DEFAULT_PIPELINE)  # named by the user: refusals are errors
 
 
+def test_asking_for_a_declined_pass_s_ir_says_the_schedule_declined_it(tmp_path):
+    """After a refusal, ``after:layout`` is missing because its work was dropped, not because the
+    pipeline lacks the pass: the kernel API and the CLI both say so and point at the log."""
+    import tkjit
+    from tkjit.cli import main
+    from tkjit.compiler import StageNotAvailableError
+    text = print_kernel(BY_NAME["ex_attention_causal_d64"].kernel())
+    kernel = tkjit.compile(text, filename="attn.tkir")
+    with pytest.raises(StageNotAvailableError, match=r"pass 'warp-spec' declined to schedule it "
+                       r"\(@attention: 2 consumers cannot share") as info:
+        kernel.asm["after:layout"]
+    assert "has no such pass" not in str(info.value)
+    path = tmp_path / "attn.tkir"
+    path.write_text(text)
+    assert main(["compile", str(path), "--emit", "after:layout"]) != 0
+    with pytest.raises(StageNotAvailableError, match="has no such pass"):
+        kernel.asm["after:no-such-pass"]
+
+
 # ---------------------------------------------------------------- the manager's all-or-nothing rule
 
 @dataclass(frozen=True)

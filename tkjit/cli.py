@@ -175,9 +175,9 @@ def _compile(args) -> int:
         _write(result.binary, args.output)
         return 0
     if stage not in result.asm:
-        raise compiler.StageNotAvailableError(
-            f"there is no stage '{stage}': the pipeline '{result.pipeline}' has no such pass",
-            notes=[f"the stages made here: {', '.join(result.asm)}"])
+        error = compiler.no_such_stage(result, stage)
+        error.notes.append(f"the stages made here: {', '.join(result.asm)}")
+        raise error
     _write(result.asm[stage], args.output)
     return 0
 

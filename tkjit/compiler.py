@@ -223,6 +223,23 @@ def stage_of(name: str) -> str:
                                  "after:<pass> for the IR after each pass")
 
 
+def no_such_stage(result: CompileResult, stage: str) -> StageNotAvailableError:
+    """The error for an ``after:<pass>`` text that was not made: the pipeline has no such pass, or
+    the schedule declined the kernel (its target passes' work was dropped, so the IR after them
+    was never kept; the decision log says why)."""
+    name = stage[len("after:"):] if stage.startswith("after:") else stage
+    refusal = next((d for d in result.decisions if d.data.get("refused")), None)
+    from .passes import Pipeline
+    in_pipeline = name in [p.name for p in Pipeline.parse(result.pipeline)]
+    if refusal is not None and in_pipeline:
+        return StageNotAvailableError(
+            f"kernel '{result.name}' has no stage '{stage}': pass '{refusal.pass_name}' declined to "
+            f"schedule it ({refusal.decision.removeprefix('not scheduled: ')}), so the target passes' work, '{name}' included, was "
+            "dropped and the kernel went on unscheduled; the decision log says why")
+    return StageNotAvailableError(f"kernel '{result.name}' has no stage '{stage}': the pipeline "
+                                  f"'{result.pipeline}' has no such pass")
+
+
 def is_ir_text(source: str, filename: str = "") -> bool:
     """Textual tile IR rather than kernel-language source."""
     if filename.endswith(".tkir"):

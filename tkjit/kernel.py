@@ -65,8 +65,9 @@ class AsmView(Mapping):
         except StageNotAvailableError as e:
             e.notes.append(self._existing())
             raise
-        raise StageNotAvailableError(f"kernel '{self._result.name}' has no stage '{stage}': the pipeline "
-                                     f"'{self._result.pipeline}' has no such pass", notes=[self._existing()])
+        error = compiler.no_such_stage(self._result, stage)
+        error.notes.append(self._existing())
+        raise error
 
     def _existing(self) -> str:
         blocked = bool(self._result.unavailable)  # a missing stage blocks every later one
