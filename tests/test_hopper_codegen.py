@@ -200,8 +200,7 @@ def test_pass_annotations_are_used_when_present():
 
 
 @pytest.mark.parametrize("example, reason", [
-    ("softmax.tk", "not the GEMM pattern"), ("attention.tk", "not the GEMM pattern"),
-    ("layernorm.tk", "not the GEMM pattern")])
+    ("softmax.tk", "not the GEMM pattern"), ("layernorm.tk", "not the GEMM pattern")])
 def test_other_kernels_fall_back_with_a_reason(example, reason):
     decisions: list = []
     ir = tkjit.load(EXAMPLES / example, cache=False).ir

@@ -2,9 +2,10 @@
 
     out = emit_hopper_ptx(kernel, options=None, decisions=None)   # (ptx, metadata) or None
 
-It compiles the kernels whose pattern it knows (today: the GEMM of match.py, with mma_AB or
-mma_ABt) into a warp-specialized kernel (gemm.py; its decisions: plan.py, which uses the
-scheduling passes' annotations where they are present) and returns None for every other kernel, so
+It compiles the kernels whose pattern it knows (the GEMM of match.py, with mma_AB or mma_ABt;
+the online-softmax attention of match_attention.py) into a warp-specialized kernel (gemm.py,
+attention.py; their decisions: plan.py, attention_plan.py, which use the scheduling passes'
+annotations) and returns None for every other kernel, so
 the caller falls back to the register-tile backend; the reason is appended to ``decisions``
 (``{"decision": "backend", "value": "mma.sync", "why": ...}``) when a list is given.
 
@@ -17,8 +18,11 @@ box and swizzle the launcher encodes), ``registers`` (the setmaxnreg split) and 
 from __future__ import annotations
 
 from ...ir.core import Kernel
+from .attention import AttentionKernel, attention_protocol
+from .attention_plan import make_attention_plan
 from .gemm import GemmKernel, gemm_protocol
 from .match import GemmMatch, NoMatch, match_gemm
+from .match_attention import match_attention
 from .plan import Plan, make_plan
 
 ARCHS = ("sm_90a",)
@@ -27,6 +31,11 @@ ARCHS = ("sm_90a",)
 def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
                     decisions: list | None = None) -> tuple[str, dict] | None:
     reason = _refusal(kernel, dict(options or {}))
+    if isinstance(reason, str) and " is not the GEMM pattern: " in reason:
+        attention = plan_attention(kernel)
+        if not isinstance(attention, str):
+            return AttentionKernel(*attention).emit()
+        reason = f"{reason}; nor the attention pattern: {attention}"
     if isinstance(reason, str):
         if decisions is not None:
             decisions.append({"decision": "backend", "value": "mma.sync",
@@ -39,6 +48,17 @@ def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
 def plan_gemm(kernel: Kernel, options: dict | None = None) -> tuple[GemmMatch, Plan] | str:
     """The matched GEMM and its plan, or why the Hopper path does not apply."""
     return _refusal(kernel, dict(options or {}))
+
+
+def plan_attention(kernel: Kernel):
+    """The matched attention kernel and its plan, or why it is not one this path compiles."""
+    m = match_attention(kernel)
+    if isinstance(m, str):
+        return m
+    try:
+        return m, make_attention_plan(m)
+    except NoMatch as e:
+        return str(e)
 
 
 def _refusal(kernel: Kernel, options: dict):
@@ -56,4 +76,5 @@ def _refusal(kernel: Kernel, options: dict):
         return f"kernel '{kernel.name}': {e}"
 
 
-__all__ = ["emit_hopper_ptx", "plan_gemm", "gemm_protocol", "match_gemm"]
+__all__ = ["emit_hopper_ptx", "plan_gemm", "gemm_protocol", "match_gemm", "plan_attention",
+           "attention_protocol", "match_attention"]

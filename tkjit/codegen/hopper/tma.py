@@ -71,3 +71,10 @@ def store_wait(pending: int, read_only: bool) -> str:
     """Wait until at most ``pending`` store groups are in flight (``.read``: until they have read
     their shared memory, which may then be written again)."""
     return f"cp.async.bulk.wait_group{'.read' if read_only else ''} {pending};"
+
+
+def load_nd(dst: str, tmap: str, coords: list[str], bar: str) -> str:
+    """Copy one box of a rank-``len(coords)`` map (coordinates innermost first) into shared memory
+    at ``dst``, completing its bytes on mbarrier ``bar``."""
+    return (f"cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+            f"[{dst}], [{tmap}, {{{', '.join(coords)}}}], [{bar}];")

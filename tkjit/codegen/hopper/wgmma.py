@@ -105,3 +105,13 @@ COMMIT = "wgmma.commit_group.sync.aligned;"
 
 def wait(pending: int) -> str:
     return f"wgmma.wait_group.sync.aligned {pending};"
+
+
+def mma_rs_instruction(n: int, dtype: str, acc: list[str], a_regs: list[str], desc_b: str,
+                       tb: int, scale_d: str = "1") -> str:
+    """``wgmma.mma_async`` RS form: A (4 x .b32, the accumulator fragment layout packed to 16-bit
+    pairs) from registers, B through a descriptor; f32 accumulators, m64nNk16. No tA operand."""
+    regs = ", ".join(acc)
+    t = WGMMA_TYPES[dtype]
+    return (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, {{{', '.join(a_regs)}}}, "
+            f"{desc_b}, {scale_d}, 1, 1, {tb};")

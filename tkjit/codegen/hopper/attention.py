@@ -1,0 +1,535 @@
+"""The warp-specialized attention-forward kernel (FlashAttention-3 style): PTX and metadata.
+
+    warpgroup 0   producer: setmaxnreg.dec; one thread, per tile, loads Q once (one-shot full/
+                  empty pair) and K and V of every key block into an S-stage ring (TMA boxes of
+                  64 head-dim columns, rank-N tensor maps so that TMA clips at each head's end)
+    warpgroups 1+ consumers: setmaxnreg.inc; each owns 64 query rows. Per key block: wait full[s];
+                  S = Q·Kᵀ (wgmma SS, K K-major); wait; online softmax on the accumulator
+                  fragments (row max over a quad with shfl.bfly 1, 2; exp2 of the scaled scores;
+                  keys past the diagonal (causal) or past N masked to -inf only on the blocks that
+                  need it); O *= alpha in registers; P packed to bf16 pairs in registers is the A
+                  operand of O += P·V (wgmma RS, V MN-major: tB = 1), which stays in flight while
+                  the next block's S is issued; the previous stage is released once retired.
+                  Then O / l (bf16) and L = (max + log2 l) ln 2 are stored under row < N.
+
+The control flow of both roles is the protocol ``attention_protocol`` builds (the standard
+one-shot + pipelined-loop protocol of passes/sync_protocol.py, which the CPU checker explores).
+The index arithmetic (the key/value head, the trip count, the mask offsets and scales) is the
+IR's own scalar code (scalars.py).
+"""
+from __future__ import annotations
+
+from ...ir.types import F32, GlobalType
+from ...passes.sync_protocol import Load, LoopPlan, OneShotUse, Protocol, Ring, standard_protocol
+from ..ptx import f32_imm
+from . import mbarrier, tma, wgmma
+from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, operand_v
+from .builder import Builder
+from .match_attention import AttentionMatch
+from .program import RingRegs, RoleEmitter
+from .scalars import ScalarEmitter
+
+PTX_VERSION = "8.0"
+ARCH = "sm_90a"
+SMEM_SYMBOL = "tk_smem"
+Q_RING, KV_RING = "q", "kv"
+PANEL = 64
+"""Head-dim columns per 128-byte swizzled panel (one TMA box)."""
+NEG_INF = "0fFF800000"
+
+
+def attention_protocol(m: AttentionMatch, plan: AttentionPlan) -> Protocol:
+    """Q: a one-shot ring per tile; K and V: one ring of ``stages``; each trip reads Q and the
+    stage (S = Q·Kᵀ), then the stage again (O += P·V)."""
+    q_bytes, kv_bytes = m.bq * m.d * 2, m.bkv * m.d * 2
+    q = Ring(Q_RING, 1, (Load("q", q_bytes),), q_bytes, plan.consumers, one_shot=True,
+             where="Q, once per tile")
+    kv = Ring(KV_RING, plan.stages, (Load("k", kv_bytes), Load("v", kv_bytes)), 2 * kv_bytes,
+              plan.consumers, where="the key loop")
+    items = (OneShotUse(Q_RING), LoopPlan(KV_RING, ((Q_RING, KV_RING), (KV_RING,))))
+    return standard_protocol(m.kernel.name, plan.consumers, False, (q, kv), items)
+
+
+class AttentionKernel:
+    """Registers and helpers both roles share."""
+
+    def __init__(self, m: AttentionMatch, plan: AttentionPlan):
+        self.m, self.plan = m, plan
+        self.b = Builder()
+        self.proto = attention_protocol(m, plan)
+        self.entries = self._param_entries()
+        name = m.kernel.name
+        self.maps = {key: tma.TensorMap(f"{name}_tmap_{n}", idx, m.params[idx].hint, "bf16",
+                                        (PANEL, rows) + (1,) * (m.params[idx].type.rank - 2), plan.swizzle,
+                                        fallback=False)
+                     for n, (key, idx, rows) in enumerate((("q", m.q, m.bq), ("k", m.k, m.bkv),
+                                                          ("v", m.v, m.bkv)))}
+
+    def _param_entries(self) -> list[tuple[str, str, dict]]:
+        k = self.m.kernel
+        out = []
+        for i, p in enumerate(k.params):
+            name = f"{k.name}_param_{i}"
+            if isinstance(p.type, GlobalType):
+                out.append((".u64", name, {"kind": "global", "name": p.hint, "dtype": p.type.dtype.name,
+                                           "dims": list(p.type.dims)}))
+            else:
+                ptx = ".f32" if p.type.dtype == F32 else ".s32"
+                out.append((ptx, name, {"kind": "scalar", "name": p.hint, "dtype": p.type.dtype.name}))
+        for j, d in enumerate(k.named_dims()):
+            out.append((".s32", f"{k.name}_dim_{j}", {"kind": "dim", "name": d}))
+        return out
+
+    # -- the kernel -----------------------------------------------------------------------
+    def emit(self) -> tuple[str, dict]:
+        b, plan = self.b, self.plan
+        self.prologue()
+        producer, done = b.pred(), b.label("exit")
+        producer_label = b.label("producer")
+        b(f"setp.eq.u32 {producer}, {self.wg}, 0;", f"@{producer} bra {producer_label};")
+        Consumer(self).run()
+        b(f"bra.uni {done};")
+        b.place(producer_label)
+        b(f"setmaxnreg.dec.sync.aligned.u32 {plan.regs[0]};")
+        Producer(self).run(done)
+        b.place(done)
+        b("ret;")
+        return self.module_text(), self.metadata()
+
+    def prologue(self) -> None:
+        b, m, plan = self.b, self.m, self.plan
+        tid, self.wg, self.tid_wg, self.lane = b.reg(), b.reg(), b.reg(), b.reg()
+        b(f"mov.u32 {tid}, %tid.x;", f"shr.u32 {self.wg}, {tid}, 7;", f"and.b32 {self.tid_wg}, {tid}, 127;",
+          f"and.b32 {self.lane}, {tid}, 31;")
+        raw, self.smem = b.reg(), b.reg()
+        b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
+          f"and.b32 {self.smem}, {self.smem}, -1024;")
+        self.globals: dict[int, str] = {}
+        self.scalars = {}
+        for i, (ptx, name, meta) in enumerate(self.entries):
+            if meta["kind"] == "global" and i in (m.o, m.l):
+                raw64, addr = b.reg("b64"), b.reg("b64")
+                b(f"ld.param.u64 {raw64}, [{name}];", f"cvta.to.global.u64 {addr}, {raw64};")
+                self.globals[i] = addr
+            elif meta["kind"] == "scalar":
+                r = b.reg("f32" if ptx == ".f32" else "b32")
+                b(f"ld.param{ptx} {r}, [{name}];")
+                self.scalars[m.params[i]] = r
+            elif meta["kind"] == "dim":
+                r = b.reg()
+                b(f"ld.param.s32 {r}, [{name}];")
+                b.dims[meta["name"]] = r
+        from ..kernel import grid_expr
+        self.counts = [b.expr(grid_expr(v, m.blocks)) for v in m.blocks.variadic()]
+        self.tile_count, heads = b.reg(), b.reg()
+        b(f"mul.lo.s32 {heads}, {self.counts[0]}, {self.counts[1]};",
+          f"mul.lo.s32 {self.tile_count}, {heads}, {self.counts[2]};")
+        self.heads = heads
+        self.chunk = self.head_chunk() if plan.heavy_first else None
+        self.q_full = b.reg()
+        b(f"add.u32 {self.q_full}, {self.smem}, {plan.q_bars};")
+        self.q_empty = b.reg()
+        b(f"add.u32 {self.q_empty}, {self.q_full}, 8;")
+        self.full = b.reg()
+        b(f"add.u32 {self.full}, {self.smem}, {plan.bars};")
+        self.empty = b.reg()
+        b(f"add.u32 {self.empty}, {self.full}, {8 * plan.stages};")
+        leader, ready = b.pred(), b.label("barriers_ready")
+        b(f"setp.ne.u32 {leader}, {tid}, 0;", f"@{leader} bra {ready};")
+        b(mbarrier.init(self.q_full, 1), mbarrier.init(self.q_empty, plan.consumers))
+        for s in range(plan.stages):
+            b(mbarrier.init(f"{self.full}+{8 * s}", 1), mbarrier.init(f"{self.empty}+{8 * s}", plan.consumers))
+        b(mbarrier.INIT_FENCE)
+        b.place(ready)
+        b("bar.sync 0;")
+
+    def dim(self, d) -> str:
+        return self.b.dims[d] if isinstance(d, str) else self.b.mov(d)
+
+    def head_chunk(self) -> str:
+        """Heads per chunk of the causal block order: as many as keep K and V in the L2 budget."""
+        b, m = self.b, self.m
+        rows = self.dim(m.params[m.k].type.dims[-2])
+        per_head, chunk = b.reg(), b.reg()
+        b(f"mul.lo.s32 {per_head}, {rows}, {4 * m.d};", f"max.s32 {per_head}, {per_head}, 1;",
+          f"div.s32 {chunk}, {L2_BUDGET}, {per_head};", f"max.s32 {chunk}, {chunk}, 1;",
+          f"min.s32 {chunk}, {chunk}, {self.heads};")
+        return chunk
+
+    def tile_coords(self, t: str) -> tuple[str, str, str]:
+        """(b, h, i) of linear tile ``t``."""
+        b = self.b
+        n_h, n_i = self.counts[1], self.counts[2]
+        head, i = b.reg(), b.reg()
+        if self.chunk is None:
+            b(f"div.s32 {head}, {t}, {n_i};", f"mul.lo.s32 {i}, {head}, {n_i};", f"sub.s32 {i}, {t}, {i};")
+        else:
+            per, first, height, inside, ii, hh = (b.reg() for _ in range(6))
+            b(f"mul.lo.s32 {per}, {self.chunk}, {n_i};", f"div.s32 {first}, {t}, {per};",
+              f"mul.lo.s32 {inside}, {first}, {per};", f"sub.s32 {inside}, {t}, {inside};",
+              f"mul.lo.s32 {first}, {first}, {self.chunk};",
+              f"sub.s32 {height}, {self.heads}, {first};", f"min.s32 {height}, {height}, {self.chunk};",
+              f"div.s32 {ii}, {inside}, {height};", f"mul.lo.s32 {hh}, {ii}, {height};",
+              f"sub.s32 {hh}, {inside}, {hh};", f"add.s32 {head}, {first}, {hh};",
+              f"sub.s32 {i}, {n_i}, 1;", f"sub.s32 {i}, {i}, {ii};")
+        bb, h = b.reg(), b.reg()
+        b(f"div.s32 {bb}, {head}, {n_h};", f"mul.lo.s32 {h}, {bb}, {n_h};", f"sub.s32 {h}, {head}, {h};")
+        return bb, h, i
+
+    def ring_regs(self) -> dict[str, RingRegs]:
+        b, out = self.b, {}
+        for name, full, empty in ((Q_RING, self.q_full, self.q_empty), (KV_RING, self.full, self.empty)):
+            s, ph = b.reg(), b.reg()
+            b(f"mov.b32 {s}, 0;", f"mov.b32 {ph}, 0;")
+            out[name] = RingRegs(self.proto.ring(name), full, empty, s, ph, b.mov(0))
+        return out
+
+    # -- text -----------------------------------------------------------------------------
+    def module_text(self) -> str:
+        k, plan = self.m.kernel, self.plan
+        params = [f"  .param {t} {name}" for t, name, _ in self.entries]
+        params += [f"  {m.declaration()}" for m in self.maps.values()]
+        lines = [f"// tkjit: kernel '{k.name}', Hopper warp-specialized attention (TMA + wgmma)",
+                 f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", "",
+                 f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", "",
+                 f".visible .entry {k.name}(", ",\n".join(params), ")",
+                 f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}", "{"]
+        lines += self.b.body()
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def metadata(self) -> dict:
+        from ..kernel import grid_expr
+        m, plan = self.m, self.plan
+        c = [grid_expr(v, m.blocks) for v in m.blocks.variadic()]
+        params = [meta for _, _, meta in self.entries if meta["kind"] != "dim"]
+        params += [t.entry() for t in self.maps.values()]
+        return {"name": m.kernel.name, "entry": m.kernel.name, "arch": ARCH, "backend": "wgmma",
+                "params": params, "dims": m.kernel.named_dims(), "grid": [["mul", ["mul", c[0], c[1]], c[2]]],
+                "block": [plan.threads, 1, 1], "smem_bytes": plan.smem_bytes,
+                "num_warps": plan.threads // 32, "registers": list(plan.regs),
+                "protocol": self.proto.text(), "decisions": list(plan.decisions)}
+
+
+class Role(RoleEmitter):
+    def __init__(self, k: AttentionKernel):
+        super().__init__(k.b, k.proto)
+        self.k, self.m = k, k.m
+        self.tile_count = k.tile_count
+
+    def run_program(self, program, leader: str | None) -> None:
+        self.rings = self.k.ring_regs()
+        self.leader = leader
+        self.tile = self.b.reg()
+        self.emit(program)
+
+    def first_tile(self) -> None:
+        self.b(f"mov.u32 {self.tile}, %ctaid.x;")
+
+    def next_tile(self) -> None:
+        step = self.b.reg()
+        self.b(f"mov.u32 {step}, %nctaid.x;", f"add.s32 {self.tile}, {self.tile}, {step};")
+
+    def tile_begin(self) -> None:
+        """Tile coordinates, the IR's scalars over them, and the key loop's trip count."""
+        k, m = self.k, self.m
+        bb, h, i = k.tile_coords(self.tile)
+        self.i = i
+        env = dict(k.scalars)
+        env.update(zip(m.block_args, (bb, h, i)))
+        self.ev = ScalarEmitter(self.b, env)
+        trips = self.ev.value(m.trips)
+        self.b(f"mov.b32 {self.rings[KV_RING].trips}, {trips};")
+
+    def inner(self) -> ScalarEmitter:
+        """An emitter for the key loop's scalars (j = this trip), over the tile's."""
+        ev = ScalarEmitter(self.b, self.ev.env)
+        ev.env[self.m.j] = self.rings[KV_RING].counter
+        return ev
+
+
+class Producer(Role):
+    """One thread of warpgroup 0 issues every TMA copy."""
+
+    def run(self, done: str) -> None:
+        k, b = self.k, self.b
+        others = b.pred()
+        b(f"setp.ne.u32 {others}, {k.tid_wg}, 0;", f"@{others} bra {done};")
+        self.maps = {}
+        for key, t in k.maps.items():
+            raw, addr = b.reg("b64"), b.reg("b64")
+            b(*tma.generic_address(t.symbol, raw, addr), tma.prefetch(addr))
+            self.maps[key] = addr
+        self.run_program(k.proto.producer, None)
+
+    def tma_load(self, step) -> None:
+        m, plan, b = self.m, self.k.plan, self.b
+        r = self.rings[step.ring]
+        bar = self.bar(r, "full")
+        if step.load == "q":
+            ev, load, rows, base, row_index = self.ev, m.q_load, m.bq, plan.q_offset, self.i
+            dst0 = self.k.smem
+        else:
+            ev = self.inner()
+            load, rows = (m.k_load, m.bkv) if step.load == "k" else (m.v_load, m.bkv)
+            base = plan.k_offset if step.load == "k" else plan.v_offset
+            row_index = r.counter
+            dst0 = b.reg()
+            b(f"mad.lo.u32 {dst0}, {r.s}, {plan.stage_stride}, {self.k.smem};")
+        row = b.reg()
+        b(f"mul.lo.s32 {row}, {row_index}, {rows};")
+        lead = [ev.value(c) for c in load.variadic()[:-2]]
+        for p in range(m.d // PANEL):
+            dst, col = b.reg(), b.reg()
+            b(f"add.u32 {dst}, {dst0}, {base + p * rows * 128};", f"mov.b32 {col}, {p * PANEL};")
+            b(tma.load_nd(dst, self.maps[step.load], [col, row, *reversed(lead)], bar))
+
+
+class Consumer(Role):
+    """Consumer warpgroups 1..N: 64 query rows each."""
+
+    def run(self) -> None:
+        k, b, m, plan = self.k, self.k.b, self.m, self.k.plan
+        b(f"setmaxnreg.inc.sync.aligned.u32 {plan.regs[1]};")
+        self.index = b.reg()
+        b(f"sub.u32 {self.index}, {k.wg}, 1;")
+        leader = b.pred()
+        b(f"setp.eq.u32 {leader}, {k.tid_wg}, 0;")
+        self.op_q, self.op_k, self.op_v = operand_q(m, plan), operand_k(m, plan), operand_v(m, plan)
+        self.q_base = b.reg()
+        b(f"mad.lo.u32 {self.q_base}, {self.index}, {64 * plan.swizzle}, {k.smem};",
+          f"add.u32 {self.q_base}, {self.q_base}, {plan.q_offset};")
+        warp, quad_col = b.reg(), b.reg()
+        self.row_in_tile = b.reg()  # 64 * consumer + 16 * warp + lane / 4 (and + 8)
+        b(f"shr.u32 {warp}, {k.tid_wg}, 5;", f"shr.u32 {self.row_in_tile}, {k.lane}, 2;",
+          f"mad.lo.u32 {self.row_in_tile}, {warp}, 16, {self.row_in_tile};",
+          f"mad.lo.u32 {self.row_in_tile}, {self.index}, 64, {self.row_in_tile};",
+          f"and.b32 {quad_col}, {k.lane}, 3;", f"shl.b32 {quad_col}, {quad_col}, 1;")
+        self.quad_col = quad_col
+        self.o = [b.reg("f32") for _ in range(m.d // 2)]
+        self.s = [b.reg("f32") for _ in range(m.bkv // 2)]
+        self.p = [b.reg() for _ in range(m.bkv // 4)]
+        self.mx = [b.reg("f32") for _ in range(2)]
+        self.l = [b.reg("f32") for _ in range(2)]
+        self.run_program(k.proto.consumer, leader)
+
+    def tile_begin(self) -> None:
+        super().tile_begin()
+        b = self.b
+        b(*(f"mov.f32 {r}, 0f00000000;" for r in self.o))
+        b(*(f"mov.f32 {r}, {NEG_INF};" for r in self.mx), *(f"mov.f32 {r}, 0f00000000;" for r in self.l))
+        self.qk_scale = self.ev.value(self.m.qk_scale)
+        self.lse_scale = self.ev.value(self.m.lse_scale)
+
+    def descriptor(self, addr: str, op: wgmma.Operand) -> str:
+        b = self.b
+        enc, desc = b.reg(), b.reg("b64")
+        b(f"bfe.u32 {enc}, {addr}, 4, 14;", f"cvt.u64.u32 {desc}, {enc};",
+          f"or.b64 {desc}, {desc}, {op.constant:#x};")
+        return desc
+
+    def at(self, desc: str, nbytes: int) -> str:
+        if nbytes == 0:
+            return desc
+        d = self.b.reg("b64")
+        self.b(f"add.s64 {d}, {desc}, {wgmma.encode_field(nbytes)};")
+        return d
+
+    def stage(self, offset: int) -> str:
+        b, r = self.b, self.rings[KV_RING]
+        addr = b.reg()
+        b(f"mad.lo.u32 {addr}, {r.s}, {self.k.plan.stage_stride}, {self.k.smem};",
+          f"add.u32 {addr}, {addr}, {offset};")
+        return addr
+
+    def mma(self, step) -> None:
+        if Q_RING in step.rings:
+            self.scores()
+        else:
+            self.softmax()
+            self.pv()
+
+    def scores(self) -> None:
+        """S = Q·Kᵀ over the head dim: m64n{BKV}k16 x D/16, SS, both K-major."""
+        m, b = self.m, self.b
+        dq = self.descriptor(self.q_base, self.op_q)
+        dk = self.descriptor(self.stage(self.k.plan.k_offset), self.op_k)
+        lines = [wgmma.FENCE]
+        for ks in range(m.d // 16):
+            lines.append(wgmma.mma_instruction(m.bkv, "bf16", self.s, self.at(dq, self.op_q.offset(ks, 0)),
+                                               self.at(dk, self.op_k.offset(ks, 0)), 0,
+                                               "0" if ks == 0 else "1"))
+        lines.append(wgmma.COMMIT)
+        b(*lines)
+
+    def pv(self) -> None:
+        """O += P·V: m64n{D}k16 x BKV/16, P from registers, V MN-major (tB = 1)."""
+        m, b = self.m, self.b
+        dv = self.descriptor(self.stage(self.k.plan.v_offset), self.op_v)
+        lines = [wgmma.FENCE]
+        for ks in range(m.bkv // 16):
+            lines.append(wgmma.mma_rs_instruction(m.d, "bf16", self.o, self.p[4 * ks:4 * ks + 4],
+                                                  self.at(dv, self.op_v.offset(ks, 0)), 1))
+        lines.append(wgmma.COMMIT)
+        b(*lines)
+
+    def rows(self, regs: list[str], half: int) -> list[str]:
+        """The accumulator registers of row ``half`` (0: lane/4, 1: lane/4 + 8) of this thread."""
+        return [r for n, r in enumerate(regs) if (n >> 1) & 1 == half]
+
+    def reduce(self, regs: list[str], op: str) -> str:
+        """A pairwise tree of ``op`` over this thread's registers, then over the quad."""
+        b = self.b
+        level = list(regs)
+        while len(level) > 1:
+            nxt = []
+            for x, y in zip(level[::2], level[1::2]):
+                r = b.reg("f32")
+                b(f"{op}.f32 {r}, {x}, {y};")
+                nxt.append(r)
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level = nxt
+        acc = level[0]
+        for lane_mask in (1, 2):
+            other = b.reg("f32")
+            b(f"shfl.sync.bfly.b32 {other}, {acc}, {lane_mask}, 31, -1;")
+            r = b.reg("f32")
+            b(f"{op}.f32 {r}, {acc}, {other};")
+            acc = r
+        return acc
+
+    def mask(self) -> None:
+        """-inf where the key is past N (padding) or, under the IR's condition, past the diagonal;
+        a uniform branch skips it on the blocks that need neither."""
+        m, b, k = self.m, self.b, self.k
+        r = self.rings[KV_RING]
+        ev = self.inner()
+        n_keys = k.dim(m.params[m.k].type.dims[-2])
+        k0, end, tail, needed = b.reg(), b.reg(), b.pred(), b.pred()
+        b(f"mul.lo.s32 {k0}, {r.counter}, {m.bkv};", f"add.s32 {end}, {k0}, {m.bkv};",
+          f"setp.gt.s32 {tail}, {end}, {n_keys};")
+        causal = None
+        if m.mask is not None:
+            causal = ev.value(m.mask_cond)
+            q0, mk0 = ev.value(m.mask.operands[1]), ev.value(m.mask.operands[2])
+            b(f"or.pred {needed}, {tail}, {causal};")
+        else:
+            b(f"mov.pred {needed}, {tail};")
+        skip = b.label("unmasked")
+        b(f"@!{needed} bra.uni {skip};")
+        base = b.reg()  # the last visible key column, relative to this thread's first column
+        b(f"sub.s32 {base}, {n_keys}, {k0};", f"sub.s32 {base}, {base}, 1;", f"sub.s32 {base}, {base}, {self.quad_col};")
+        for half in (0, 1):
+            lim = b.reg()
+            b(f"mov.b32 {lim}, {base};")
+            if causal is not None:
+                diag = b.reg()  # q0 + r - k0 (the mask's k0) - 2 (lane % 4): key c visible iff c <= diag
+                b(f"add.s32 {diag}, {q0}, {self.row_in_tile};", f"add.s32 {diag}, {diag}, {8 * half};",
+                  f"sub.s32 {diag}, {diag}, {mk0};", f"sub.s32 {diag}, {diag}, {self.quad_col};",
+                  f"@{causal} min.s32 {lim}, {lim}, {diag};")
+            for n, reg in enumerate(self.s):
+                if (n >> 1) & 1 != half:
+                    continue
+                col = 8 * (n >> 2) + (n & 1)
+                hide = b.pred()
+                b(f"setp.lt.s32 {hide}, {lim}, {col};", f"@{hide} mov.f32 {reg}, {NEG_INF};")
+        b.place(skip)
+
+    def softmax(self) -> None:
+        """The online softmax of the scores in S, into P (bf16 pairs); O and l rescaled."""
+        b = self.b
+        b(*(f"mul.f32 {r}, {r}, {self.qk_scale};" for r in self.s))
+        self.mask()
+        alphas = []
+        for half in (0, 1):
+            row = self.rows(self.s, half)
+            mx_new = b.reg("f32")
+            b(f"max.f32 {mx_new}, {self.mx[half]}, {self.reduce(row, 'max')};")
+            use, inf = b.reg("f32"), b.pred()  # a row with no visible key yet: subtract 0, not -inf
+            b(f"setp.eq.f32 {inf}, {mx_new}, {NEG_INF};", f"selp.f32 {use}, 0f00000000, {mx_new}, {inf};")
+            for reg in row:
+                b(f"sub.f32 {reg}, {reg}, {use};", f"ex2.approx.ftz.f32 {reg}, {reg};")
+            alpha = b.reg("f32")
+            b(f"sub.f32 {alpha}, {self.mx[half]}, {use};", f"ex2.approx.ftz.f32 {alpha}, {alpha};",
+              f"mov.f32 {self.mx[half]}, {mx_new};")
+            total = self.local_sum(row)
+            b(f"fma.rn.f32 {self.l[half]}, {self.l[half]}, {alpha}, {total};")
+            alphas.append(alpha)
+        for n, reg in enumerate(self.o):
+            b(f"mul.f32 {reg}, {reg}, {alphas[(n >> 1) & 1]};")
+        for n, reg in enumerate(self.p):
+            lo, hi = self.s[2 * n], self.s[2 * n + 1]
+            b(f"cvt.rn.bf16x2.f32 {reg}, {hi}, {lo};")
+
+    def local_sum(self, regs: list[str]) -> str:
+        """This thread's share of a row sum (the quad's shares are added once, at the end)."""
+        b = self.b
+        level = list(regs)
+        while len(level) > 1:
+            nxt = []
+            for x, y in zip(level[::2], level[1::2]):
+                r = b.reg("f32")
+                b(f"add.f32 {r}, {x}, {y};")
+                nxt.append(r)
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level = nxt
+        return level[0]
+
+    def tile_end(self) -> None:
+        """O / l to bf16 and L = (max + log2 l) · ln 2, stored for the rows below N."""
+        k, m, b = self.k, self.m, self.b
+        o_dims = m.params[m.o].type.dims
+        l_dims = m.params[m.l].type.dims
+        n_rows = k.dim(o_dims[-2])
+        q_row0 = b.reg()
+        b(f"mad.lo.s32 {q_row0}, {self.i}, {m.bq}, {self.row_in_tile};")
+        o_lead = self.linear([self.ev.value(c) for c in m.o_store.variadic()[:-2]], o_dims[:-2])
+        l_lead = self.linear([self.ev.value(c) for c in m.l_store.variadic()[:-1]], l_dims[:-1])
+        quad_leader = b.pred()
+        lane4 = b.reg()
+        b(f"and.b32 {lane4}, {k.lane}, 3;", f"setp.eq.u32 {quad_leader}, {lane4}, 0;")
+        for half in (0, 1):
+            total = self.l[half]
+            for lane_mask in (1, 2):
+                other, t = b.reg("f32"), b.reg("f32")
+                b(f"shfl.sync.bfly.b32 {other}, {total}, {lane_mask}, 31, -1;", f"add.f32 {t}, {total}, {other};")
+                total = t
+            inv, row, inside = b.reg("f32"), b.reg(), b.pred()
+            b(f"rcp.rn.f32 {inv}, {total};", f"add.s32 {row}, {q_row0}, {8 * half};",
+              f"setp.lt.s32 {inside}, {row}, {n_rows};")
+            o_row = b.reg("b64")
+            self.address(o_row, o_lead, n_rows, row, m.d, 2, k.globals[m.o])
+            regs = self.rows(self.o, half)
+            for n in range(0, len(regs), 2):
+                col = 8 * (n >> 1)  # the n-th register of this row half: column 8 (n/2) + 2 (lane%4)
+                lo, hi, packed = b.reg("f32"), b.reg("f32"), b.reg()
+                b(f"mul.f32 {lo}, {regs[n]}, {inv};", f"mul.f32 {hi}, {regs[n + 1]}, {inv};",
+                  f"cvt.rn.bf16x2.f32 {packed}, {hi}, {lo};",
+                  f"@{inside} st.global.b32 [{o_row}+{2 * col}], {packed};")
+            lse, l_addr, store = b.reg("f32"), b.reg("b64"), b.pred()
+            b(f"lg2.approx.f32 {lse}, {total};", f"add.f32 {lse}, {lse}, {self.mx[half]};",
+              f"mul.f32 {lse}, {lse}, {self.lse_scale};")
+            self.address(l_addr, l_lead, n_rows, row, 1, 4, k.globals[m.l], column=False)
+            b(f"and.pred {store}, {inside}, {quad_leader};", f"@{store} st.global.f32 [{l_addr}], {lse};")
+
+    def linear(self, coords: list[str], dims) -> str:
+        """The linear index of the leading coordinates (row-major over ``dims``)."""
+        b = self.b
+        acc = b.mov(0)
+        for c, d in zip(coords, dims):
+            t = b.reg()
+            b(f"mad.lo.s32 {t}, {acc}, {self.k.dim(d)}, {c};")
+            acc = t
+        return acc
+
+    def address(self, out: str, lead: str, n_rows: str, row: str, width: int, esize: int, base: str,
+                column: bool = True) -> None:
+        """out = base + ((lead · N + row) · width + (2 (lane % 4) when ``column``)) · esize."""
+        b = self.b
+        idx, wide = b.reg(), b.reg("b64")
+        b(f"mad.lo.s32 {idx}, {lead}, {n_rows}, {row};", f"mul.lo.s32 {idx}, {idx}, {width};")
+        if column:
+            b(f"add.s32 {idx}, {idx}, {self.quad_col};")
+        b(f"mul.wide.s32 {wide}, {idx}, {esize};", f"add.s64 {out}, {base}, {wide};")

@@ -1,0 +1,121 @@
+"""The decisions the warp-specialized attention kernel is emitted from, read from the scheduling
+passes' annotations (layout: swizzles; warp-spec: consumers; pipeline: stages; smem-plan: where
+Q, the K/V ring and the barriers lie; reg-budget: the setmaxnreg split) and the few this
+backend takes itself (the block order, the epilogue). A kernel without those annotations (a
+pipeline that skips the passes) is refused with the reason and goes to mma.sync.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .match import NoMatch
+from .match_attention import AttentionMatch
+from .plan import ALIGN_SLACK
+from .wgmma import Operand
+
+L2_BUDGET = 24 << 20
+"""Bytes of K and V the causal block order keeps in flight at once (H100 L2 50 MB, H200 60 MB)."""
+CONSUMER_OVERHEAD = 40
+"""Registers a consumer thread needs besides O, S and P (addresses, row state, loop)."""
+
+
+@dataclass
+class AttentionPlan:
+    consumers: int
+    regs: tuple[int, int]
+    maxnreg: int
+    stages: int
+    q_offset: int
+    q_bars: int
+    k_offset: int
+    v_offset: int
+    stage_stride: int
+    bars: int
+    smem_bytes: int
+    swizzle: int
+    heavy_first: bool
+    """Causal: the longest query blocks go first, heads chunked so their K/V fit in L2."""
+    decisions: list[dict] = field(default_factory=list)
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    def decide(self, what: str, value, why: str) -> None:
+        self.decisions.append({"decision": what, "value": value, "why": why})
+
+
+def operand_q(m: AttentionMatch, plan: AttentionPlan) -> Operand:
+    """Q as the K-major A of S = Q·Kᵀ (panels of 64 head-dim columns)."""
+    return Operand("K", m.bq, m.d, plan.swizzle)
+
+
+def operand_k(m: AttentionMatch, plan: AttentionPlan) -> Operand:
+    """K as the K-major B of S = Q·Kᵀ."""
+    return Operand("K", m.bkv, m.d, plan.swizzle)
+
+
+def operand_v(m: AttentionMatch, plan: AttentionPlan) -> Operand:
+    """V ([BKV, D] row-major) as the MN-major B of O += P·V (tB = 1)."""
+    return Operand("MN", m.bkv, m.d, plan.swizzle)
+
+
+def _attr(op, name: str, what: str):
+    value = op.attrs.get(name)
+    if value is None:
+        raise NoMatch(f"{what} has no '{name}' annotation: the attention path follows the scheduling "
+                      "passes (the default sm_90a pipeline runs them)")
+    return value
+
+
+def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
+    k = m.kernel
+    consumers = int(_attr(k, "consumers", "the kernel"))
+    regs = tuple(int(r) for r in _attr(k, "regs", "the kernel"))
+    maxnreg = int(_attr(k, "maxnreg", "the kernel"))
+    smem = int(_attr(k, "smem", "the kernel"))
+    stages = int(_attr(m.loop, "stages", "the key loop"))
+    stride = int(_attr(m.loop, "stage_stride", "the key loop"))
+    bars = int(_attr(m.loop, "bars", "the key loop"))
+    q_off, q_bars = int(_attr(m.q_load, "smem", "Q's load")), int(_attr(m.q_load, "bars", "Q's load"))
+    k_off, v_off = int(_attr(m.k_load, "smem", "K's load")), int(_attr(m.v_load, "smem", "V's load"))
+    swizzles = {str(ld.result.type.attr("swizzle")) for ld in (m.q_load, m.k_load, m.v_load)}
+    if swizzles != {"128B"}:
+        raise NoMatch(f"Q, K and V tiles are swizzled {sorted(swizzles)}; this path reads 128B-swizzled "
+                      "tiles (head dims 64 and 128)")
+    if consumers * 64 != m.bq:
+        raise NoMatch(f"{consumers} consumer warpgroups for {m.bq} query rows: each consumer owns one "
+                      "64-row wgmma slab")
+    if m.bkv % 16 or not 16 <= m.bkv <= 256:
+        raise NoMatch(f"a key block of {m.bkv} rows: wgmma's N (and P·V's K) needs a multiple of 16 up "
+                      "to 256")
+    need = m.d // 2 + m.bkv // 2 + m.bkv // 4 + CONSUMER_OVERHEAD
+    if regs[1] < need:
+        raise NoMatch(f"consumers get {regs[1]} registers but hold O ({m.d // 2}), S ({m.bkv // 2}) and "
+                      f"P ({m.bkv // 4}) per thread plus about {CONSUMER_OVERHEAD}: {need}")
+    plan = AttentionPlan(consumers, regs, maxnreg, stages, q_off, q_bars, k_off, v_off, stride, bars,
+                         smem + ALIGN_SLACK, 128, m.causal)
+    plan.decide("backend", "wgmma", "the kernel is the attention pattern: Q once per tile and K/V "
+                "through an mbarrier ring by TMA, one producer warpgroup, consumer warpgroups issuing "
+                "S = Q·Kᵀ (SS) and O += P·V with P from registers (RS)")
+    plan.decide("consumers", consumers, f"from the warp-spec pass: {m.bq} query rows = {consumers} "
+                f"slabs of 64, one per consumer warpgroup")
+    plan.decide("registers", f"producer {regs[0]}, consumers {regs[1]}, {maxnreg} at entry",
+                f"from the reg-budget pass; a consumer thread holds O {m.d // 2} + S {m.bkv // 2} + "
+                f"P {m.bkv // 4} f32/bf16x2 registers + row state and addresses")
+    plan.decide("stages", stages, f"from the pipeline pass: K and V ({m.bkv}x{m.d} each, "
+                f"{stride} B per stage) double-buffered while the consumers compute")
+    plan.decide("block size", f"BQ {m.bq}, BKV {m.bkv}", f"the kernel's tiles: S is m64n{m.bkv}k16 x "
+                f"{m.d // 16} k-steps, P·V m64n{m.d}k16 x {m.bkv // 16}")
+    plan.decide("shared_memory", smem + ALIGN_SLACK, f"from the smem-plan pass (+{ALIGN_SLACK} B to "
+                f"round the base up to 1024): ring at {k_off} (K) / {v_off} (V) + "
+                f"s x {stride}, Q at {q_off}, barriers at {q_bars} (Q) and {bars} (ring)")
+    plan.decide("epilogue", "registers to global", "O (bf16 pairs) and L stored from the accumulator "
+                "fragments under row < N predicates; the staging smem-plan reserved over the ring is "
+                "not used")
+    plan.decide("block order", "heaviest first, heads chunked for L2" if m.causal else "row-major",
+                f"causal: the query blocks with the most key blocks start first (the tail of the grid "
+                f"is short blocks), over chunks of heads whose K and V fit in {L2_BUDGET >> 20} MB of "
+                f"L2" if m.causal else "consecutive CTAs are the query blocks of one head: they "
+                "share its K and V in L2")
+    return plan
