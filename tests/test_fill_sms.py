@@ -27,6 +27,8 @@ def gemm_candidates(m: int, n: int) -> list[Candidate]:
 
 
 def test_halvings_stop_at_multiples_of_64():
+    assert halvings(1) == [1, 2, 4]  # a count (below 64) doubles up to MAX_COUNT
+    assert halvings(2) == [2, 4]
     assert halvings(256) == [256, 128, 64]
     assert halvings(128) == [128, 64]
     assert halvings(96) == [96]
@@ -74,28 +76,28 @@ def test_tile_count_and_dims_come_from_the_metadata():
 
 def test_the_annotation_records_the_constants():
     kernel = tkjit.load(EXAMPLE, cache=False)
-    assert kernel.ir.attrs["fill_sms"] == "BM=128 BN=256"
-    assert constants_of(kernel.ir.attrs["fill_sms"]) == {"BM": 128, "BN": 256}
+    assert kernel.ir.attrs["fill_sms"] == "BM=128 BN=256 SPLIT=1"
+    assert constants_of(kernel.ir.attrs["fill_sms"]) == {"BM": 128, "BN": 256, "SPLIT": 1}
     pinned = tkjit.load(EXAMPLE, constants={"BN": 128}, cache=False)
-    assert pinned.ir.attrs["fill_sms"] == "BM=128 BN=128"
+    assert pinned.ir.attrs["fill_sms"] == "BM=128 BN=128 SPLIT=1"
 
 
 def test_the_annotation_leaves_the_default_kernel_as_it_was():
-    old = EXAMPLE.read_text().replace("@fill_sms(BM, BN)", "")
+    old = EXAMPLE.read_text().replace("@fill_sms(BM, BN, SPLIT)", "")
     assert old != EXAMPLE.read_text()
     with_it = tkjit.load(EXAMPLE, cache=False)
     without = tkjit.compile(old, filename=str(EXAMPLE), cache=False)
-    assert with_it.asm["after:grid"].replace(', fill_sms = "BM=128 BN=256"', "") == without.asm["after:grid"]
+    assert with_it.asm["after:grid"].replace(', fill_sms = "BM=128 BN=256 SPLIT=1"', "") == without.asm["after:grid"]
 
 
 @pytest.mark.parametrize("annotation, message", [
     ("@fill_sms", "@fill_sms takes the names of the kernel's <...> constants"),
-    ("@fill_sms(BX)", "@fill_sms: each argument names one of the kernel's <...> constants (its constants: BK, BM, BN)"),
+    ("@fill_sms(BX)", "@fill_sms: each argument names one of the kernel's <...> constants (its constants: BK, BM, BN, SPLIT)"),
     ("@fill_sms(BM, BM)", "@fill_sms: BM is named twice"),
     ("@fill_sms(BM + 1)", "each argument names one of the kernel's <...> constants"),
 ])
 def test_bad_annotations_are_reported_at_the_annotation(annotation, message):
-    text = EXAMPLE.read_text().replace("@fill_sms(BM, BN)", annotation)
+    text = EXAMPLE.read_text().replace("@fill_sms(BM, BN, SPLIT)", annotation)
     with pytest.raises(TkError) as info:
         tkjit.compile(text, filename="gemm.tk", cache=False)
     assert message in str(info.value)
@@ -182,14 +184,48 @@ def test_the_kernel_object_compiles_the_chosen_variant(monkeypatch):
     dispatch = kernel._shape_dispatch()
     assert isinstance(dispatch, ShapeDispatch)
     small = dispatch._choose(tensors(128, 14336, 4096))
-    assert small.options.constants == (("BM", 128), ("BN", 128))
-    assert small.metadata["grid"][0][1] == ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], 128]]
+    assert small.options.constants == (("BM", 128), ("BN", 256), ("SPLIT", 2))
+    assert small.metadata["grid"][0] == ["mul", ["mul", ["cdiv", ["dim", "M"], 128],
+                                                 ["cdiv", ["dim", "N"], 256]], 2]
+    assert small.metadata["gemm"] == {"tile": [128, 256, 64], "split": 2,
+                                      "k_trips": ["cdiv", ["dim", "K"], 64]}
     large = dispatch._choose(tensors(4096, 4096, 4096))
     assert large._result is kernel._result and not large._fill_sms  # the default: the kernel itself
-    assert [d.decision for d in kernel.decisions.for_pass("fill-sms")] == ["BM = 128, BN = 128",
-                                                                           "BM = 128, BN = 256"]
+    assert [d.decision for d in kernel.decisions.for_pass("fill-sms")] == [
+        "BM = 128, BN = 256, SPLIT = 2", "BM = 128, BN = 256, SPLIT = 1"]
 
 
 def test_kernels_without_the_annotation_launch_as_before():
-    kernel = tkjit.compile(EXAMPLE.read_text().replace("@fill_sms(BM, BN)", ""), cache=False)
+    kernel = tkjit.compile(EXAMPLE.read_text().replace("@fill_sms(BM, BN, SPLIT)", ""), cache=False)
     assert kernel._shape_dispatch() is None and not kernel._fill_sms
+
+
+def split_candidates(m: int, n: int, k: int) -> list[Candidate]:
+    """The gemm's candidates with SPLIT, as the dispatch sees them (CTAs = tiles x SPLIT)."""
+    out = []
+    for constants in candidate_constants({"BM": 128, "BN": 256, "SPLIT": 1}, set()):
+        bm, bn, split = (value for _, value in constants)
+        tiles = -(-m // bm) * -(-n // bn)
+        out.append(Candidate(constants, tiles * split, {"tile": [bm, bn, 64], "split": split,
+                                                         "trips": -(-k // 64)}))
+    return out
+
+
+@pytest.mark.parametrize("m, n, k, want", [
+    (128, 4096, 4096, (128, 128, 4)),    # 32 tiles x 4: 128 CTAs, each 1/4 of K
+    (128, 4096, 14336, (128, 128, 4)),
+    (128, 14336, 4096, (128, 256, 2)),   # 56 tiles x 2 = 112 CTAs in one round
+    (128, 4096, 64, (64, 64, 1)),        # one K step: splitting it only adds partials
+    (1024, 4096, 4096, (128, 256, 1)),   # 128 tiles: splitting needs a second round
+    (4096, 4096, 4096, (128, 256, 1)),   # the default fills the GPU
+])
+def test_the_model_splits_k_only_where_ctas_are_short(m, n, k, want):
+    best, why = choose(split_candidates(m, n, k), H200_SMS)
+    assert tuple(v for _, v in best.constants) == want, why
+    assert best.split == want[2]
+
+
+def test_the_split_model_says_why():
+    _, why = choose(split_candidates(128, 4096, 4096), H200_SMS)
+    assert "the bytes a CTA streams" in why
+    assert "BM = 128, BN = 128, SPLIT = 4: 128 CTAs, 1 x 622592 B" in why  # 256*128*16 + 2*3/4*65536

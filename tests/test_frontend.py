@@ -78,7 +78,7 @@ def test_parse_plus_lower_is_fast_warm():
 
 def test_gemm_is_the_design_example():
     text = _ir(_example("gemm"))
-    assert 'attributes {consumers = 2, regs = [40, 232], fill_sms = "BM=128 BN=256"}' in text
+    assert 'attributes {consumers = 2, regs = [40, 232], fill_sms = "BM=128 BN=256 SPLIT=1"}' in text
     assert 'blocks {schedule = "persistent", group = 8} %0, %1 {' in text
     assert "%acc.1 = for %c0, %2, %c1, %acc : rt<f32>[128, 256] {" in text  # stages: the pipeline pass's
     assert "%acc.3 = mma_AB %a, %b, %acc.2 : rt<f32>[128, 256]" in text
@@ -287,7 +287,7 @@ def test_a_call_with_a_type_argument_is_not_a_comparison():
 def test_parse_gives_the_syntax_tree():
     k = parse(_example("gemm"), "gemm.tk")
     assert [a.name for a in k.annotations] == ["consumers", "regs", "fill_sms"]
-    assert [c.name for c in k.consts] == ["BM", "BN", "BK"]
+    assert [c.name for c in k.consts] == ["BM", "BN", "BK", "SPLIT"]
     assert [p.name for p in k.params] == ["A", "B", "C"]
     loop = k.body[0]
     assert isinstance(loop, ast.BlockLoop) and [v.name for v in loop.vars] == ["m", "n"]

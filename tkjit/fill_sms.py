@@ -9,16 +9,23 @@ is made on the first call with a given set of argument shapes, logged in the dec
 
 The model (``choose``):
 
-* candidates: each named constant takes its default or the default halved, again and again,
-  while it stays a positive multiple of ``FLOOR`` (64: one wgmma M slab, a 128-byte bf16 row);
-  a constant the caller set (``constants=``) is a pin and keeps its value. For the gemm:
-  BM ∈ {128, 64} × BN ∈ {256, 128, 64}.
-* tiles(c): the candidate's launch-grid expression with an unbounded SM count (its tile count).
+* candidates: each named constant that sizes a tile takes its default or the default halved,
+  again and again, while it stays a positive multiple of ``FLOOR`` (64: one wgmma M slab, a
+  128-byte bf16 row); a constant whose default is below ``FLOOR`` is a count (the gemm's SPLIT:
+  CTAs sharing a tile's K loop) and takes its default doubled, up to ``MAX_COUNT``. A constant the
+  caller set (``constants=``) is a pin and keeps its value. For the gemm:
+  BM ∈ {128, 64} × BN ∈ {256, 128, 64} × SPLIT ∈ {1, 2, 4}.
+* tiles(c): the candidate's launch-grid expression with an unbounded SM count (its CTA count).
 * When the default's tiles fill the SMs (tiles ≥ SMs) the default stays: smaller tiles only add
   per-tile work (epilogues, refetched operands) and lower the math per byte loaded.
-* Otherwise the candidate with the least work on the busiest SM wins:
-  ceil(tiles / SMs) × tile size (the product of the named constants). Ties go to the larger
-  tile, then to the larger leading constant (the earlier candidate).
+* Otherwise the candidate with the least work on the busiest SM wins. For a GEMM variant (its
+  metadata says its tile, split and K trips) the work is the bytes one CTA streams, times the
+  rounds of CTAs: ceil(CTAs / SMs) × ((BM + BN)·BK·2 bytes × ceil(T / S) + partials exchanged
+  when split, 2·(S − 1)/S·BM·BN·4 bytes): at these sizes (fewer tiles than SMs) a CTA's time
+  goes to streaming its operands, not to math (ncu, 2026-11-21: M = 128 GEMMs at 12% SM
+  throughput). Other kernels: ceil(tiles / SMs) × tile size (the product of the named
+  constants). Ties go to the larger tile, then to the smaller split, then to the earlier
+  candidate.
 
 Variants are ordinary kernel objects (``tkjit.compile`` with the chosen constants; the disk cache
 holds their binaries); only the chosen one is assembled.
@@ -38,6 +45,9 @@ FLOOR = 64
 """Halving stops before a constant falls below this or stops being a multiple of it."""
 PASS = "fill-sms"
 """The decision log's name for these choices."""
+MAX_COUNT = 4
+"""A count constant (default below FLOOR: the gemm's SPLIT) doubles up to this. A split tile is a
+cluster; 4 of them fit in every GPC of an H100/H200, 8 not in all."""
 
 
 @dataclass(frozen=True)
@@ -45,22 +55,44 @@ class Candidate:
     constants: tuple[tuple[str, int], ...]
     """(name, value) of every named constant, in the annotation's order."""
     tiles: int
+    gemm: dict | None = None
+    """For a GEMM variant: {"tile": [BM, BN, BK], "split": S, "trips": T} at this launch shape."""
 
     @property
     def size(self) -> int:
-        """The tile size the model weighs (the product of the named constants)."""
+        """The tile size the model weighs (the product of the named size constants)."""
+        if self.gemm is not None:
+            bm, bn, _ = self.gemm["tile"]
+            return bm * bn
         size = 1
         for _, value in self.constants:
-            size *= value
+            size *= value if value >= FLOOR else 1
         return size
+
+    @property
+    def split(self) -> int:
+        return self.gemm["split"] if self.gemm is not None else 1
+
+    def streamed_bytes(self) -> int:
+        """Bytes one CTA of a GEMM variant streams: its A and B tiles over its share of the K
+        loop, and (split) the partials it sends and the ones it adds."""
+        bm, bn, bk = self.gemm["tile"]
+        s, trips = self.gemm["split"], self.gemm["trips"]
+        loads = (bm + bn) * bk * 2 * -(-trips // s)
+        return loads + (2 * (s - 1) * bm * bn * 4 // s if s > 1 else 0)
 
     def text(self) -> str:
         return ", ".join(f"{name} = {value}" for name, value in self.constants)
 
 
 def halvings(value: int) -> list[int]:
-    """``value``, then its halves while they stay positive multiples of FLOOR."""
+    """``value``, then its halves while they stay positive multiples of FLOOR; a count (below
+    FLOOR), then its doubles up to MAX_COUNT."""
     out = [value]
+    if 0 < value < FLOOR:
+        while out[-1] * 2 <= MAX_COUNT:
+            out.append(out[-1] * 2)
+        return out
     while out[-1] % (2 * FLOOR) == 0:
         out.append(out[-1] // 2)
     return out
@@ -84,13 +116,22 @@ def choose(candidates: list[Candidate], num_sms: int) -> tuple[Candidate, str]:
     if default.tiles >= num_sms:
         return default, (f"the default tiles fill the GPU: {default.tiles} tiles for {num_sms} SMs")
 
-    def work(c: Candidate) -> tuple:
-        return (waves(c, num_sms) * c.size, -c.size)
+    if all(c.gemm is not None for c in candidates):
+        def work(c: Candidate) -> tuple:
+            return (waves(c, num_sms) * c.streamed_bytes(), -c.size, c.split)
+        weighed = "; ".join(f"{c.text()}: {c.tiles} CTAs, {waves(c, num_sms)} x {c.streamed_bytes()} B"
+                            for c in candidates)
+        rule = ("ceil(CTAs / SMs) x the bytes a CTA streams (A and B tiles over its share of K, "
+                "partials when split), ties to the larger tile, then the smaller split")
+    else:
+        def work(c: Candidate) -> tuple:
+            return (waves(c, num_sms) * c.size, -c.size)
+        weighed = "; ".join(f"{c.text()}: {c.tiles} tiles, {waves(c, num_sms)} x {c.size}"
+                            for c in candidates)
+        rule = "ceil(tiles / SMs) x tile size, ties to the larger tile"
     best = min(candidates, key=work)  # min keeps the earliest of equals
-    weighed = "; ".join(f"{c.text()}: {c.tiles} tiles, {waves(c, num_sms)} x {c.size}"
-                        for c in candidates)
     why = (f"the default ({default.text()}) gives {default.tiles} tiles for {num_sms} SMs; the least "
-           f"work on the busiest SM is ceil(tiles / SMs) x tile size, ties to the larger tile ({weighed})")
+           f"work on the busiest SM is {rule} ({weighed})")
     return best, why
 
 
@@ -129,7 +170,8 @@ class ShapeDispatch:
             except TkError as e:
                 dropped.append(f"{', '.join(f'{n} = {v}' for n, v in constants)}: {e.message}")
                 continue
-            candidates.append(Candidate(constants, tile_count(variant.metadata["grid"], dims)))
+            candidates.append(Candidate(constants, tile_count(variant.metadata["grid"], dims),
+                                        gemm_shape(variant.metadata, dims)))
         best, why = choose(candidates, self._num_sms)
         if dropped:
             why += f"; not compiled: {'; '.join(dropped)}"
@@ -174,6 +216,15 @@ def tile_count(grid: list, dims: dict[str, int]) -> int:
     from .runtime.launcher import compile_grid
     x, y, z = compile_grid(grid, tuple(dims), num_sms=UNBOUNDED)(**dims)
     return x * y * z
+
+
+def gemm_shape(metadata: dict, dims: dict[str, int]) -> dict | None:
+    """A Hopper GEMM variant's tile, split and K-loop trips at these dims (None for others)."""
+    gemm = metadata.get("gemm")
+    if not gemm:
+        return None
+    trips = tile_count([gemm["k_trips"]], dims)
+    return {"tile": list(gemm["tile"]), "split": int(gemm["split"]), "trips": trips}
 
 
 UNBOUNDED = 1 << 62

@@ -131,3 +131,42 @@ def test_grid_gemm_with_16_bit_c(m, n, k):
     kernel.binary  # noqa: B018 - assemble now (the metadata is complete after it)
     assert kernel.metadata["backend"] == "wgmma", kernel.explain()
     run_ab(kernel, m, n, k)
+
+
+# -- split-K: a cluster of SPLIT CTAs per tile, partials added through distributed shared memory
+
+@pytest.mark.parametrize("bm, bn, split, m, n, k", [
+    (128, 128, 4, 128, 4096, 4096),     # the M = 128 shape the model splits
+    (128, 64, 2, 128, 4096, 14336),
+    (128, 256, 2, 128, 1024, 4096),
+    (64, 64, 2, 200, 300, 1000),        # no dimension a multiple of its tile; 16 K steps, odd split
+    (128, 128, 4, 300, 520, 1000),      # ceil(16 / 4) = 4 steps each
+    (128, 128, 4, 200, 304, 320),       # 5 K steps over 4 CTAs: 2, 2, 1 and 0 trips
+    (128, 128, 4, 128, 256, 64),        # K smaller than one split: 1 step, three CTAs add zeros
+    (128, 128, 4, 128, 256, 16),        # K below one K tile
+    (64, 128, 2, 130, 258, 66),         # rows TMA cannot address: the copying producer, split
+])
+def test_split_k_matches_torch(bm, bn, split, m, n, k):
+    kernel = tkjit.load(EXAMPLES / "gemm.tk", constants={"BM": bm, "BN": bn, "SPLIT": split})
+    kernel.binary  # noqa: B018 - assemble now
+    assert kernel.metadata["gemm"]["split"] == split, kernel.explain()
+    run_ab(kernel, m, n, k)
+
+
+def test_split_k_repeated_launches_give_the_same_bits():
+    kernel = tkjit.load(EXAMPLES / "gemm.tk", constants={"BM": 128, "BN": 128, "SPLIT": 4})
+    a = torch.randn(256, 2048, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(2048, 512, dtype=torch.bfloat16, device="cuda")
+    first = None
+    for _ in range(3):
+        buf, c = placed(256, 512)
+        kernel(a, b, c)
+        check(c, a.float() @ b.float(), buf)
+        first = c.clone() if first is None else first
+        assert torch.equal(c, first), "the partials are added in a fixed order"
+
+
+def test_fill_sms_splits_k_at_m_128(gemm):
+    run_ab(gemm, 128, 4096, 4096)
+    text = gemm.explain()
+    assert "SPLIT = 4" in text or "SPLIT = 2" in text, text

@@ -275,10 +275,19 @@ class Lowerer(ExprLowering):
                 if g < 1:
                     raise DiagnosticError(f"the group size must be at least 1, got {g}", arg.span)
                 attrs["group"] = g
+            elif arg.name == "split":
+                if "split" in attrs:
+                    raise DiagnosticError("split is given twice", arg.span)
+                n = self.constant_int(arg.value, "the split count")
+                if n < 1:
+                    raise DiagnosticError(f"the split count must be at least 1, got {n}", arg.span)
+                attrs["split"] = n
             else:
-                raise DiagnosticError(f"unknown schedule option '{arg.name}' (expected group = G)",
-                                      arg.span)
-        return {k: attrs[k] for k in ("schedule", "group") if k in attrs}
+                raise DiagnosticError(f"unknown schedule option '{arg.name}' (expected group = G "
+                                      "or split = S)", arg.span)
+        if attrs.get("split") == 1:  # the default: the IR of an unsplit loop stays as it was
+            del attrs["split"]
+        return {k: attrs[k] for k in ("schedule", "group", "split") if k in attrs}
 
     def nested_block_loop(self, s: ast.BlockLoop) -> None:
         first = self.block_loop

@@ -69,8 +69,12 @@ def tile_count(kernel: Kernel):
 
 
 def launch_grid(kernel: Kernel) -> list:
-    """The 1-D grid size as a JSON expression: T, or min(T, num_sms) when persistent."""
+    """The 1-D grid size as a JSON expression: T, or min(T, num_sms) when persistent, or T·S
+    for ``split = S`` (a cluster of S CTAs per tile, whatever the schedule)."""
     total = tile_count(kernel)
+    split = block_loop(kernel).attrs.get("split", 1)
+    if split > 1:
+        return ["mul", total, split]
     if block_loop(kernel).attrs.get("schedule") == "persistent":
         return ["min", total, ["num_sms"]]
     return total
@@ -107,7 +111,14 @@ class Grid(Pass):
             ctx.decide(f"@{kernel.name}", f"group {group} ignored",
                        "grouping needs a block loop of at least two indices")
         kernel.attrs["tile_order"] = order
-        if schedule == "persistent":
+        split = blocks.attrs.get("split", 1)
+        if split > 1:
+            what = (f"split = {split}: {readable(grid)} CTAs, a cluster of {split} per tile"
+                    + (" (not persistent)" if schedule == "persistent" else ""))
+            why = (f"each of the {split} CTAs takes 1/{split} of the tile's reduction loop and the "
+                   "cluster adds their partial sums through distributed shared memory, which "
+                   "reuses each CTA's drained ring, so a cluster handles exactly one tile")
+        elif schedule == "persistent":
             what = f"persistent: {readable(grid)} CTAs, CTA b handles tiles b, b + ctas, ..."
             why = ("one CTA per SM keeps its pipeline rings and barriers running from tile to "
                    "tile (the producer prefetches the next tile while consumers finish this "
@@ -120,5 +131,5 @@ class Grid(Pass):
             tiles += (f": {group} consecutive CTAs take {group} neighbouring {indices[-2]} rows of "
                       f"the same {indices[-1]} columns, sharing their tiles in L2")
         ctx.decide(f"@{kernel.name}", what, f"{why}; {tiles}", grid=grid, schedule=schedule,
-                   group=group, order=order)
+                   group=group, order=order, split=split)
         return kernel

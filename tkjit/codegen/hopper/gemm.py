@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ...ir.types import F32, GlobalType
 from ...passes.sync_protocol import Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, producer_fill
-from . import copy, mbarrier, tma, wgmma
+from . import copy, mbarrier, reduce, tma, wgmma
 from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, staging_lanes, store_fragment, store_staged
 from .match import GemmMatch
@@ -129,9 +129,19 @@ class GemmKernel:
                 b.dims[meta["name"]] = r
         self.trips = b.expr(g.trips)
         self.tiles_m, self.tiles_n = (b.expr(c) for c in g.counts)
-        self.tile_count, self.grid_step = b.reg(), b.reg()
-        b(f"mul.lo.s32 {self.tile_count}, {self.tiles_m}, {self.tiles_n};",
-          f"mov.u32 {self.grid_step}, %nctaid.x;")
+        self.tile_count, self.grid_step, self.first = b.reg(), b.reg(), b.reg()
+        b(f"mul.lo.s32 {self.tile_count}, {self.tiles_m}, {self.tiles_n};")
+        if plan.split > 1:  # a cluster per tile; CTA r of it runs K steps [k_first, k_first + trips)
+            self.rank, per, self.k_first = b.reg(), b.reg(), b.reg()
+            b(f"mov.u32 {self.first}, %clusterid.x;", f"mov.u32 {self.grid_step}, %nclusterid.x;",
+              f"mov.u32 {self.rank}, %cluster_ctarank;",
+              f"add.s32 {per}, {self.trips}, {plan.split - 1};", f"div.s32 {per}, {per}, {plan.split};",
+              f"mul.lo.s32 {self.k_first}, {self.rank}, {per};",
+              f"sub.s32 {self.trips}, {self.trips}, {self.k_first};",
+              f"min.s32 {self.trips}, {self.trips}, {per};", f"max.s32 {self.trips}, {self.trips}, 0;")
+        else:
+            self.rank = self.k_first = None
+            b(f"mov.u32 {self.first}, %ctaid.x;", f"mov.u32 {self.grid_step}, %nctaid.x;")
         self.tma_ok = self.rows_aligned(g.a, g.b)
         self.c_tma_ok = self.rows_aligned(g.c) if plan.staging is not None else None
         self.full = b.reg()
@@ -207,7 +217,10 @@ class GemmKernel:
                  f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", "",
                  f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", "",
                  f".visible .entry {k.name}(", ",\n".join(params), ")",
-                 f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}", "{"]
+                 f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}"]
+        if plan.split > 1:  # the launch forms clusters from this alone (no launch attribute)
+            lines.append(f".reqnctapercluster {plan.split}, 1, 1")
+        lines.append("{")
         lines += self.b.body()
         lines.append("}")
         return "\n".join(lines) + "\n"
@@ -216,13 +229,16 @@ class GemmKernel:
         g, plan = self.g, self.plan
         total = ["mul", g.counts[0], g.counts[1]]
         grid = [["min", total, ["num_sms"]]] if plan.persistent else [total]
+        if plan.split > 1:
+            grid = [["mul", total, plan.split]]
         params = [meta for _, _, meta in self.entries if meta["kind"] != "dim"]
         params += [m.entry() for m in self.maps.values()]
         return {"name": g.kernel.name, "entry": g.kernel.name, "arch": ARCH, "backend": "wgmma",
                 "params": params, "dims": g.kernel.named_dims(), "grid": grid,
                 "block": [plan.threads, 1, 1], "smem_bytes": plan.smem_bytes,
                 "num_warps": plan.threads // 32, "registers": list(plan.regs),
-                "protocol": self.proto.text(), "decisions": list(plan.decisions)}
+                "protocol": self.proto.text(), "decisions": list(plan.decisions),
+                "gemm": {"tile": [g.bm, g.bn, g.bk], "split": plan.split, "k_trips": g.trips}}
 
 
 class GemmRole(RoleEmitter):
@@ -239,7 +255,7 @@ class GemmRole(RoleEmitter):
         self.emit(program)
 
     def first_tile(self) -> None:
-        self.b(f"mov.u32 {self.tile}, %ctaid.x;")
+        self.b(f"mov.u32 {self.tile}, {self.k.first};")
 
     def next_tile(self) -> None:
         self.b(f"add.s32 {self.tile}, {self.tile}, {self.k.grid_step};")
@@ -263,6 +279,16 @@ class Producer(GemmRole):
             self.maps[key] = addr
         self.run_program(k.proto.producer, None)
 
+    def k_origin(self, counter: str) -> str:
+        """The first K column of this trip's tiles: (k_first + trip) * BK."""
+        b, k = self.b, self.k
+        k0 = b.reg()
+        if k.k_first is None:
+            b(f"mul.lo.s32 {k0}, {counter}, {k.g.bk};")
+        else:
+            b(f"add.s32 {k0}, {counter}, {k.k_first};", f"mul.lo.s32 {k0}, {k0}, {k.g.bk};")
+        return k0
+
     def tile_begin(self) -> None:
         super().tile_begin()
         g, b = self.k.g, self.b
@@ -273,8 +299,7 @@ class Producer(GemmRole):
         g, plan, b = self.k.g, self.k.plan, self.b
         r = self.rings[step.ring]
         bar = self.bar(r, "full")
-        k0 = b.reg()
-        b(f"mul.lo.s32 {k0}, {r.counter}, {g.bk};")
+        k0 = self.k_origin(r.counter)
         if step.load == "a":
             op, base, inner_k = operand_a(g, plan), plan.a_offset, True
             outer = self.m0
@@ -308,9 +333,8 @@ class CopyProducer(Producer):
     def tma_load(self, step) -> None:
         k, g, plan, b = self.k, self.k.g, self.k.plan, self.b
         r = self.rings[step.ring]
-        k0, stage = b.reg(), b.reg()
-        b(f"mul.lo.s32 {k0}, {r.counter}, {g.bk};",
-          f"mad.lo.u32 {stage}, {r.s}, {plan.stage_stride}, {k.smem};")
+        k0, stage = self.k_origin(r.counter), b.reg()
+        b(f"mad.lo.u32 {stage}, {r.s}, {plan.stage_stride}, {k.smem};")
         if step.load == "a":
             param, op, offset, origin = g.a, operand_a(g, plan), plan.a_offset, (self.m0, k0)
         else:
@@ -415,6 +439,9 @@ class Consumer(GemmRole):
         b(f"mad.lo.s32 {row0}, {self.m}, {g.bm}, {self.thread_row};",
           f"mad.lo.s32 {col0}, {self.n}, {g.bn}, {self.thread_col};")
         registers, done = b.label("register_stores"), b.label("tile_stored")
+        if plan.split > 1:
+            self.store_split_part(row0, col0, dim_m, dim_n)
+            return
         if self.staging is not None:
             tile_row, tile_col = b.reg(), b.reg()
             b(f"mul.lo.s32 {tile_row}, {self.m}, {g.bm};", f"mad.lo.s32 {tile_row}, {self.index}, {self.rows}, {tile_row};",
@@ -429,6 +456,34 @@ class Consumer(GemmRole):
                 b(f"add.s32 {row}, {row0}, {64 * slab};", f"add.s32 {col}, {col0}, {plan.wgmma_n * piece};")
                 store_fragment(b, Fragment(tuple(regs), row, col, plan.wgmma_n), k.globals[g.c],
                                dim_m, dim_n, g.c_dtype, inside)
+        b.place(done)
+
+    def store_split_part(self, row0: str, col0: str, dim_m: str, dim_n: str) -> None:
+        """Add the cluster's partials of this CTA's part (reduce.py) and store that part to C
+        from registers (the part is whole 8-column groups of one slab and wgmma piece each)."""
+        k, g, plan, b = self.k, self.k.g, self.k.plan, self.b
+        flat = [(slab, piece, i) for slab, pieces in enumerate(self.acc)
+                for piece, regs in enumerate(pieces) for i in range(len(regs))]
+        regs = [self.acc[s][p][i] for s, p, i in flat]
+        buffer = b.reg()
+        b(f"add.u32 {buffer}, {k.smem}, {plan.reduce_offset};")
+        reduce.reduce_scatter(b, regs, plan.split, k.rank, buffer, self.index, plan.consumers, k.tid_wg)
+        inside = self.tile_inside(dim_m, dim_n)
+        done = b.label("part_stored")
+        n = len(regs) // plan.split
+        for p in range(plan.split):
+            other, end = b.pred(), b.label(f"part_{p}_stored")
+            b(f"setp.ne.u32 {other}, {k.rank}, {p};", f"@{other} bra.uni {end};")
+            part = flat[p * n:(p + 1) * n]
+            for (slab, piece) in dict.fromkeys((s_, p_) for s_, p_, _ in part):
+                idx = [i for s_, p_, i in part if (s_, p_) == (slab, piece)]
+                row, col = b.reg(), b.reg()
+                b(f"add.s32 {row}, {row0}, {64 * slab};",
+                  f"add.s32 {col}, {col0}, {plan.wgmma_n * piece + 2 * idx[0]};")
+                frag = Fragment(tuple(self.acc[slab][piece][i] for i in idx), row, col, 2 * len(idx))
+                store_fragment(b, frag, k.globals[g.c], dim_m, dim_n, g.c_dtype, inside)
+            b(f"bra.uni {done};")
+            b.place(end)
         b.place(done)
 
     def tile_inside(self, dim_m: str, dim_n: str) -> str:

@@ -61,6 +61,11 @@ class GemmMatch:
     def params(self) -> list[Value]:
         return self.kernel.params
 
+    @property
+    def split(self) -> int:
+        """How many CTAs (one cluster) share each tile's K loop (the block loop's ``split``)."""
+        return int(self.blocks.attrs.get("split", 1))
+
 
 def match_gemm(kernel: Kernel) -> GemmMatch | str:
     try:

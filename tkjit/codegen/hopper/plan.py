@@ -63,6 +63,10 @@ class Plan:
     """Offset of the epilogue's staging tiles (None: registers store straight to C)."""
     staging_cols: int = 0
     """Columns of C each consumer stages per round (a multiple of 64; BN / it rounds a tile)."""
+    split: int = 1
+    """CTAs (one cluster) sharing each tile's K loop; their partials are added in shared memory."""
+    reduce_offset: int = 0
+    """Where a split tile's partials land in each CTA (over its drained ring)."""
     decisions: list[dict] = field(default_factory=list)
 
     @property
@@ -102,8 +106,15 @@ def make_plan(g: GemmMatch) -> Plan:
     blocks = g.blocks
     persistent = blocks.attrs.get("schedule", "grid") == "persistent"
     group = int(blocks.attrs.get("group", 1))
+    split = g.split
+    if split > 1:
+        why_split = _check_split(g, consumers, stages * stride, min(a_off, b_off))
+        persistent, staging, staging_cols = False, None, 0
+        why_e = "a split tile's partials are added in the owning CTA's registers, which store to C"
     plan = Plan(span_a, span_b, consumers, regs, maxnreg, stages, a_off, b_off, stride, bars, smem,
-                persistent, group, wgmma_n, staging, staging_cols)
+                persistent, group, wgmma_n, staging, staging_cols, split, min(a_off, b_off))
+    if split > 1:
+        plan.decide("split", split, why_split)
     plan.decide("backend", "wgmma", "the kernel is the GEMM pattern: TMA loads into an S-stage ring, "
                 "one producer warpgroup, consumer warpgroups issuing wgmma")
     plan.decide("swizzle A", f"{span_a}B", why_a)
@@ -119,12 +130,49 @@ def make_plan(g: GemmMatch) -> Plan:
                 f"{g.bn // wgmma_n} piece(s) per trip", "N per instruction is the tile's columns, "
                 "split evenly when wider than 256")
     by_grid = "from the grid pass: " if "tile_order" in g.kernel.attrs else ""
-    plan.decide("schedule", "persistent" if persistent else "grid",
-                by_grid + ("one CTA per SM looping over tiles" if persistent else "one CTA per tile"))
+    if split > 1:
+        plan.decide("schedule", f"grid of clusters of {split}", by_grid + f"one cluster of {split} CTAs "
+                    "per tile (`.reqnctapercluster`, so a plain launch forms the clusters)")
+    else:
+        plan.decide("schedule", "persistent" if persistent else "grid",
+                    by_grid + ("one CTA per SM looping over tiles" if persistent else "one CTA per tile"))
     if group > 1:
         plan.decide("block_order", f"grouped by {group}", f"{by_grid}consecutive tiles walk groups of "
                     f"{group} tile rows so A and B tiles are reused from L2")
     return plan
+
+
+MAX_CLUSTER = 8
+"""The portable cluster size: a split tile's CTAs form one cluster."""
+
+
+def split_part_registers(g: GemmMatch, consumers: int) -> int:
+    """f32 accumulator registers per consumer thread (all its slabs and wgmma pieces)."""
+    return (g.bm // consumers) * g.bn // WARPGROUP
+
+
+def reduce_bytes(g: GemmMatch, consumers: int) -> int:
+    """Shared memory a CTA of a split tile receives: one slot per other CTA of the cluster, each
+    holding 1/split of every consumer thread's accumulator registers."""
+    return (g.split - 1) * consumers * WARPGROUP * (split_part_registers(g, consumers) // g.split) * 4
+
+
+def _check_split(g: GemmMatch, consumers: int, ring_bytes: int, ring_start: int) -> str:
+    """Why ``split`` works for this tile, or NoMatch naming what does not."""
+    s, regs = g.split, split_part_registers(g, consumers)
+    if s > MAX_CLUSTER:
+        raise NoMatch(f"split = {s}: a split tile is one cluster, at most {MAX_CLUSTER} CTAs")
+    if regs % (4 * s):
+        raise NoMatch(f"split = {s}: each consumer thread's {regs} accumulator registers do not part "
+                      f"into {s} runs of whole 8-column groups")
+    need = reduce_bytes(g, consumers)
+    if need > ring_bytes:
+        raise NoMatch(f"split = {s}: the partials ({need} B) do not fit over the {ring_bytes}-byte ring")
+    return (f"a cluster of {s} CTAs per tile, CTA r runs K steps [r*ceil(T/{s}), (r+1)*ceil(T/{s})); "
+            f"each sends part r' of its accumulator (the r'-th run of {regs // s} of each consumer "
+            f"thread's {regs} registers: whole 8-column groups) to CTA r' through distributed shared memory ({need} B received per CTA, over its drained "
+            f"ring at {ring_start}), between two cluster barriers; CTA r adds the partials of its "
+            f"part and stores it")
 
 
 def _check_boxes(g: GemmMatch) -> None:

@@ -30,12 +30,13 @@ class Blocks(Op):
 
     One program instance per point of the 1-3-D block grid. ``schedule``: ``grid`` (one CTA per
     block) or ``persistent`` (CTAs loop over blocks); ``group``: blocks of rows visited together
-    for L2 reuse."""
+    for L2 reuse; ``split``: how many CTAs share each block's reduction loop (split-K: a cluster
+    of that many CTAs, each taking a slice of the loop, their partial sums added on chip)."""
 
     NAME = "blocks"
     OPERANDS = ("counts*",)
-    ATTRS = {"schedule": str, "group": int}
-    OPTIONAL_ATTRS = frozenset({"schedule", "group"})
+    ATTRS = {"schedule": str, "group": int, "split": int}
+    OPTIONAL_ATTRS = frozenset({"schedule", "group", "split"})
     NUM_RESULTS = 0
     NUM_REGIONS = 1
 
@@ -49,6 +50,8 @@ class Blocks(Op):
             raise self.error(f"schedule expected 'grid' or 'persistent', got '{sched}'")
         if "group" in self.attrs and self.attrs["group"] < 1:
             raise self.error(f"group must be at least 1, got {self.attrs['group']}")
+        if "split" in self.attrs and self.attrs["split"] < 1:
+            raise self.error(f"split must be at least 1, got {self.attrs['split']}")
         return []
 
     def verify_regions(self) -> None:
