@@ -83,7 +83,7 @@ def test_assembles_with_hgmma_and_no_local_memory(d, causal):
     assert not {"C7517", "C7519"} & set(report.codes), report.log
     assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
     hgmma = [op for op in ops if op.startswith("HGMMA")]
-    assert len(hgmma) == d // 16 + 128 // 16  # S: D/16 k-steps; P·V: BKV/16
+    assert len(hgmma) == 2 * (d // 16 + 128 // 16)  # S: D/16, P·V: BKV/16 k-steps; first trip peeled, last P·V after the loop
     assert any(op.startswith("UTMALDG.4D") for op in ops)
     assert ptx.count(f"m64n{d}k16") >= 8 and "}, {%r" in ptx  # P·V with P from registers (RS form)
 

@@ -3,14 +3,16 @@
     warpgroup 0   producer: setmaxnreg.dec; one thread, per tile, loads Q once (one-shot full/
                   empty pair) and K and V of every key block into an S-stage ring (TMA boxes of
                   64 head-dim columns, rank-N tensor maps so that TMA clips at each head's end)
-    warpgroups 1+ consumers: setmaxnreg.inc; each owns 64 query rows. Per key block: wait full[s];
-                  S = Q·Kᵀ (wgmma SS, K K-major); wait; online softmax on the accumulator
-                  fragments (row max over a quad with shfl.bfly 1, 2; exp2 of the scaled scores;
-                  keys past the diagonal (causal) or past N masked to -inf only on the blocks that
-                  need it); O *= alpha in registers; P packed to bf16 pairs in registers is the A
-                  operand of O += P·V (wgmma RS, V MN-major: tB = 1), which stays in flight while
-                  the next block's S is issued; the previous stage is released once retired.
-                  Then O / l (bf16) and L = (max + log2 l) ln 2 are stored under row < N.
+    warpgroups 1+ consumers: setmaxnreg.inc; each owns 64 query rows. Trip j: wait full[s]; at its
+                  turn (ping-pong: named barrier 4 + c, so one consumer's softmax overlaps the
+                  other's wgmmas) issue S_j = Q·K_jᵀ (wgmma SS, K K-major) and O += P_{j-1}·V_{j-1}
+                  (wgmma RS: P from registers, V MN-major, tB = 1) as two groups; wait_group 1
+                  (S_j landed) and run the online softmax on the accumulator fragments while
+                  P_{j-1}·V_{j-1} still runs (row max over a quad with shfl.bfly 1, 2; exp2 of the
+                  scaled scores; -inf past the diagonal (causal) or past N only on the blocks that
+                  need it); wait_group 0, release stage j-1, O *= alpha, P_j packed to bf16 pairs
+                  in registers. After the loop the last P·V, then O / l (bf16) and
+                  L = (max + log2 l) ln 2 stored under row < N.
 
 The control flow of both roles is the protocol ``attention_protocol`` builds (the standard
 one-shot + pipelined-loop protocol of passes/sync_protocol.py, which the CPU checker explores).
@@ -36,17 +38,22 @@ Q_RING, KV_RING = "q", "kv"
 PANEL = 64
 """Head-dim columns per 128-byte swizzled panel (one TMA box)."""
 NEG_INF = "0fFF800000"
+TURN_BARRIER = 4
+"""Named barriers 4 + c: consumer c's turn to issue wgmmas (ping-pong); 0 is the CTA's."""
 
 
 def attention_protocol(m: AttentionMatch, plan: AttentionPlan) -> Protocol:
-    """Q: a one-shot ring per tile; K and V: one ring of ``stages``; each trip reads Q and the
-    stage (S = Q·Kᵀ), then the stage again (O += P·V)."""
+    """Q: a one-shot ring per tile; K and V: one ring of ``stages``. The one wgmma group per trip
+    of the protocol stands for the two wgmmas that read a stage: S_j = Q·K_jᵀ, issued in trip j,
+    and O += P_j·V_j, issued with S_{j+1} in trip j+1 (after the loop for the last stage). Both
+    are retired by the wait_group 0 of trip j+1 (of the drain) before the stage is released as
+    "prev", which is what the protocol says: the stage is held until then."""
     q_bytes, kv_bytes = m.bq * m.d * 2, m.bkv * m.d * 2
     q = Ring(Q_RING, 1, (Load("q", q_bytes),), q_bytes, plan.consumers, one_shot=True,
              where="Q, once per tile")
     kv = Ring(KV_RING, plan.stages, (Load("k", kv_bytes), Load("v", kv_bytes)), 2 * kv_bytes,
               plan.consumers, where="the key loop")
-    items = (OneShotUse(Q_RING), LoopPlan(KV_RING, ((Q_RING, KV_RING), (KV_RING,))))
+    items = (OneShotUse(Q_RING), LoopPlan(KV_RING, ((Q_RING, KV_RING),)))
     return standard_protocol(m.kernel.name, plan.consumers, False, (q, kv), items)
 
 
@@ -311,6 +318,13 @@ class Consumer(Role):
         self.p = [b.reg() for _ in range(m.bkv // 4)]
         self.mx = [b.reg("f32") for _ in range(2)]
         self.l = [b.reg("f32") for _ in range(2)]
+        self.drain_pending = False
+        self.peeled = False
+        n = plan.consumers
+        self.own_turn, self.next_turn = b.reg(), b.reg()
+        b(f"add.u32 {self.own_turn}, {self.index}, {TURN_BARRIER};",
+          f"add.u32 {self.next_turn}, {self.index}, 1;", f"rem.u32 {self.next_turn}, {self.next_turn}, {n};",
+          f"add.u32 {self.next_turn}, {self.next_turn}, {TURN_BARRIER};")
         self.run_program(k.proto.consumer, leader)
 
     def tile_begin(self) -> None:
@@ -335,19 +349,98 @@ class Consumer(Role):
         self.b(f"add.s64 {d}, {desc}, {wgmma.encode_field(nbytes)};")
         return d
 
-    def stage(self, offset: int) -> str:
+    def stage(self, offset: int, stage: str | None = None) -> str:
         b, r = self.b, self.rings[KV_RING]
         addr = b.reg()
-        b(f"mad.lo.u32 {addr}, {r.s}, {self.k.plan.stage_stride}, {self.k.smem};",
+        b(f"mad.lo.u32 {addr}, {stage or r.s}, {self.k.plan.stage_stride}, {self.k.smem};",
           f"add.u32 {addr}, {addr}, {offset};")
         return addr
 
     def mma(self, step) -> None:
-        if Q_RING in step.rings:
-            self.scores()
-        else:
+        """Trip j's turn at the tensor cores: S_j = Q·K_jᵀ, then (from the second trip on) O += P_{j-1}·V_{j-1},
+        committed as two groups (S first: wait_group 1 then retires S_j alone). The first trip is
+        peeled (``loop``), so no wgmma sits under a branch (ptxas would serialize them)."""
+        first = self.peeled
+        self.turn_begin(first)
+        self.scores()
+        if not first:  # (on the first trip an empty group would cost ptxas a dummy wgmma)
+            self.pv(self.prev_stage())
+            self.b(wgmma.COMMIT)
+        self.turn_end(None)
+
+    def mma_wait(self, step) -> None:
+        """In the loop (wait_group 1): S_j has landed: the softmax, then wait_group 0 (P_{j-1}·V_{j-1}
+        done), O rescaled and P_j packed. After it (wait_group 0): the last P·V first."""
+        b = self.b
+        if step.pending == 1:
+            b(wgmma.wait(0 if self.peeled else 1))
             self.softmax()
-            self.pv()
+            b(wgmma.wait(0))
+            self.rescale_and_pack()
+            return
+        if self.drain_pending:
+            self.drain_pending = False
+            last = b.pred()
+            b(f"setp.eq.u32 {last}, {self.index}, {self.k.plan.consumers - 1};")
+            self.turn_begin(False)
+            self.pv(self.prev_stage())
+            b(wgmma.COMMIT)
+            self.turn_end(last)
+        b(wgmma.wait(0))
+
+    def loop(self, step) -> None:
+        """The key loop with its first trip peeled (the loop runs at least once: IfTrips)."""
+        if step.ring != KV_RING:
+            super().loop(step)
+            return
+        b, r = self.b, self.rings[KV_RING]
+        r.counter = b.reg()
+        b(f"mov.b32 {r.counter}, 0;")
+        self.peeled = True
+        self.emit(step.body)
+        self.peeled = False
+        top, end = b.label("kv_loop"), b.label("kv_done")
+        done = b.pred()
+        b(f"add.s32 {r.counter}, {r.counter}, 1;", f"setp.ge.s32 {done}, {r.counter}, {r.trips};",
+          f"@{done} bra {end};")
+        b.place(top)
+        self.emit(step.body)
+        again = b.pred()
+        b(f"add.s32 {r.counter}, {r.counter}, 1;", f"setp.lt.s32 {again}, {r.counter}, {r.trips};",
+          f"@{again} bra {top};")
+        b.place(end)
+        r.counter = None
+        self.drain_pending = True
+
+    def turn_begin(self, first: bool) -> None:
+        """Ping-pong: wait for this consumer's turn at the tensor cores (named barrier 4 + c, the
+        previous consumer arrives on it once it has issued); consumer 0 goes first."""
+        if self.k.plan.consumers < 2:
+            return
+        b = self.b
+        skip = b.label("first_turn")
+        if first:
+            starts = b.pred()
+            b(f"setp.eq.u32 {starts}, {self.index}, 0;", f"@{starts} bra.uni {skip};")
+        b(f"bar.sync {self.own_turn}, {2 * 128};")
+        b.place(skip)
+
+    def turn_end(self, last: str | None) -> None:
+        """Hand the tensor cores to the next consumer (the last consumer's last turn hands nothing:
+        consumer 0 does not wait before its first)."""
+        if self.k.plan.consumers < 2:
+            return
+        if last is not None:
+            self.b(f"@!{last} bar.arrive {self.next_turn}, {2 * 128};")
+        else:
+            self.b(f"bar.arrive {self.next_turn}, {2 * 128};")
+
+    def prev_stage(self) -> str:
+        b, r = self.b, self.rings[KV_RING]
+        stage, wrap = b.reg(), b.pred()
+        b(f"add.s32 {stage}, {r.s}, -1;", f"setp.lt.s32 {wrap}, {stage}, 0;",
+          f"@{wrap} mov.b32 {stage}, {r.ring.stages - 1};")
+        return stage
 
     def scores(self) -> None:
         """S = Q·Kᵀ over the head dim: m64n{BKV}k16 x D/16, SS, both K-major."""
@@ -362,15 +455,14 @@ class Consumer(Role):
         lines.append(wgmma.COMMIT)
         b(*lines)
 
-    def pv(self) -> None:
-        """O += P·V: m64n{D}k16 x BKV/16, P from registers, V MN-major (tB = 1)."""
+    def pv(self, stage: str) -> None:
+        """O += P·V: m64n{D}k16 x BKV/16, P from registers, V MN-major (tB = 1); not committed."""
         m, b = self.m, self.b
-        dv = self.descriptor(self.stage(self.k.plan.v_offset), self.op_v)
+        dv = self.descriptor(self.stage(self.k.plan.v_offset, stage), self.op_v)
         lines = [wgmma.FENCE]
         for ks in range(m.bkv // 16):
             lines.append(wgmma.mma_rs_instruction(m.d, "bf16", self.o, self.p[4 * ks:4 * ks + 4],
                                                   self.at(dv, self.op_v.offset(ks, 0)), 1))
-        lines.append(wgmma.COMMIT)
         b(*lines)
 
     def rows(self, regs: list[str], half: int) -> list[str]:
@@ -456,8 +548,13 @@ class Consumer(Role):
             total = self.local_sum(row)
             b(f"fma.rn.f32 {self.l[half]}, {self.l[half]}, {alpha}, {total};")
             alphas.append(alpha)
+        self.alphas = alphas
+
+    def rescale_and_pack(self) -> None:
+        """Once the previous P·V has retired: O *= alpha, and P to bf16 pairs (its A fragments)."""
+        b = self.b
         for n, reg in enumerate(self.o):
-            b(f"mul.f32 {reg}, {reg}, {alphas[(n >> 1) & 1]};")
+            b(f"mul.f32 {reg}, {reg}, {self.alphas[(n >> 1) & 1]};")
         for n, reg in enumerate(self.p):
             lo, hi = self.s[2 * n], self.s[2 * n + 1]
             b(f"cvt.rn.bf16x2.f32 {reg}, {hi}, {lo};")
