@@ -14,18 +14,19 @@ The model (``choose``):
   128-byte bf16 row); a constant whose default is below ``FLOOR`` is a count (the gemm's SPLIT:
   CTAs sharing a tile's K loop) and takes its default doubled, up to ``MAX_COUNT``. A constant the
   caller set (``constants=``) is a pin and keeps its value. For the gemm:
-  BM ∈ {128, 64} × BN ∈ {256, 128, 64} × SPLIT ∈ {1, 2, 4}.
+  BM ∈ {128, 64} × BN ∈ {256, 128, 64} × SPLIT ∈ {1, 2}.
 * tiles(c): the candidate's launch-grid expression with an unbounded SM count (its CTA count).
 * When the default's tiles fill the SMs (tiles ≥ SMs) the default stays: smaller tiles only add
   per-tile work (epilogues, refetched operands) and lower the math per byte loaded.
 * Otherwise the candidate with the least work on the busiest SM wins. For a GEMM variant (its
-  metadata says its tile, split and K trips) the work is the bytes one CTA streams, times the
-  rounds of CTAs: ceil(CTAs / SMs) × ((BM + BN)·BK·2 bytes × ceil(T / S) + partials exchanged
-  when split, 2·(S − 1)/S·BM·BN·4 bytes): at these sizes (fewer tiles than SMs) a CTA's time
-  goes to streaming its operands, not to math (ncu, 2026-11-21: M = 128 GEMMs at 12% SM
-  throughput). Other kernels: ceil(tiles / SMs) × tile size (the product of the named
-  constants). Ties go to the larger tile, then to the smaller split, then to the earlier
-  candidate.
+  metadata says its tile, split and K trips) the time is bandwidth-bound at these sizes (fewer
+  tiles than SMs; ncu, 2026-11-21: M = 128 GEMMs at 12% SM throughput), so it is the larger of
+  - the arguments' bytes over the DRAM bandwidth (each read or written once), and
+  - ceil(CTAs / SMs) rounds of the bytes one CTA streams -- (BM + BN)·BK·2 × ceil(T / S), plus
+    2·(S − 1)/S·BM·BN·4 of partials when split -- over what one SM pulls (``SM_BANDWIDTH``).
+  Ties (all at the DRAM bound) go to fewer rounds, then more CTAs in flight, then the smaller
+  split, then the larger tile. Other kernels: ceil(tiles / SMs) × tile size (the product of the named constants), ties
+  to the larger tile. Either way, then to the earlier candidate.
 
 Variants are ordinary kernel objects (``tkjit.compile`` with the chosen constants; the disk cache
 holds their binaries); only the chosen one is assembled.
@@ -45,9 +46,17 @@ FLOOR = 64
 """Halving stops before a constant falls below this or stops being a multiple of it."""
 PASS = "fill-sms"
 """The decision log's name for these choices."""
-MAX_COUNT = 4
+MAX_COUNT = 2
 """A count constant (default below FLOOR: the gemm's SPLIT) doubles up to this. A split tile is a
-cluster; 4 of them fit in every GPC of an H100/H200, 8 not in all."""
+cluster: pairs (one TPC) always fit at once, but clusters of 4 measured 0.6x of cuBLAS where the
+same tiles in pairs gave 0.87-1.02x (H200, 2026-11-21, benchmarks/results/
+2026-11-21-nvidia-h200-split-candidates.json): not every GPC holds as many 4-SM clusters as the
+CTA count needs, so they ran in two rounds."""
+DRAM_BANDWIDTH = 4.2e12
+"""Bytes/s: the H200's measured device-to-device copy (4245 GB/s, docs/benchmarks.md)."""
+SM_BANDWIDTH = 1.0e11
+"""Bytes/s one SM's CTA streams through its TMA ring: 128x64 tiles over all of K = 4096 at
+M = 128 (64 CTAs, 1.57 MB each) ran in 15.7 us on the H200 (2026-11-21)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,11 @@ class Candidate:
     @property
     def split(self) -> int:
         return self.gemm["split"] if self.gemm is not None else 1
+
+    def seconds(self, num_sms: int) -> float:
+        """The GEMM model's time (module docstring)."""
+        dram = self.gemm.get("tensor_bytes", 0) / DRAM_BANDWIDTH
+        return max(dram, waves(self, num_sms) * self.streamed_bytes() / SM_BANDWIDTH)
 
     def streamed_bytes(self) -> int:
         """Bytes one CTA of a GEMM variant streams: its A and B tiles over its share of the K
@@ -118,11 +132,14 @@ def choose(candidates: list[Candidate], num_sms: int) -> tuple[Candidate, str]:
 
     if all(c.gemm is not None for c in candidates):
         def work(c: Candidate) -> tuple:
-            return (waves(c, num_sms) * c.streamed_bytes(), -c.size, c.split)
-        weighed = "; ".join(f"{c.text()}: {c.tiles} CTAs, {waves(c, num_sms)} x {c.streamed_bytes()} B"
-                            for c in candidates)
-        rule = ("ceil(CTAs / SMs) x the bytes a CTA streams (A and B tiles over its share of K, "
-                "partials when split), ties to the larger tile, then the smaller split")
+            return (round(c.seconds(num_sms) * 1e9), waves(c, num_sms), -min(c.tiles, num_sms), c.split,
+                    -c.size)
+        weighed = "; ".join(f"{c.text()}: {c.tiles} CTAs, {waves(c, num_sms)} x {c.streamed_bytes()} B, "
+                            f"{c.seconds(num_sms) * 1e6:.1f} us" for c in candidates)
+        rule = (f"the larger of the arguments' bytes at {DRAM_BANDWIDTH / 1e12:.1f} TB/s and "
+                f"ceil(CTAs / SMs) x the bytes a CTA streams (A and B tiles over its share of K, "
+                f"partials when split) at {SM_BANDWIDTH / 1e9:.0f} GB/s per SM; ties to fewer rounds, "
+                "then more CTAs, then the smaller split, then the larger tile")
     else:
         def work(c: Candidate) -> tuple:
             return (waves(c, num_sms) * c.size, -c.size)
@@ -171,7 +188,7 @@ class ShapeDispatch:
                 dropped.append(f"{', '.join(f'{n} = {v}' for n, v in constants)}: {e.message}")
                 continue
             candidates.append(Candidate(constants, tile_count(variant.metadata["grid"], dims),
-                                        gemm_shape(variant.metadata, dims)))
+                                        gemm_shape(variant.metadata, dims, tensor_bytes(args))))
         best, why = choose(candidates, self._num_sms)
         if dropped:
             why += f"; not compiled: {'; '.join(dropped)}"
@@ -218,13 +235,26 @@ def tile_count(grid: list, dims: dict[str, int]) -> int:
     return x * y * z
 
 
-def gemm_shape(metadata: dict, dims: dict[str, int]) -> dict | None:
-    """A Hopper GEMM variant's tile, split and K-loop trips at these dims (None for others)."""
+def gemm_shape(metadata: dict, dims: dict[str, int], nbytes: int = 0) -> dict | None:
+    """A Hopper GEMM variant's tile, split and K-loop trips at these dims, and the arguments'
+    bytes (None for other kernels)."""
     gemm = metadata.get("gemm")
     if not gemm:
         return None
     trips = tile_count([gemm["k_trips"]], dims)
-    return {"tile": list(gemm["tile"]), "split": int(gemm["split"]), "trips": trips}
+    return {"tile": list(gemm["tile"]), "split": int(gemm["split"]), "trips": trips,
+            "tensor_bytes": nbytes}
+
+
+def tensor_bytes(args: tuple) -> int:
+    """The bytes of the tensor arguments (torch tensors or numpy arrays)."""
+    total = 0
+    for a in args:
+        size = getattr(a, "nbytes", None)
+        if size is None and hasattr(a, "element_size"):
+            size = a.numel() * a.element_size()
+        total += int(size or 0)
+    return total
 
 
 UNBOUNDED = 1 << 62
