@@ -8,6 +8,7 @@ runs on the CPU interpreter and must agree with the GPU.
 """
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,15 @@ SOURCE = Path(__file__).resolve().parents[2] / "examples" / "attention.tk"
 _KERNELS: dict = {}
 
 
-def kernel(d: int, causal: bool, backend: str | None = None):
-    key = (d, causal, backend)
+def kernel(d: int, causal: bool, backend: str | None = None, stages: int = 2):
+    """The example (its @stages(2)), or the same kernel with a deeper K/V ring."""
+    key = (d, causal, backend, stages)
     if key not in _KERNELS:
-        _KERNELS[key] = tkjit.load(SOURCE, constants={"D": d, "CAUSAL": causal},
+        path = SOURCE
+        if stages != 2:
+            path = Path(tempfile.mkdtemp()) / "attention.tk"
+            path.write_text(SOURCE.read_text().replace("@stages(2)", f"@stages({stages})"))
+        _KERNELS[key] = tkjit.load(path, constants={"D": d, "CAUSAL": causal},
                                    **({"backend": backend} if backend else {}))
     return _KERNELS[key]
 
@@ -43,7 +49,7 @@ def reference(q, k, v, scale, causal):
     return o, torch.logsumexp(scores, dim=-1)
 
 
-def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None):
+def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages=2):
     gen = torch.Generator(device="cpu").manual_seed(hash((b, h, hkv, n, d, causal)) & 0xFFFF)
     q = torch.randn(b, h, n, d, generator=gen).to(device, torch.bfloat16)
     k = torch.randn(b, hkv, n, d, generator=gen).to(device, torch.bfloat16)
@@ -51,12 +57,12 @@ def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None):
     o = torch.full((b, h, n, d), float("nan"), dtype=torch.bfloat16, device=device)
     lse = torch.full((b, h, n), float("nan"), dtype=torch.float32, device=device)
     scale = d ** -0.5 if scale is None else scale
-    kernel(d, causal, backend)(q, k, v, o, lse, scale)
+    kernel(d, causal, backend, stages)(q, k, v, o, lse, scale)
     return q, k, v, o, lse, scale
 
 
-def check(b, h, hkv, n, d, causal, scale=None):
-    q, k, v, o, lse, scale = run(b, h, hkv, n, d, causal, scale)
+def check(b, h, hkv, n, d, causal, scale=None, stages=2):
+    q, k, v, o, lse, scale = run(b, h, hkv, n, d, causal, scale, stages=stages)
     ref_o, ref_l = reference(q, k, v, scale, causal)
     assert not o.isnan().any(), "O has rows the kernel did not write"
     assert not lse.isnan().any(), "L has rows the kernel did not write"
@@ -96,6 +102,13 @@ def test_grouped_query_heads(causal):
 def test_scale_argument():
     check(1, 2, 1, 300, 128, False, scale=0.3)
     check(1, 2, 2, 256, 64, True, scale=-0.05)
+
+
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_stages(d, causal):
+    check(2, 4, 2, 1000, d, causal, stages=3)
+    check(1, 2, 2, 2048, d, causal, stages=3)
 
 
 def test_long_sequence():
