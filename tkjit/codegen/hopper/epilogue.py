@@ -122,17 +122,34 @@ def staging_lanes(b: Builder, base: str, lane: str, warp: str) -> tuple[str, ...
     return tuple(lanes)
 
 
+def staging_halves(st: Staging) -> bool:
+    """Whether a consumer's staging is used as two halves in turn (double-buffered): when it
+    holds an even number of panels. Then the stmatrix of one half overlaps the TMA store still
+    reading the other, and a round waits only for the store before last."""
+    return (st.cols // PANEL_COLS) % 2 == 0
+
+
 def store_staged(b: Builder, st: Staging, acc, wgmma_n: int, bn: int, row0: str, col0: str, c_dtype: str) -> None:
-    """stmatrix the accumulators (``acc[slab][piece]``) into the staging panels, ``st.cols``
-    columns per round, and TMA-store each panel to C at rows ``row0 + 64*slab``, columns
-    ``col0 + ...``: rows and columns outside C are not written (TMA clips the box)."""
+    """stmatrix the accumulators (``acc[slab][piece]``) into the staging panels and TMA-store
+    each panel to C at rows ``row0 + 64*slab``, columns ``col0 + ...``: rows and columns outside
+    C are not written (TMA clips the box). A round covers ``st.cols`` columns, or half of them in
+    alternating halves of the staging (``staging_halves``); before a round writes its panels,
+    the store groups that read them have finished reading (``cp.async.bulk.wait_group.read``:
+    0 pending with one buffer, 1 -- the other half's -- with two; 0 at a tile's first round
+    when the tile has an odd number of rounds, as the last one used the same half)."""
     from . import tma
     panels = st.cols // PANEL_COLS
-    for r in range(bn // st.cols):
-        b(f"@{st.leader} {tma.store_wait(0, read_only=True)}", f"bar.sync {st.barrier}, 128;")
+    halves = staging_halves(st)
+    cols = st.cols // 2 if halves else st.cols
+    per_round = cols // PANEL_COLS
+    rounds = bn // cols
+    for r in range(rounds):
+        half = r % 2 if halves else 0
+        pending = 1 if halves and (r > 0 or rounds % 2 == 0) else 0
+        b(f"@{st.leader} {tma.store_wait(pending, read_only=True)}", f"bar.sync {st.barrier}, 128;")
         for slab, pieces in enumerate(acc):
-            for jr in range(st.cols // 16):
-                piece, inner = divmod(r * st.cols + 16 * jr, wgmma_n)
+            for jr in range(cols // 16):
+                piece, inner = divmod(r * cols + 16 * jr, wgmma_n)
                 regs = pieces[piece][inner // 2:inner // 2 + 8]
                 packed = []
                 for k in range(4):
@@ -140,13 +157,15 @@ def store_staged(b: Builder, st: Staging, acc, wgmma_n: int, bn: int, row0: str,
                     b(f"{PACK[c_dtype]} {x}, {regs[2 * k + 1]}, {regs[2 * k]};")
                     packed.append(x)
                 p, q = divmod(jr, 4)
-                b(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{st.lanes[q]}+{(slab * panels + p) * PANEL_BYTES}], "
+                panel = slab * panels + half * per_round + p
+                b(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{st.lanes[q]}+{panel * PANEL_BYTES}], "
                   f"{{{', '.join(packed)}}};")
         b("fence.proxy.async.shared::cta;", f"bar.sync {st.barrier}, 128;")
         for slab in range(len(acc)):
-            for p in range(panels):
+            for p in range(per_round):
                 inner, outer, src = b.reg(), b.reg(), b.reg()
-                b(f"add.s32 {inner}, {col0}, {r * st.cols + p * PANEL_COLS};", f"add.s32 {outer}, {row0}, {64 * slab};",
-                  f"add.u32 {src}, {st.base}, {(slab * panels + p) * PANEL_BYTES};",
+                panel = slab * panels + half * per_round + p
+                b(f"add.s32 {inner}, {col0}, {r * cols + p * PANEL_COLS};", f"add.s32 {outer}, {row0}, {64 * slab};",
+                  f"add.u32 {src}, {st.base}, {panel * PANEL_BYTES};",
                   f"@{st.leader} {tma.store_2d(st.tmap, inner, outer, src)}")
         b(f"@{st.leader} {tma.STORE_COMMIT}")
