@@ -41,7 +41,11 @@ def test_every_example_has_the_ir_after_each_pass_and_the_ptx_of_canonicalize_al
     scheduled, plain = ptx_of(text, example.name), ptx_of(text, example.name, "canonicalize")
     assert [k for k in scheduled.asm if k.startswith("after:")] == [
         f"after:{name}" for name in DEFAULT_PIPELINE.split(",")]
-    assert scheduled.asm["ptx"] == plain.asm["ptx"]  # the passes agree with the local rules
+    if example.name == "attention.tk":  # its Hopper path follows the passes only: no local rules
+        assert "backend: wgmma" in scheduled.decisions.render()
+        assert "scheduling passes" in plain.decisions.render()
+    else:
+        assert scheduled.asm["ptx"] == plain.asm["ptx"]  # the passes agree with the local rules
     assert print_kernel(scheduled.portable_ir) == scheduled.asm["after:canonicalize"]
 
 
