@@ -27,6 +27,8 @@ class Config:
     """TKJIT_BACKEND=gpu|interpret: force a backend (default: gpu when one is present)."""
     arch: str = "sm_90a"
     """TKJIT_ARCH: the target architecture."""
+    native_launch: bool = True
+    """TKJIT_NATIVE_LAUNCH=0: launch through the Python fast path, never the C one (runtime/native.py)."""
     tools: tuple[tuple[str, str], ...] = ()
     """TKJIT_PTXAS / TKJIT_CUOBJDUMP / TKJIT_NVDISASM: explicit paths of NVIDIA's tools, as
     (variable, path) pairs; tools not named here are looked for in the CUDA wheels, then PATH."""
@@ -46,6 +48,7 @@ class Config:
             no_cache=_flag(env, "TKJIT_NO_CACHE"),
             backend=(env.get("TKJIT_BACKEND") or None),
             arch=env.get("TKJIT_ARCH") or "sm_90a",
+            native_launch=env.get("TKJIT_NATIVE_LAUNCH", "1").strip().lower() not in ("0", "false", "no", "off"),
             tools=tuple((var, env[var]) for var in TOOL_VARIABLES if env.get(var)),
         )
 

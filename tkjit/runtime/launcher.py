@@ -169,12 +169,15 @@ class Launcher:
         if not 1 <= len(grid_exprs) <= 3:
             raise TkError(f"kernel metadata: the grid has {len(grid_exprs)} expressions; expected 1 to 3")
         self.grid_exprs = list(grid_exprs)
-        self.launch_api = launch_api or ("bindings" if launch is not None else _driver().default_launch_api())
-        if self.launch_api not in _NO_EXTRA:
-            raise TkError(f"unknown launch_api {self.launch_api!r} (expected {' or '.join(_NO_EXTRA)})")
+        self.launch_api = launch_api or _default_launch_api(launch)
+        if self.launch_api not in _LAUNCH_APIS:
+            raise TkError(f"unknown launch_api {self.launch_api!r} (expected {' or '.join(_LAUNCH_APIS)})")
         self._torch = torch
         self._torch_dtypes = {k: getattr(torch, v, None) for k, v in _TORCH_DTYPES.items()}
-        self._launch = launch if launch is not None else _driver().launch_function(self.launch_api)
+        if self.launch_api == "native":
+            self._launch = _native_launch_address(launch)
+        else:
+            self._launch = launch if launch is not None else _driver().launch_function(self.launch_api)
         self._current_device = current_device or _default_current_device(torch)
         self._current_stream = current_stream or _default_current_stream(torch)
         if num_sms is None and any(_uses_num_sms(e) for e in self.grid_exprs):
@@ -182,11 +185,16 @@ class Launcher:
         self.num_sms = num_sms
         self.grid = compile_grid(self.grid_exprs, self.dims, num_sms)
         self._prepare_param_block()
-        self.source = self._fast_path_source()
-        scope = self._fast_path_scope(on_refusal or self.slow)
-        exec(compile(self.source, f"<tkjit launcher {name}>", "exec"), scope)
-        self.fast = scope["fast"]
-        """The generated function: ``fast(*args, stream=None)``."""
+        if self.launch_api == "native":
+            self.source = None
+            self.fast = self._native_fast_path(on_refusal or self.slow)
+        else:
+            self.source = self._fast_path_source()
+            scope = self._fast_path_scope(on_refusal or self.slow)
+            exec(compile(self.source, f"<tkjit launcher {name}>", "exec"), scope)
+            self.fast = scope["fast"]
+        """The fast path, ``fast(*args, stream=None)``: the generated function (``source``), or
+        with the native launch API the C object that does the same (fastlaunch.c)."""
         self.__class__ = _calling(self.fast)
 
     def __call__(self, *args, stream=None):
@@ -261,6 +269,23 @@ class Launcher:
                  f"    if err: launch_failed(err, {gx}, {gy}, {gz}, stream, params)",
                  "finally:", "    give(block)"]
         return "def fast(*args, stream=None, checked=False):\n" + "".join(f"    {b}\n" for b in body)
+
+    def _native_fast_path(self, slow):
+        """The native path's Launch object (fastlaunch.c): the same checks, pack and launch as the
+        generated Python function, in C; its refusals go to ``slow`` as well."""
+        from . import native
+        self._grid3()  # the constant axes' range check
+        grid = self.grid
+        dims = self.dims
+        callbacks = dict(tensor_type=self._torch.Tensor, current_device=self._current_device,
+                         current_stream=self._current_stream, stream_handle=self._stream_handle, slow=slow,
+                         grid_out_of_range=self._grid_out_of_range, launch_failed=self._launch_failed,
+                         grid_exact=lambda *values: grid(**dict(zip(dims, values))))
+        spec = native.launch_spec(launch=self._launch, function=int(self.function), params=self.params,
+                                  dims=self.dims, dtypes=self._torch_dtypes, grid_exprs=self.grid_exprs,
+                                  block=self.block, smem=self.smem_bytes, device=self.device,
+                                  num_sms=self.num_sms, maps=self.maps, callbacks=callbacks)
+        return native.module().Launch(spec)
 
     def _grid3(self) -> list:
         """The three grid expressions; constants stay ints (checked once, here)."""
@@ -435,6 +460,10 @@ class Launcher:
 
     def _launch_again(self, gx: int, gy: int, gz: int, stream: int, params):
         """The fast path's launch call, spelled out (the CUresult)."""
+        if self.launch_api == "native":
+            from . import native
+            return native.module().launch(self._launch, int(self.function), gx, gy, gz, *self.block,
+                                          self.smem_bytes, stream, params)
         if self.launch_api == "ctypes":
             return self._launch(ctypes.c_void_p(int(self.function)), gx, gy, gz, *self.block, self.smem_bytes,
                                 ctypes.c_void_p(stream) if stream else None, params, None)
@@ -459,6 +488,31 @@ def _calling(fast) -> type:
 def _driver():
     from . import driver
     return driver
+
+
+_LAUNCH_APIS = (*_NO_EXTRA, "native")
+
+
+def _default_launch_api(launch) -> str:
+    """An injected ``launch`` follows the bindings convention; else the native path where it
+    could be built here (native.status() says why not), else the driver module's default."""
+    if launch is not None:
+        return "bindings"
+    from . import native
+    return "native" if native.module() is not None else _driver().default_launch_api()
+
+
+def _native_launch_address(launch) -> int:
+    """What the native path calls: libcuda's cuLaunchKernel, or an injected C function (a ctypes
+    function pointer, or an address), e.g. a test's recorder or the benchmark's no-op."""
+    from . import native
+    if native.module() is None:
+        raise NotAvailableError(f"launch_api='native' is not available: {native.status()}")
+    if launch is None:
+        launch = _driver().launch_function("ctypes")
+    if isinstance(launch, int):
+        return launch
+    return ctypes.cast(launch, ctypes.c_void_p).value
 
 
 _NO_DEVICE = -2

@@ -1,0 +1,308 @@
+"""The native launch path (fastlaunch.c) on the CPU: a ctypes callback stands in for cuLaunchKernel.
+
+Every case runs through both fast paths, the generated Python function and the C one, with the
+same fake driver hooks: they must launch the same thing (grid, block, stream, the parameter
+block's bytes) or refuse with the same LaunchError. Skipped where no C compiler or Python.h is
+here (native.status() says why), as the launcher then takes the Python path itself.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import pytest
+import torch
+
+from support import fake_cuda_tensor_class
+from test_tensormap import FakeEncode, entry
+from tkjit.errors import LaunchError, NotAvailableError
+from tkjit.runtime import native
+from tkjit.runtime.launcher import Launcher
+
+pytestmark = pytest.mark.skipif(native.module() is None, reason=native.status())
+
+FakeCuda = fake_cuda_tensor_class()
+FN = 0xF00D
+STREAM = 1234
+CU_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                             ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+def cuda(t: torch.Tensor, device: int = 0):
+    out = t.as_subclass(FakeCuda)
+    out.fake_device = device
+    return out
+
+
+def glb(name, dims, dtype="f32"):
+    return {"kind": "global", "name": name, "dtype": dtype, "dims": dims}
+
+
+class Recorder:
+    """Records each launch, decoding ``slots`` 8-byte parameter slots (raw bytes, so that both
+    paths' blocks compare exactly) and ``maps`` trailing pointers."""
+
+    def __init__(self, slots: int, maps: int = 0, result: int = 0):
+        self.slots, self.maps, self.result, self.calls = slots, maps, result, []
+        self.native = CU_LAUNCH(self._native)
+
+    def _record(self, fn, grid, block, smem, stream, pointers, extra):
+        values = [ctypes.string_at(pointers[i], 8 if i < self.slots else 0) for i in range(self.slots)]
+        maps = [pointers[self.slots + j] for j in range(self.maps)]
+        self.calls.append(dict(fn=fn, grid=grid, block=block, smem=smem, stream=stream, values=values,
+                               maps=maps, extra=extra))
+
+    def _native(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        self._record(fn, (gx, gy, gz), (bx, by, bz), smem, stream or 0, params, extra or 0)
+        return self.result
+
+    def bindings(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        self._record(fn, (gx, gy, gz), (bx, by, bz), smem, stream, pointers, extra)
+        return (self.result,)
+
+
+def pair(signature, grid, slots, block=128, smem=0, maps=0, **kw):
+    """(python launcher, its recorder), (native launcher, its recorder), with the same hooks."""
+    kw.setdefault("current_device", lambda: 0)
+    kw.setdefault("current_stream", lambda dev: STREAM)
+    out = []
+    for api in ("bindings", "native"):
+        rec = Recorder(slots, maps, kw.pop("result", 0) if api == "native" else kw.get("result", 0))
+        launch = rec.bindings if api == "bindings" else rec.native
+        extra = {k: v for k, v in kw.items() if k != "result"}
+        launcher = Launcher(FN, signature, list(grid), block, smem, name="k", launch=launch, launch_api=api,
+                            **extra)
+        out.append((launcher, rec))
+    return out
+
+
+def outcome(launcher, rec, args, stream=None):
+    """What one call did: the launch recorded, None (nothing launched) or the error's text."""
+    before = len(rec.calls)
+    try:
+        launcher(*args, stream=stream)
+    except LaunchError as e:
+        return ("refused", str(e))
+    return rec.calls[before] if len(rec.calls) > before else None
+
+
+ADD = [glb("x", ["N"]), glb("y", ["N"]), glb("out", ["N"])]
+MIXED = [glb("a", ["M", "K"], "bf16"), glb("b", ["K", 64], "bf16"), glb("c", ["M", 64]),
+         {"kind": "scalar", "name": "alpha", "dtype": "f32"}, {"kind": "scalar", "name": "steps", "dtype": "i32"}]
+
+
+def mixed_args(m=256, k=64, **over):
+    make = dict(a=lambda: cuda(torch.zeros(m, k, dtype=torch.bfloat16)),
+                b=lambda: cuda(torch.zeros(k, 64, dtype=torch.bfloat16)),
+                c=lambda: cuda(torch.zeros(m, 64)), alpha=lambda: 0.5, steps=lambda: 3)
+    return tuple(over[name] if name in over else fn() for name, fn in make.items())
+
+
+def mixed_cases():
+    big = cuda(torch.empty(2**31, 64, device="meta"))
+    return {
+        "good": mixed_args(),
+        "other shapes": mixed_args(m=1000, k=128),
+        "int for f32": mixed_args(alpha=2),
+        "numpy-ish int for i32": mixed_args(steps=True),
+        "f32 overflow": mixed_args(alpha=1e39),
+        "f32 inf": mixed_args(alpha=float("inf")),
+        "i32 overflow": mixed_args(steps=2**31),
+        "i32 negative": mixed_args(steps=-2**31),
+        "wrong dtype": mixed_args(c=cuda(torch.zeros(256, 64, dtype=torch.float16))),
+        "cpu tensor": mixed_args(a=torch.zeros(256, 64, dtype=torch.bfloat16)),
+        "other device": mixed_args(c=cuda(torch.zeros(256, 64), device=1)),
+        "not a tensor": mixed_args(b=[1, 2, 3]),
+        "wrong rank": mixed_args(c=cuda(torch.zeros(256 * 64))),
+        "dim disagrees": mixed_args(c=cuda(torch.zeros(255, 64))),
+        "constant disagrees": mixed_args(b=cuda(torch.zeros(64, 32, dtype=torch.bfloat16))),
+        "not contiguous": mixed_args(c=cuda(torch.zeros(64, 256).t())),
+        "misaligned": mixed_args(c=cuda(torch.zeros(256 * 64 + 1)[1:].view(256, 64))),
+        "too large for s32": mixed_args(m=2**31, a=cuda(torch.empty(2**31, 64, dtype=torch.bfloat16, device="meta")),
+                                        c=big),
+        "too few": mixed_args()[:4],
+        "too many": mixed_args() + (1,),
+        "empty": mixed_args(m=0),
+    }
+
+
+@pytest.mark.parametrize("case", list(mixed_cases()))
+def test_both_paths_launch_or_refuse_alike(case):
+    args = mixed_cases()[case]
+    (py, py_rec), (nat, nat_rec) = pair(MIXED, [["cdiv", ["dim", "M"], 128], ["cdiv", 64, 32]], slots=7,
+                                        block=(256,), smem=70_000)
+    assert nat.source is None and nat.launch_api == "native"
+    expected, got = outcome(py, py_rec, args), outcome(nat, nat_rec, args)
+    if isinstance(expected, dict):
+        expected["fn"] = got["fn"] = None  # the Python path passes the object, the native one its int
+    assert got == expected
+
+
+@pytest.mark.parametrize("stream", [None, 5, 2**63 + 7, "default", -1, "object", "handle", "other device"])
+def test_streams_alike(stream):
+    class FakeStream:
+        cuda_stream = 99
+        device = torch.device("cuda", 0)
+
+    class OtherDevice(FakeStream):
+        device = torch.device("cuda", 1)
+
+    class Handle:
+        def __int__(self):
+            return 77
+
+    stream = {"object": FakeStream(), "handle": Handle(), "other device": OtherDevice()}.get(stream, stream)
+    (py, py_rec), (nat, nat_rec) = pair(ADD, [["cdiv", ["dim", "N"], 128]], slots=4)
+    args = [cuda(torch.zeros(300)) for _ in range(3)]
+    expected, got = outcome(py, py_rec, args, stream), outcome(nat, nat_rec, args, stream)
+    if isinstance(expected, dict):
+        expected["fn"] = got["fn"] = None
+    assert got == expected
+
+
+@pytest.mark.parametrize("grid,n", [
+    ([["min", ["cdiv", ["dim", "N"], 128], ["num_sms"]]], 100_000),
+    ([["mul", ["mul", ["dim", "N"], ["dim", "N"]], ["dim", "N"]]], 2**22),  # 2^66: past int64
+    ([["min", ["mul", ["mul", ["dim", "N"], ["dim", "N"]], ["dim", "N"]], 7]], 2**22),
+    ([1, ["dim", "N"]], 70_000),
+    ([["max", ["add", ["dim", "N"], 3], 5], 2, 3], 10),
+])
+def test_grids_alike(grid, n):
+    (py, py_rec), (nat, nat_rec) = pair(ADD, grid, slots=4, num_sms=4)
+    args = [cuda(torch.empty(n, device="meta")) for _ in range(3)]
+    expected, got = outcome(py, py_rec, args), outcome(nat, nat_rec, args)
+    if isinstance(expected, dict):
+        expected["fn"] = got["fn"] = None
+    assert got == expected
+
+
+def test_the_native_call_passes_the_function_handle_and_no_extra():
+    (_, _), (nat, rec) = pair(ADD, [["cdiv", ["dim", "N"], 128]], slots=4)
+    nat(*(cuda(torch.zeros(8)) for _ in range(3)))
+    assert rec.calls[0]["fn"] == FN and rec.calls[0]["extra"] == 0 and rec.calls[0]["stream"] == STREAM
+
+
+def test_refusals_go_to_on_refusal_with_the_arguments():
+    seen = []
+    (_, _), (nat, rec) = pair(ADD, [["cdiv", ["dim", "N"], 128]], slots=4,
+                              on_refusal=lambda args, stream, checked: seen.append((args, stream, checked)) or "x")
+    cpu = [torch.zeros(8) for _ in range(3)]
+    assert nat(*cpu, stream=7) == "x" and seen == [(tuple(cpu), 7, False)] and rec.calls == []
+
+
+def test_a_launch_failure_names_the_driver_error():
+    from tkjit.runtime.driver import DriverError, cu
+    code = int(cu().CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+    rec = Recorder(4, result=code)
+    nat = Launcher(FN, ADD, [["cdiv", ["dim", "N"], 128]], 128, 0, name="k", launch=rec.native, launch_api="native",
+                   current_device=lambda: 0, current_stream=lambda dev: 0)
+    with pytest.raises(DriverError, match="CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
+        nat(*(cuda(torch.zeros(4)) for _ in range(3)))
+
+
+def test_nested_and_concurrent_launches_keep_their_own_parameters():
+    rec = Recorder(4)
+    holder = {}
+    inner = [cuda(torch.zeros(300)) for _ in range(3)]
+
+    def nested(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        if "launcher" in holder:
+            holder.pop("launcher")(*inner)  # re-entered while the outer call's block is live
+        return rec._native(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra)
+
+    callback = CU_LAUNCH(nested)
+    nat = Launcher(FN, ADD, [["cdiv", ["dim", "N"], 128]], 128, 0, name="k", launch=callback, launch_api="native",
+                   current_device=lambda: 0, current_stream=lambda dev: 0)
+    holder["launcher"] = nat
+    outer = [cuda(torch.zeros(100)) for _ in range(3)]
+    nat(*outer)
+    ints = [int.from_bytes(v[:4], "little") for v in (rec.calls[0]["values"][3], rec.calls[1]["values"][3])]
+    assert ints == [300, 100]
+
+    per_thread = [[cuda(torch.zeros(16 * (t + 1))) for _ in range(3)] for t in range(4)]
+    rec.calls.clear()
+
+    def work(args):
+        for _ in range(100):
+            nat(*args)
+    threads = [threading.Thread(target=work, args=(args,)) for args in per_thread]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for call in rec.calls:
+        n = int.from_bytes(call["values"][3][:4], "little")
+        ptrs = [int.from_bytes(v, "little") for v in call["values"][:3]]
+        assert ptrs == [a.data_ptr() for a in per_thread[n // 16 - 1]]
+    assert len(rec.calls) == 400
+
+
+def test_tensor_maps_follow_the_named_dims():
+    signature = [glb("A", ["M", "K"], "bf16"), glb("C", ["M", 64], "bf16"), entry(param=0),
+                 entry(param=1, box=(64, 64), fallback=True)]
+    fake = FakeEncode()
+    rec = Recorder(4, maps=2)
+    nat = Launcher(FN, signature, [["dim", "M"]], 384, 0, name="k", launch=rec.native, launch_api="native",
+                   current_device=lambda: 0, current_stream=lambda dev: 0, encode_map=fake)
+    a = cuda(torch.zeros(256, 128, dtype=torch.bfloat16))
+    c = cuda(torch.zeros(256, 64, dtype=torch.bfloat16))
+    nat(a, c)
+    nat(a, c)
+    assert len(fake.calls) == 2 and rec.calls[0]["maps"] == rec.calls[1]["maps"]
+    assert all(m % 64 == 0 for m in rec.calls[0]["maps"])
+    assert fake.calls[0] == (a.data_ptr(), (128, 256), (256,))
+    bad = cuda(torch.zeros(256, 100, dtype=torch.bfloat16))
+    with pytest.raises(LaunchError, match="TMA needs rows of a multiple of 16"):
+        nat(bad, c)
+
+
+def test_a_tensor_resized_in_place_is_read_again():
+    (_, _), (nat, rec) = pair(ADD, [["cdiv", ["dim", "N"], 128]], slots=4)
+    x, y, out = (cuda(torch.zeros(100)) for _ in range(3))
+    nat(x, y, out)
+    for t in (x, y, out):
+        t.resize_(1000)
+    nat(x, y, out)
+    assert [c["grid"][0] for c in rec.calls] == [1, 8]
+    assert [int.from_bytes(v, "little") for v in rec.calls[1]["values"][:3]] == [x.data_ptr(), y.data_ptr(),
+                                                                                  out.data_ptr()]
+    out.as_strided_((100,), (2,))
+    with pytest.raises(LaunchError, match="must be contiguous"):
+        nat(x[:100], y[:100], out)
+
+
+# ---------------------------------------------------------------- building and caching the extension
+
+def test_the_extension_is_found_in_the_cache_by_its_key(tmp_path, monkeypatch):
+    from tkjit.config import Config
+    config = Config(cache_dir=tmp_path)
+    built = []
+
+    def build():
+        built.append(1)
+        return b"not really an extension"
+    key = native.build_key(b"int x;", ["cc"])
+    first = native._cached_binary(config, key, build)
+    second = native._cached_binary(config, key, build)
+    assert first == second and built == [1] and open(first, "rb").read() == b"not really an extension"
+    assert native.build_key(b"int y;", ["cc"]) != key and native.build_key(b"int x;", ["clang"]) != key
+
+
+def test_without_a_compiler_launchers_take_the_python_path(monkeypatch):
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setattr(native, "compiler_command", lambda: None)
+    assert native.module() is None and native.status().startswith("Python launch path: no C compiler")
+    with pytest.raises(NotAvailableError, match="no C compiler"):
+        Launcher(FN, ADD, [1], 128, 0, launch=Recorder(4).native, launch_api="native",
+                 current_device=lambda: 0, current_stream=lambda dev: 0)
+
+
+def test_a_failing_build_is_a_status_line_not_an_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setattr(native, "SOURCE", tmp_path / "broken.c")
+    (tmp_path / "broken.c").write_text("this is not C\n")
+    from tkjit import config as config_module
+    monkeypatch.setattr(config_module, "_current", config_module.Config(cache_dir=tmp_path / "cache"))
+    assert native.module() is None
+    assert native.status().startswith("Python launch path: building the native one failed")
