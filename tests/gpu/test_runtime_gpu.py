@@ -54,8 +54,11 @@ def test_add_matches_torch(add_kernel, n):
     torch.testing.assert_close(out, x + y, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("launch_api", ["bindings", "ctypes"])
-def test_both_launch_apis(add_kernel, launch_api):
+@pytest.mark.parametrize("launch_api", ["bindings", "ctypes", "native"])
+def test_every_launch_api(add_kernel, launch_api):
+    from tkjit.runtime import native
+    if launch_api == "native" and native.module() is None:
+        pytest.skip(native.status())
     module, fn, _ = add_kernel
     launch = launcher_for(module, fn, launch_api=launch_api)
     side = torch.cuda.Stream()
@@ -174,6 +177,13 @@ def test_refused_cubin_falls_back_to_ptx():
 def test_bad_image_without_ptx_is_a_driver_error():
     with pytest.raises(driver.DriverError, match="CUDA_ERROR_"):
         driver.Module.load(b"\x7fELF not really a cubin")
+
+
+def test_the_default_launch_path_is_native_where_it_builds(add_kernel):
+    from tkjit.runtime import native
+    module, fn, _ = add_kernel
+    print(native.status())
+    assert launcher_for(module, fn).launch_api == ("native" if native.module() is not None else "bindings")
 
 
 def test_launch_overhead_benchmark_runs():

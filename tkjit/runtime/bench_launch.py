@@ -1,13 +1,16 @@
 """Launch overhead: a Launcher call against a raw ``cuLaunchKernel`` of the same cubin.
 
-``measure_launch_overhead()`` needs a Hopper GPU. It times, interleaved batch by batch:
-``raw_us``, cuda-python's ``cuLaunchKernel`` as a user of cuda-python calls it (the baseline of
-the 1.3x target); ``raw_ctypes_us``, libcuda's symbol through ctypes with prebuilt handles (the
-cheapest raw call Python has: the honest floor); the Launcher through each launch API; a
-``tkjit.compile``d kernel object against a raw launch of its own function; and ``torch.add``.
-``measure_host_overhead()`` runs anywhere (a fake launch function and CPU tensors) and isolates
-the Python-side cost of checking and packing. ``python -m tkjit.runtime.bench_launch [--cpu]``
-prints either as JSON.
+``measure_launch_overhead()`` needs a Hopper GPU. It times, interleaved batch by batch, three raw
+launches of the same cubin with everything prepared: ``raw_us``, cuda-python's ``cuLaunchKernel``
+as a user of cuda-python calls it; ``raw_ctypes_us``, libcuda's symbol through ctypes with
+prebuilt handles; ``raw_native_us``, libcuda's symbol called from C by the native extension's
+``RawLaunch`` (nothing but the call: the floor a Python caller can reach). The baseline of the
+1.3x target, ``raw_best_us``, is the fastest of them. Beside them: the Launcher through each
+launch API (``launcher_us`` is the default one: native where it could be built), a
+``tkjit.compile``d kernel object against a raw launch of its own function, and ``torch.add``.
+``measure_host_overhead()`` runs anywhere (a launch that does nothing and CPU tensors) and
+isolates the host-side cost of checking and packing, for the Python path and the native one.
+``python -m tkjit.runtime.bench_launch [--cpu]`` prints either as JSON.
 """
 from __future__ import annotations
 
@@ -102,14 +105,17 @@ def measure_launch_overhead(n: int = 4096, batches: int = 50, per_batch: int = 1
 
     import tkjit
 
-    from . import driver, toolchain
+    from . import driver, native, toolchain
     from .launcher import Launcher
 
     cubin, report = toolchain.assemble(ADD_F32_PTX, name="add_f32")
     module = driver.Module.load(cubin, ADD_F32_PTX)
     fn = module.get_function("add_f32")
+    apis = ("bindings", "ctypes") + (("native",) if native.module() is not None else ())
     launchers = {api: Launcher(fn, ADD_F32_SIGNATURE, ADD_F32_GRID, ADD_F32_BLOCK, 0, name="add_f32",
-                               device=module.device, launch_api=api) for api in ("bindings", "ctypes")}
+                               device=module.device, launch_api=api) for api in apis}
+    default = Launcher(fn, ADD_F32_SIGNATURE, ADD_F32_GRID, ADD_F32_BLOCK, 0, name="add_f32",
+                       device=module.device).launch_api
     x, y = (torch.randn(n, device="cuda") for _ in range(2))
     out = torch.empty_like(x)
     for launcher in launchers.values():
@@ -122,6 +128,7 @@ def measure_launch_overhead(n: int = 4096, batches: int = 50, per_batch: int = 1
     stream = torch.cuda.current_stream().cuda_stream
     raw = _raw_launch(cu, fn, [x, y, out], [n], stream)
     raw_ctypes = _raw_ctypes_launch(driver, fn, [x, y, out], [n], stream)
+    raw_native = _raw_native_launch(driver, native, fn, [x, y, out], [n], stream)
 
     kernel = tkjit.compile(ADD_TK, filename="bench_add.tk")
     x2, y2, o2 = (t.view(n // 64, 64) for t in (x, y, out))
@@ -134,24 +141,28 @@ def measure_launch_overhead(n: int = 4096, batches: int = 50, per_batch: int = 1
                              grid=kernel_launcher.grid(N=n // 64), block=kernel_launcher.block,
                              smem=kernel_launcher.smem_bytes)
 
-    times = _median_us({
-        "raw_us": raw,
-        "raw_ctypes_us": raw_ctypes,
-        "launcher_us": lambda: launchers["bindings"](x, y, out),
-        "launcher_ctypes_us": lambda: launchers["ctypes"](x, y, out),
-        "launcher_explicit_stream_us": lambda: launchers["bindings"](x, y, out, stream=stream),
+    fns = {"raw_us": raw, "raw_ctypes_us": raw_ctypes}
+    if raw_native is not None:
+        fns["raw_native_us"] = raw_native
+    fns.update({f"launcher_{api}_us": (lambda launcher: lambda: launcher(x, y, out))(launchers[api])
+                for api in apis})
+    fns.update({
+        "launcher_explicit_stream_us": lambda: launchers[default](x, y, out, stream=stream),
         "kernel_raw_us": kernel_raw,
         "kernel_us": lambda: kernel(x2, y2, o2),
         "torch_add_us": lambda: torch.add(x, y, out=out),
-    }, batches, per_batch, torch.cuda.synchronize)
+    })
+    times = _median_us(fns, batches, per_batch, torch.cuda.synchronize)
+    raw_best = min(times[k] for k in ("raw_us", "raw_ctypes_us", "raw_native_us") if k in times)
+    launcher_us = times[f"launcher_{default}_us"]
     return {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
             "torch": torch.__version__, "n": n, "batches": batches, "per_batch": per_batch,
             "registers": report["add_f32"].registers, "loaded_from_ptx": module.from_ptx,
-            "default_launch_api": driver.default_launch_api(), **times,
-            "overhead_us": times["launcher_us"] - times["raw_us"],
-            "ratio": times["launcher_us"] / times["raw_us"],
-            "ratio_vs_ctypes": times["launcher_us"] / times["raw_ctypes_us"],
-            "ratio_ctypes_launcher": times["launcher_ctypes_us"] / times["raw_us"],
+            "default_launch_api": default, "native_status": native.status(), **times,
+            "launcher_us": launcher_us, "raw_best_us": raw_best,
+            "overhead_us": launcher_us - raw_best,
+            "ratio": launcher_us / raw_best,
+            "ratio_vs_cuda_python": launcher_us / times["raw_us"],
             "kernel_ratio": times["kernel_us"] / times["kernel_raw_us"]}
 
 
@@ -194,26 +205,57 @@ def _raw_ctypes_launch(driver, fn, tensors, ints, stream):
     return raw
 
 
+def _raw_native_launch(driver, native, fn, tensors, ints, stream):
+    """libcuda's cuLaunchKernel called from C by a prepared RawLaunch (None without the extension)."""
+    if native.module() is None:
+        return None
+    values, pointers = _param_block(tensors, ints)
+    address = ctypes.cast(driver.launch_function("ctypes"), ctypes.c_void_p).value
+    grid = (ints[0] + ADD_F32_BLOCK - 1) // ADD_F32_BLOCK
+    raw = native.module().RawLaunch(address, int(fn), grid, 1, 1, ADD_F32_BLOCK, 1, 1, 0, stream,
+                                    ctypes.addressof(pointers))
+    err = raw()
+    if err:
+        raise driver.driver_error(err, "raw cuLaunchKernel through the native extension")
+    raw.keep_alive = (values, pointers)
+    return raw
+
+
 def measure_host_overhead(batches: int = 50, per_batch: int = 2000) -> dict:
-    """The Python-side cost of a Launcher call, without a GPU: CPU tensors, a fake launch function."""
+    """The host-side cost of a Launcher call, without a GPU: CPU tensors and launches that do
+    nothing (a Python function for the Python path; a C function, where the native extension
+    could be built, for the native path and its raw baseline)."""
     import torch
 
+    from . import native
     from .launcher import Launcher
 
     def fake_launch(*args):
         return (0,)
 
     # Device -1 is where CPU tensors say they are (get_device() == -1): they take the fast path.
-    launcher = Launcher(object(), ADD_F32_SIGNATURE, ADD_F32_GRID, ADD_F32_BLOCK, 0, name="add_f32", device=-1,
-                        launch=fake_launch, current_device=lambda: -1, current_stream=lambda dev: 0)
+    hooks = dict(name="add_f32", device=-1, current_device=lambda: -1,
+                 current_stream=lambda dev: 0)
+    launcher = Launcher(object(), ADD_F32_SIGNATURE, ADD_F32_GRID, ADD_F32_BLOCK, 0, launch=fake_launch, **hooks)
     x, y, out = (torch.empty(4096) for _ in range(3))
     fn, address = object(), 12345
-    times = _median_us({
+    fns = {
         "fake_raw_us": lambda: fake_launch(fn, 32, 1, 1, 128, 1, 1, 0, 0, address, 0),
         "launcher_us": lambda: launcher(x, y, out),
         "launcher_explicit_stream_us": lambda: launcher(x, y, out, stream=0),
-    }, batches, per_batch)
-    return {**times, "host_overhead_us": times["launcher_us"] - times["fake_raw_us"]}
+    }
+    if native.module() is not None:
+        noop = native.module().noop_launch_address()
+        fast = Launcher(0x1234, ADD_F32_SIGNATURE, ADD_F32_GRID, ADD_F32_BLOCK, 0, launch=noop,
+                        launch_api="native", **hooks)
+        fns["native_raw_us"] = native.module().RawLaunch(noop, 0x1234, 32, 1, 1, 128, 1, 1, 0, 0, 0)
+        fns["native_launcher_us"] = lambda: fast(x, y, out)
+    times = _median_us(fns, batches, per_batch)
+    result = {**times, "host_overhead_us": times["launcher_us"] - times["fake_raw_us"],
+              "native_status": native.status()}
+    if "native_raw_us" in times:
+        result["native_host_overhead_us"] = times["native_launcher_us"] - times["native_raw_us"]
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
