@@ -18,6 +18,13 @@ from support import needs_cuda_tools
 
 SOURCE = (Path(__file__).resolve().parents[1] / "examples" / "attention.tk").read_text()
 VARIANTS = [(d, causal) for d in (128, 64) for causal in (False, True)]
+KEY_LOOP = "    for j in 0 .. kv_blocks {"
+
+
+def pinned(stages: int, source: str = SOURCE) -> str:
+    """The example with its key loop pinned to ``stages`` (it pins none: the pipeline pass sizes it)."""
+    assert KEY_LOOP in source
+    return source.replace(KEY_LOOP, f"    @stages({stages})\n{KEY_LOOP}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,12 +54,25 @@ def test_the_plan_follows_the_passes():
     assert "reg-budget" in log["registers"]["why"] and "heaviest" in log["block order"]["value"]
 
 
-@pytest.mark.parametrize("stages", [2, 3])
-def test_the_protocol_passes_the_checker(stages):
-    source = SOURCE.replace("@stages(2)", f"@stages({stages})")
-    m, plan = plan_attention(ir_of(128, True, source))
-    assert plan.stages == stages
-    report = check_protocol(attention_protocol(m, plan))
+@pytest.mark.parametrize("d, stages", [(128, 3), (64, 6)])
+def test_the_pipeline_pass_sizes_the_ring_from_the_tiles(d, stages):
+    """Unpinned, the K/V ring gets as many stages as fit beside Q: 3 x 64 KB at D = 128, 6 x 32 KB
+    at D = 64 (the register-direct epilogue needs no staging of its own)."""
+    m, plan = plan_attention(ir_of(d, False))
+    assert plan.stages == m.loop.attrs["stages"] == stages
+    assert "pipeline pass" in {x["decision"]: x for x in plan.decisions}["stages"]["why"]
+    assert plan.smem_bytes <= 232448
+
+
+@pytest.mark.parametrize("d, causal, stages", [(128, True, 2), (128, True, 3), (128, False, 3), (64, False, 6)])
+def test_the_protocol_passes_the_checker(d, causal, stages):
+    """Persistent (non-causal: several tiles per CTA, phases carried on) and one tile per CTA
+    (causal: the hardware balances tiles of unequal length)."""
+    m, plan = plan_attention(ir_of(d, causal, pinned(stages)))
+    assert plan.stages == stages and plan.persistent == (not causal)
+    proto = attention_protocol(m, plan)
+    assert proto.persistent == (not causal)
+    report = check_protocol(proto)
     assert len(report.results) >= 5
 
 
@@ -62,7 +82,8 @@ def test_metadata():
     assert [(p["param"], p["box"], p["swizzle"]) for p in maps] == [
         (0, [64, 128, 1, 1], 128), (1, [64, 128, 1, 1], 128), (2, [64, 128, 1, 1], 128)]
     assert meta["block"] == [384, 1, 1] and meta["backend"] == "wgmma"
-    assert meta["grid"] == [["mul", ["mul", ["dim", "B"], ["dim", "H"]], ["cdiv", ["dim", "N"], 128]]]
+    tiles = ["mul", ["mul", ["dim", "B"], ["dim", "H"]], ["cdiv", ["dim", "N"], 128]]
+    assert meta["grid"] == [["min", tiles, ["num_sms"]]]   # persistent
     assert "ring kv" in meta["protocol"] and "one-shot" in meta["protocol"]
 
 
@@ -95,6 +116,18 @@ def test_ptx_text_of_the_softmax():
     assert ptx.count("shfl.sync.bfly.b32") >= 8      # row max over the quad, row sums at the end
     assert "ex2.approx.ftz.f32" in ptx and "cvt.rn.bf16x2.f32" in ptx
     assert "setmaxnreg.dec.sync.aligned.u32 40" in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+
+
+def test_the_scale_is_folded_only_when_positive():
+    """scale > 0: one FFMA per score (raw maxima); otherwise the scores are scaled first. Both
+    forms are emitted under a uniform branch on the scale's sign (per softmax: peeled trip, loop)."""
+    ptx, _ = emit_hopper_ptx(ir_of(128, True), {"arch": "sm_90a"})
+    assert re.search(r"setp\.gt\.f32 %p\d+, %f\d+, 0f00000000;", ptx)
+    forms = re.findall(r"bra\.uni (\$L_scale_not_positive_\d+);(.*?)\1:(.*?)\$L_softmax_done_\d+:", ptx, re.S)
+    assert len(forms) == 2
+    for _, folded, plain in forms:
+        assert folded.count("fma.rn.f32") >= 64 and "sub.f32" not in folded
+        assert plain.count("mul.f32") >= 64 and plain.count("sub.f32") >= 64
 
 
 @pytest.mark.parametrize("edit, reason", [

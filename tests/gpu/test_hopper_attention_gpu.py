@@ -22,14 +22,18 @@ SOURCE = Path(__file__).resolve().parents[2] / "examples" / "attention.tk"
 _KERNELS: dict = {}
 
 
-def kernel(d: int, causal: bool, backend: str | None = None, stages: int = 2):
-    """The example (its @stages(2)), or the same kernel with a deeper K/V ring."""
+KEY_LOOP = "    for j in 0 .. kv_blocks {"
+
+
+def kernel(d: int, causal: bool, backend: str | None = None, stages: int | None = None):
+    """The example (stages from the pipeline pass: 3 at D = 128, 6 at D = 64), or the same kernel
+    with its K/V ring pinned to ``stages``."""
     key = (d, causal, backend, stages)
     if key not in _KERNELS:
         path = SOURCE
-        if stages != 2:
+        if stages is not None:
             path = Path(tempfile.mkdtemp()) / "attention.tk"
-            path.write_text(SOURCE.read_text().replace("@stages(2)", f"@stages({stages})"))
+            path.write_text(SOURCE.read_text().replace(KEY_LOOP, f"    @stages({stages})\n{KEY_LOOP}"))
         _KERNELS[key] = tkjit.load(path, constants={"D": d, "CAUSAL": causal},
                                    **({"backend": backend} if backend else {}))
     return _KERNELS[key]
@@ -49,7 +53,7 @@ def reference(q, k, v, scale, causal):
     return o, torch.logsumexp(scores, dim=-1)
 
 
-def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages=2):
+def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages=None):
     gen = torch.Generator(device="cpu").manual_seed(hash((b, h, hkv, n, d, causal)) & 0xFFFF)
     q = torch.randn(b, h, n, d, generator=gen).to(device, torch.bfloat16)
     k = torch.randn(b, hkv, n, d, generator=gen).to(device, torch.bfloat16)
@@ -61,7 +65,7 @@ def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages
     return q, k, v, o, lse, scale
 
 
-def check(b, h, hkv, n, d, causal, scale=None, stages=2):
+def check(b, h, hkv, n, d, causal, scale=None, stages=None):
     q, k, v, o, lse, scale = run(b, h, hkv, n, d, causal, scale, stages=stages)
     ref_o, ref_l = reference(q, k, v, scale, causal)
     assert not o.isnan().any(), "O has rows the kernel did not write"
@@ -106,9 +110,28 @@ def test_scale_argument():
 
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.parametrize("causal", [False, True])
-def test_three_stages(d, causal):
-    check(2, 4, 2, 1000, d, causal, stages=3)
+@pytest.mark.parametrize("scale", [-0.1, 0.0, 1e-3])
+def test_scales_the_fold_does_not_take(d, causal, scale):
+    """scale <= 0 takes the unfolded softmax (max of c·s is not c·max s); a tiny positive one the
+    folded form."""
+    check(1, 3, 1, 700, d, causal, scale=scale)
+
+
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_pinned_stages(d, causal):
+    """The ring the first version had (2 stages) and 3 at D = 64 (the pass gives 6)."""
+    check(2, 4, 2, 1000, d, causal, stages=2)
     check(1, 2, 2, 2048, d, causal, stages=3)
+
+
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_many_tiles_per_cta(d, causal):
+    """512 and 1088 tiles on 132 SMs, with tails and grouped heads: non-causal, each (persistent)
+    CTA walks several tiles with its rings and phases carried on; causal, one CTA per tile."""
+    check(4, 16, 4, 1000, d, causal)
+    check(2, 34, 17, 2000, d, causal)
 
 
 def test_long_sequence():

@@ -8,12 +8,14 @@
                   other's wgmmas) issue S_j = Q·K_jᵀ (wgmma SS, K K-major) and O += P_{j-1}·V_{j-1}
                   (wgmma RS: P from registers, V MN-major, tB = 1) as two groups; wait_group 1
                   (S_j landed) and run the online softmax on the accumulator fragments while
-                  P_{j-1}·V_{j-1} still runs (row max over a quad with shfl.bfly 1, 2; exp2 of the
-                  scaled scores; -inf past the diagonal (causal) or past N only on the blocks that
+                  P_{j-1}·V_{j-1} still runs (row max over a quad with shfl.bfly 1, 2, of the raw
+                  scores when the scale c > 0, then ex2(s·c - m·c), one FFMA each; -inf past the diagonal (causal) or past N only on the blocks that
                   need it); wait_group 0, release stage j-1, O *= alpha, P_j packed to bf16 pairs
                   in registers. After the loop the last P·V, then O / l (bf16) and
                   L = (max + log2 l) ln 2 stored under row < N.
 
+Non-causal kernels are persistent (min(tiles, SMs) CTAs, tile += nctaid, rings and phases carried
+on); causal ones launch a CTA per tile, heaviest first (attention_plan.py says why).
 The control flow of both roles is the protocol ``attention_protocol`` builds (the standard
 one-shot + pipelined-loop protocol of passes/sync_protocol.py, which the CPU checker explores).
 The index arithmetic (the key/value head, the trip count, the mask offsets and scales) is the
@@ -54,7 +56,7 @@ def attention_protocol(m: AttentionMatch, plan: AttentionPlan) -> Protocol:
     kv = Ring(KV_RING, plan.stages, (Load("k", kv_bytes), Load("v", kv_bytes)), 2 * kv_bytes,
               plan.consumers, where="the key loop")
     items = (OneShotUse(Q_RING), LoopPlan(KV_RING, ((Q_RING, KV_RING),)))
-    return standard_protocol(m.kernel.name, plan.consumers, False, (q, kv), items)
+    return standard_protocol(m.kernel.name, plan.consumers, plan.persistent, (q, kv), items)
 
 
 class AttentionKernel:
@@ -211,8 +213,10 @@ class AttentionKernel:
         c = [grid_expr(v, m.blocks) for v in m.blocks.variadic()]
         params = [meta for _, _, meta in self.entries if meta["kind"] != "dim"]
         params += [t.entry() for t in self.maps.values()]
+        tiles = ["mul", ["mul", c[0], c[1]], c[2]]
+        grid = ["min", tiles, ["num_sms"]] if plan.persistent else tiles
         return {"name": m.kernel.name, "entry": m.kernel.name, "arch": ARCH, "backend": "wgmma",
-                "params": params, "dims": m.kernel.named_dims(), "grid": [["mul", ["mul", c[0], c[1]], c[2]]],
+                "params": params, "dims": m.kernel.named_dims(), "grid": [grid],
                 "block": [plan.threads, 1, 1], "smem_bytes": plan.smem_bytes,
                 "num_warps": plan.threads // 32, "registers": list(plan.regs),
                 "protocol": self.proto.text(), "decisions": list(plan.decisions)}
@@ -334,6 +338,8 @@ class Consumer(Role):
         b(*(f"mov.f32 {r}, {NEG_INF};" for r in self.mx), *(f"mov.f32 {r}, 0f00000000;" for r in self.l))
         self.qk_scale = self.ev.value(self.m.qk_scale)
         self.lse_scale = self.ev.value(self.m.lse_scale)
+        self.folded = b.pred()  # scale > 0: the maxima are kept raw (see softmax)
+        b(f"setp.gt.f32 {self.folded}, {self.qk_scale}, 0f00000000;")
 
     def descriptor(self, addr: str, op: wgmma.Operand) -> str:
         b = self.b
@@ -529,26 +535,52 @@ class Consumer(Role):
         b.place(skip)
 
     def softmax(self) -> None:
-        """The online softmax of the scores in S, into P (bf16 pairs); O and l rescaled."""
+        """The online softmax of the scores in S (P left in S's registers as f32); l rescaled,
+        alpha kept for O. With a positive scale c the maxima are taken on the raw scores and each
+        score costs one FFMA (s·c - m·c) before ex2; otherwise (max of c·s is not c·max s) the
+        scores are scaled first. The choice is a uniform branch on ``self.folded``."""
         b = self.b
+        self.alphas = [b.reg("f32"), b.reg("f32")]
+        plain, done = b.label("scale_not_positive"), b.label("softmax_done")
+        b(f"@!{self.folded} bra.uni {plain};")
+        self.mask()
+        self.online(folded=True)
+        b(f"bra.uni {done};")
+        b.place(plain)
         b(*(f"mul.f32 {r}, {r}, {self.qk_scale};" for r in self.s))
         self.mask()
-        alphas = []
+        self.online(folded=False)
+        b.place(done)
+
+    def online(self, folded: bool) -> None:
+        """Row maxima, P = 2^(scaled s - scaled max), alpha = 2^(scaled old max - scaled max) and
+        l = l·alpha + this thread's share of the row sum. ``folded``: S and the maxima are raw
+        (unscaled) and the scale goes into one FFMA per element."""
+        b, c = self.b, self.qk_scale
         for half in (0, 1):
             row = self.rows(self.s, half)
             mx_new = b.reg("f32")
             b(f"max.f32 {mx_new}, {self.mx[half]}, {self.reduce(row, 'max')};")
+            scaled = mx_new
+            if folded:
+                scaled = b.reg("f32")
+                b(f"mul.f32 {scaled}, {mx_new}, {c};")
             use, inf = b.reg("f32"), b.pred()  # a row with no visible key yet: subtract 0, not -inf
-            b(f"setp.eq.f32 {inf}, {mx_new}, {NEG_INF};", f"selp.f32 {use}, 0f00000000, {mx_new}, {inf};")
-            for reg in row:
-                b(f"sub.f32 {reg}, {reg}, {use};", f"ex2.approx.ftz.f32 {reg}, {reg};")
-            alpha = b.reg("f32")
-            b(f"sub.f32 {alpha}, {self.mx[half]}, {use};", f"ex2.approx.ftz.f32 {alpha}, {alpha};",
-              f"mov.f32 {self.mx[half]}, {mx_new};")
+            b(f"setp.eq.f32 {inf}, {mx_new}, {NEG_INF};", f"selp.f32 {use}, 0f00000000, {scaled}, {inf};")
+            alpha = self.alphas[half]
+            if folded:
+                neg = b.reg("f32")
+                b(f"neg.f32 {neg}, {use};")
+                for reg in row:
+                    b(f"fma.rn.f32 {reg}, {reg}, {c}, {neg};", f"ex2.approx.ftz.f32 {reg}, {reg};")
+                b(f"fma.rn.f32 {alpha}, {self.mx[half]}, {c}, {neg};")
+            else:
+                for reg in row:
+                    b(f"sub.f32 {reg}, {reg}, {use};", f"ex2.approx.ftz.f32 {reg}, {reg};")
+                b(f"sub.f32 {alpha}, {self.mx[half]}, {use};")
+            b(f"ex2.approx.ftz.f32 {alpha}, {alpha};", f"mov.f32 {self.mx[half]}, {mx_new};")
             total = self.local_sum(row)
             b(f"fma.rn.f32 {self.l[half]}, {self.l[half]}, {alpha}, {total};")
-            alphas.append(alpha)
-        self.alphas = alphas
 
     def rescale_and_pack(self) -> None:
         """Once the previous P·V has retired: O *= alpha, and P to bf16 pairs (its A fragments)."""
@@ -606,7 +638,9 @@ class Consumer(Role):
                   f"cvt.rn.bf16x2.f32 {packed}, {hi}, {lo};",
                   f"@{inside} st.global.b32 [{o_row}+{2 * col}], {packed};")
             lse, l_addr, store = b.reg("f32"), b.reg("b64"), b.pred()
-            b(f"lg2.approx.f32 {lse}, {total};", f"add.f32 {lse}, {lse}, {self.mx[half]};",
+            mx = b.reg("f32")  # the row maximum in scaled units (raw when the scale was folded)
+            b(f"mul.f32 {mx}, {self.mx[half]}, {self.qk_scale};", f"@!{self.folded} mov.f32 {mx}, {self.mx[half]};")
+            b(f"lg2.approx.f32 {lse}, {total};", f"add.f32 {lse}, {lse}, {mx};",
               f"mul.f32 {lse}, {lse}, {self.lse_scale};")
             self.address(l_addr, l_lead, n_rows, row, 1, 4, k.globals[m.l], column=False)
             b(f"and.pred {store}, {inside}, {quad_leader};", f"@{store} st.global.f32 [{l_addr}], {lse};")
