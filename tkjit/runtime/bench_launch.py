@@ -128,7 +128,7 @@ def measure_launch_overhead(n: int = 4096, batches: int = 50, per_batch: int = 1
     stream = torch.cuda.current_stream().cuda_stream
     raw = _raw_launch(cu, fn, [x, y, out], [n], stream)
     raw_ctypes = _raw_ctypes_launch(driver, fn, [x, y, out], [n], stream)
-    raw_native = _raw_native_launch(driver, native, fn, [x, y, out], [n], stream)
+    raw_native, keep_alive = _raw_native_launch(driver, native, fn, [x, y, out], [n], stream)
 
     kernel = tkjit.compile(ADD_TK, filename="bench_add.tk")
     x2, y2, o2 = (t.view(n // 64, 64) for t in (x, y, out))
@@ -153,6 +153,7 @@ def measure_launch_overhead(n: int = 4096, batches: int = 50, per_batch: int = 1
         "torch_add_us": lambda: torch.add(x, y, out=out),
     })
     times = _median_us(fns, batches, per_batch, torch.cuda.synchronize)
+    del keep_alive  # the raw native launch's parameter block, alive until here
     raw_best = min(times[k] for k in ("raw_us", "raw_ctypes_us", "raw_native_us") if k in times)
     launcher_us = times[f"launcher_{default}_us"]
     return {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
@@ -206,9 +207,10 @@ def _raw_ctypes_launch(driver, fn, tensors, ints, stream):
 
 
 def _raw_native_launch(driver, native, fn, tensors, ints, stream):
-    """libcuda's cuLaunchKernel called from C by a prepared RawLaunch (None without the extension)."""
+    """(libcuda's cuLaunchKernel called from C by a prepared RawLaunch, what it points at); the
+    caller keeps the second alive while it launches. (None, None) without the extension."""
     if native.module() is None:
-        return None
+        return None, None
     values, pointers = _param_block(tensors, ints)
     address = ctypes.cast(driver.launch_function("ctypes"), ctypes.c_void_p).value
     grid = (ints[0] + ADD_F32_BLOCK - 1) // ADD_F32_BLOCK
@@ -217,8 +219,7 @@ def _raw_native_launch(driver, native, fn, tensors, ints, stream):
     err = raw()
     if err:
         raise driver.driver_error(err, "raw cuLaunchKernel through the native extension")
-    raw.keep_alive = (values, pointers)
-    return raw
+    return raw, (values, pointers)
 
 
 def measure_host_overhead(batches: int = 50, per_batch: int = 2000) -> dict:
