@@ -2,7 +2,7 @@
 
 ``module()`` returns the compiled extension ``tkjit_fastlaunch`` or None. The first call in a
 process looks for it in tkjit's disk cache under a key made of the C source, the compile
-command and Python's ABI (version, ``EXT_SUFFIX``, platform); on a miss it compiles
+flags and Python's ABI (version, extension suffix, machine); on a miss it compiles
 fastlaunch.c with sysconfig's ``CC`` (CPython's headers only: no torch or CUDA headers) into
 the cache, so an installation compiles it once (about 0.3 s). Where there is no compiler, no
 ``Python.h`` or the build fails, ``module()`` is None and ``status()`` says why in one line:
@@ -16,18 +16,16 @@ evaluates (with overflow checks: a result that does not fit in 64 bits is comput
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import os
-import shlex
-import shutil
-import subprocess
 import sys
-import sysconfig
 import threading
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("fastlaunch.c")
 NAME = "tkjit_fastlaunch"
-FILE = NAME + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+FILE = NAME + importlib.machinery.EXTENSION_SUFFIXES[0]
+"""The extension's file name: this interpreter's own suffix (``.cpython-312-x86_64-linux-gnu.so``)."""
 CFLAGS = ("-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-Wall")
 BUILD_TIMEOUT_S = 120
 
@@ -58,17 +56,21 @@ def status() -> str:
 
 def compiler_command() -> list[str] | None:
     """sysconfig's ``CC`` (e.g. ``gcc -pthread``) when its program is on PATH, else ``cc``; None if neither."""
+    import shlex
+    import shutil
+    import sysconfig
     cc = shlex.split(sysconfig.get_config_var("CC") or "")
     if cc and shutil.which(cc[0]):
         return cc
     return ["cc"] if shutil.which("cc") else None
 
 
-def build_key(source: bytes, cc: list[str]) -> str:
-    """The cache key: the C source, the compile command and everything the binary's ABI depends on."""
+def build_key(source: bytes, flags: tuple[str, ...] = CFLAGS) -> str:
+    """The cache key: the C source, the flags and the Python ABI the binary is built for (the
+    interpreter's version and build, its extension suffix, the machine)."""
     h = hashlib.sha256(b"tkjit native launch path\0")
-    for part in (source, " ".join(cc + list(CFLAGS)).encode(), sys.version.encode(),
-                 FILE.encode(), sysconfig.get_platform().encode(), sys.implementation.cache_tag.encode()):
+    for part in (source, " ".join(flags).encode(), sys.version.encode(), FILE.encode(),
+                 f"{sys.platform} {os.uname().machine}".encode(), sys.implementation.cache_tag.encode()):
         h.update(len(part).to_bytes(8, "little") + part)
     return h.hexdigest()
 
@@ -80,19 +82,11 @@ def _find_or_build():
         return None, "Python launch path: the native one is turned off (TKJIT_NATIVE_LAUNCH=0)"
     if os.name != "posix":
         return None, f"Python launch path: the native one is built on POSIX systems only (this is {os.name})"
-    cc = compiler_command()
-    if cc is None:
-        return None, "Python launch path: no C compiler here (sysconfig CC or cc) to build the native one"
-    include = sysconfig.get_paths().get("include", "")
-    if not os.path.isfile(os.path.join(include, "Python.h")):
-        return None, f"Python launch path: no Python.h in {include or '(no include dir)'} to build the native one"
-    source = SOURCE.read_bytes()
-    key = build_key(source, cc)
     try:
-        path = _cached_binary(config, key, lambda: _compile(cc, include))
+        path = _cached_binary(config, build_key(SOURCE.read_bytes()), _compile)
         return _load(path), f"native launch path (C: {path})"
     except _BuildError as e:
-        return None, f"Python launch path: building the native one failed: {e}"
+        return None, f"Python launch path: {e}"
     except (OSError, ImportError) as e:
         return None, f"Python launch path: the native one could not be loaded: {e}"
 
@@ -101,19 +95,29 @@ class _BuildError(Exception):
     pass
 
 
-def _compile(cc: list[str], include: str) -> bytes:
-    """Compile fastlaunch.c into an extension; its bytes."""
+def _compile() -> bytes:
+    """Compile fastlaunch.c into an extension; its bytes. _BuildError says why it cannot be."""
+    import shlex
+    import subprocess  # only when building: imports a process that finds it cached skips
+    import sysconfig
     import tempfile
+    cc = compiler_command()
+    if cc is None:
+        raise _BuildError("no C compiler here (sysconfig CC or cc) to build the native one")
+    include = sysconfig.get_paths().get("include", "")
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        raise _BuildError(f"no Python.h in {include or '(no include dir)'} to build the native one")
     with tempfile.TemporaryDirectory(prefix="tkjit-native-") as tmp:
         out = os.path.join(tmp, FILE)
         cmd = [*cc, *CFLAGS, f"-I{include}", str(SOURCE), "-o", out]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError) as e:
-            raise _BuildError(f"{shlex.join(cmd)}: {e}") from None
+            raise _BuildError(f"building the native one failed: {shlex.join(cmd)}: {e}") from None
         if proc.returncode != 0:
             first = next((line for line in proc.stderr.splitlines() if "error" in line), proc.stderr.strip())
-            raise _BuildError(f"{shlex.join(cmd)} exited with status {proc.returncode}: {first[:300]}")
+            raise _BuildError(f"building the native one failed: {shlex.join(cmd)} exited with status "
+                              f"{proc.returncode}: {first[:300]}")
         with open(out, "rb") as f:
             return f.read()
 
@@ -138,7 +142,6 @@ def _cached_binary(config, key: str, build) -> str:
 
 
 def _load(path: str):
-    import importlib.machinery
     import importlib.util
     loader = importlib.machinery.ExtensionFileLoader(NAME, path)
     spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
