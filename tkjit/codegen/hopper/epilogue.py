@@ -129,14 +129,43 @@ def staging_halves(st: Staging) -> bool:
     return (st.cols // PANEL_COLS) % 2 == 0
 
 
-def store_staged(b: Builder, st: Staging, acc, wgmma_n: int, bn: int, row0: str, col0: str, c_dtype: str) -> None:
+def pack_chunk(b: Builder, acc, wgmma_n: int, slab: int, col: int, c_dtype: str,
+               out: list[str] | None = None) -> list[str]:
+    """The four 16-bit pairs (one stmatrix.x4) of columns [col, col + 16) of slab ``slab``, in
+    ``out`` or new registers."""
+    piece, inner = divmod(col, wgmma_n)
+    regs = acc[slab][piece][inner // 2:inner // 2 + 8]
+    packed = []
+    for k in range(4):
+        x = out[k] if out else b.reg()
+        b(f"{PACK[c_dtype]} {x}, {regs[2 * k + 1]}, {regs[2 * k]};")
+        packed.append(x)
+    return packed
+
+
+def packed_registers(b: Builder, slabs: int, bn: int) -> dict[tuple[int, int], list[str]]:
+    """Registers for every 16-column chunk of a tile packed to 16-bit pairs, by (slab, first
+    column): half the accumulators' registers."""
+    return {(slab, col): [b.reg() for _ in range(4)] for slab in range(slabs) for col in range(0, bn, 16)}
+
+
+def pack_tile(b: Builder, acc, wgmma_n: int, c_dtype: str, packed: dict[tuple[int, int], list[str]]) -> None:
+    """Pack the accumulators into ``packed`` (``packed_registers``), so they can wait for their
+    stores while the accumulators take the next tile's wgmmas (the deferred epilogue, gemm.py)."""
+    for (slab, col), out in packed.items():
+        pack_chunk(b, acc, wgmma_n, slab, col, c_dtype, out)
+
+
+def store_staged(b: Builder, st: Staging, acc, wgmma_n: int, bn: int, row0: str, col0: str, c_dtype: str,
+                 packed: dict[tuple[int, int], list[str]] | None = None) -> None:
     """stmatrix the accumulators (``acc[slab][piece]``) into the staging panels and TMA-store
     each panel to C at rows ``row0 + 64*slab``, columns ``col0 + ...``: rows and columns outside
     C are not written (TMA clips the box). A round covers ``st.cols`` columns, or half of them in
     alternating halves of the staging (``staging_halves``); before a round writes its panels,
     the store groups that read them have finished reading (``cp.async.bulk.wait_group.read``:
     0 pending with one buffer, 1 -- the other half's -- with two; 0 at a tile's first round
-    when the tile has an odd number of rounds, as the last one used the same half)."""
+    when the tile has an odd number of rounds, as the last one used the same half). ``packed``
+    (``pack_tile``) gives the chunks already packed; else each round packs its own."""
     from . import tma
     panels = st.cols // PANEL_COLS
     halves = staging_halves(st)
@@ -147,19 +176,14 @@ def store_staged(b: Builder, st: Staging, acc, wgmma_n: int, bn: int, row0: str,
         half = r % 2 if halves else 0
         pending = 1 if halves and (r > 0 or rounds % 2 == 0) else 0
         b(f"@{st.leader} {tma.store_wait(pending, read_only=True)}", f"bar.sync {st.barrier}, 128;")
-        for slab, pieces in enumerate(acc):
+        for slab in range(len(acc)):
             for jr in range(cols // 16):
-                piece, inner = divmod(r * cols + 16 * jr, wgmma_n)
-                regs = pieces[piece][inner // 2:inner // 2 + 8]
-                packed = []
-                for k in range(4):
-                    x = b.reg()
-                    b(f"{PACK[c_dtype]} {x}, {regs[2 * k + 1]}, {regs[2 * k]};")
-                    packed.append(x)
+                col = r * cols + 16 * jr
+                chunk = packed[slab, col] if packed else pack_chunk(b, acc, wgmma_n, slab, col, c_dtype)
                 p, q = divmod(jr, 4)
                 panel = slab * panels + half * per_round + p
                 b(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{st.lanes[q]}+{panel * PANEL_BYTES}], "
-                  f"{{{', '.join(packed)}}};")
+                  f"{{{', '.join(chunk)}}};")
         b("fence.proxy.async.shared::cta;", f"bar.sync {st.barrier}, 128;")
         for slab in range(len(acc)):
             for p in range(per_round):

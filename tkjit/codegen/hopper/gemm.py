@@ -28,7 +28,7 @@ from ...ir.types import F32, GlobalType
 from ...passes.sync_protocol import Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, producer_fill
 from . import copy, mbarrier, reduce, tma, wgmma
 from .builder import Builder
-from .epilogue import PANEL_COLS, Fragment, Staging, staging_lanes, store_fragment, store_staged
+from .epilogue import PANEL_COLS, Fragment, Staging, pack_tile, packed_registers, staging_lanes, store_fragment, store_staged
 from .match import GemmMatch
 from .plan import Plan, operand_a, operand_b
 from .program import RingRegs, RoleEmitter
@@ -367,7 +367,13 @@ class Consumer(GemmRole):
         self.acc = [[[b.reg("f32") for _ in range(plan.wgmma_n // 2)] for _ in range(g.bn // plan.wgmma_n)]
                     for _ in range(self.rows // 64)]
         self.staging = self.staging_setup(index, leader) if plan.staging is not None else None
+        self.pending = None
+        if plan.deferred_epilogue:  # a tile's stores wait, packed, until the next tile's first wgmmas
+            self.pending, self.pending_row, self.pending_col = b.pred(), b.reg(), b.reg()
+            self.packed = packed_registers(b, len(self.acc), g.bn)
+            b(f"setp.ne.u32 {self.pending}, 0, 0;")
         self.run_program(k.proto.consumer, leader)
+        self.store_pending()
         if self.staging is not None:  # the CTA's shared memory must outlive the last TMA store
             b(f"@{leader} {tma.store_wait(0, read_only=False)}")
 
@@ -424,6 +430,21 @@ class Consumer(GemmRole):
                                                        b_descs[piece], tb))
         lines.append(wgmma.COMMIT)
         b(*lines)
+        self.store_pending()
+
+    def store_pending(self) -> None:
+        """The deferred epilogue: when the last tile's packed accumulators wait (``pending``),
+        stmatrix and TMA-store them now -- after this tile's first wgmma group is issued, so the
+        tensor cores work under the stores -- or after the last tile."""
+        if self.pending is None:
+            return
+        k, g, plan, b = self.k, self.k.g, self.k.plan, self.b
+        skip = b.label("no_pending_tile")
+        b(f"@!{self.pending} bra {skip};")
+        store_staged(b, self.staging, self.acc, plan.wgmma_n, g.bn, self.pending_row, self.pending_col,
+                     g.c_dtype, self.packed)
+        b(f"setp.ne.u32 {self.pending}, 0, 0;")
+        b.place(skip)
 
     def offset_descriptor(self, base: str, nbytes: int) -> str:
         if nbytes == 0:
@@ -446,7 +467,13 @@ class Consumer(GemmRole):
             tile_row, tile_col = b.reg(), b.reg()
             b(f"mul.lo.s32 {tile_row}, {self.m}, {g.bm};", f"mad.lo.s32 {tile_row}, {self.index}, {self.rows}, {tile_row};",
               f"mul.lo.s32 {tile_col}, {self.n}, {g.bn};", f"@!{k.c_tma_ok} bra {registers};")
-            store_staged(b, self.staging, self.acc, plan.wgmma_n, g.bn, tile_row, tile_col, g.c_dtype)
+            if self.pending is not None:
+                self.store_pending()  # a tile without K steps issued no wgmma: its predecessor waits
+                pack_tile(b, self.acc, plan.wgmma_n, g.c_dtype, self.packed)
+                b(f"mov.b32 {self.pending_row}, {tile_row};", f"mov.b32 {self.pending_col}, {tile_col};",
+                  f"setp.eq.u32 {self.pending}, 0, 0;")
+            else:
+                store_staged(b, self.staging, self.acc, plan.wgmma_n, g.bn, tile_row, tile_col, g.c_dtype)
             b(f"bra.uni {done};")
         b.place(registers)
         inside = self.tile_inside(dim_m, dim_n)

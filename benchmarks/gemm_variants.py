@@ -1,0 +1,97 @@
+"""Time variants of examples/gemm.tk against torch.matmul at a few shapes (GPU), same run.
+
+    python3 benchmarks/gemm_variants.py 4096x4096x64 4096x4096x4096 --variant st2='@stages(2)' \\
+        --variant bn128=BN=128
+
+A variant is NAME=EDIT, where EDIT is either '@stages(S)' (pinned on the K loop) or constants
+'BM=..,BN=..' (pins, so @fill_sms keeps them), or both joined by ';'. The default is always run.
+Inputs rotate over enough sets to exceed the 60 MB L2 (like benchmarks/run.py); each figure is
+the median of 15 batches of 20 launches timed with CUDA events, the batches of cuBLAS and of
+each variant interleaved. Prints one JSON line per shape.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+import tkjit
+
+SOURCE = (Path(__file__).resolve().parent.parent / "examples" / "gemm.tk").read_text()
+L2_BYTES = 60 << 20
+
+
+def variant_kernel(edit: str):
+    source, constants = SOURCE, {}
+    for part in filter(None, edit.split(";")):
+        if part.startswith("@stages"):
+            source = source.replace("for k in 0", f"{part} for k in 0")
+        else:
+            for item in part.split(","):
+                name, value = item.split("=")
+                constants[name.strip()] = int(value)
+    return tkjit.compile(source, filename="gemm.tk", constants=constants or None)
+
+
+def batch_us(fn, sets, per_batch=20) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(per_batch):
+        fn(*sets[i % len(sets)])
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / per_batch * 1e3
+
+
+def timed_together(fns: dict, sets, batches=15) -> dict[str, float]:
+    """Median batch time of each function, batches interleaved (cuBLAS, variant, ...) so that
+    clock and power drift fall on all of them alike."""
+    for fn in fns.values():
+        batch_us(fn, sets, 2)
+    times = {name: [] for name in fns}
+    for _ in range(batches):
+        for name, fn in fns.items():
+            times[name].append(batch_us(fn, sets))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shapes", nargs="+")
+    ap.add_argument("--variant", action="append", default=[])
+    args = ap.parse_args()
+    variants = {"default": ""} | dict(v.split("=", 1) for v in args.variant)
+    kernels = {name: variant_kernel(edit) for name, edit in variants.items()}
+    for shape in args.shapes:
+        m, n, k = (int(x) for x in shape.split("x"))
+        set_bytes = 2 * (m * k + k * n + m * n)
+        count = max(2, -(-2 * L2_BYTES // set_bytes))
+        sets = [(torch.randn(m, k, dtype=torch.bfloat16, device="cuda"),
+                 torch.randn(k, n, dtype=torch.bfloat16, device="cuda"),
+                 torch.empty(m, n, dtype=torch.bfloat16, device="cuda")) for _ in range(count)]
+        ref = sets[0][0].float() @ sets[0][1].float()
+        row = {"shape": shape}
+        fns = {"cublas": lambda a, b, c: torch.matmul(a, b, out=c)}
+        for name, kernel in kernels.items():
+            try:
+                kernel(*sets[0])
+                torch.cuda.synchronize()
+                err = ((sets[0][2].float() - ref).norm() / ref.norm()).item()
+                row[name] = {"err": err}
+                fns[name] = kernel
+            except Exception as e:  # a variant that does not compile or launch: say so, go on
+                row[name] = {"error": str(e)[:200]}
+        times = timed_together(fns, sets)
+        row["cublas_us"] = times.pop("cublas")
+        for name, us in times.items():
+            row[name].update(us=round(us, 2), ratio=round(row["cublas_us"] / us, 3))
+        row["cublas_us"] = round(row["cublas_us"], 2)
+        row["tflops_cublas"] = round(2 * m * n * k / row["cublas_us"] / 1e6, 1)
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
