@@ -1,0 +1,117 @@
+"""Time variants of examples/attention.tk's Hopper kernel against SDPA cuDNN, same run (GPU).
+
+    python3 benchmarks/attention_variants.py 64:4096 64:8192:causal 128:4096 \\
+        --variant fma0=EXP2_FMA=0 --variant fma16=EXP2_FMA=16 --out results.json
+
+A shape is D:N[:causal] with B·N = 16384 tokens and 16 heads (as benchmarks/tkbench/attention.py).
+A variant is NAME=ATTR=VALUE[,ATTR=VALUE]: module constants of tkjit.codegen.hopper.attention_plan
+(pins the plan reads; each variant is compiled without the disk cache). The default is always
+run. Inputs rotate over enough sets to exceed the 60 MB L2; each figure is the median of 15
+batches of 10 launches timed with CUDA events, the batches of cuDNN and of every variant
+interleaved so that clock and power drift fall on all alike. Each variant's output is checked
+against cuDNN's before it is timed. Prints one JSON line per shape and variant.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import statistics
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import tkjit
+from tkjit.codegen.hopper import attention_plan
+
+SOURCE = (Path(__file__).resolve().parent.parent / "examples" / "attention.tk").read_text()
+L2_BYTES = 60 << 20
+TOKENS, HEADS = 16384, 16
+
+
+def variant_kernel(d: int, causal: bool, pins: dict):
+    saved = {name: getattr(attention_plan, name) for name in pins}
+    try:
+        for name, value in pins.items():
+            setattr(attention_plan, name, value)
+        return tkjit.compile(SOURCE, filename="attention.tk", constants={"D": d, "CAUSAL": causal},
+                             cache=False)
+    finally:
+        for name, value in saved.items():
+            setattr(attention_plan, name, value)
+
+
+def batch_ms(fn, sets, per_batch=10) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(per_batch):
+        fn(*sets[i % len(sets)])
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / per_batch
+
+
+def parse_pins(text: str) -> dict:
+    """'EXP2_FMA=16,OTHER=None' -> {'EXP2_FMA': 16, 'OTHER': None} (values as Python literals)."""
+    pins = {}
+    for item in filter(None, text.split(",")):
+        name, value = item.split("=")
+        if not hasattr(attention_plan, name):
+            raise SystemExit(f"attention_plan has no constant {name}")
+        pins[name] = ast.literal_eval(value)
+    return pins
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shapes", nargs="+")
+    ap.add_argument("--variant", action="append", default=[])
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    variants = {"default": {}} | {v.split("=", 1)[0]: parse_pins(v.split("=", 1)[1]) for v in args.variant}
+    rows = []
+    for shape in args.shapes:
+        parts = shape.split(":")
+        d, n, causal = int(parts[0]), int(parts[1]), parts[2:] == ["causal"]
+        b = TOKENS // n
+        scale = 1 / math.sqrt(d)
+        set_bytes = 2 * 4 * b * HEADS * n * d
+        count = max(2, -(-2 * L2_BYTES // set_bytes))
+        sets = [tuple(torch.randn(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+                + (torch.empty(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda"),
+                   torch.empty(b, HEADS, n, dtype=torch.float32, device="cuda")) for _ in range(count)]
+        q, k, v, o, lse = sets[0]
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        fns = {"cudnn": lambda q_, k_, v_, o_, l_: F.scaled_dot_product_attention(
+            q_, k_, v_, is_causal=causal, scale=scale)}
+        errors = {}
+        for name, pins in variants.items():
+            kern = variant_kernel(d, causal, pins)
+            kern(q, k, v, o, lse, scale)
+            errors[name] = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+            fns[name] = (lambda kk: lambda q_, k_, v_, o_, l_: kk(q_, k_, v_, o_, l_, scale))(kern)
+        times = {name: [] for name in fns}
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            for fn in fns.values():
+                batch_ms(fn, sets, 2)
+            for _ in range(15):
+                for name, fn in fns.items():
+                    times[name].append(batch_ms(fn, sets))
+        med = {name: statistics.median(t) for name, t in times.items()}
+        flops = 4.0 * b * HEADS * n * n * d / (2 if causal else 1)
+        for name in variants:
+            row = {"D": d, "N": n, "causal": causal, "variant": name, "pins": {k: v for k, v in variants[name].items()},
+                   "ms": med[name], "tflops": flops / med[name] / 1e9, "cudnn_ms": med["cudnn"],
+                   "ratio": med["cudnn"] / med[name], "rel_err_vs_cudnn": errors[name]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
