@@ -122,7 +122,7 @@ class FakeVariant:
         self.calls += 1
 
 
-def fake_dispatch(num_sms: int = H200_SMS, broken: tuple = ()):
+def fake_dispatch(num_sms: int = H200_SMS, broken: tuple = (), store=None):
     made: list[dict] = []
 
     def make_variant(constants: dict):
@@ -138,7 +138,7 @@ def fake_dispatch(num_sms: int = H200_SMS, broken: tuple = ()):
                                                   {"kind": "global", "dims": ["K", "N"]},
                                                   {"kind": "global", "dims": ["M", "N"]}]})
     fallback = FakeVariant({}, GRID)
-    return ShapeDispatch(kernel, num_sms, make_variant, fallback), kernel, made, fallback
+    return ShapeDispatch(kernel, num_sms, make_variant, fallback, store), kernel, made, fallback
 
 
 def tensors(m: int, n: int, k: int) -> tuple:
@@ -157,6 +157,56 @@ def test_dispatch_chooses_once_per_shape_and_logs_it():
     logged = kernel.decisions.for_pass("fill-sms")
     assert [d.subject for d in logged] == ["@gemm at M=128 K=4096 N=4096", "@gemm at M=4096 K=4096 N=4096"]
     assert logged[0].decision == "BM = 64, BN = 64" and logged[0].data["tiles"] == 128
+
+
+def test_a_default_that_fills_the_gpu_is_the_only_variant_compiled():
+    dispatch, kernel, made, _ = fake_dispatch()
+    dispatch(*tensors(4096, 4096, 4096))
+    assert made == [{"BM": 128, "BN": 256}]
+    (entry,) = kernel.decisions.for_pass("fill-sms")
+    assert entry.decision == "BM = 128, BN = 256" and "the default tiles fill the GPU" in entry.reason
+
+
+def test_choices_outlive_the_process_through_the_disk_cache(tmp_path):
+    """A second dispatch (a new process) with the same store reads the choice instead of compiling
+    every candidate again; another SM count or shape is another entry."""
+    from tkjit.cache import DiskCache
+    from tkjit.fill_sms import ChoiceStore
+    store = ChoiceStore(DiskCache(tmp_path), "ab" * 32, "gemm")
+    first, _, made, _ = fake_dispatch(store=store)
+    first(*tensors(128, 4096, 4096))
+    assert len(made) == 6
+    again, kernel, made_again, _ = fake_dispatch(store=store)
+    again(*tensors(128, 4096, 4096))
+    assert made_again == [{"BM": 64, "BN": 64}]  # only the chosen variant
+    (entry,) = kernel.decisions.for_pass("fill-sms")
+    assert entry.decision == "BM = 64, BN = 64" and entry.data["tiles"] == 128
+    assert "read from the disk cache" in entry.reason and "least work on the busiest SM" in entry.reason
+    other, _, made_other, _ = fake_dispatch(num_sms=114, store=store)
+    other(*tensors(128, 4096, 4096))
+    assert len(made_other) == 6
+    names = sorted(i.name for i in DiskCache(tmp_path).entries())
+    assert names == ["gemm @fill_sms choice at M=128 K=4096 N=4096"] * 2
+
+
+@pytest.mark.parametrize("metadata", [
+    {"constants": {"BM": 64}, "tiles": 1, "why": "x"},                   # a constant missing
+    {"constants": {"BM": 64, "BN": 0}, "tiles": 1, "why": "x"},          # not a positive size
+    {"constants": {"BM": 64, "BN": "64"}, "tiles": 1, "why": "x"},       # not an int
+    {"constants": {"BM": 64, "BN": 64}, "why": "x"},                     # no tile count
+])
+def test_a_stored_choice_that_does_not_hold_is_a_miss(tmp_path, metadata):
+    from tkjit.cache import DiskCache
+    from tkjit.fill_sms import ChoiceStore
+    cache = DiskCache(tmp_path)
+    store = ChoiceStore(cache, "cd" * 32, "gemm")
+    cache.put(store._key({"M": 128, "K": 4096, "N": 4096}, H200_SMS), {}, metadata)
+    dispatch, _, made, _ = fake_dispatch(store=store)
+    dispatch(*tensors(128, 4096, 4096))
+    assert len(made) == 6  # weighed again, and the choice made now replaces the entry
+    again, _, made_again, _ = fake_dispatch(store=store)
+    again(*tensors(128, 4096, 4096))
+    assert made_again == [{"BM": 64, "BN": 64}]
 
 
 def test_dispatch_skips_a_variant_that_does_not_compile():
@@ -189,10 +239,30 @@ def test_the_kernel_object_compiles_the_chosen_variant(monkeypatch):
                                                  ["cdiv", ["dim", "N"], 256]], 2]
     assert small.metadata["gemm"] == {"tile": [128, 256, 64], "split": 2,
                                       "k_trips": ["cdiv", ["dim", "K"], 64]}
+    assert dispatch._store is None  # cache=False: choices are not kept on disk
     large = dispatch._choose(tensors(4096, 4096, 4096))
     assert large._result is kernel._result and not large._fill_sms  # the default: the kernel itself
     assert [d.decision for d in kernel.decisions.for_pass("fill-sms")] == [
         "BM = 128, BN = 256, SPLIT = 2", "BM = 128, BN = 256, SPLIT = 1"]
+
+
+def test_a_new_kernel_object_reads_the_choice_the_last_one_made(monkeypatch):
+    """As in a new process: the second kernel object (same text, same cache) has no variants in
+    memory, finds the choice in the disk cache and compiles only the chosen variant."""
+    from tkjit.runtime import driver
+    monkeypatch.setattr(driver, "gpu_available", lambda: True)
+    monkeypatch.setattr(driver, "ensure_context", lambda: 0)
+    monkeypatch.setattr(driver, "num_sms", lambda device=None: H200_SMS)
+    if tkjit.compiler.cache_key_of(tkjit.compile(EXAMPLE.read_text())._result) is None:
+        pytest.skip("no ptxas: nothing is cached")
+    first = tkjit.load(EXAMPLE)._shape_dispatch()
+    chosen = first._choose(tensors(128, 4096, 4096)).options.constants
+    second = tkjit.load(EXAMPLE)
+    dispatch = second._shape_dispatch()
+    assert dispatch._choose(tensors(128, 4096, 4096)).options.constants == chosen
+    assert len(dispatch._variants) == 1
+    (entry,) = second.decisions.for_pass("fill-sms")
+    assert "read from the disk cache" in entry.reason
 
 
 def test_kernels_without_the_annotation_launch_as_before():

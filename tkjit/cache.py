@@ -327,6 +327,11 @@ class DiskCache:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def discard(self, key: str) -> bool:
+        """Remove the entry (a valid one its reader found unusable); False if there was none."""
+        with self._lock(key):
+            return self._discard(self._path(key))
+
     def get_or_build(self, key: str, build: Callable[[], tuple[dict[str, bytes], dict]]) -> CacheEntry:
         entry = self.get(key)
         if entry is not None:

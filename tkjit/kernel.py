@@ -230,7 +230,20 @@ class CompiledKernel:
                                                            filename=self._result.filename), fill_sms=False)
             made.asm["ptx"]  # noqa: B018 - its metadata (the grid the choice counts tiles with)
             return made
-        return ShapeDispatch(self, driver.num_sms(driver.ensure_context()), variant, own)
+        return ShapeDispatch(self, driver.num_sms(driver.ensure_context()), variant, own, self._choice_store())
+
+    def _choice_store(self):
+        """Where @fill_sms keeps its per-shape choices across processes: the disk cache, under this
+        kernel's own key (None when caching is off or there is no key: no usable ptxas)."""
+        opts = self._result.options
+        if not opts.cache or opts.dump_dir is not None or opts.debug:
+            return None
+        key = self._result.key or compiler.cache_key_of(self._result)
+        if key is None:
+            return None
+        from .cache import DiskCache
+        from .fill_sms import ChoiceStore
+        return ChoiceStore(DiskCache.default(), key, self.name)
 
     def _gpu_driver(self):
         from .runtime import driver
