@@ -18,12 +18,22 @@ box and swizzle the launcher encodes), ``registers`` (the setmaxnreg split) and 
 from __future__ import annotations
 
 from ...ir.core import Kernel
-from .attention import AttentionKernel, attention_protocol
-from .attention_plan import make_attention_plan
 from .gemm import GemmKernel, gemm_protocol
 from .match import GemmMatch, NoMatch, match_gemm
-from .match_attention import match_attention
+from .match_attention import match_attention  # eager: a lazy import would rebind the name to the module
 from .plan import Plan, make_plan
+
+# The attention kernel and its plan are imported when a kernel is not a GEMM (lazily: they are
+# about half of this package's import, which a GEMM's cold compile would otherwise pay).
+_LAZY = {"attention_protocol": ".attention", "AttentionKernel": ".attention",
+         "make_attention_plan": ".attention_plan"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)
 
 ARCHS = ("sm_90a",)
 
@@ -34,6 +44,7 @@ def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
     if isinstance(reason, str) and " is not the GEMM pattern: " in reason:
         attention = plan_attention(kernel)
         if not isinstance(attention, str):
+            from .attention import AttentionKernel
             return AttentionKernel(*attention).emit()
         reason = f"{reason}; nor the attention pattern: {attention}"
     if isinstance(reason, str):
@@ -52,6 +63,7 @@ def plan_gemm(kernel: Kernel, options: dict | None = None) -> tuple[GemmMatch, P
 
 def plan_attention(kernel: Kernel):
     """The matched attention kernel and its plan, or why it is not one this path compiles."""
+    from .attention_plan import make_attention_plan
     m = match_attention(kernel)
     if isinstance(m, str):
         return m
