@@ -3,8 +3,10 @@
     python3 benchmarks/gemm_variants.py 4096x4096x64 4096x4096x4096 --variant st2='@stages(2)' \\
         --variant bn128=BN=128
 
-A variant is NAME=EDIT, where EDIT is either '@stages(S)' (pinned on the K loop) or constants
-'BM=..,BN=..' (pins, so @fill_sms keeps them), or both joined by ';'. The default is always run.
+A variant is NAME=EDIT, where EDIT is '@stages(S)' (pinned on the K loop), constants
+'BM=..,BN=..' (pins, so @fill_sms keeps them), or 'pass:grid{multicast=2}' (that pass of the
+default pipeline with these options), or several joined by ';'. The default is always run.
+A variant whose kernel forms clusters also reports how many of them the GPU holds at once.
 Inputs rotate over enough sets to exceed the 60 MB L2 (like benchmarks/run.py); each figure is
 the median of 15 batches of 20 launches timed with CUDA events, the batches of cuBLAS and of
 each variant interleaved. Prints one JSON line per shape.
@@ -19,21 +21,49 @@ from pathlib import Path
 import torch
 
 import tkjit
+from tkjit.passes import default_pipeline
 
 SOURCE = (Path(__file__).resolve().parent.parent / "examples" / "gemm.tk").read_text()
 L2_BYTES = 60 << 20
 
 
 def variant_kernel(edit: str):
-    source, constants = SOURCE, {}
+    source, constants, pipeline = SOURCE, {}, None
     for part in filter(None, edit.split(";")):
-        if part.startswith("@stages"):
+        if part.startswith("pass:"):
+            given = part[len("pass:"):]
+            name = given.split("{")[0]
+            passes = (pipeline or default_pipeline("sm_90a")).split(",")
+            pipeline = ",".join(given if p.split("{")[0] == name else p for p in passes)
+        elif part.startswith("@stages"):
             source = source.replace("for k in 0", f"{part} for k in 0")
         else:
             for item in part.split(","):
                 name, value = item.split("=")
                 constants[name.strip()] = int(value)
-    return tkjit.compile(source, filename="gemm.tk", constants=constants or None)
+    return tkjit.compile(source, filename="gemm.tk", constants=constants or None, pipeline=pipeline)
+
+
+def active_clusters(kernel, size: int) -> int:
+    """How many clusters of ``size`` CTAs of this kernel the GPU holds at once
+    (cuOccupancyMaxActiveClusters on the kernel's cubin and launch shape)."""
+    from cuda.bindings import driver as cu
+    binary = kernel.binary
+    md = kernel.metadata
+    err, module = cu.cuModuleLoadData(binary)
+    err, fn = cu.cuModuleGetFunction(module, md["entry"].encode())
+    cu.cuFuncSetAttribute(fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                          md["smem_bytes"])
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = 132 * size, 1, 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = md["block"][0], 1, 1
+    cfg.sharedMemBytes = md["smem_bytes"]
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = size, 1, 1
+    cfg.attrs, cfg.numAttrs = [attr], 1
+    err, n = cu.cuOccupancyMaxActiveClusters(fn, cfg)
+    return int(n) if err == cu.CUresult.CUDA_SUCCESS else -int(err)
 
 
 def batch_us(fn, sets, per_batch=20) -> float:
@@ -65,6 +95,13 @@ def main() -> None:
     args = ap.parse_args()
     variants = {"default": ""} | dict(v.split("=", 1) for v in args.variant)
     kernels = {name: variant_kernel(edit) for name, edit in variants.items()}
+    torch.zeros(1, device="cuda")
+    for name, kernel in kernels.items():
+        kernel.binary  # noqa: B018 - the metadata is complete once assembled
+        size = kernel.metadata.get("gemm", {}).get("multicast", 1)
+        if size > 1:
+            print(json.dumps({"variant": name, "cluster": size,
+                              "active_clusters": active_clusters(kernel, size)}), flush=True)
     for shape in args.shapes:
         m, n, k = (int(x) for x in shape.split("x"))
         set_bytes = 2 * (m * k + k * n + m * n)

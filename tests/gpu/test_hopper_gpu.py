@@ -172,3 +172,72 @@ def test_fill_sms_splits_k_at_m_128(gemm):
     run_ab(gemm, 128, 4096, 4096)
     text = gemm.explain()
     assert "SPLIT = 4" in text or "SPLIT = 2" in text, text
+
+
+# -- 2-CTA clusters with B multicast (grid{multicast=2}): pairs of tiles along M share B's stages
+
+def multicast_pipeline() -> str:
+    from tkjit.passes import default_pipeline
+    return default_pipeline("sm_90a").replace("grid", "grid{multicast=2}")
+
+
+@pytest.fixture(scope="module")
+def gemm_multicast():
+    """The example at its default tiles (pinned, so @fill_sms keeps them), pairs multicasting B."""
+    kernel = tkjit.compile((EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk",
+                           constants={"BM": 128, "BN": 256}, pipeline=multicast_pipeline())
+    kernel.binary  # noqa: B018 - assemble now
+    assert kernel.metadata["gemm"].get("multicast") == 2, kernel.explain()
+    return kernel
+
+
+@pytest.mark.parametrize("m, n, k", [
+    (256, 256, 64),        # one pair unit
+    (384, 512, 256),       # 3 tile rows: the last unit's second tile lies past M (odd tail)
+    (128, 512, 128),       # one tile row: every rank-1 tile is off the edge
+    (1000, 1000, 1000),    # no dimension a multiple of its tile, 8 tile rows
+    (1160, 1504, 704),     # 10 tile rows, the last partial; 11 K steps
+    (200, 304, 64),
+    (4096, 4096, 4096),    # 128 units over <= 66 clusters: ~2 units per pair
+    (8192, 8192, 1024),    # 512 units: many per pair, ring phases carried on
+    (8192, 256, 2048),
+    (4096, 4096, 64),      # one K step per tile
+])
+def test_multicast_gemm_matches_torch(gemm_multicast, m, n, k):
+    run_ab(gemm_multicast, m, n, k)
+
+
+@pytest.mark.parametrize("m, n, k", [(128, 256, 32), (300, 520, 8), (1000, 1500, 700), (130, 258, 66)])
+def test_multicast_short_k_and_the_copy_path(gemm_multicast, m, n, k):
+    """K below one tile; rows TMA cannot address (each CTA copies its whole stage, the pair still
+    releases every stage in both CTAs)."""
+    run_ab(gemm_multicast, m, n, k)
+
+
+def test_multicast_repeated_launches_give_the_same_bits(gemm_multicast):
+    a = torch.randn(1152, 1024, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(1024, 2048, dtype=torch.bfloat16, device="cuda")
+    first = None
+    for _ in range(3):
+        buf, c = placed(1152, 2048)
+        gemm_multicast(a, b, c)
+        check(c, a.float() @ b.float(), buf)
+        first = c.clone() if first is None else first
+        assert torch.equal(c, first)
+
+
+def test_multicast_with_k_major_b_and_fill_sms_variants():
+    """mma_ABt: K-major B, each CTA multicasts half of B's rows; and the example unpinned, whose
+    @fill_sms variants carry the pipeline (BN = 64 has one panel: no multicast, said why)."""
+    abt = tkjit.compile(ABT, pipeline=multicast_pipeline())
+    for m, n, k in [(1000, 1500, 512), (384, 768, 192), (4096, 4096, 1024)]:
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+        buf, c = placed(m, n)
+        abt(a, b, c)
+        check(c, a.float() @ b.float().T, buf)
+    assert abt.metadata["gemm"].get("multicast") == 2, abt.explain()
+    unpinned = tkjit.compile((EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk",
+                             pipeline=multicast_pipeline())
+    for m, n, k in [(128, 4096, 4096), (1024, 4096, 4096), (200, 300, 1000)]:
+        run_ab(unpinned, m, n, k)

@@ -90,6 +90,9 @@ class Grid(Pass):
     """Override the block loop's schedule: grid or persistent ("": keep the kernel's)."""
     group: int = 0
     """Override the block loop's group size (0: keep the kernel's)."""
+    multicast: int = 0
+    """CTAs per cluster sharing B through TMA multicast (the Hopper GEMM: 2 pairs tiles along M,
+    1 turns it off; 0: the backend's default). Recorded as the kernel attribute ``multicast``."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         blocks = block_loop(kernel)
@@ -99,6 +102,8 @@ class Grid(Pass):
             blocks.attrs["schedule"] = self.schedule
         if self.group:
             blocks.attrs["group"] = self.group
+        if self.multicast:
+            kernel.attrs["multicast"] = self.multicast
         schedule = blocks.attrs.get("schedule", "grid")
         group = blocks.attrs.get("group", 1)
         indices = [f"%{a.hint}" if a.hint else "?" for a in blocks.regions[0].args]

@@ -55,6 +55,11 @@ class Ring:
     full_arrivals: int = 1
     one_shot: bool = False
     where: str = ""
+    cluster: int = 1
+    """CTAs of a cluster sharing every stage (TMA multicast): each one's producer fills part of
+    the stage in all of them, so each CTA's empty[s] counts empty_arrivals x cluster (every
+    consumer releases the stage in every CTA). The checker explores one CTA with its peers
+    assumed to mirror it (empty_arrivals stays the per-CTA count)."""
 
     @property
     def stage_bytes(self) -> int:
@@ -64,9 +69,12 @@ class Ring:
         loads = ", ".join(f"{ld.name} {ld.nbytes} B" for ld in self.loads)
         kind = "one-shot" if self.one_shot else f"{self.stages} stages"
         at = f" at {self.where}" if self.where else ""
+        empty = f"empty[{self.stages}] count {self.empty_arrivals}"
+        if self.cluster > 1:
+            empty = (f"multicast over a cluster of {self.cluster}; empty[{self.stages}] count "
+                     f"{self.empty_arrivals} x {self.cluster} (each consumer arrives in every CTA)")
         return (f"ring {self.name}{at}: {kind} x {self.stage_bytes} B ({loads}); "
-                f"full[{self.stages}] count {self.full_arrivals}, expect_tx {self.expect_tx} B; "
-                f"empty[{self.stages}] count {self.empty_arrivals}")
+                f"full[{self.stages}] count {self.full_arrivals}, expect_tx {self.expect_tx} B; {empty}")
 
 
 # -- events (leaves of a program) -------------------------------------------------------------

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ...ir.types import F32, GlobalType
 from ...passes.sync_protocol import Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, producer_fill
-from . import copy, mbarrier, reduce, tma, wgmma
+from . import copy, mbarrier, multicast, reduce, tma, wgmma
 from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, pack_tile, packed_registers, staging_lanes, store_fragment, store_staged
 from .match import GemmMatch
@@ -45,7 +45,7 @@ def gemm_protocol(g: GemmMatch, plan: Plan) -> Protocol:
     """One ring (the K loop's A and B tiles), filled by the producer, read by every consumer."""
     a_bytes, b_bytes = g.bm * g.bk * 2, g.bk * g.bn * 2
     ring = Ring(RING, plan.stages, (Load("a", a_bytes), Load("b", b_bytes)), a_bytes + b_bytes,
-                plan.consumers, where="the K loop")
+                plan.consumers, where="the K loop", cluster=plan.multicast)
     producer = (Tiles((Loop(RING, producer_fill(ring)),)),)
     consumer = (Tiles(consumer_loop(LoopPlan(RING, ((RING,),)), plan.stages)),)
     return Protocol(g.kernel.name, plan.consumers, plan.persistent, (ring,), producer, consumer)
@@ -65,7 +65,7 @@ class GemmKernel:
     def _tensor_maps(self) -> dict[str, tma.TensorMap]:
         g, plan, name = self.g, self.plan, self.g.kernel.name
         a_box = (plan.span_a // 2, g.bm)
-        b_box = (plan.span_b // 2, g.bk if g.b_major == "MN" else g.bn)
+        b_box = (plan.span_b // 2, g.bk if g.b_major == "MN" else g.bn // plan.multicast)
         maps = {"a": tma.TensorMap(f"{name}_tmap_0", g.a, g.params[g.a].hint, g.dtype, a_box, plan.span_a),
                 "b": tma.TensorMap(f"{name}_tmap_1", g.b, g.params[g.b].hint, g.dtype, b_box, plan.span_b)}
         if plan.staging is not None:
@@ -131,6 +131,12 @@ class GemmKernel:
         self.tiles_m, self.tiles_n = (b.expr(c) for c in g.counts)
         self.tile_count, self.grid_step, self.first = b.reg(), b.reg(), b.reg()
         b(f"mul.lo.s32 {self.tile_count}, {self.tiles_m}, {self.tiles_n};")
+        self.pair_rank = self.peer = None
+        if plan.multicast > 1:  # a cluster walks pair units: tile rows 2mp and 2mp + 1 of column n
+            self.pair_rank, self.peer, self.units_m = b.reg(), b.reg(), b.reg()
+            b(f"mov.u32 {self.pair_rank}, %cluster_ctarank;", f"xor.b32 {self.peer}, {self.pair_rank}, 1;",
+              f"add.s32 {self.units_m}, {self.tiles_m}, 1;", f"shr.s32 {self.units_m}, {self.units_m}, 1;",
+              f"mul.lo.s32 {self.tile_count}, {self.units_m}, {self.tiles_n};")
         if plan.split > 1:  # a cluster per tile; CTA r of it runs K steps [k_first, k_first + trips)
             self.rank, per, self.k_first = b.reg(), b.reg(), b.reg()
             b(f"mov.u32 {self.first}, %clusterid.x;", f"mov.u32 {self.grid_step}, %nclusterid.x;",
@@ -139,6 +145,9 @@ class GemmKernel:
               f"mul.lo.s32 {self.k_first}, {self.rank}, {per};",
               f"sub.s32 {self.trips}, {self.trips}, {self.k_first};",
               f"min.s32 {self.trips}, {self.trips}, {per};", f"max.s32 {self.trips}, {self.trips}, 0;")
+        elif plan.multicast > 1:
+            self.rank = self.k_first = None
+            b(f"mov.u32 {self.first}, %clusterid.x;", f"mov.u32 {self.grid_step}, %nclusterid.x;")
         else:
             self.rank = self.k_first = None
             b(f"mov.u32 {self.first}, %ctaid.x;", f"mov.u32 {self.grid_step}, %nctaid.x;")
@@ -180,14 +189,27 @@ class GemmKernel:
         b(f"setp.ne.u32 {leader}, {tid}, 0;", f"@{leader} bra {done};")
         for s in range(plan.stages):
             b(mbarrier.init(f"{self.full}+{8 * s}", 1),
-              mbarrier.init(f"{self.empty}+{8 * s}", plan.consumers))
+              mbarrier.init(f"{self.empty}+{8 * s}", plan.consumers * plan.multicast))
         b(mbarrier.INIT_FENCE)
         b.place(done)
-        b("bar.sync 0;")
+        if plan.multicast > 1:  # the peer arrives here and multicasts into this CTA from now on
+            multicast.cluster_sync(b)
+        else:
+            b("bar.sync 0;")
 
     def tile_coords(self, t: str) -> tuple[str, str]:
-        """(m, n) of linear tile ``t``: row-major, or grouped by ``group`` tile rows."""
-        b, group = self.b, self.plan.group
+        """(m, n) of linear tile ``t``: row-major, or grouped by ``group`` tile rows. With
+        multicast ``t`` is a pair unit (rows of units_m, groups of group/2 unit rows) and this
+        CTA's tile row is 2·mp + its rank."""
+        if self.plan.multicast > 1:
+            mp, n = self.grouped(t, self.units_m, max(1, self.plan.group // 2))
+            m = self.b.reg()
+            self.b(f"mad.lo.s32 {m}, {mp}, 2, {self.pair_rank};")
+            return m, n
+        return self.grouped(t, self.tiles_m, self.plan.group)
+
+    def grouped(self, t: str, rows: str, group: int) -> tuple[str, str]:
+        b = self.b
         m, n = b.reg(), b.reg()
         if group <= 1:
             b(f"div.s32 {m}, {t}, {self.tiles_n};", f"mul.lo.s32 {n}, {m}, {self.tiles_n};",
@@ -196,7 +218,7 @@ class GemmKernel:
         per_group, first, height, inside = b.reg(), b.reg(), b.reg(), b.reg()
         b(f"mul.lo.s32 {per_group}, {self.tiles_n}, {group};",
           f"div.s32 {first}, {t}, {per_group};", f"mul.lo.s32 {first}, {first}, {group};",
-          f"sub.s32 {height}, {self.tiles_m}, {first};", f"min.s32 {height}, {height}, {group};",
+          f"sub.s32 {height}, {rows}, {first};", f"min.s32 {height}, {height}, {group};",
           f"rem.s32 {inside}, {t}, {per_group};",
           f"rem.s32 {m}, {inside}, {height};", f"add.s32 {m}, {m}, {first};",
           f"div.s32 {n}, {inside}, {height};")
@@ -220,6 +242,8 @@ class GemmKernel:
                  f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}"]
         if plan.split > 1:  # the launch forms clusters from this alone (no launch attribute)
             lines.append(f".reqnctapercluster {plan.split}, 1, 1")
+        elif plan.multicast > 1:
+            lines.append(f".reqnctapercluster {plan.multicast}, 1, 1")
         lines.append("{")
         lines += self.b.body()
         lines.append("}")
@@ -231,6 +255,9 @@ class GemmKernel:
         grid = [["min", total, ["num_sms"]]] if plan.persistent else [total]
         if plan.split > 1:
             grid = [["mul", total, plan.split]]
+        elif plan.multicast > 1:  # pair units, at most one cluster per two SMs; whole clusters
+            units = ["mul", ["cdiv", g.counts[0], 2], g.counts[1]]
+            grid = [["mul", ["min", units, ["cdiv", ["add", ["num_sms"], -1], 2]], 2]]
         params = [meta for _, _, meta in self.entries if meta["kind"] != "dim"]
         params += [m.entry() for m in self.maps.values()]
         return {"name": g.kernel.name, "entry": g.kernel.name, "arch": ARCH, "backend": "wgmma",
@@ -238,7 +265,8 @@ class GemmKernel:
                 "block": [plan.threads, 1, 1], "smem_bytes": plan.smem_bytes,
                 "num_warps": plan.threads // 32, "registers": list(plan.regs),
                 "protocol": self.proto.text(), "decisions": list(plan.decisions),
-                "gemm": {"tile": [g.bm, g.bn, g.bk], "split": plan.split, "k_trips": g.trips}}
+                "gemm": {"tile": [g.bm, g.bn, g.bk], "split": plan.split, "k_trips": g.trips}
+                | ({"multicast": plan.multicast} if plan.multicast > 1 else {})}
 
 
 class GemmRole(RoleEmitter):
@@ -246,6 +274,7 @@ class GemmRole(RoleEmitter):
         super().__init__(k.b, k.proto)
         self.k = k
         self.tile_count = k.tile_count
+        self.peer = k.peer
 
     def run_program(self, program, leader: str | None) -> None:
         """Emit ``program`` with fresh ring state (s = 0, ph = 0) once the role is set up."""
@@ -308,6 +337,9 @@ class Producer(GemmRole):
             outer = k0 if g.b_major == "MN" else self.n0
         stage = b.reg()
         b(f"mad.lo.u32 {stage}, {r.s}, {plan.stage_stride}, {self.k.smem};")
+        if step.load == "b" and plan.multicast > 1:
+            self.multicast_half(op, stage, base, k0, bar)
+            return
         width = g.bk if inner_k else g.bn
         start = k0 if inner_k else self.n0
         for p in range(width // op.panel_cols):
@@ -315,6 +347,29 @@ class Producer(GemmRole):
             b(f"add.u32 {dst}, {stage}, {base + p * op.panel_bytes};",
               f"add.s32 {inner}, {start}, {p * op.panel_cols};")
             b(tma.load_2d(dst, self.maps[step.load], inner, outer, bar))
+
+
+    def multicast_half(self, op, stage: str, base: int, k0: str, bar: str) -> None:
+        """This CTA's half of B's stage, into both CTAs of the pair (multicast.py): MN-major B
+        in half of its panels (this CTA's rank-th half), K-major B as the rank-th half of its
+        rows in every panel (the map's box is BN/2 rows)."""
+        g, b, rank = self.k.g, self.b, self.k.pair_rank
+        if g.b_major == "MN":
+            panels = g.bn // op.panel_cols // 2
+            for p in range(panels):
+                which, dst, inner = b.reg(), b.reg(), b.reg()
+                b(f"mad.lo.u32 {which}, {rank}, {panels}, {p};",
+                  f"mad.lo.u32 {dst}, {which}, {op.panel_bytes}, {stage};", f"add.u32 {dst}, {dst}, {base};",
+                  f"mad.lo.s32 {inner}, {which}, {op.panel_cols}, {self.n0};")
+                b(multicast.load_2d(dst, self.maps["b"], inner, k0, bar))
+            return
+        half = g.bn // 2
+        for p in range(g.bk // op.panel_cols):
+            dst, inner, outer = b.reg(), b.reg(), b.reg()
+            b(f"mad.lo.u32 {dst}, {rank}, {half * op.span}, {stage};",
+              f"add.u32 {dst}, {dst}, {base + p * op.panel_bytes};",
+              f"add.s32 {inner}, {k0}, {p * op.panel_cols};", f"mad.lo.s32 {outer}, {rank}, {half}, {self.n0};")
+            b(multicast.load_2d(dst, self.maps["b"], inner, outer, bar))
 
 
 class CopyProducer(Producer):
@@ -376,6 +431,8 @@ class Consumer(GemmRole):
         self.store_pending()
         if self.staging is not None:  # the CTA's shared memory must outlive the last TMA store
             b(f"@{leader} {tma.store_wait(0, read_only=False)}")
+        if plan.multicast > 1:  # the peer's consumers may still arrive on this CTA's barriers
+            multicast.cluster_sync(b)
 
     def staging_setup(self, index: str, leader: str) -> Staging:
         k, b, plan = self.k, self.b, self.k.plan

@@ -67,6 +67,9 @@ class Plan:
     """CTAs (one cluster) sharing each tile's K loop; their partials are added in shared memory."""
     reduce_offset: int = 0
     """Where a split tile's partials land in each CTA (over its drained ring)."""
+    multicast: int = 1
+    """CTAs per cluster sharing B's stages through TMA multicast (2: pairs of tiles along M,
+    multicast.py); 1: none."""
     deferred_epilogue: bool = False
     """A tile's accumulators are packed to 16 bits and stored after the next tile's first wgmma
     group is issued (``_deferred_epilogue``)."""
@@ -137,6 +140,9 @@ def make_plan(g: GemmMatch) -> Plan:
     else:
         what = "registers to global"
     plan.decide("epilogue", what, why_e)
+    plan.multicast, why_mc = _multicast(g, plan)
+    plan.decide("multicast", f"clusters of {plan.multicast}, B multicast" if plan.multicast > 1 else "none",
+                why_mc)
     plan.deferred_epilogue, why_d = _deferred_epilogue(g, plan)
     plan.decide("epilogue overlap", "deferred to the next tile's first wgmma group" if plan.deferred_epilogue
                 else "none", why_d)
@@ -180,6 +186,34 @@ def _deferred_epilogue(g: GemmMatch, plan: Plan) -> tuple[bool, str]:
                   "Measured against storing at once (H200, 2026-11-21, ratio to cuBLAS, medians of 3): "
                   "4096^3 1.007 -> 1.004, 8192^3 1.024 -> 1.032, M = N = 4096 with K = 64 / 128 / 256 / "
                   "512: 1.06 / 1.12 / 1.06 / 1.05 -> 1.07 / 1.07 / 1.11 / 1.09")
+
+
+def _multicast(g: GemmMatch, plan: Plan) -> tuple[int, str]:
+    """Whether pairs of CTAs share B (multicast.py): each loads half of every B stage and
+    multicasts it to both, halving B's L2 -> SM bytes (2/3 of a 128x256 stage's). Asked for by
+    the grid pass (``grid{multicast=2}``, kernel attribute ``multicast``); not by default."""
+    asked = int(g.kernel.attrs.get("multicast", 1))
+    if asked <= 1:
+        return 1, ("not asked for (grid{multicast=2}): "
+                   "measured on the H200 without a gain to turn it on by default, see docs/hopper-codegen.md"
+                   if asked == 1 else "turned off")
+    if asked != 2:
+        raise NoMatch(f"multicast = {asked}: only pairs of CTAs share B")
+    if plan.split > 1:
+        return 1, "split-K already makes each tile a cluster of its own"
+    if not plan.persistent:
+        return 1, "the pair walks tiles two at a time on a persistent grid only"
+    if g.b_major == "MN" and (g.bn // (plan.span_b // 2)) % 2:
+        return 1, f"B's {g.bn // (plan.span_b // 2)} panels do not halve"
+    if g.b_major == "K" and (g.bn // 2) % 8:
+        return 1, f"half of B's {g.bn} rows is not whole 8-row swizzle atoms"
+    half = g.bk * g.bn
+    return 2, (f"asked for by the grid pass: clusters of 2 CTAs on tiles (2mp, n) and (2mp+1, n); each "
+               f"loads its A box and half of B's ({half} of {2 * half} B per stage) with "
+               ".multicast::cluster, so each stage reads "
+               f"{g.bm * g.bk * 2 + half} instead of {g.bm * g.bk * 2 + 2 * half} B from L2; empty[s] "
+               f"counts both CTAs' consumers ({2 * plan.consumers}); an odd last tile row is run "
+               "by the pair with the off-edge CTA on zero-filled A (stores clipped)")
 
 
 MAX_CLUSTER = 8

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ...passes.sync_protocol import (Advance, ExpectTx, IfTrips, Loop, Mma, MmaWait, NotFirst,
                                      Protocol, Release, Reset, Ring, TmaLoad, Tiles, Wait)
-from . import mbarrier, wgmma
+from . import mbarrier, multicast, wgmma
 from .builder import Builder
 
 
@@ -42,6 +42,8 @@ class RoleEmitter:
         self.proto = proto
         self.rings: dict[str, RingRegs] = {}
         self.leader: str | None = None
+        self.peer: str | None = None
+        """The peer CTA's rank in a cluster whose rings are multicast (``Ring.cluster`` > 1)."""
         self.nonzero: set[str] = set()
         self.table = {Wait: self.wait, ExpectTx: self.expect_tx, TmaLoad: self.tma_load, Mma: self.mma,
                       MmaWait: self.mma_wait, Release: self.release, Advance: self.advance,
@@ -88,7 +90,11 @@ class RoleEmitter:
             first = self.b.pred()
             self.b(f"add.s32 {stage}, {r.s}, -1;", f"setp.eq.s32 {first}, {r.s}, 0;",
                    f"@{first} mov.b32 {stage}, {r.ring.stages - 1};")
-        self.b(self.leading(mbarrier.arrive(self.bar(r, "empty", stage))))
+        bar = self.bar(r, "empty", stage)
+        self.b(self.leading(mbarrier.arrive(bar)))
+        if r.ring.cluster > 1:  # the peer's producer refills this stage in both CTAs too
+            mapa, arrive = multicast.arrive_peer(self.b, bar, self.peer)
+            self.b(mapa, self.leading(arrive))
 
     def advance(self, step: Advance) -> None:
         r = self.rings[step.ring]
