@@ -64,7 +64,7 @@ def test_the_pair_ptx(name, source):
     multicast = [x for x in loads if x.endswith(".multicast::cluster")]
     assert len(multicast) == (2 if name == "mma_AB" else 1)  # half of B: 2 of 4 panels / 128 of 256 rows
     assert len(loads) - len(multicast) == 1  # A, this CTA's own
-    assert ptx.count("mbarrier.arrive.release.cluster.shared::cluster.b64") == 2  # in- and after-loop releases
+    assert ptx.count("mbarrier.arrive.shared::cluster.b64") == 2  # in- and after-loop releases
     assert ptx.count("barrier.cluster.arrive.release.aligned;") == 2  # after init, before exit
     assert re.search(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\+0\], 4;", ptx)  # 2 consumers x 2 CTAs
     if name == "mma_ABt":
@@ -83,3 +83,6 @@ def test_the_pair_assembles_without_spills_or_serialized_wgmma():
     assert not {"C7517", "C7519"} & set(report.codes) and not report.setmaxnreg_ignored(), report.log
     sass = toolchain.sass(cubin)
     assert "UTMALDG" in sass and ".MULTICAST" in sass, "no multicast TMA load in the SASS"
+    # cluster-scope releases only where the kernel starts (barrier init) and where consumers exit:
+    # one per remote arrive (MEMBAR.ALL.GPU + ERRBAR each) measured 0.63-0.9x
+    assert sass.count("MEMBAR.ALL.GPU") == 2, sass.count("MEMBAR.ALL.GPU")
