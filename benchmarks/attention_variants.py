@@ -1,7 +1,7 @@
 """Time variants of examples/attention.tk's Hopper kernel against SDPA cuDNN, same run (GPU).
 
     python3 benchmarks/attention_variants.py 64:4096 64:8192:causal 128:4096 \\
-        --variant fma0=EXP2_FMA=0 --variant fma16=EXP2_FMA=16 --out results.json
+        --variant percausal=PERSISTENT_CAUSAL=True --out results.json
 
 A shape is D:N[:causal] with B·N = 16384 tokens and 16 heads (as benchmarks/tkbench/attention.py).
 A variant is NAME=ATTR=VALUE[,ATTR=VALUE]: module constants of tkjit.codegen.hopper.attention_plan
@@ -37,8 +37,10 @@ def variant_kernel(d: int, causal: bool, pins: dict):
     try:
         for name, value in pins.items():
             setattr(attention_plan, name, value)
-        return tkjit.compile(SOURCE, filename="attention.tk", constants={"D": d, "CAUSAL": causal},
+        kern = tkjit.compile(SOURCE, filename="attention.tk", constants={"D": d, "CAUSAL": causal},
                              cache=False)
+        kern.binary  # compile now, while the pins hold (the stages are made lazily)
+        return kern
     finally:
         for name, value in saved.items():
             setattr(attention_plan, name, value)
@@ -55,7 +57,7 @@ def batch_ms(fn, sets, per_batch=10) -> float:
 
 
 def parse_pins(text: str) -> dict:
-    """'EXP2_FMA=16,OTHER=None' -> {'EXP2_FMA': 16, 'OTHER': None} (values as Python literals)."""
+    """'PERSISTENT_CAUSAL=True,L2_BUDGET=8388608' -> a dict of them (values as Python literals)."""
     pins = {}
     for item in filter(None, text.split(",")):
         name, value = item.split("=")

@@ -152,30 +152,3 @@ def test_without_the_scheduling_passes_it_falls_back_with_the_reason():
     decisions: list = []
     assert emit_hopper_ptx(ir_of(128, False, pipeline="canonicalize"), {"arch": "sm_90a"}, decisions) is None
     assert "scheduling passes" in decisions[0]["why"]
-
-
-def test_exp2_on_the_fma_pipe_is_accurate():
-    """The FMA-pipe 2^x (exp2.py) over the range the softmax feeds it: relative error below
-    2e-4 (P is rounded to bf16, 2^-9, after it); -inf and anything below -126 give 2^-126."""
-    import numpy as np
-    from tkjit.codegen.hopper import exp2
-    x = np.concatenate([np.linspace(-126, 0, 200001, dtype=np.float32),
-                        np.array([-np.inf, -1e30, -127.5], dtype=np.float32)])
-    y = exp2.reference(x)
-    exact = np.exp2(np.maximum(x.astype(np.float64), -126))
-    assert np.abs(y / exact - 1).max() < 2e-4
-    assert np.abs(y[-3:] / 2.0 ** -126 - 1).max() < 2e-4
-
-
-@pytest.mark.parametrize("d, count", [(64, 10), (128, 0)])
-def test_the_exp2_split_follows_the_pipe_model(d, count):
-    """D = 64: a softmax's MUFU time (512 cycles) is the other consumer's whole wgmma window, so
-    10 of every 32 exponentials move to the FMA pipe; D = 128 (a 1024-cycle window) keeps all."""
-    m, plan = plan_attention(ir_of(d, False))
-    assert plan.exp2_fma == count
-    log = {x["decision"]: x for x in plan.decisions}
-    assert log["exp2 split"]["value"].startswith(f"{count} of 32") and "MUFU" in log["exp2 split"]["why"]
-    ptx, _ = emit_hopper_ptx(ir_of(d, False), {"arch": "sm_90a"})
-    folded = re.findall(r"bra\.uni (\$L_scale_not_positive_\d+);(.*?)\1:", ptx, re.S)
-    for _, text in folded:   # peeled trip and loop: 2 row halves x count on the FMA pipe
-        assert text.count("add.rn.f32") == 2 * count and text.count("ex2.approx") == 2 * (32 - count) + 2

@@ -26,7 +26,7 @@ from __future__ import annotations
 from ...ir.types import F32, GlobalType
 from ...passes.sync_protocol import Load, LoopPlan, OneShotUse, Protocol, Ring, standard_protocol
 from ..ptx import f32_imm
-from . import exp2, mbarrier, tma, wgmma
+from . import mbarrier, tma, wgmma
 from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, operand_v
 from .builder import Builder
 from .match_attention import AttentionMatch
@@ -571,13 +571,8 @@ class Consumer(Role):
             if folded:
                 neg = b.reg("f32")
                 b(f"neg.f32 {neg}, {use};")
-                on_fma = self.exp2_on_fma(len(row))
-                for n, reg in enumerate(row):
-                    b(f"fma.rn.f32 {reg}, {reg}, {c}, {neg};")
-                    if n in on_fma:
-                        b(*exp2.emit(b, reg))
-                    else:
-                        b(f"ex2.approx.ftz.f32 {reg}, {reg};")
+                for reg in row:
+                    b(f"fma.rn.f32 {reg}, {reg}, {c}, {neg};", f"ex2.approx.ftz.f32 {reg}, {reg};")
                 b(f"fma.rn.f32 {alpha}, {self.mx[half]}, {c}, {neg};")
             else:
                 for reg in row:
@@ -586,12 +581,6 @@ class Consumer(Role):
             b(f"ex2.approx.ftz.f32 {alpha}, {alpha};", f"mov.f32 {self.mx[half]}, {mx_new};")
             total = self.local_sum(row)
             b(f"fma.rn.f32 {self.l[half]}, {self.l[half]}, {alpha}, {total};")
-
-    def exp2_on_fma(self, count: int) -> set[int]:
-        """Which of a row's ``count`` exponentials the plan's split computes on the FMA pipe
-        (exp2.py): spread evenly, so the MUFU and FMA work interleave."""
-        k = self.k.plan.exp2_fma
-        return {n for n in range(count) if (n + 1) * k // count > n * k // count}
 
     def rescale_and_pack(self) -> None:
         """Once the previous P·V has retired: O *= alpha, and P to bf16 pairs (its A fragments)."""

@@ -20,15 +20,6 @@ PERSISTENT_CAUSAL = False
 min(tiles, SMs) CTAs that walk the tiles."""
 CONSUMER_OVERHEAD = 40
 """Registers a consumer thread needs besides O, S and P (addresses, row state, loop)."""
-EXP2_FMA: int | None = None
-"""Pins how many of each fragment row's BKV/4 exponentials go to the FMA pipe (None: the model
-in ``exp2_split`` decides); for same-run A/B timing of the split."""
-MUFU_PER_SM = 16
-"""ex2.approx results per cycle and SM (the SASS shows 8 cycles after each warp's MUFU.EX2)."""
-TENSOR_FLOPS_PER_SM = 4096
-"""Dense bf16 wgmma flops per cycle and SM."""
-SIDE_ISSUE = 3
-"""Issue slots per score that run beside its ex2 (the scale FFMA, the row-sum FADD, the ex2)."""
 
 
 @dataclass
@@ -49,8 +40,6 @@ class AttentionPlan:
     """Causal: the longest query blocks go first, heads chunked so their K/V fit in L2."""
     persistent: bool = True
     """One CTA per SM walks the tiles (ctaid, += nctaid) in the block order."""
-    exp2_fma: int = 0
-    """Of each fragment row's BKV/4 exponentials, how many are computed on the FMA pipe (exp2.py)."""
     decisions: list[dict] = field(default_factory=list)
 
     @property
@@ -143,37 +132,9 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
                 "row maxima of the raw scores, then 2^(s·c - m·c) (fma + ex2) and the scale applied "
                 "to the maxima only; a tile whose scale is not positive (max of c·s is not c·max s) "
                 "takes the unfolded form, chosen at run time by a uniform branch")
-    plan.exp2_fma, why = exp2_split(m, consumers)
-    plan.decide("exp2 split", f"{plan.exp2_fma} of {m.bkv // 4} per fragment row on the FMA pipe", why)
     plan.decide("block order", "heaviest first, heads chunked for L2" if m.causal else "row-major",
                 f"causal: the query blocks with the most key blocks start first (the tail of the grid "
                 f"is short blocks), over chunks of heads whose K and V fit in {L2_BUDGET >> 20} MB of "
                 f"L2" if m.causal else "consecutive CTAs are the query blocks of one head: they "
                 "share its K and V in L2")
     return plan
-
-
-def exp2_split(m: AttentionMatch, consumers: int) -> tuple[int, str]:
-    """How many of a thread's BKV/4 exponentials per row go to the FMA pipe (exp2.py), and why.
-
-    While one consumer runs its softmax the tensor cores run the other consumers' S and P·V. If
-    the MUFU time of a softmax (64·BKV ex2 at 16 per cycle) exceeds that window, the MUFU bounds
-    the loop, and a share f of the exponentials moves to the FMA pipe where the issue slots
-    balance: MUFU cycles (1 - f)·8 per warp-wide exp against issue slots SIDE_ISSUE + 8·f."""
-    per_row = m.bkv // 4
-    mufu = 64 * m.bkv // MUFU_PER_SM
-    window = (consumers - 1) * 4 * 64 * m.bkv * m.d // TENSOR_FLOPS_PER_SM
-    if EXP2_FMA is not None:
-        return EXP2_FMA, f"pinned (attention_plan.EXP2_FMA) for A/B timing; model: MUFU {mufu} vs " \
-                         f"tensor window {window} cycles per softmax"
-    if mufu < window:
-        return 0, (f"a softmax's {64 * m.bkv} exponentials take {mufu} MUFU cycles, less than the "
-                   f"{window} cycles of the other consumers' wgmmas it overlaps: all on the MUFU")
-    from .exp2 import ISSUE_SLOTS
-    mufu_issue = 32 // (MUFU_PER_SM // 4)  # cycles a warp-wide ex2 holds its sub-partition's MUFU
-    share = (mufu_issue - SIDE_ISSUE) / (mufu_issue + ISSUE_SLOTS)
-    count = round(share * per_row)
-    return count, (f"a softmax's {64 * m.bkv} exponentials take {mufu} MUFU cycles, not less than the "
-                   f"{window} cycles of the other consumers' wgmmas it overlaps: a share "
-                   f"({mufu_issue} - {SIDE_ISSUE}) / ({mufu_issue} + {ISSUE_SLOTS}) of them on the FMA "
-                   f"pipe balances MUFU cycles against issue slots")
