@@ -192,11 +192,15 @@ def _multicast(g: GemmMatch, plan: Plan) -> tuple[int, str]:
     """Whether pairs of CTAs share B (multicast.py): each loads half of every B stage and
     multicasts it to both, halving B's L2 -> SM bytes (2/3 of a 128x256 stage's). Asked for by
     the grid pass (``grid{multicast=2}``, kernel attribute ``multicast``); not by default."""
-    asked = int(g.kernel.attrs.get("multicast", 1))
+    asked = int(g.kernel.attrs.get("multicast", 0))
     if asked <= 1:
-        return 1, ("not asked for (grid{multicast=2}): "
-                   "measured on the H200 without a gain to turn it on by default, see docs/hopper-codegen.md"
-                   if asked == 1 else "turned off")
+        return 1, ("not asked for (grid{multicast=2}); not the default because it measured neutral to "
+                   "worse at every shape (H200, 2026-11-21, ratio to cuBLAS, default -> multicast: 4096^3 "
+                   "1.012 -> 1.006, 8192^3 1.046 -> 1.034, 2048^3 1.006 -> 0.966, M = N = 4096 with K = 64 "
+                   "1.075 -> 1.016; benchmarks/results/2026-11-21-nvidia-h200-multicast.json): at large K the "
+                   "kernel is bound by the tensor cores and the epilogue barrier, not L2 (58% under ncu), "
+                   "and at small K the pair's coupled rings cost more than the B bytes saved"
+                   if asked == 0 else "turned off by the grid pass (multicast = 1)")
     if asked != 2:
         raise NoMatch(f"multicast = {asked}: only pairs of CTAs share B")
     if plan.split > 1:
