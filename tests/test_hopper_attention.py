@@ -28,8 +28,10 @@ def pinned(stages: int, source: str = SOURCE) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def ir_of(d: int = 128, causal: bool = False, source: str = SOURCE, pipeline: str | None = None):
-    opts = CompileOptions.resolve(constants={"D": d, "CAUSAL": causal}, cache=False, pipeline=pipeline)
+def ir_of(d: int = 128, causal: bool = False, source: str = SOURCE, pipeline: str | None = None,
+          bq: int | None = None):
+    constants = {"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {})
+    opts = CompileOptions.resolve(constants=constants, cache=False, pipeline=pipeline)
     return compile_source(source, opts, filename="attention.tk").ir
 
 
@@ -37,7 +39,7 @@ def ir_of(d: int = 128, causal: bool = False, source: str = SOURCE, pipeline: st
 def test_the_example_matches(d, causal):
     m = match_attention(ir_of(d, causal))
     assert not isinstance(m, str), m
-    assert (m.bq, m.bkv, m.d, m.causal) == (128, 128, d, causal)
+    assert (m.bq, m.bkv, m.d, m.causal) == (192 if d == 64 else 128, 128, d, causal)
     assert (m.q, m.k, m.v, m.o, m.l) == (0, 1, 2, 3, 4)
 
 
@@ -88,8 +90,8 @@ def test_metadata():
 
 
 @functools.lru_cache(maxsize=None)
-def assembled(d: int, causal: bool):
-    ptx, meta = emit_hopper_ptx(ir_of(d, causal), {"arch": "sm_90a"})
+def assembled(d: int, causal: bool, bq: int | None = None):
+    ptx, meta = emit_hopper_ptx(ir_of(d, causal, bq=bq), {"arch": "sm_90a"})
     cubin, report = toolchain.assemble(ptx, name=meta["name"])
     sass = toolchain.sass(cubin)
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
@@ -134,7 +136,7 @@ def test_the_scale_is_folded_only_when_positive():
     (("o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))", "o = mma_AB(cvt<bf16>(p), v, o)"),
      "the accumulator of P·V must be 'mul_row'"),
     (("l = l * alpha + row_sum(p)", "l = l * alpha + row_max(p)"), "the new row sum's second term"),
-    (("@consumers(2)", "@consumers(2)\n"), None),
+    (("@consumers(max(BQ / 64, 2))", "@consumers(max(BQ / 64, 2))\n"), None),
 ])
 def test_refusals_name_what_does_not_match(edit, reason):
     ir = ir_of(128, False, SOURCE.replace(*edit))
@@ -152,3 +154,39 @@ def test_without_the_scheduling_passes_it_falls_back_with_the_reason():
     decisions: list = []
     assert emit_hopper_ptx(ir_of(128, False, pipeline="canonicalize"), {"arch": "sm_90a"}, decisions) is None
     assert "scheduling passes" in decisions[0]["why"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_consumers_at_head_dim_64(causal):
+    """BQ = 192 at D = 64: three consumer warpgroups (512 threads, 128 registers at entry); the
+    consumers hold O 32 + S 64 + P 32 + about 32, so the plan takes a 24/160 split where the
+    reg-budget pass's estimate left 152 (ptxas spills 48 B there)."""
+    m, plan = plan_attention(ir_of(64, causal, bq=192))
+    assert (plan.consumers, plan.threads, plan.regs, plan.maxnreg) == (3, 512, (24, 160), 128)
+    assert 128 * plan.regs[0] + 3 * 128 * plan.regs[1] <= 65536
+    log = {d["decision"]: d for d in plan.decisions}
+    assert "160" in log["registers"]["why"] and "O (32), S (64) and P (32)" in log["registers"]["why"]
+    report = check_protocol(attention_protocol(m, plan))
+    assert len(report.results) >= 5
+    _, meta = emit_hopper_ptx(ir_of(64, causal, bq=192), {"arch": "sm_90a"})
+    assert meta["block"] == [512, 1, 1] and meta["registers"] == [24, 160]
+    tiles = ["mul", ["mul", ["dim", "B"], ["dim", "H"]], ["cdiv", ["dim", "N"], 192]]
+    assert meta["grid"] == ([tiles] if causal else [["min", tiles, ["num_sms"]]])
+
+
+@needs_cuda_tools
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_consumers_assemble_without_spills(causal):
+    ptx, report, ops, meta = assembled(64, causal, 192)
+    fn = report[meta["name"]]
+    assert fn.spill_store_bytes == 0 and fn.spill_load_bytes == 0 and fn.stack_frame_bytes == 0, report.log
+    assert not report.setmaxnreg_ignored() and not {"C7517", "C7519"} & set(report.codes), report.log
+    assert "setmaxnreg.inc.sync.aligned.u32 160" in ptx and "setmaxnreg.dec.sync.aligned.u32 24" in ptx
+    assert "bar.sync" in ptx and len([op for op in ops if op.startswith("HGMMA")]) == 2 * (64 // 16 + 128 // 16)
+
+
+def test_three_consumers_do_not_fit_at_head_dim_128():
+    """O is 64 registers at D = 128: 64 + 64 + 32 + 32 > 160, so BQ = 192 goes to mma.sync, saying why."""
+    decisions: list = []
+    assert emit_hopper_ptx(ir_of(128, False, bq=192), {"arch": "sm_90a"}, decisions) is None
+    assert "3 consumers get at most 160 registers" in decisions[0]["why"], decisions[0]["why"]

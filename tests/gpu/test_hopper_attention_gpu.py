@@ -25,16 +25,18 @@ _KERNELS: dict = {}
 KEY_LOOP = "    for j in 0 .. kv_blocks {"
 
 
-def kernel(d: int, causal: bool, backend: str | None = None, stages: int | None = None):
+def kernel(d: int, causal: bool, backend: str | None = None, stages: int | None = None,
+           bq: int | None = None):
     """The example (stages from the pipeline pass: 3 at D = 128, 6 at D = 64), or the same kernel
-    with its K/V ring pinned to ``stages``."""
-    key = (d, causal, backend, stages)
+    with its K/V ring pinned to ``stages`` or its query block set to ``bq`` rows."""
+    key = (d, causal, backend, stages, bq)
     if key not in _KERNELS:
         path = SOURCE
         if stages is not None:
             path = Path(tempfile.mkdtemp()) / "attention.tk"
             path.write_text(SOURCE.read_text().replace(KEY_LOOP, f"    @stages({stages})\n{KEY_LOOP}"))
-        _KERNELS[key] = tkjit.load(path, constants={"D": d, "CAUSAL": causal},
+        constants = {"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {})
+        _KERNELS[key] = tkjit.load(path, constants=constants,
                                    **({"backend": backend} if backend else {}))
     return _KERNELS[key]
 
@@ -53,7 +55,7 @@ def reference(q, k, v, scale, causal):
     return o, torch.logsumexp(scores, dim=-1)
 
 
-def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages=None):
+def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages=None, bq=None):
     gen = torch.Generator(device="cpu").manual_seed(hash((b, h, hkv, n, d, causal)) & 0xFFFF)
     q = torch.randn(b, h, n, d, generator=gen).to(device, torch.bfloat16)
     k = torch.randn(b, hkv, n, d, generator=gen).to(device, torch.bfloat16)
@@ -61,12 +63,12 @@ def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages
     o = torch.full((b, h, n, d), float("nan"), dtype=torch.bfloat16, device=device)
     lse = torch.full((b, h, n), float("nan"), dtype=torch.float32, device=device)
     scale = d ** -0.5 if scale is None else scale
-    kernel(d, causal, backend, stages)(q, k, v, o, lse, scale)
+    kernel(d, causal, backend, stages, bq)(q, k, v, o, lse, scale)
     return q, k, v, o, lse, scale
 
 
-def check(b, h, hkv, n, d, causal, scale=None, stages=None):
-    q, k, v, o, lse, scale = run(b, h, hkv, n, d, causal, scale, stages=stages)
+def check(b, h, hkv, n, d, causal, scale=None, stages=None, bq=None):
+    q, k, v, o, lse, scale = run(b, h, hkv, n, d, causal, scale, stages=stages, bq=bq)
     ref_o, ref_l = reference(q, k, v, scale, causal)
     assert not o.isnan().any(), "O has rows the kernel did not write"
     assert not lse.isnan().any(), "L has rows the kernel did not write"
@@ -143,3 +145,26 @@ def test_interpreter_agrees_with_the_gpu():
     q, k, v, o_cpu, l_cpu, _ = run(1, 2, 1, 150, 64, True, device="cpu", backend="interpret")
     assert (o_gpu.cpu().float() - o_cpu.float()).abs().max().item() < 2e-2
     assert (l_gpu.cpu() - l_cpu).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("bq", [192, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_query_blocks_at_head_dim_64(causal, bq):
+    """BQ = 192 (the example's default at D = 64): three consumer warpgroups rotating the tensor
+    cores (named barriers 4, 5, 6), 24/160 registers; BQ = 128: two, 40/232. Tails of N not a
+    multiple of the block (masked rows), grouped heads, a scale the fold does not take, many
+    tiles per persistent CTA."""
+    for n in (77, 200, 1000, 192, 384):
+        check(2, 3, 3, n, 64, causal, bq=bq)
+    check(2, 8, 2, 640, 64, causal, bq=bq)
+    check(1, 3, 1, 700, 64, causal, scale=-0.1, bq=bq)
+    check(4, 16, 4, 1000, 64, causal, bq=bq)
+    check(1, 2, 1, 4096, 64, causal, bq=bq)
+
+
+def test_three_consumers_take_the_hopper_path():
+    k = kernel(64, False)
+    q = torch.zeros(1, 1, 192, 64, dtype=torch.bfloat16, device="cuda")
+    k(q, q, q, q.clone(), torch.zeros(1, 1, 192, device="cuda"), 1.0)
+    text = k.explain()
+    assert "backend: wgmma" in text and "512 threads" in text and "producer 24, consumers 160" in text

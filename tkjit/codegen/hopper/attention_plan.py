@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from .match import NoMatch
 from .match_attention import AttentionMatch
+from ...passes.hopper import consumer_registers
 from .plan import ALIGN_SLACK
 from .wgmma import Operand
 
@@ -18,8 +19,12 @@ L2_BUDGET = 24 << 20
 PERSISTENT_CAUSAL = False
 """Causal kernels launch one CTA per tile (see ``make_attention_plan``); non-causal ones launch
 min(tiles, SMs) CTAs that walk the tiles."""
-CONSUMER_OVERHEAD = 40
-"""Registers a consumer thread needs besides O, S and P (addresses, row state, loop)."""
+CONSUMER_OVERHEAD = 32
+"""Registers a consumer thread needs besides O, S and P (addresses, row state, loop): ptxas 13
+fits three D = 64 consumers (O 32 + S 64 + P 32) in 160 without spilling and spills 48 B at 152."""
+SMALL_PRODUCER = 24
+"""The producer's registers when the consumers need more than the reg-budget pass's split gives
+them (FA3's split for three MMA warpgroups: its one elected thread needs about 24)."""
 
 
 @dataclass
@@ -95,9 +100,13 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
         raise NoMatch(f"a key block of {m.bkv} rows: wgmma's N (and P·V's K) needs a multiple of 16 up "
                       "to 256")
     need = m.d // 2 + m.bkv // 2 + m.bkv // 4 + CONSUMER_OVERHEAD
+    held = (f"O ({m.d // 2}), S ({m.bkv // 2}) and P ({m.bkv // 4}) per thread plus about "
+            f"{CONSUMER_OVERHEAD}: {need}")
+    passed = regs
     if regs[1] < need:
-        raise NoMatch(f"consumers get {regs[1]} registers but hold O ({m.d // 2}), S ({m.bkv // 2}) and "
-                      f"P ({m.bkv // 4}) per thread plus about {CONSUMER_OVERHEAD}: {need}")
+        regs = (SMALL_PRODUCER, consumer_registers(consumers, SMALL_PRODUCER))
+        if regs[1] < need:
+            raise NoMatch(f"{consumers} consumers get at most {regs[1]} registers but hold {held}")
     plan = AttentionPlan(consumers, regs, maxnreg, stages, q_off, q_bars, k_off, v_off, stride, bars,
                          smem + ALIGN_SLACK, 128, m.causal,
                          PERSISTENT_CAUSAL or not m.causal)
@@ -107,8 +116,10 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
     plan.decide("consumers", consumers, f"from the warp-spec pass: {m.bq} query rows = {consumers} "
                 f"slabs of 64, one per consumer warpgroup")
     plan.decide("registers", f"producer {regs[0]}, consumers {regs[1]}, {maxnreg} at entry",
-                f"from the reg-budget pass; a consumer thread holds O {m.d // 2} + S {m.bkv // 2} + "
-                f"P {m.bkv // 4} f32/bf16x2 registers + row state and addresses")
+                f"from the reg-budget pass; a consumer thread holds {held}" if regs == passed else
+                f"the reg-budget pass's {passed[0]}/{passed[1]} leaves a consumer less than it holds, "
+                f"{held} (its estimate counts fewer live fragments), so the producer keeps "
+                f"{SMALL_PRODUCER}: 128·{regs[0]} + {consumers}·128·{regs[1]} registers")
     plan.decide("stages", stages, f"from the pipeline pass: K and V ({m.bkv}x{m.d} each, "
                 f"{stride} B per stage) double-buffered while the consumers compute")
     plan.decide("block size", f"BQ {m.bq}, BKV {m.bkv}", f"the kernel's tiles: S is m64n{m.bkv}k16 x "
