@@ -4,8 +4,8 @@
                   empty pair) and K and V of every key block into an S-stage ring (TMA boxes of
                   64 head-dim columns, rank-N tensor maps so that TMA clips at each head's end)
     warpgroups 1+ consumers: setmaxnreg.inc; each owns 64 query rows. Trip j: wait full[s]; at its
-                  turn (ping-pong: named barrier 4 + c, so one consumer's softmax overlaps the
-                  other's wgmmas) issue S_j = Q·K_jᵀ (wgmma SS, K K-major) and O += P_{j-1}·V_{j-1}
+                  turn (ping-pong: named barrier 4 + c, handed on 0 -> 1 (-> 2) -> 0, so the
+                  others' softmax overlaps one consumer's wgmmas) issue S_j = Q·K_jᵀ (wgmma SS, K K-major) and O += P_{j-1}·V_{j-1}
                   (wgmma RS: P from registers, V MN-major, tB = 1) as two groups; wait_group 1
                   (S_j landed) and run the online softmax on the accumulator fragments while
                   P_{j-1}·V_{j-1} still runs (row max over a quad with shfl.bfly 1, 2, of the raw
