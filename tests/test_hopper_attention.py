@@ -174,6 +174,17 @@ def test_three_consumers_at_head_dim_64(causal):
     assert meta["grid"] == ([tiles] if causal else [["min", tiles, ["num_sms"]]])
 
 
+def test_a_pinned_register_split_is_kept_and_the_log_warns():
+    """A split the reg-budget pass would not choose comes from the user (@regs or its options):
+    the plan keeps it even below what a consumer holds, and says to expect spills."""
+    source = SOURCE.replace("@consumers(", "@regs(32, 152) @consumers(", 1)
+    assert source != SOURCE
+    m, plan = plan_attention(ir_of(64, False, source=source, bq=192))
+    assert plan.regs == (32, 152)
+    why = {d["decision"]: d for d in plan.decisions}["registers"]["why"]
+    assert why.startswith("pinned (32/152") and "expect ptxas to spill" in why
+
+
 @needs_cuda_tools
 @pytest.mark.parametrize("causal", [False, True])
 def test_three_consumers_assemble_without_spills(causal):

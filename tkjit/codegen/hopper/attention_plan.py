@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from .match import NoMatch
 from .match_attention import AttentionMatch
 from ...passes.hopper import consumer_registers
+from ...passes.reg_budget import PRODUCER_DEFAULT
 from .plan import ALIGN_SLACK
 from .wgmma import Operand
 
@@ -103,7 +104,9 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
     held = (f"O ({m.d // 2}), S ({m.bkv // 2}) and P ({m.bkv // 4}) per thread plus about "
             f"{CONSUMER_OVERHEAD}: {need}")
     passed = regs
-    if regs[1] < need:
+    derived = {(p, consumer_registers(consumers, p)) for p in (PRODUCER_DEFAULT, SMALL_PRODUCER)}
+    pinned = regs not in derived  # a split the reg-budget pass would not have chosen: @regs or its options
+    if regs[1] < need and not pinned:
         regs = (SMALL_PRODUCER, consumer_registers(consumers, SMALL_PRODUCER))
         if regs[1] < need:
             raise NoMatch(f"{consumers} consumers get at most {regs[1]} registers but hold {held}")
@@ -116,6 +119,8 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
     plan.decide("consumers", consumers, f"from the warp-spec pass: {m.bq} query rows = {consumers} "
                 f"slabs of 64, one per consumer warpgroup")
     plan.decide("registers", f"producer {regs[0]}, consumers {regs[1]}, {maxnreg} at entry",
+                (f"pinned ({regs[0]}/{regs[1]}: @regs or the reg-budget options), kept although a "
+                 f"consumer thread holds {held}: expect ptxas to spill") if pinned and regs[1] < need else
                 f"from the reg-budget pass; a consumer thread holds {held}" if regs == passed else
                 f"the reg-budget pass's {passed[0]}/{passed[1]} leaves a consumer less than it holds, "
                 f"{held} (its estimate counts fewer live fragments), so the producer keeps "
