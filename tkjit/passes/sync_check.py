@@ -101,6 +101,8 @@ def default_cases(proto: Protocol) -> list[tuple[int, ...]]:
         cases += [(t,) * 3 for t in trips]
         s = max(loop_stages)
         cases += [(s + 1, 1, 0, 2 * s + 1), (s - 1, s, s + 1)]
+        if proto.pingpong:  # consumers alternate: odd and even tile counts, skips over 0-trip tiles
+            cases += [(s + 1,) * 4, (1,) * 5, (0, 1, 0, 1, 2)]
     return cases
 
 
@@ -138,7 +140,7 @@ def _deadlock(m: Machine, st: State, trace: list[str]) -> Violation:
     stuck = [r for r, (pc, prog) in enumerate(zip(st.pcs, m.programs)) if pc < len(prog)]
     bar = m.programs[stuck[0]][st.pcs[stuck[0]]].arg
     names = ", ".join(m.role_name(r) for r in stuck)
-    stage = bar // 2 if bar != m.layout.sync_bar else None
+    stage = bar // 2 if bar < m.layout.sync_bar else None  # not a named barrier
     found = Found("deadlock", stage, f"no role can move and {names} "
                   f"{'has' if len(stuck) == 1 else 'have'} not finished")
     return _violation(m, found, trace, m.blocked(st))

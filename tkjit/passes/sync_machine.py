@@ -28,6 +28,15 @@ completed early), ``wrong-phase`` (a wait passed on an older phase of the same p
 ``unconsumed`` (a fill some consumer never waited for) and ``in-flight-at-exit`` (both checked
 at the end), ``deadlock``, and ``overwrite`` again when an epilogue's staging tile is written
 over a ring that is still read or filled.
+
+Ping-pong (``Protocol.pingpong``): each consumer runs its own program (the CTA's tiles c, c + N,
+...), so each fill has one reader, its *owner* (the consumer of the tile the producer filled it
+for): a consumer must read exactly its own fills (``wrong-fill`` when it waits for more of a
+stage than it owns; ``wrong-phase``/``overwrite`` when it reads another's), a stage may be
+refilled once its owner released it, and at the end each consumer has waited for all of its own.
+The turn barriers are named barriers of two warpgroups (the waiter's ``bar.sync`` and the
+passer's ``bar.arrive``): one role arriving twice in a phase (``over-arrival``) would complete it
+without its partner.
 """
 from __future__ import annotations
 
@@ -35,7 +44,7 @@ from dataclasses import dataclass
 
 from .sync_protocol import Protocol
 from .sync_unroll import (ARRIVE, EXPECT, MMA, MMA_WAIT, RELEASE, STAGING_BEGIN, STAGING_END, TMA,
-                          WAIT, Action, Layout, unroll)
+                          TURN_ARRIVE, WAIT, Action, Layout, unroll)
 
 
 class Found(Exception):
@@ -80,12 +89,34 @@ class Machine:
         self.layout = Layout.of(proto)
         self.consumers = proto.consumers
         self.programs: list[list[Action]] = [unroll(proto, proto.producer, case, self.layout)]
-        consumer = unroll(proto, proto.consumer, case, self.layout)
-        self.programs += [consumer] * self.consumers
+        self.pingpong = proto.pingpong
+        if self.pingpong:
+            self.programs += [unroll(proto, proto.consumer, case, self.layout, c)
+                              for c in range(self.consumers)]
+        else:
+            self.programs += [unroll(proto, proto.consumer, case, self.layout)] * self.consumers
         self.rings = [proto.ring(self.layout.stage_ring[g]) for g in range(self.layout.n_stages)]
+        self.owners = self._fill_owners() if self.pingpong else None
         self.seg_end = [self._segments(p) for p in self.programs]
         self.exact = {g for g, r in enumerate(self.rings)
                       if r.expect_tx == r.stage_bytes and r.full_arrivals == 1}
+
+    def _fill_owners(self) -> list[list[int]]:
+        """Per stage, the consumer owning each fill in order (fill f is ``owners[g][f - 1]``):
+        the consumer of the tile the producer armed it for."""
+        owners: list[list[int]] = [[] for _ in range(self.layout.n_stages)]
+        for act in self.programs[0]:
+            if act.op == EXPECT:
+                owners[act.arg // 2].append(act.tile % self.consumers)
+        return owners
+
+    def own_fill(self, c: int, g: int, k: int) -> int | None:
+        """The fill number consumer c's ``k``-th wait on stage g is for (1-based), None if it
+        owns fewer than k fills of the stage."""
+        if self.owners is None:
+            return k
+        mine = [f + 1 for f, owner in enumerate(self.owners[g]) if owner == c]
+        return mine[k - 1] if 1 <= k <= len(mine) else None
 
     @staticmethod
     def _segments(program: list[Action]) -> list[int]:
@@ -109,12 +140,16 @@ class Machine:
             ring = self.rings[g]
             bars += [0, ring.full_arrivals, 0, 0, ring.empty_arrivals, 0]
         bars += [0, self.consumers, 0]  # the consumers' named barrier
+        if self.pingpong:
+            bars += [0, 2, 0] * self.consumers  # turn barriers: pending roles, arrived-role mask
         return State(tuple(0 for _ in self.programs), tuple(bars), (0,) * (4 * n), (),
                      (0,) * (2 * n * self.consumers), tuple(() for _ in range(self.consumers)))
 
     def count(self, bar: int) -> int:
         if bar == self.layout.sync_bar:
             return self.consumers
+        if bar > self.layout.sync_bar:
+            return 2
         ring = self.rings[bar // 2]
         return ring.empty_arrivals if bar % 2 else ring.full_arrivals
 
@@ -198,6 +233,19 @@ class Machine:
                         f"arrival(s) in one phase")
         self._complete(s, bar)
 
+    def _arrive_turn(self, s: _Scratch, bar: int, role: int) -> None:
+        """A warpgroup arrives on a named barrier of two warpgroups (the tx slot holds the mask
+        of roles that arrived in this phase)."""
+        if s.bars[3 * bar + 2] >> role & 1:
+            raise Found("over-arrival", None, f"{self.role_name(role)} arrived twice on "
+                        f"{self.layout.bar_name(bar)} in one phase: the named barrier completes "
+                        "without the other warpgroup")
+        s.bars[3 * bar + 1] -= 1
+        s.bars[3 * bar + 2] |= 1 << role
+        if s.bars[3 * bar + 1] == 0:
+            s.bars[3 * bar] += 1
+            s.bars[3 * bar + 1], s.bars[3 * bar + 2] = 2, 0
+
     def _complete(self, s: _Scratch, bar: int) -> None:
         if s.bars[3 * bar + 1] == 0 and s.bars[3 * bar + 2] == 0:
             s.bars[3 * bar] += 1
@@ -215,10 +263,12 @@ class Machine:
 
     def _do(self, s: _Scratch, role: int, act: Action) -> None:
         if act.op == WAIT:
-            if role > 0 and act.arg % 2 == 0 and act.arg != self.layout.sync_bar:
+            if role > 0 and act.arg % 2 == 0 and act.arg < self.layout.sync_bar:
                 s.reads[self._rix(role - 1, act.arg // 2)] += 1
         elif act.op == ARRIVE:
             self._arrive(s, act.arg)
+        elif act.op == TURN_ARRIVE:
+            self._arrive_turn(s, act.arg, role)
         elif act.op == STAGING_BEGIN:
             for g in range(act.arg, act.arg + act.val):
                 self._check_staging(s, role - 1, g)
@@ -264,8 +314,14 @@ class Machine:
         s.inflight.append(self._key(fills, g, i))
 
     def _check_free(self, s: _Scratch, g: int, fills: int) -> None:
-        """Fill ``fills + 1`` may start only once every consumer released fill ``fills``."""
-        late = [c for c in range(self.consumers) if s.reads[self._rix(c, g) + 1] < fills]
+        """Fill ``fills + 1`` may start only once every consumer (ping-pong: its owner) released
+        fill ``fills``."""
+        if self.owners is not None:
+            owner = self.owners[g][fills - 1]
+            need = self.owners[g][:fills].count(owner)
+            late = [owner] if s.reads[self._rix(owner, g) + 1] < need else []
+        else:
+            late = [c for c in range(self.consumers) if s.reads[self._rix(c, g) + 1] < fills]
         if not late:
             return
         name, ring = self.layout.stage_name(g), self.rings[g]
@@ -278,7 +334,7 @@ class Machine:
             raise Found("wrong-phase", g, f"{what}: its wait on empty[{name}] passed although "
                         f"phase {fills - 1} had not completed (the barrier was in phase {done}, "
                         f"whose parity matched an older phase)")
-        if ring.empty_arrivals < self.consumers:
+        if self.owners is None and ring.empty_arrivals < self.consumers:
             raise Found("overwrite", g, f"{what}: empty[{name}] completes after "
                         f"{ring.empty_arrivals} arrival(s) but {self.consumers} consumers read "
                         f"the stage")
@@ -286,9 +342,14 @@ class Machine:
 
     def _read(self, s: _Scratch, c: int, g: int) -> None:
         """A wgmma reads the fill this consumer last waited for; it must be there, whole."""
-        want = s.reads[self._rix(c, g)]
+        acquired = s.reads[self._rix(c, g)]
+        want = self.own_fill(c, g, acquired) if acquired else 0
         fills, landed = s.stages[4 * g], s.stages[4 * g + 2]
         ring, name = self.rings[g], self.layout.stage_name(g)
+        if want is None:
+            raise Found("wrong-fill", g, f"consumer {c}'s wgmma read stage {name} for the "
+                        f"{acquired}th time, but only {self.owners[g].count(c)} of its fills are "
+                        "for this consumer's tiles (it reads the other consumer's data)")
         everything = (1 << len(ring.loads)) - 1
         if s.stages[4 * g + 3]:
             raise Found("overwrite", g, f"consumer {c}'s wgmma reads stage {name} while an "
@@ -346,6 +407,8 @@ class Machine:
                             f"consumer {c} finished with {len(st.groups[c])} wgmma group(s) in flight")
             for g in range(self.layout.n_stages):
                 fills, acquired = st.stages[4 * g], st.reads[self._rix(c, g)]
+                if self.owners is not None:
+                    fills = self.owners[g][:fills].count(c)
                 if acquired != fills:
                     raise Found("unconsumed", g, f"stage {self.layout.stage_name(g)} was filled "
                                 f"{fills} time(s) but consumer {c} waited for {acquired}")

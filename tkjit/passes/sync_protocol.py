@@ -15,7 +15,10 @@ outside any loop (``one_shot``: one stage, filled once per tile). Stage ``s`` of
 **Programs** are small trees of steps. Each role keeps, per ring, a stage index ``s`` and a phase
 bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph`` on wrap-around.
 
-    Tiles(body)            the block loop: once per tile this CTA handles (persistent: many)
+    Tiles(body)            the block loop: once per tile this CTA handles (persistent: many);
+                           ``alternate``: consumer c of N takes the CTA's tiles c, c + N, ...
+    IfPrevTile(body)       only when the CTA handled a tile before this one
+    IfNextTile(body)       only when the CTA has a tile after this one
     Loop(ring, body)       the ring's loop: its trip count comes from the tile (min_trips: do-while)
     IfTrips(ring, body)    only when the ring's loop runs at least once this tile
     NotFirst(body)         only from the loop's second trip on
@@ -28,6 +31,11 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
     Advance(ring, per)     next stage; flip ph on wrap ("wrap") -- "iteration" is a known bug
     Reset(ring)            s = 0, ph = 0 (a known bug when the barriers carry on)
     ConsumerSync()         bar.sync on a named barrier of all consumer warpgroups
+    SkipTrips(ring)        advance the ring past the previous tile's trips (ping-pong: the
+                           stages the other consumer reads)
+    TurnWait()             ping-pong: bar.sync on this consumer's turn barrier (its turn on the
+                           tensor cores, handed on by the consumer of the CTA's previous tile)
+    TurnPass()             ping-pong: bar.arrive on the next consumer's turn barrier
     StagingBegin(ring)     the epilogue writes its staging tile over every stage of the ring
     StagingEnd(ring)       ... and its TMA store has read it (cp.async.bulk.wait_group.read 0)
 """
@@ -172,17 +180,57 @@ class StagingEnd:
         return f"epilogue: TMA store has read the staging tile (ring {self.ring} free again)"
 
 
+@dataclass(frozen=True)
+class SkipTrips:
+    ring: str
+
+    def text(self) -> str:
+        return f"skip {self.ring}: advance by the previous tile's trips (the other consumer's stages)"
+
+
+@dataclass(frozen=True)
+class TurnWait:
+    def text(self) -> str:
+        return "bar.sync turn[c]: wait for this consumer's turn on the tensor cores"
+
+
+@dataclass(frozen=True)
+class TurnPass:
+    def text(self) -> str:
+        return "bar.arrive turn[next consumer]: hand the tensor cores on"
+
+
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync,
-              StagingBegin, StagingEnd]
+              StagingBegin, StagingEnd, SkipTrips, TurnWait, TurnPass]
 
 
 # -- structure --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Tiles:
     body: tuple["Step", ...]
+    alternate: bool = False
+    """Consumers take turns: consumer c of N runs the body for the CTA's tiles c, c + N, ...
+    (ping-pong); the producer's Tiles never alternates."""
 
     def head(self) -> str:
-        return "for each tile"
+        return "for each tile of this consumer (the CTA's tiles c, c + N, ...)" if self.alternate \
+            else "for each tile"
+
+
+@dataclass(frozen=True)
+class IfPrevTile:
+    body: tuple["Step", ...]
+
+    def head(self) -> str:
+        return "if the CTA handled a tile before this one"
+
+
+@dataclass(frozen=True)
+class IfNextTile:
+    body: tuple["Step", ...]
+
+    def head(self) -> str:
+        return "if the CTA has a tile after this one"
 
 
 @dataclass(frozen=True)
@@ -200,6 +248,8 @@ class Loop:
 class IfTrips:
     ring: str
     body: tuple["Step", ...]
+    orelse: tuple["Step", ...] = ()
+    """What runs instead when the loop has no trips."""
 
     def head(self) -> str:
         return f"if {self.ring}.trips > 0"
@@ -213,9 +263,9 @@ class NotFirst:
         return "if not the first trip"
 
 
-Block = Union[Tiles, Loop, IfTrips, NotFirst]
+Block = Union[Tiles, Loop, IfTrips, NotFirst, IfPrevTile, IfNextTile]
 Step = Union[Event, Block]
-BLOCKS = (Tiles, Loop, IfTrips, NotFirst)
+BLOCKS = (Tiles, Loop, IfTrips, NotFirst, IfPrevTile, IfNextTile)
 
 
 def program_lines(steps: tuple[Step, ...], depth: int = 1) -> list[str]:
@@ -224,6 +274,9 @@ def program_lines(steps: tuple[Step, ...], depth: int = 1) -> list[str]:
         if isinstance(step, BLOCKS):
             lines.append("  " * depth + step.head() + " {")
             lines.extend(program_lines(step.body, depth + 1))
+            if getattr(step, "orelse", ()):
+                lines.append("  " * depth + "} else {")
+                lines.extend(program_lines(step.orelse, depth + 1))
             lines.append("  " * depth + "}")
         else:
             lines.append("  " * depth + step.text())
@@ -239,6 +292,11 @@ class Protocol:
     producer: tuple[Step, ...]
     consumer: tuple[Step, ...]
 
+    @property
+    def pingpong(self) -> bool:
+        """Consumers alternate over the CTA's tiles (each fill is read by one consumer)."""
+        return any(isinstance(st, Tiles) and st.alternate for st in self.consumer)
+
     def ring(self, name: str) -> Ring:
         for r in self.rings:
             if r.name == name:
@@ -247,6 +305,8 @@ class Protocol:
 
     def text(self) -> str:
         sched = "persistent" if self.persistent else "one tile per CTA"
+        if self.pingpong:
+            sched += ", ping-pong: consumers take alternate tiles and turns on the tensor cores"
         lines = [f"protocol {self.kernel}: 1 producer + {self.consumers} consumer warpgroups, {sched}"]
         lines += ["  " + r.text() for r in self.rings]
         lines.append("producer:")
@@ -312,6 +372,23 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     return (IfTrips(r, (Loop(r, tuple(body)), MmaWait(0), Release(r, "prev"))),)
 
 
+def pingpong_consumer(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
+    """Ping-pong: consumer c of N computes the CTA's tiles c, c + N, ... whole. Before a tile it
+    skips the stages of the tile before it (read by the consumer of that tile) and waits for its
+    turn; it issues its K loop's wgmmas, hands the turn on while the last group is in flight (so
+    the next consumer's wgmmas start while this one drains and stores its tile), then drains and
+    releases. The turn is handed on and awaited even when the loop has no trips, so the chain of
+    turns never breaks; each fill is read, and released, by one consumer (empty count 1). The
+    hand-over sits in both branches of one IfTrips, so no path from a wgmma to the epilogue
+    skips the drain (ptxas would serialize the wgmmas: C7517)."""
+    r = plan.ring
+    (ifloop,) = consumer_loop(plan, stages)
+    loop, *tail = ifloop.body
+    hand_on = IfNextTile((TurnPass(),))
+    return (Tiles((IfPrevTile((SkipTrips(r), TurnWait())),
+                   IfTrips(r, (loop, hand_on, *tail), orelse=(hand_on,))), alternate=True),)
+
+
 def consumer_staging(item: StagingReuse) -> tuple[Step, ...]:
     """Every consumer must be done with the rings before any of them writes over them."""
     return (ConsumerSync(), *(StagingBegin(r) for r in item.rings),
@@ -319,12 +396,21 @@ def consumer_staging(item: StagingReuse) -> tuple[Step, ...]:
 
 
 def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tuple[Ring, ...],
-                      items: tuple[Item, ...]) -> Protocol:
+                      items: tuple[Item, ...], pingpong: bool = False) -> Protocol:
     """The producer/consumer programs for one tile's ``items``, in program order.
 
     One-shot rings are filled at their place and released at the end of the tile (after the
-    consumers drained every wgmma); loop rings follow ``producer_fill`` and ``consumer_loop``."""
+    consumers drained every wgmma); loop rings follow ``producer_fill`` and ``consumer_loop``.
+    ``pingpong``: one pipelined loop, its consumers alternating over whole tiles
+    (``pingpong_consumer``)."""
     by_name = {r.name: r for r in rings}
+    if pingpong:
+        loops = [item for item in items if isinstance(item, LoopPlan)]
+        if len(loops) != 1 or len(items) != 1:
+            raise ValueError("ping-pong consumers follow one pipelined loop and nothing else per tile")
+        ring = by_name[loops[0].ring]
+        return Protocol(kernel, consumers, persistent, rings, (Tiles((Loop(ring.name, producer_fill(ring)),)),),
+                        pingpong_consumer(loops[0], ring.stages))
     prod: list[Step] = []
     cons: list[Step] = []
     for item in items:

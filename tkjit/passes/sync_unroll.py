@@ -7,18 +7,23 @@ is a straight line of concrete actions on numbered barriers and stages -- what t
 interleaves.
 
 Numbering: ring ``i`` owns stages ``base[i] .. base[i]+stages-1``; stage ``g`` has barriers
-``full = 2g`` and ``empty = 2g + 1``; the consumers' named barrier comes last (``2 * stages``).
+``full = 2g`` and ``empty = 2g + 1``; the consumers' named barrier comes next (``2 * stages``),
+then, in a ping-pong protocol, consumer c's turn barrier (``2 * stages + 1 + c``).
+
+A ping-pong consumer (``Tiles(alternate=True)``) is unrolled for its own tiles only: consumer c
+of N runs the CTA's tiles c, c + N, ...; ``SkipTrips`` advances its rings by the trips of the
+tile before.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sync_protocol import (Advance, ConsumerSync, ExpectTx, IfTrips, Loop, Mma, MmaWait, NotFirst,
-                            Protocol, Release, Reset, StagingBegin, StagingEnd, Step, Tiles, TmaLoad,
-                            Wait)
+from .sync_protocol import (Advance, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips, Loop,
+                            Mma, MmaWait, NotFirst, Protocol, Release, Reset, SkipTrips, StagingBegin,
+                            StagingEnd, Step, Tiles, TmaLoad, TurnPass, TurnWait, Wait)
 
 # concrete opcodes
-WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END = range(9)
+WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE = range(10)
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class Action:
     reads: tuple[int, ...] = ()  # MMA: stages read
     label: str = ""     # what, for messages
     where: str = ""     # "tile 1, k trip 4"
+    tile: int = 0       # the CTA's tile (its index in the case) the action belongs to
 
 
 @dataclass(frozen=True)
@@ -57,19 +63,27 @@ class Layout:
     def sync_bar(self) -> int:
         return 2 * self.n_stages
 
+    def turn_bar(self, consumer: int) -> int:
+        """Consumer ``consumer``'s turn barrier (ping-pong), a named barrier."""
+        return self.sync_bar + 1 + consumer
+
     def stage_name(self, g: int) -> str:
         return f"{self.stage_ring[g]}.{self.stage_index[g]}"
 
     def bar_name(self, b: int) -> str:
         if b == self.sync_bar:
             return "the consumers' named barrier"
+        if b > self.sync_bar:
+            return f"turn[{b - self.sync_bar - 1}] (named barrier)"
         kind = "full" if b % 2 == 0 else "empty"
         return f"{kind}[{self.stage_name(b // 2)}]"
 
 
 class _Unroller:
-    def __init__(self, proto: Protocol, layout: Layout, case: tuple[int, ...]):
+    def __init__(self, proto: Protocol, layout: Layout, case: tuple[int, ...], consumer: int = 0):
         self.proto, self.layout, self.case = proto, layout, case
+        self.consumer = consumer
+        self.turn_waits = 0
         self.s = {r.name: 0 for r in proto.rings}
         self.ph = {r.name: 0 for r in proto.rings}
         self.out: list[Action] = []
@@ -80,7 +94,7 @@ class _Unroller:
     def emit(self, op: int, arg: int, val: int = 0, reads: tuple[int, ...] = (),
              label: str = "") -> None:
         loops = "".join(f", {ring} trip {k}" for ring, k in self.trips)
-        self.out.append(Action(op, arg, val, reads, label, f"tile {self.tile}{loops}"))
+        self.out.append(Action(op, arg, val, reads, label, f"tile {self.tile}{loops}", self.tile))
 
     def stage(self, ring: str, which: str = "cur") -> int:
         s = self.s[ring]
@@ -95,8 +109,17 @@ class _Unroller:
 
     # -- structure ------------------------------------------------------------------------
     def _Tiles(self, st: Tiles) -> None:
-        for t in range(len(self.case)):
+        first, step = (self.consumer, self.proto.consumers) if st.alternate else (0, 1)
+        for t in range(first, len(self.case), step):
             self.tile = t
+            self.run(st.body)
+
+    def _IfPrevTile(self, st: IfPrevTile) -> None:
+        if self.tile > 0:
+            self.run(st.body)
+
+    def _IfNextTile(self, st: IfNextTile) -> None:
+        if self.tile + 1 < len(self.case):
             self.run(st.body)
 
     def _Loop(self, st: Loop) -> None:
@@ -108,6 +131,8 @@ class _Unroller:
     def _IfTrips(self, st: IfTrips) -> None:
         if self.case[self.tile] > 0:
             self.run(st.body)
+        else:
+            self.run(st.orelse)
 
     def _NotFirst(self, st: NotFirst) -> None:
         if self.trips and self.trips[-1][1] > 0:
@@ -148,6 +173,21 @@ class _Unroller:
         if st.per == "iteration" or self.s[st.ring] == 0:
             self.ph[st.ring] ^= 1
 
+    def _SkipTrips(self, st: SkipTrips) -> None:
+        for _ in range(self.case[self.tile - 1]):
+            self._Advance(Advance(st.ring))
+
+    def _TurnWait(self, st: TurnWait) -> None:
+        bar = self.layout.turn_bar(self.consumer)
+        self.emit(TURN_ARRIVE, bar, label=f"bar.sync {self.layout.bar_name(bar)}: arrive")
+        self.emit(WAIT, bar, self.turn_waits & 1, label=f"bar.sync {self.layout.bar_name(bar)}: "
+                  "wait for the turn")
+        self.turn_waits += 1
+
+    def _TurnPass(self, st: TurnPass) -> None:
+        bar = self.layout.turn_bar((self.consumer + 1) % self.proto.consumers)
+        self.emit(TURN_ARRIVE, bar, label=f"bar.arrive {self.layout.bar_name(bar)}: hand the turn on")
+
     def _Reset(self, st: Reset) -> None:
         self.s[st.ring], self.ph[st.ring] = 0, 0
 
@@ -167,8 +207,9 @@ class _Unroller:
 
 
 def unroll(proto: Protocol, program: tuple[Step, ...], case: tuple[int, ...],
-           layout: Layout | None = None) -> list[Action]:
-    """The concrete actions one role performs in ``case``."""
-    u = _Unroller(proto, layout or Layout.of(proto), case)
+           layout: Layout | None = None, consumer: int = 0) -> list[Action]:
+    """The concrete actions one role performs in ``case`` (``consumer``: which consumer, for a
+    ping-pong program)."""
+    u = _Unroller(proto, layout or Layout.of(proto), case, consumer)
     u.run(program)
     return u.out

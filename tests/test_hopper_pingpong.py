@@ -1,0 +1,123 @@
+"""Ping-pong consumers (warp-spec{mode=pingpong}, auto at 128 x 128 tiles): the pass's choice and
+refusals, the kernel's PTX (turn barriers, empty count 1, no serialized wgmma, no spills), and
+the alternating-consumer protocol on the CPU sync checker, with broken variants it must catch."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tkjit
+from tkjit.passes import default_pipeline
+from tkjit.passes.sync_check import SyncError, check_protocol, default_cases
+from tkjit.passes.sync_protocol import (IfNextTile, IfPrevTile, IfTrips, Load, Loop, LoopPlan, Protocol, Ring,
+                                        SkipTrips, Tiles, TurnPass, TurnWait, pingpong_consumer, producer_fill)
+
+EXAMPLE = (Path(__file__).resolve().parents[1] / "examples" / "gemm.tk").read_text()
+
+
+def pipeline(mode: str = "auto", grid: str = "") -> str:
+    out = default_pipeline("sm_90a").replace("warp-spec", f"warp-spec{{mode={mode}}}")
+    return out.replace(",grid", f",grid{{{grid}}}") if grid else out
+
+
+def compiled(mode="auto", grid="", **constants):
+    kernel = tkjit.compile(EXAMPLE, filename="gemm.tk", constants=constants, pipeline=pipeline(mode, grid))
+    kernel.binary  # noqa: B018 - the metadata is complete once assembled
+    return kernel
+
+
+def schedule(kernel) -> str:
+    return next(d["decision"] for d in kernel.metadata["decisions"] if d["decision"].startswith("consumer schedule"))
+
+
+@pytest.mark.parametrize("mode, constants, expect", [
+    ("auto", {"BM": 128, "BN": 128}, "ping-pong"),        # measured to win: auto takes it
+    ("auto", {}, "cooperative"),                           # 128x256: 256 registers, does not fit one consumer
+    ("auto", {"BM": 64, "BN": 256}, "cooperative"),        # one cooperative consumer: not measured
+    ("auto", {"BM": 128, "BN": 64}, "cooperative"),        # narrower than measured
+    ("pingpong", {"BM": 64, "BN": 256}, "ping-pong"),
+    ("cooperative", {"BM": 128, "BN": 128}, "cooperative"),
+])
+def test_the_consumer_schedule_and_why(mode, constants, expect):
+    kernel = compiled(mode, **constants)
+    assert schedule(kernel) == f"consumer schedule: {expect}", kernel.explain()
+    assert "warp-spec" in kernel.explain()
+
+
+@pytest.mark.parametrize("constants, grid, why", [
+    ({}, "", "accumulator needs about 288 registers"),
+    ({"BM": 128, "BN": 128, "SPLIT": 2}, "", "split-K gives each tile a cluster of its own"),
+    ({"BM": 128, "BN": 128}, "schedule=grid", ""),
+])
+def test_pingpong_asked_for_where_it_cannot_run_stays_cooperative_or_says_so(constants, grid, why):
+    kernel = compiled("pingpong", grid, **constants)
+    text = kernel.explain()
+    if why:
+        assert schedule(kernel) == "consumer schedule: cooperative" and why in text, text
+    else:  # warp-spec saw a persistent loop; the grid pass made it a plain grid afterwards
+        assert "consumer 1 none" in text, text
+
+
+def test_multicast_is_not_combined_with_pingpong():
+    kernel = compiled("pingpong", "multicast=2", BM=128, BN=128)
+    assert "not with ping-pong consumers" in kernel.explain()
+    assert "multicast" not in kernel.metadata["gemm"]
+
+
+@pytest.mark.parametrize("constants", [{"BM": 128, "BN": 128}, {"BM": 64, "BN": 256}])
+def test_pingpong_ptx_takes_turns_and_ptxas_keeps_the_wgmma_pipeline(constants):
+    kernel = compiled("pingpong", **constants)
+    ptx = kernel.asm["ptx"]
+    assert "bar.sync %r" in ptx and "bar.arrive %r" in ptx  # turn barriers 4 + c, by register
+    assert f"], {1};" in ptx.split("mbarrier.init")[2]  # empty[0] counts one consumer
+    report = kernel.metadata["ptxas"]
+    codes = {m["code"] for m in report["messages"]}
+    assert not codes & {"C7517", "C7519", "C7508"}, report["log"]
+    fn = report["functions"][0]
+    assert fn["spill_store_bytes"] == 0 and fn["stack_frame_bytes"] == 0
+    assert "epilogue overlap: none" in kernel.explain()
+
+
+def test_the_kernels_protocol_is_the_alternating_one_and_checks():
+    kernel = compiled("pingpong", BM=128, BN=128)
+    text = kernel.metadata["protocol"]
+    assert "ping-pong" in text and "empty[6] count 1" in text and "bar.sync turn[c]" in text
+
+
+# -- the protocol on the CPU checker ------------------------------------------------------------
+def protocol(consumer=None, stages=4, empty=1) -> Protocol:
+    ring = Ring("k", stages, (Load("a", 16384), Load("b", 16384)), 32768, empty)
+    consumer = consumer or pingpong_consumer(LoopPlan("k", (("k",),)), stages)
+    return Protocol("gemm", 2, True, (ring,), (Tiles((Loop("k", producer_fill(ring)),)),), consumer)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 4, 6])
+def test_alternating_consumers_pass_the_checker(stages):
+    proto = protocol(stages=stages)
+    report = check_protocol(proto, default_cases(proto))
+    assert any(len(r.case) == 5 for r in report.results)  # odd tile counts: consumer 0 one more
+
+
+def _body(*steps):
+    return (Tiles(tuple(steps), alternate=True),)
+
+
+HAND_ON = IfNextTile((TurnPass(),))
+LOOP = pingpong_consumer(LoopPlan("k", (("k",),)), 4)[0].body[1]
+
+
+@pytest.mark.parametrize("consumer, empty, kind", [
+    (_body(IfPrevTile((TurnWait(),)), LOOP), 1, "wrong-fill"),                  # no skip of the other's stages
+    (_body(IfPrevTile((SkipTrips("k"),)), LOOP), 1, "wrong-phase"),             # no turn: runs a ring ahead
+    (_body(IfPrevTile((SkipTrips("k"), TurnWait())),
+           IfTrips("k", LOOP.body[:1] + LOOP.body[2:])), 1, "deadlock"),          # the turn never handed on
+    (_body(IfPrevTile((SkipTrips("k"), TurnWait())),
+           IfTrips("k", (*LOOP.body, HAND_ON), orelse=(HAND_ON, HAND_ON))), 1, "over-arrival"),
+    (None, 2, "deadlock"),                                                       # empty counts both consumers
+])
+def test_broken_alternations_are_caught(consumer, empty, kind):
+    proto = protocol(consumer, empty=empty)
+    with pytest.raises(SyncError) as err:
+        check_protocol(proto, default_cases(proto))
+    assert err.value.violation.kind == kind, str(err.value)
