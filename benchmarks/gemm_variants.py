@@ -6,6 +6,9 @@
 A variant is NAME=EDIT, where EDIT is '@stages(S)' (pinned on the K loop), constants
 'BM=..,BN=..' (pins, so @fill_sms keeps them), or 'pass:grid{multicast=2}' (that pass of the
 default pipeline with these options), or several joined by ';'. The default is always run.
+Consumer schedules: 'pass:warp-spec{mode=pingpong}' / '{mode=cooperative}' (auto: ping-pong
+for tiles of at least 128 x 128 that one consumer holds whole, e.g. 'BM=128,BN=128').
+``--launch-only`` launches each variant 5 times at each shape without timing (for ncu).
 A variant whose kernel forms clusters also reports how many of them the GPU holds at once.
 Inputs rotate over enough sets to exceed the 60 MB L2 (like benchmarks/run.py); each figure is
 the median of 15 batches of 20 launches timed with CUDA events, the batches of cuBLAS and of
@@ -92,6 +95,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("shapes", nargs="+")
     ap.add_argument("--variant", action="append", default=[])
+    ap.add_argument("--launch-only", action="store_true")
     args = ap.parse_args()
     variants = {"default": ""} | dict(v.split("=", 1) for v in args.variant)
     kernels = {name: variant_kernel(edit) for name, edit in variants.items()}
@@ -110,6 +114,12 @@ def main() -> None:
                  torch.randn(k, n, dtype=torch.bfloat16, device="cuda"),
                  torch.empty(m, n, dtype=torch.bfloat16, device="cuda")) for _ in range(count)]
         ref = sets[0][0].float() @ sets[0][1].float()
+        if args.launch_only:
+            for kernel in kernels.values():
+                for _ in range(5):
+                    kernel(*sets[0])
+            torch.cuda.synchronize()
+            continue
         row = {"shape": shape}
         fns = {"cublas": lambda a, b, c: torch.matmul(a, b, out=c)}
         for name, kernel in kernels.items():

@@ -241,3 +241,93 @@ def test_multicast_with_k_major_b_and_fill_sms_variants():
                              pipeline=multicast_pipeline())
     for m, n, k in [(128, 4096, 4096), (1024, 4096, 4096), (200, 300, 1000)]:
         run_ab(unpinned, m, n, k)
+
+
+# -- ping-pong consumers (warp-spec{mode=pingpong}) ------------------------------------------
+def pingpong_pipeline(extra: str = "") -> str:
+    from tkjit.passes import default_pipeline
+    passes = default_pipeline("sm_90a").split(",")
+    out = ",".join("warp-spec{mode=pingpong}" if p == "warp-spec" else p for p in passes)
+    return out.replace("grid", f"grid{{{extra}}}") if extra else out
+
+
+def pingpong_kernel(bm: int, bn: int, source: str | None = None, extra: str = ""):
+    text = source or (EXAMPLES / "gemm.tk").read_text()
+    consts = {"BM": bm, "BN": bn} if source is None else None
+    kernel = tkjit.compile(text, filename="gemm.tk", constants=consts, pipeline=pingpong_pipeline(extra))
+    kernel.binary  # noqa: B018 - assemble now
+    return kernel
+
+
+@pytest.fixture(scope="module", params=[(128, 128), (64, 256)], ids=["128x128", "64x256"])
+def gemm_pingpong(request):
+    kernel = pingpong_kernel(*request.param)
+    assert kernel.metadata["backend"] == "wgmma", kernel.explain()
+    assert "consumer schedule: ping-pong" in kernel.explain()
+    return kernel
+
+
+@pytest.mark.parametrize("m, n, k", [
+    (128, 256, 64),        # 1-2 tiles: one CTA per tile, consumer 1 has none
+    (384, 256, 256),       # 3 tile rows
+    (1000, 1000, 1000),    # no dimension a multiple of its tile
+    (4096, 4096, 4096),    # 1024 tiles (512 at 64x256) over 132 CTAs: 7 or 8 each, odd and even
+    (4224, 4096, 512),     # 33 x 32 tiles: some CTAs an odd count, consumer 0 one more
+    (8192, 8192, 1024),    # many tiles per CTA: ring phases carried across both consumers
+    (4096, 4096, 64),      # one K step per tile
+    (1160, 1504, 704),     # 11 K steps, partial last tile row and column
+])
+def test_pingpong_gemm_matches_torch(gemm_pingpong, m, n, k):
+    run_ab(gemm_pingpong, m, n, k)
+
+
+@pytest.mark.parametrize("m, n, k", [(128, 256, 32), (300, 520, 8), (4096, 1024, 16), (130, 258, 66),
+                                     (1000, 1500, 700)])
+def test_pingpong_short_k_and_the_copy_path(gemm_pingpong, m, n, k):
+    """K below one tile (one zero-filled K step per tile); rows TMA cannot address (the copying
+    producer fills the ring for both consumers; the epilogue stores registers)."""
+    run_ab(gemm_pingpong, m, n, k)
+
+
+def test_pingpong_repeated_launches_give_the_same_bits(gemm_pingpong):
+    a = torch.randn(2176, 1024, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(1024, 2048, dtype=torch.bfloat16, device="cuda")
+    first = None
+    for _ in range(3):
+        buf, c = placed(2176, 2048)
+        gemm_pingpong(a, b, c)
+        check(c, a.float() @ b.float(), buf)
+        first = c.clone() if first is None else first
+        assert torch.equal(c, first)
+
+
+def test_pingpong_k_major_b_and_f32_output():
+    """mma_ABt (K-major B) and an f32 C (register stores) with ping-pong consumers."""
+    abt = pingpong_kernel(0, 0, ABT.replace("BN = 256", "BN = 128"))
+    f32 = pingpong_kernel(0, 0, GRID_F32.replace("blocks(M / BM, N / BN)",
+                                                 "blocks(M / BM, N / BN) schedule(persistent, group = 8)"))
+    for kernel in (abt, f32):
+        assert "consumer schedule: ping-pong" in kernel.explain(), kernel.explain()
+    for m, n, k in [(1000, 1500, 512), (4096, 4096, 1024), (300, 200, 40)]:
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+        buf, c = placed(m, n)
+        abt(a, b, c)
+        check(c, a.float() @ b.float().T, buf)
+        bt = b.T.contiguous()
+        buf, c = placed(m, n, torch.float32)
+        f32(a, bt, c)
+        check(c, a.float() @ bt.float(), buf)
+
+
+def test_pingpong_with_split_k_or_multicast_stays_correct():
+    """split-K keeps cooperative consumers (warp-spec says why); multicast is not combined with
+    ping-pong (the plan says why); both still compute C."""
+    split = tkjit.compile((EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk",
+                          constants={"BM": 128, "BN": 128, "SPLIT": 2}, pipeline=pingpong_pipeline())
+    assert "split-K gives each tile a cluster of its own" in split.explain()
+    run_ab(split, 128, 4096, 4096)
+    paired = pingpong_kernel(128, 128, extra="multicast=2")
+    assert "not with ping-pong consumers" in paired.explain()
+    for m, n, k in [(1000, 1000, 1000), (4096, 4096, 512)]:
+        run_ab(paired, m, n, k)

@@ -36,6 +36,8 @@ class _Builder:
         if not isinstance(consumers, int):
             raise PassError("mbarrier: the kernel has no consumer count; run warp-spec first")
         self.consumers = consumers
+        self.pingpong = bool(kernel.attrs.get("pingpong"))
+        self.readers = 1 if self.pingpong else consumers  # consumers reading each fill
         self.rings: list[Ring] = []
         self.items: list[Item] = []
         self.ring_of: dict[Value, str] = {}
@@ -67,7 +69,7 @@ class _Builder:
                                 "body for the producer to follow it", op.span)
         persistent = blocks.attrs.get("schedule") == "persistent"
         return standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
-                                 tuple(self.items))
+                                 tuple(self.items), pingpong=self.pingpong)
 
     def one_shot(self, op: Load) -> None:
         name = self.unique(op.result.hint, "tile")
@@ -88,7 +90,7 @@ class _Builder:
         ring_loads = tuple(RingLoad(ld.result.hint or f"load{i}", ld.result.type.nbytes)
                            for i, ld in enumerate(loads))
         expect = op.attrs.get("stage_bytes", stage_data_bytes(op))
-        self.rings.append(Ring(name, op.attrs["stages"], ring_loads, expect, self.consumers,
+        self.rings.append(Ring(name, op.attrs["stages"], ring_loads, expect, self.readers,
                                where=_where(op)))
         for ld in loads:
             self.ring_of[ld.result] = name
@@ -104,7 +106,8 @@ class _Builder:
         self.items.append(LoopPlan(name, tuple(reads)))
 
     def staging(self, op: Store) -> None:
-        size, _ = staging_sizes(op, self.consumers, op.attrs.get("staging_cols"))[op.attrs.get("staging", "tile")]
+        size, _ = staging_sizes(op, self.consumers, op.attrs.get("staging_cols"),
+                                self.pingpong)[op.attrs.get("staging", "tile")]
         lo, hi = op.attrs["smem"], op.attrs["smem"] + size
         over = tuple(name for name, (a, b) in self.extent.items() if a < hi and lo < b)
         if over:

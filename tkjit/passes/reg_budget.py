@@ -38,7 +38,7 @@ class RegBudget(Pass):
         n = kernel.attrs.get("consumers")
         if not isinstance(n, int):
             raise PassError("reg-budget: the kernel has no consumer count; run warp-spec first")
-        pressure = consumer_pressure(kernel, n)
+        pressure = consumer_pressure(kernel, 1 if kernel.attrs.get("pingpong") else n)  # ping-pong: whole tiles
         need = pressure.peak + CONSUMER_OVERHEAD
         pin = self.pinned(kernel)
         if not kernel.attrs.get("producer", True):

@@ -85,14 +85,20 @@ def round_widths(store: Store) -> list[int]:
     return [c for c in range(cols - cols % step, 0, -step) if cols % c == 0] or [step]
 
 
-def staging_sizes(store: Store, consumers: int, cols: int | None = None) -> dict[str, tuple[int, int]]:
+def staging_sizes(store: Store, consumers: int, cols: int | None = None,
+                  whole_tiles: bool = False) -> dict[str, tuple[int, int]]:
     """The staging forms of a register-tile store: name -> (bytes, alignment). A chunk is 64
-    rows x ``cols`` columns per consumer (one 128-byte panel when ``cols`` is None)."""
+    rows x ``cols`` columns per consumer (one 128-byte panel when ``cols`` is None).
+    ``whole_tiles`` (ping-pong consumers, each storing whole tiles of its own, possibly at the
+    same time): every consumer has its own staging of all the tile's rows."""
     t: TileType = store.operands[1].type
     out_bytes = store.operands[0].type.dtype.nbytes
     whole = t.rows * t.cols * out_bytes
     align = SWIZZLE_ALIGN if swizzle_for_row_bytes(t.cols * out_bytes) else TMA_ALIGN
     chunk_row = CHUNK_ROW_BYTES if cols is None else cols * out_bytes
+    if whole_tiles:
+        return {"tile": (consumers * whole, SWIZZLE_ALIGN),
+                "chunks": (consumers * min(whole, t.rows * chunk_row), SWIZZLE_ALIGN)}
     return {"tile": (whole, align),
             "chunks": (min(whole, consumers * CHUNK_ROWS * chunk_row), SWIZZLE_ALIGN)}
 
@@ -124,10 +130,12 @@ def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
     for store in stores_of_register_tiles(kernel):
         form = staging[store]
         cols = (widths or {}).get(store)
-        size, align = staging_sizes(store, consumers, cols)[form]
+        pingpong = bool(kernel.attrs.get("pingpong"))
+        size, align = staging_sizes(store, consumers, cols, pingpong)[form]
         row = CHUNK_ROW_BYTES if cols is None else cols * store.operands[0].type.dtype.nbytes
-        detail = ("the whole tile" if form == "tile"
-                  else f"{consumers} x {CHUNK_ROWS} rows x {row} B, reused chunk by chunk")
+        rows = store.operands[1].type.rows if pingpong else CHUNK_ROWS
+        detail = ((f"the whole tile{f' for each of {consumers} ping-pong consumers' if pingpong else ''}")
+                  if form == "tile" else f"{consumers} x {rows} rows x {row} B, reused chunk by chunk")
         out.append(Buffer("staging", store, size, align, pos[store].start, last, detail,
                           "in use from the store to the end of the tile"))
     return out

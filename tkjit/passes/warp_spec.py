@@ -6,8 +6,16 @@ N is the number of 64-row slabs of the tallest mma accumulator -- one slab per c
 lowered to a divisor of it until every consumer's live register fragments fit what setmaxnreg
 can give a consumer (at most 7 consumers: 1,024 threads). ``consumers`` on the kernel
 (``@consumers(N)``) or the pass option pins N. A kernel that loads no shared tile has nothing
-for a producer to do: it gets no producer warpgroup. Records ``consumers``, ``producer`` and
-``threads`` on the kernel.
+for a producer to do: it gets no producer warpgroup. Records ``consumers``, ``producer``,
+``threads`` and ``pingpong`` on the kernel.
+
+``mode``: how consumers share the work. ``cooperative``: every consumer owns a share of each
+tile's rows (above). ``pingpong`` (CUTLASS's schedule): two consumers each compute whole tiles,
+the CTA's tiles alternating between them on a persistent grid, taking turns on the tensor cores
+so one's epilogue runs under the other's wgmmas; it needs the whole accumulator in one
+consumer's registers, one accumulator (the GEMM pattern), a persistent block loop and no
+split-K, and where one of these fails the kernel stays cooperative and the log says why.
+``auto`` picks by ``pingpong_by_default``.
 """
 from __future__ import annotations
 
@@ -18,12 +26,38 @@ from ..ir.core import Kernel
 from ..ir.ops import MMA_OPS
 from ..ir.types import TileType
 from .decisions import subject_of
-from .hopper import (MAX_THREADS, SETMAXNREG_MIN, WARPGROUP, consumer_registers, has_producer,
-                     threads_for)
+from .hopper import (MAX_THREADS, SETMAXNREG_MIN, WARPGROUP, block_loop, consumer_registers,
+                     has_producer, threads_for)
 from .liveness import CONSUMER_OVERHEAD, consumer_pressure
 from .manager import Pass, PassContext, register_pass
 
 MAX_CONSUMERS = MAX_THREADS // WARPGROUP - 1
+MODES = ("auto", "cooperative", "pingpong")
+PINGPONG_CONSUMERS = 2
+PINGPONG_MIN_COLS = 128
+
+
+MEASURED = ("H200, 2026-11-21, same-run A/B at 128x128 tiles, ratio to cuBLAS, cooperative -> ping-pong: "
+            "4096^3 1.000 -> 1.025, 2048^3 1.011 -> 1.019, M = N = 4096 with K = 64 / 256 / 1024: 1.019 / "
+            "1.060 / 1.019 -> 1.129 / 1.188 / 1.089, 8192x14336x4096 1.029 -> 1.064, 8192^3 1.048 -> 1.043; "
+            "benchmarks/results/2026-11-21-nvidia-h200-pingpong.json")
+
+
+def pingpong_by_default(kernel: Kernel, accs) -> tuple[bool, str]:
+    """Whether ``auto`` chooses ping-pong for a kernel that can run it: when cooperative
+    consumers would split a tile that one consumer can hold whole (128 x 128: two shares of 64
+    rows, or one consumer with all 128 accumulator registers). Measured there; 64-row tiles
+    (one cooperative consumer, ping-pong would add a second warpgroup) and tiles narrower than
+    128 columns were not compared, so they stay cooperative."""
+    rows, cols = accs[0].type.rows, accs[0].type.cols
+    if rows // 64 < PINGPONG_CONSUMERS:
+        return False, (f"auto: a {rows}-row tile is one cooperative consumer's; ping-pong there (a second "
+                       "warpgroup) was not measured against it (warp-spec{mode=pingpong} asks for it)")
+    if cols < PINGPONG_MIN_COLS:
+        return False, (f"auto: {cols}-column tiles carry half the wgmma work per stage of the measured "
+                       f"{PINGPONG_MIN_COLS}; ping-pong there was not measured (warp-spec{{mode=pingpong}} asks for it)")
+    return True, ("auto: one consumer holds the whole tile, so the two take whole tiles in turn and "
+                  f"each one's epilogue runs under the other's wgmmas ({MEASURED})")
 
 
 @register_pass
@@ -34,31 +68,78 @@ class WarpSpec(Pass):
     target_specific = True
     consumers: int = 0
     """Pin the number of consumer warpgroups (0: the kernel's pin, else decide)."""
+    mode: str = "auto"
+    """auto, cooperative (consumers share each tile's rows) or pingpong (alternate whole tiles)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.mode not in MODES:
+            raise PassError(f"warp-spec: mode must be {', '.join(MODES)}, got '{self.mode}'")
         accs = [op.result for op in kernel.walk() if isinstance(op, MMA_OPS)]
         tallest = max(accs, key=lambda v: v.type.rows, default=None)
         slabs = tallest.type.rows // 64 if tallest is not None else 1
+        pingpong, why_pp = self.choose_mode(kernel, accs)
+        kernel.attrs["pingpong"] = pingpong
         pinned = self.consumers or kernel.attrs.get("consumers")
-        if pinned:
+        if pingpong:
+            if self.consumers and self.consumers != PINGPONG_CONSUMERS:
+                raise PassError(f"@{kernel.name}: ping-pong runs {PINGPONG_CONSUMERS} consumers, the "
+                                f"pass option pins {self.consumers}", kernel.span)
+            n = PINGPONG_CONSUMERS
+            why = (f"ping-pong: {n} consumers, each computing whole {tallest.type.rows}x"
+                   f"{tallest.type.cols} tiles of {subject_of(tallest)} ({why_pp})")
+        elif pinned:
             n = self.check_pin(kernel, pinned, slabs, tallest)
             how = "pinned by the pass option" if self.consumers else "pinned by the kernel"
             why = f"{how}; {self.split_text(tallest, n)}"
         else:
             n, why = self.choose(kernel, slabs, tallest)
+        if not pingpong and why_pp:
+            why += f"; cooperative, not ping-pong: {why_pp}"
         producer = has_producer(kernel)
         threads = threads_for(n, producer)
         kernel.attrs["consumers"] = n
         kernel.attrs["producer"] = producer
         kernel.attrs["threads"] = threads
-        pressure = consumer_pressure(kernel, n)
+        pressure = consumer_pressure(kernel, 1 if pingpong else n)
         if not producer:
             why += "; no shared-tile loads, so no producer warpgroup: consumers load for themselves"
         roles = f"{'1 producer + ' if producer else ''}{n} consumer warpgroup{'s' * (n > 1)}"
         ctx.decide(f"@{kernel.name}", f"{roles} = {threads} threads",
                    f"{why}; peak live fragments per consumer thread: {pressure.summary()}",
-                   consumers=n, producer=producer, threads=threads, peak_registers=pressure.peak)
+                   consumers=n, producer=producer, threads=threads, peak_registers=pressure.peak,
+                   pingpong=pingpong)
         return kernel
+
+    def choose_mode(self, kernel: Kernel, accs) -> tuple[bool, str]:
+        """(ping-pong?, why): asked for or chosen by ``auto``, and possible for this kernel."""
+        if self.mode == "cooperative":
+            return False, ""
+        blocker = self.pingpong_blocker(kernel, accs)
+        if blocker:
+            return False, (f"ping-pong asked for, but {blocker}" if self.mode == "pingpong"
+                           else ("" if len(accs) != 1 else f"ping-pong cannot run: {blocker}"))
+        if self.mode == "pingpong":
+            return True, "asked for by the pass option mode=pingpong"
+        return pingpong_by_default(kernel, accs)
+
+    @staticmethod
+    def pingpong_blocker(kernel: Kernel, accs) -> str:
+        """What keeps this kernel from ping-pong consumers, or ''."""
+        if len(accs) != 1:
+            return f"it has {len(accs)} tensor-core accumulators (ping-pong is for one, the GEMM pattern)"
+        if not has_producer(kernel):
+            return "it loads no shared tile (no producer to fill a ring for both consumers)"
+        blocks = block_loop(kernel)
+        if blocks.attrs.get("schedule", "grid") != "persistent":
+            return "the block loop is not persistent (a CTA has one tile, nothing to alternate)"
+        if int(blocks.attrs.get("split", 1)) > 1:
+            return "split-K gives each tile a cluster of its own (one tile per CTA)"
+        need = consumer_pressure(kernel, 1).peak + CONSUMER_OVERHEAD
+        room = consumer_registers(PINGPONG_CONSUMERS, SETMAXNREG_MIN)
+        if need > room:
+            return (f"a whole {accs[0].type.rows}x{accs[0].type.cols} accumulator needs about {need} "
+                    f"registers per consumer thread, over the {room} two consumers can get")
+        return ""
 
     def check_pin(self, kernel: Kernel, pinned, slabs: int, tallest) -> int:
         if not isinstance(pinned, int) or isinstance(pinned, bool) or not 1 <= pinned <= MAX_CONSUMERS:

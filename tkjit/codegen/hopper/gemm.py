@@ -5,7 +5,9 @@
                   the TMA boxes of A and B into it. When A's or B's rows are not a multiple of
                   16 bytes (TMA cannot address them; the kernel checks the dims) all 128
                   producer threads copy the stage instead (copy.py)
-    warpgroups 1+ consumers: setmaxnreg.inc; each owns BM/consumers rows of the tile; per K
+    warpgroups 1+ consumers: setmaxnreg.inc; each owns BM/consumers rows of the tile (ping-pong:
+                  two consumers own whole tiles, the CTA's tiles alternating between them, and
+                  take turns on the tensor cores through named barriers 4 + c); per K
                   step waits on full[s], issues one wgmma group over the stage, keeps it in
                   flight (wait_group 1) and releases the previous stage; after the loop it
                   drains and stores its rows of C: stmatrix into 128B-swizzled staging panels
@@ -25,12 +27,13 @@ map per TMA operand (metadata entries of kind "tensormap").
 from __future__ import annotations
 
 from ...ir.types import F32, GlobalType
-from ...passes.sync_protocol import Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, producer_fill
+from ...passes.sync_protocol import (Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, pingpong_consumer,
+                                     producer_fill)
 from . import copy, mbarrier, multicast, reduce, tma, wgmma
 from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, pack_tile, packed_registers, staging_lanes, store_fragment, store_staged
 from .match import GemmMatch
-from .plan import Plan, operand_a, operand_b
+from .plan import TURN_BARRIER, Plan, consumer_rows, operand_a, operand_b
 from .program import RingRegs, RoleEmitter
 
 PTX_VERSION = "8.0"
@@ -42,12 +45,16 @@ FIRST_CONSUMER_BARRIER = 2
 
 
 def gemm_protocol(g: GemmMatch, plan: Plan) -> Protocol:
-    """One ring (the K loop's A and B tiles), filled by the producer, read by every consumer."""
+    """One ring (the K loop's A and B tiles), filled by the producer, read by every consumer
+    (ping-pong: each fill by the consumer of its tile)."""
     a_bytes, b_bytes = g.bm * g.bk * 2, g.bk * g.bn * 2
     ring = Ring(RING, plan.stages, (Load("a", a_bytes), Load("b", b_bytes)), a_bytes + b_bytes,
-                plan.consumers, where="the K loop", cluster=plan.multicast)
+                1 if plan.pingpong else plan.consumers, where="the K loop", cluster=plan.multicast)
     producer = (Tiles((Loop(RING, producer_fill(ring)),)),)
-    consumer = (Tiles(consumer_loop(LoopPlan(RING, ((RING,),)), plan.stages)),)
+    if plan.pingpong:
+        consumer = pingpong_consumer(LoopPlan(RING, ((RING,),)), plan.stages)
+    else:
+        consumer = (Tiles(consumer_loop(LoopPlan(RING, ((RING,),)), plan.stages)),)
     return Protocol(g.kernel.name, plan.consumers, plan.persistent, (ring,), producer, consumer)
 
 
@@ -189,7 +196,7 @@ class GemmKernel:
         b(f"setp.ne.u32 {leader}, {tid}, 0;", f"@{leader} bra {done};")
         for s in range(plan.stages):
             b(mbarrier.init(f"{self.full}+{8 * s}", 1),
-              mbarrier.init(f"{self.empty}+{8 * s}", plan.consumers * plan.multicast))
+              mbarrier.init(f"{self.empty}+{8 * s}", self.proto.ring(RING).empty_arrivals * plan.multicast))
         b(mbarrier.INIT_FENCE)
         b.place(done)
         if plan.multicast > 1:  # the peer arrives here and multicasts into this CTA from now on
@@ -412,13 +419,19 @@ class Consumer(GemmRole):
         b(f"sub.u32 {index}, {k.wg}, 1;")
         leader = b.pred()
         b(f"setp.eq.u32 {leader}, {k.tid_wg}, 0;")
-        self.rows = g.bm // plan.consumers
+        self.rows = consumer_rows(g, plan.consumers)
+        self.share = index  # which share of a tile's rows this consumer computes
+        if plan.pingpong:  # all of them, for the CTA's tiles index, index + 2, ...
+            self.share = b.mov(0)
+            self.own_turn, self.next_turn = b.reg(), b.reg()
+            b(f"add.u32 {self.own_turn}, {index}, {TURN_BARRIER};", f"xor.b32 {self.next_turn}, {index}, 1;",
+              f"add.u32 {self.next_turn}, {self.next_turn}, {TURN_BARRIER};")
         self.op_a, self.op_b = operand_a(g, plan), operand_b(g, plan)
         self.a_base, self.b_base = b.reg(), b.reg()
-        b(f"mad.lo.u32 {self.a_base}, {index}, {self.rows * plan.span_a}, {k.smem};",
+        b(f"mad.lo.u32 {self.a_base}, {self.share}, {self.rows * plan.span_a}, {k.smem};",
           f"add.u32 {self.a_base}, {self.a_base}, {plan.a_offset};",
           f"add.u32 {self.b_base}, {k.smem}, {plan.b_offset};")
-        self.thread_row, self.thread_col = self.fragment_origin(index)
+        self.thread_row, self.thread_col = self.fragment_origin(self.share)
         self.acc = [[[b.reg("f32") for _ in range(plan.wgmma_n // 2)] for _ in range(g.bn // plan.wgmma_n)]
                     for _ in range(self.rows // 64)]
         self.staging = self.staging_setup(index, leader) if plan.staging is not None else None
@@ -452,6 +465,33 @@ class Consumer(GemmRole):
           f"mad.lo.u32 {row}, {warp}, 16, {row};", f"mad.lo.u32 {row}, {index}, {self.rows}, {row};",
           f"and.b32 {col}, {self.k.lane}, 3;", f"shl.b32 {col}, {col}, 1;")
         return row, col
+
+    # -- ping-pong: the CTA's tiles index, index + 2, ..., turns on the tensor cores ----------
+    def first_tile(self) -> None:
+        if not self.k.plan.pingpong:
+            return super().first_tile()
+        self.b(f"mad.lo.s32 {self.tile}, {self.index}, {self.k.grid_step}, {self.k.first};")
+
+    def next_tile(self) -> None:
+        if not self.k.plan.pingpong:
+            return super().next_tile()
+        self.b(f"mad.lo.s32 {self.tile}, {self.k.grid_step}, {self.k.plan.consumers}, {self.tile};")
+
+    def has_prev_tile(self) -> str:
+        p = self.b.pred()
+        self.b(f"setp.ne.s32 {p}, {self.tile}, {self.k.first};")
+        return p
+
+    def has_next_tile(self) -> str:
+        p, after = self.b.pred(), self.b.reg()
+        self.b(f"add.s32 {after}, {self.tile}, {self.k.grid_step};", f"setp.lt.s32 {p}, {after}, {self.tile_count};")
+        return p
+
+    def turn_wait(self, step) -> None:
+        self.b(f"bar.sync {self.own_turn}, {2 * 128};")
+
+    def turn_pass(self, step) -> None:
+        self.b(f"bar.arrive {self.next_turn}, {2 * 128};")
 
     def tile_begin(self) -> None:
         super().tile_begin()
@@ -522,7 +562,7 @@ class Consumer(GemmRole):
             return
         if self.staging is not None:
             tile_row, tile_col = b.reg(), b.reg()
-            b(f"mul.lo.s32 {tile_row}, {self.m}, {g.bm};", f"mad.lo.s32 {tile_row}, {self.index}, {self.rows}, {tile_row};",
+            b(f"mul.lo.s32 {tile_row}, {self.m}, {g.bm};", f"mad.lo.s32 {tile_row}, {self.share}, {self.rows}, {tile_row};",
               f"mul.lo.s32 {tile_col}, {self.n}, {g.bn};", f"@!{k.c_tma_ok} bra {registers};")
             if self.pending is not None:
                 self.store_pending()  # a tile without K steps issued no wgmma: its predecessor waits

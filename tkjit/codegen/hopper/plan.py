@@ -27,6 +27,14 @@ PRODUCER_REGS = 40
 CONSUMER_OVERHEAD = 32        # registers a consumer needs besides its accumulators
 MAX_WGMMA_N = 256
 MAX_BOX = 256
+TURN_BARRIER = 4
+"""Named barriers 4 + c: ping-pong consumer c's turn on the tensor cores (gemm.py)."""
+
+
+def consumer_rows(g: GemmMatch, consumers: int) -> int:
+    """Rows of each tile a consumer computes: all of them with ping-pong consumers (the warp-spec
+    pass's ``pingpong``: consumers alternate over whole tiles), else an equal share."""
+    return g.bm if g.kernel.attrs.get("pingpong") else g.bm // consumers
 
 
 def ceil_to(x: int, m: int) -> int:
@@ -70,6 +78,9 @@ class Plan:
     multicast: int = 1
     """CTAs per cluster sharing B's stages through TMA multicast (2: pairs of tiles along M,
     multicast.py); 1: none."""
+    pingpong: bool = False
+    """Consumers alternate over whole tiles and take turns on the tensor cores (warp-spec's
+    ``pingpong``): consumer c computes the CTA's tiles c, c + 2, ..."""
     deferred_epilogue: bool = False
     """A tile's accumulators are packed to 16 bits and stored after the next tile's first wgmma
     group is issued (``_deferred_epilogue``)."""
@@ -119,6 +130,9 @@ def make_plan(g: GemmMatch) -> Plan:
         why_e = "a split tile's partials are added in the owning CTA's registers, which store to C"
     plan = Plan(span_a, span_b, consumers, regs, maxnreg, stages, a_off, b_off, stride, bars, smem,
                 persistent, group, wgmma_n, staging, staging_cols, split, min(a_off, b_off))
+    plan.pingpong = bool(g.kernel.attrs.get("pingpong"))
+    if plan.pingpong and split > 1:
+        raise NoMatch("ping-pong consumers alternate over a CTA's tiles; split-K gives a CTA one tile")
     if split > 1:
         plan.decide("split", split, why_split)
     plan.decide("backend", "wgmma", "the kernel is the GEMM pattern: TMA loads into an S-stage ring, "
@@ -140,13 +154,14 @@ def make_plan(g: GemmMatch) -> Plan:
     else:
         what = "registers to global"
     plan.decide("epilogue", what, why_e)
+    plan.decide("consumer schedule", "ping-pong" if plan.pingpong else "cooperative", _why_schedule(g, plan))
     plan.multicast, why_mc = _multicast(g, plan)
     plan.decide("multicast", f"clusters of {plan.multicast}, B multicast" if plan.multicast > 1 else "none",
                 why_mc)
     plan.deferred_epilogue, why_d = _deferred_epilogue(g, plan)
     plan.decide("epilogue overlap", "deferred to the next tile's first wgmma group" if plan.deferred_epilogue
                 else "none", why_d)
-    rows_pc = g.bm // consumers
+    rows_pc = consumer_rows(g, consumers)
     plan.decide("wgmma", f"m64n{wgmma_n}k16 x {g.bk // 16} k-steps x {rows_pc // 64} slab(s) x "
                 f"{g.bn // wgmma_n} piece(s) per trip", "N per instruction is the tile's columns, "
                 "split evenly when wider than 256")
@@ -170,11 +185,14 @@ def _deferred_epilogue(g: GemmMatch, plan: Plan) -> tuple[bool, str]:
     and store waits do (ncu, H200, 4096^3: the consumers' epilogue barriers were the largest
     stall, 8.2 of 19.5 cycles per instruction, while no wgmma was in flight). It takes registers
     for both the accumulators and the packed tile, staging, and a next tile (persistent)."""
+    if plan.pingpong:
+        return False, ("ping-pong: a consumer's epilogue already runs while the other consumer's "
+                       "wgmmas do")
     if plan.split > 1 or plan.staging is None:
         return False, "the epilogue stores from registers (no staging to defer into)"
     if not plan.persistent:
         return False, "one tile per CTA: no next tile's wgmmas to overlap the stores with"
-    acc = (g.bm // plan.consumers) * g.bn // WARPGROUP
+    acc = consumer_rows(g, plan.consumers) * g.bn // WARPGROUP
     need = acc + acc // 2 + CONSUMER_OVERHEAD
     if need > plan.regs[1]:
         return False, (f"the accumulators ({acc}), the packed tile ({acc // 2}) and {CONSUMER_OVERHEAD} "
@@ -205,6 +223,9 @@ def _multicast(g: GemmMatch, plan: Plan) -> tuple[int, str]:
         raise NoMatch(f"multicast = {asked}: only pairs of CTAs share B")
     if plan.split > 1:
         return 1, "split-K already makes each tile a cluster of its own"
+    if plan.pingpong:
+        return 1, ("not with ping-pong consumers: the pair's walk of tile pairs and the consumers' "
+                   "alternation are not built together (multicast measured no gain either)")
     if not plan.persistent:
         return 1, "the pair walks tiles two at a time on a persistent grid only"
     if g.b_major == "MN" and (g.bn // (plan.span_b // 2)) % 2:
@@ -220,13 +241,27 @@ def _multicast(g: GemmMatch, plan: Plan) -> tuple[int, str]:
                "by the pair with the off-edge CTA on zero-filled A (stores clipped)")
 
 
+def _why_schedule(g: GemmMatch, plan: Plan) -> str:
+    if not plan.pingpong:
+        return ("from the warp-spec pass: consumers share each tile's rows"
+                if "pingpong" in g.kernel.attrs else "local rule: consumers share each tile's rows")
+    why = (f"from the warp-spec pass: consumer c computes whole {g.bm}x{g.bn} tiles, the CTA's tiles "
+           "c, c + 2, ... of the persistent walk; the producer fills the ring for both in tile order, each "
+           "consumer skips the stages of the other's tiles (empty[s] counts 1 arrival), and named barriers "
+           f"{TURN_BARRIER} + c pass the turn on the tensor cores after a tile's wgmmas are issued, so one "
+           "consumer's epilogue runs under the other's K loop")
+    if not plan.persistent:
+        why += "; the grid is not persistent, so a CTA has one tile and consumer 1 none"
+    return why
+
+
 MAX_CLUSTER = 8
 """The portable cluster size: a split tile's CTAs form one cluster."""
 
 
 def split_part_registers(g: GemmMatch, consumers: int) -> int:
     """f32 accumulator registers per consumer thread (all its slabs and wgmma pieces)."""
-    return (g.bm // consumers) * g.bn // WARPGROUP
+    return (consumer_rows(g, consumers)) * g.bn // WARPGROUP
 
 
 def reduce_bytes(g: GemmMatch, consumers: int) -> int:
@@ -265,6 +300,8 @@ def _check_boxes(g: GemmMatch) -> None:
 def _consumers(g: GemmMatch) -> tuple[int, str]:
     slabs = g.bm // 64
     pinned = g.kernel.attrs.get("consumers")
+    if g.kernel.attrs.get("pingpong"):
+        return pinned, f"from the warp-spec pass: {pinned} ping-pong consumers, each computing whole tiles"
     if isinstance(pinned, int) and not isinstance(pinned, bool):
         if slabs % pinned:
             raise NoMatch(f"{pinned} consumers cannot share {slabs} 64-row slabs evenly")
@@ -283,7 +320,7 @@ def _registers(g: GemmMatch, consumers: int) -> tuple[tuple[int, int], int, str]
     threads = WARPGROUP * (consumers + 1)
     entry = g.kernel.attrs.get("maxnreg") or entry_registers(threads)
     pool = entry * threads
-    need = (g.bm // consumers) * g.bn // WARPGROUP + CONSUMER_OVERHEAD
+    need = (consumer_rows(g, consumers)) * g.bn // WARPGROUP + CONSUMER_OVERHEAD
     pinned = g.kernel.attrs.get("regs")
     if pinned is not None:
         p, c = pinned
@@ -360,7 +397,7 @@ def _memory(g: GemmMatch, consumers: int, wgmma_n: int):
         staging_cols, why_e = _staging_cols(g, consumers, wgmma_n, room - ring - 16 * stages)
         if staging_cols:
             staging = ring
-            ring += consumers * (g.bm // consumers) * staging_cols * 2
+            ring += consumers * (consumer_rows(g, consumers)) * staging_cols * 2
         bars = ring
         smem = bars + 16 * stages + ALIGN_SLACK
         why_m = (("the smem-plan pass put C's staging tile over the ring, and this kernel has no "
@@ -393,9 +430,11 @@ def _planned_staging(g: GemmMatch, consumers: int, wgmma_n: int) -> tuple[int | 
     form = store.get("staging")
     if form is None or "smem" not in store:
         return None, 0, "the smem-plan pass planned no staging tile for C's store"
-    rows = g.bm // consumers
+    rows = consumer_rows(g, consumers)
     cols = g.bn if form == "tile" else store.get("staging_cols", 64)
-    planned = g.bm * g.bn * 2 if form == "tile" else consumers * 64 * cols * 2
+    pingpong = bool(g.kernel.attrs.get("pingpong"))  # then each consumer stages all its rows
+    copies, chunk_rows = (consumers, rows) if pingpong else (1, 64)
+    planned = copies * g.bm * g.bn * 2 if form == "tile" else consumers * chunk_rows * cols * 2
     need = consumers * rows * cols * 2
     if need > planned:
         return None, 0, (f"the smem-plan pass's staging tile ({planned} B) is smaller than {consumers} "
@@ -417,7 +456,7 @@ def _staging_cols(g: GemmMatch, consumers: int, wgmma_n: int, room: int,
         return 0, f"C is {g.c_dtype}: stmatrix stages 16-bit values only, so registers store to C"
     if g.bn % 64 or wgmma_n % 16:
         return 0, f"BN = {g.bn} is not a whole number of 64-column TMA boxes"
-    rows = g.bm // consumers
+    rows = consumer_rows(g, consumers)
     for cols in range(widest or g.bn, 0, -64):
         if g.bn % cols == 0 and consumers * rows * cols * 2 <= room:
             return cols, (f"each consumer stages {rows} x {cols} of its rows in 128B-swizzled 64-column "

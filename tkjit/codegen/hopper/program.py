@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...passes.sync_protocol import (Advance, ExpectTx, IfTrips, Loop, Mma, MmaWait, NotFirst,
-                                     Protocol, Release, Reset, Ring, TmaLoad, Tiles, Wait)
+from ...passes.sync_protocol import (Advance, ExpectTx, IfNextTile, IfPrevTile, IfTrips, Loop, Mma,
+                                     MmaWait, NotFirst, Protocol, Release, Reset, Ring, SkipTrips,
+                                     TmaLoad, Tiles, TurnPass, TurnWait, Wait)
 from . import mbarrier, multicast, wgmma
 from .builder import Builder
 
@@ -48,7 +49,9 @@ class RoleEmitter:
         self.table = {Wait: self.wait, ExpectTx: self.expect_tx, TmaLoad: self.tma_load, Mma: self.mma,
                       MmaWait: self.mma_wait, Release: self.release, Advance: self.advance,
                       Reset: self.reset, Tiles: self.tiles, Loop: self.loop, IfTrips: self.if_trips,
-                      NotFirst: self.not_first}
+                      NotFirst: self.not_first, IfPrevTile: self.if_prev_tile,
+                      IfNextTile: self.if_next_tile, SkipTrips: self.skip_trips,
+                      TurnWait: self.turn_wait, TurnPass: self.turn_pass}
 
     def emit(self, steps) -> None:
         for step in steps:
@@ -106,6 +109,15 @@ class RoleEmitter:
         else:
             self.b(f"xor.b32 {r.ph}, {r.ph}, 1;")
 
+    def skip_trips(self, step: SkipTrips) -> None:
+        """Advance past the previous tile's trips -- every tile has the ring's trip count (no
+        split-K with alternating consumers): s += trips mod stages, ph flips once per wrap."""
+        r = self.rings[step.ring]
+        total, wraps, whole = self.b.reg(), self.b.reg(), self.b.reg()
+        self.b(f"add.s32 {total}, {r.s}, {r.trips};", f"div.u32 {wraps}, {total}, {r.ring.stages};",
+               f"mul.lo.u32 {whole}, {wraps}, {r.ring.stages};", f"sub.s32 {r.s}, {total}, {whole};",
+               f"and.b32 {wraps}, {wraps}, 1;", f"xor.b32 {r.ph}, {r.ph}, {wraps};")
+
     def reset(self, step: Reset) -> None:
         r = self.rings[step.ring]
         self.b(f"mov.b32 {r.s}, 0;", f"mov.b32 {r.ph}, 0;")
@@ -152,6 +164,25 @@ class RoleEmitter:
         self.nonzero.add(step.ring)
         self.emit(step.body)
         self.nonzero.discard(step.ring)
+        if step.orelse:
+            done = self.b.label(f"{step.ring}_some")
+            self.b(f"bra.uni {done};")
+            self.b.place(end)
+            self.emit(step.orelse)
+            self.b.place(done)
+            return
+        self.b.place(end)
+
+    def if_prev_tile(self, step: IfPrevTile) -> None:
+        self.guarded(self.has_prev_tile(), step.body, "no_prev_tile")
+
+    def if_next_tile(self, step: IfNextTile) -> None:
+        self.guarded(self.has_next_tile(), step.body, "no_next_tile")
+
+    def guarded(self, pred: str, body, what: str) -> None:
+        end = self.b.label(what)
+        self.b(f"@!{pred} bra {end};")
+        self.emit(body)
         self.b.place(end)
 
     def not_first(self, step: NotFirst) -> None:
@@ -173,6 +204,18 @@ class RoleEmitter:
 
     def tile_begin(self) -> None:
         pass
+
+    def has_prev_tile(self) -> str:
+        raise NotImplementedError("this role does not alternate tiles")
+
+    def has_next_tile(self) -> str:
+        raise NotImplementedError("this role does not alternate tiles")
+
+    def turn_wait(self, step: TurnWait) -> None:
+        raise NotImplementedError(f"this role takes no turns ({step.text()})")
+
+    def turn_pass(self, step: TurnPass) -> None:
+        raise NotImplementedError(f"this role takes no turns ({step.text()})")
 
     def tile_end(self) -> None:
         pass
