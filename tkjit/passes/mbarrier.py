@@ -194,6 +194,9 @@ def _ring_reason(ring: Ring, proto: Protocol) -> str:
     arm = (f"the producer's one arrive.expect_tx arms full with the bytes its TMA loads "
            f"complete ({loads}); each of the {proto.consumers} consumer warpgroups arrives on "
            "empty once no wgmma of its reads the stage")
+    if proto.pingpong:  # one reader per fill: the consumer of the tile it was filled for
+        arm = arm.replace(f"each of the {proto.consumers} consumer warpgroups arrives",
+                          "the one consumer whose tile the fill is for (ping-pong) arrives")
     if ring.one_shot:
         return (f"loaded once per tile: {arm}, at the end of the tile; the phase bit flips "
                 "every tile")

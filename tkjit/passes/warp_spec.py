@@ -7,7 +7,7 @@ lowered to a divisor of it until every consumer's live register fragments fit wh
 can give a consumer (at most 7 consumers: 1,024 threads). ``consumers`` on the kernel
 (``@consumers(N)``) or the pass option pins N. A kernel that loads no shared tile has nothing
 for a producer to do: it gets no producer warpgroup. Records ``consumers``, ``producer``,
-``threads`` and ``pingpong`` on the kernel.
+``threads`` and, for ping-pong consumers, ``pingpong = true`` on the kernel.
 
 ``mode``: how consumers share the work. ``cooperative``: every consumer owns a share of each
 tile's rows (above). ``pingpong`` (CUTLASS's schedule): two consumers each compute whole tiles,
@@ -78,7 +78,6 @@ class WarpSpec(Pass):
         tallest = max(accs, key=lambda v: v.type.rows, default=None)
         slabs = tallest.type.rows // 64 if tallest is not None else 1
         pingpong, why_pp = self.choose_mode(kernel, accs)
-        kernel.attrs["pingpong"] = pingpong
         pinned = self.consumers or kernel.attrs.get("consumers")
         if pingpong:
             if self.consumers and self.consumers != PINGPONG_CONSUMERS:
@@ -100,6 +99,10 @@ class WarpSpec(Pass):
         kernel.attrs["consumers"] = n
         kernel.attrs["producer"] = producer
         kernel.attrs["threads"] = threads
+        if pingpong:  # absent: cooperative (every other kernel's IR prints as before)
+            kernel.attrs["pingpong"] = True
+        else:
+            kernel.attrs.pop("pingpong", None)
         pressure = consumer_pressure(kernel, 1 if pingpong else n)
         if not producer:
             why += "; no shared-tile loads, so no producer warpgroup: consumers load for themselves"

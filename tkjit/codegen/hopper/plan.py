@@ -244,7 +244,7 @@ def _multicast(g: GemmMatch, plan: Plan) -> tuple[int, str]:
 def _why_schedule(g: GemmMatch, plan: Plan) -> str:
     if not plan.pingpong:
         return ("from the warp-spec pass: consumers share each tile's rows"
-                if "pingpong" in g.kernel.attrs else "local rule: consumers share each tile's rows")
+                if "threads" in g.kernel.attrs else "local rule: consumers share each tile's rows")
     why = (f"from the warp-spec pass: consumer c computes whole {g.bm}x{g.bn} tiles, the CTA's tiles "
            "c, c + 2, ... of the persistent walk; the producer fills the ring for both in tile order, each "
            "consumer skips the stages of the other's tiles (empty[s] counts 1 arrival), and named barriers "
