@@ -59,8 +59,9 @@ def test_the_plan_follows_the_passes():
 @pytest.mark.parametrize("d, stages", [(128, 3), (64, 6)])
 def test_the_pipeline_pass_sizes_the_ring_from_the_tiles(d, stages):
     """Unpinned, the K/V ring gets as many stages as fit beside Q: 3 x 64 KB at D = 128, 6 x 32 KB
-    at D = 64 (the register-direct epilogue needs no staging of its own)."""
-    m, plan = plan_attention(ir_of(d, False))
+    at D = 64 (the register-direct epilogue needs no staging of its own). Causal: one tile per CTA,
+    one Q slot, the ring as the pass sized it."""
+    m, plan = plan_attention(ir_of(d, True))
     assert plan.stages == m.loop.attrs["stages"] == stages
     assert "pipeline pass" in {x["decision"]: x for x in plan.decisions}["stages"]["why"]
     assert plan.smem_bytes <= 232448
@@ -68,10 +69,12 @@ def test_the_pipeline_pass_sizes_the_ring_from_the_tiles(d, stages):
 
 @pytest.mark.parametrize("d, causal, stages", [(128, True, 2), (128, True, 3), (128, False, 3), (64, False, 6)])
 def test_the_protocol_passes_the_checker(d, causal, stages):
-    """Persistent (non-causal: several tiles per CTA, phases carried on) and one tile per CTA
-    (causal: the hardware balances tiles of unequal length)."""
+    """Persistent (non-causal: several tiles per CTA, phases carried on; at D = 64 two Q slots, the
+    second over the ring's last stage) and one tile per CTA (causal: the hardware balances tiles of
+    unequal length)."""
     m, plan = plan_attention(ir_of(d, causal, pinned(stages)))
-    assert plan.stages == stages and plan.persistent == (not causal)
+    q2 = d == 64 and not causal
+    assert plan.stages == stages - q2 and plan.q_slots == 1 + q2 and plan.persistent == (not causal)
     proto = attention_protocol(m, plan)
     assert proto.persistent == (not causal)
     report = check_protocol(proto)
@@ -201,3 +204,101 @@ def test_three_consumers_do_not_fit_at_head_dim_128():
     decisions: list = []
     assert emit_hopper_ptx(ir_of(128, False, bq=192), {"arch": "sm_90a"}, decisions) is None
     assert "3 consumers get at most 160 registers" in decisions[0]["why"], decisions[0]["why"]
+
+
+@pytest.fixture
+def pins(monkeypatch):
+    """Set the attention plan's module pins for one test (ir_of's cache holds IR, not plans)."""
+    from tkjit.codegen.hopper import attention_plan
+
+    def set_pins(**values):
+        for name, value in values.items():
+            monkeypatch.setattr(attention_plan, name, value)
+    return set_pins
+
+
+def test_two_q_slots_take_a_stage_only_where_three_remain(pins):
+    """Persistent D = 64: Q's second slot (24 KB) takes the ring's last stage (6 -> 5), K/V keep one
+    barrier pair; D = 128 keeps 3 stages and one Q slot (Q2_MIN_STAGES); pinned to 2 it goes
+    3 -> 2 stages and, with 2, K and V get their own barriers."""
+    m, plan = plan_attention(ir_of(64, False))
+    assert (plan.stages, plan.q_slots, plan.split_kv) == (5, 2, False)
+    assert plan.q_offset2 == 5 * plan.stage_stride and plan.smem_bytes <= 232448
+    log = {d["decision"]: d for d in plan.decisions}
+    assert "6 -> 5 stages" in log["Q slots"]["why"]
+    m, plan = plan_attention(ir_of(128, False))
+    assert (plan.stages, plan.q_slots, plan.split_kv) == (3, 1, False)
+    pins(Q2_MIN_STAGES=2)
+    m, plan = plan_attention(ir_of(128, False))
+    assert (plan.stages, plan.q_slots, plan.split_kv) == (2, 2, True)
+    assert plan.q_offset2 == 2 * plan.stage_stride and plan.v_bars > plan.q_bars
+    proto = attention_protocol(m, plan)
+    assert [r.name for r in proto.rings] == ["q", "k", "v"] and proto.ring("q").stages == 2
+    assert len(check_protocol(proto).results) >= 5
+
+
+@pytest.mark.parametrize("d, causal, stages", [(128, False, 3), (128, True, 2), (64, False, 3)])
+def test_split_kv_protocol_passes_the_checker(pins, d, causal, stages):
+    """K and V as two rings: S_j waits for K_j only, P_{j-1}·V_{j-1} for V one trip behind; every
+    case of the checker (persistent: slots and phases carried over tiles) passes."""
+    pins(SPLIT_KV_BARRIERS=True)
+    m, plan = plan_attention(ir_of(d, causal, pinned(stages)))
+    proto = attention_protocol(m, plan)
+    assert plan.split_kv and "ring k" in proto.text() and "ring v" in proto.text()
+    assert len(check_protocol(proto).results) >= 5
+
+
+def _mutate(proto, old, new):
+    """The protocol with consumer step ``old`` (anywhere in its tree) replaced by ``new`` steps."""
+    from dataclasses import replace
+
+    def walk(steps):
+        out = []
+        for st in steps:
+            if st == old:
+                out.extend(new)
+            elif hasattr(st, "body"):
+                out.append(replace(st, body=walk(st.body), **({"orelse": walk(st.orelse)} if hasattr(st, "orelse") else {})))
+            else:
+                out.append(st)
+        return tuple(out)
+    return replace(proto, consumer=walk(proto.consumer))
+
+
+@pytest.mark.parametrize("what, kind", [("no V wait", ("early-read", "wrong-phase")),
+                                        ("K released before S retires", ("release-before-read",))])
+def test_the_checker_catches_a_broken_split_protocol(pins, what, kind):
+    """A consumer that issues P·V without waiting for V's full barrier, or releases K_j while S_j
+    is still in flight, is caught on the CPU."""
+    from tkjit.passes.sync_check import SyncError
+    from tkjit.passes.sync_protocol import MmaWait, NotFirst, Release, Wait
+    pins(SPLIT_KV_BARRIERS=True)
+    m, plan = plan_attention(ir_of(128, False))
+    proto = attention_protocol(m, plan)
+    if what == "no V wait":
+        bad = _mutate(proto, NotFirst((Wait("v", "full"),)), ())
+    else:
+        bad = _mutate(_mutate(proto, Release("k"), ()), MmaWait(1), (MmaWait(1), Release("k")))
+    with pytest.raises(SyncError) as err:
+        check_protocol(bad)
+    assert err.value.violation.kind in kind, err.value
+    if what == "no V wait":
+        assert err.value.violation.ring == "v"
+
+
+@needs_cuda_tools
+@pytest.mark.parametrize("d", [128, 64])
+def test_split_kv_and_two_q_slots_assemble(pins, d):
+    """Both new paths: no spills, no serialized wgmma, the same HGMMA count, 2 x stages more
+    mbarriers initialised."""
+    pins(SPLIT_KV_BARRIERS=True, Q2_MIN_STAGES=2)
+    ptx, meta = emit_hopper_ptx(ir_of(d, False), {"arch": "sm_90a"})
+    cubin, report = toolchain.assemble(ptx, name=meta["name"])
+    fn = report[meta["name"]]
+    assert fn.spill_store_bytes == 0 and fn.stack_frame_bytes == 0, report.log
+    assert not {"C7517", "C7519"} & set(report.codes) and not report.setmaxnreg_ignored(), report.log
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", toolchain.sass(cubin))
+    assert len([op for op in ops if op.startswith("HGMMA")]) == 2 * (d // 16 + 128 // 16)
+    stages = 2 if d == 128 else 5
+    assert ptx.count("mbarrier.init") == 2 * 2 + 4 * stages
+    assert "ring k" in meta["protocol"] and "ring v" in meta["protocol"]

@@ -26,10 +26,25 @@ KEY_LOOP = "    for j in 0 .. kv_blocks {"
 
 
 def kernel(d: int, causal: bool, backend: str | None = None, stages: int | None = None,
-           bq: int | None = None):
+           bq: int | None = None, pins: tuple = ()):
     """The example (stages from the pipeline pass: 3 at D = 128, 6 at D = 64), or the same kernel
-    with its K/V ring pinned to ``stages`` or its query block set to ``bq`` rows."""
-    key = (d, causal, backend, stages, bq)
+    with its K/V ring pinned to ``stages``, its query block set to ``bq`` rows, or the attention
+    plan's module pins set to ``pins`` ((name, value) pairs; compiled without the disk cache,
+    whose key does not hold them)."""
+    key = (d, causal, backend, stages, bq, pins)
+    if key not in _KERNELS and pins:
+        from tkjit.codegen.hopper import attention_plan
+        saved = {name: getattr(attention_plan, name) for name, _ in pins}
+        try:
+            for name, value in pins:
+                setattr(attention_plan, name, value)
+            kern = tkjit.compile(SOURCE.read_text(), filename="attention.tk", cache=False,
+                                 constants={"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {}))
+            kern.binary  # compile while the pins hold
+            _KERNELS[key] = kern
+        finally:
+            for name, value in saved.items():
+                setattr(attention_plan, name, value)
     if key not in _KERNELS:
         path = SOURCE
         if stages is not None:
@@ -55,7 +70,7 @@ def reference(q, k, v, scale, causal):
     return o, torch.logsumexp(scores, dim=-1)
 
 
-def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages=None, bq=None):
+def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages=None, bq=None, pins=()):
     gen = torch.Generator(device="cpu").manual_seed(hash((b, h, hkv, n, d, causal)) & 0xFFFF)
     q = torch.randn(b, h, n, d, generator=gen).to(device, torch.bfloat16)
     k = torch.randn(b, hkv, n, d, generator=gen).to(device, torch.bfloat16)
@@ -63,12 +78,12 @@ def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages
     o = torch.full((b, h, n, d), float("nan"), dtype=torch.bfloat16, device=device)
     lse = torch.full((b, h, n), float("nan"), dtype=torch.float32, device=device)
     scale = d ** -0.5 if scale is None else scale
-    kernel(d, causal, backend, stages, bq)(q, k, v, o, lse, scale)
+    kernel(d, causal, backend, stages, bq, pins)(q, k, v, o, lse, scale)
     return q, k, v, o, lse, scale
 
 
-def check(b, h, hkv, n, d, causal, scale=None, stages=None, bq=None):
-    q, k, v, o, lse, scale = run(b, h, hkv, n, d, causal, scale, stages=stages, bq=bq)
+def check(b, h, hkv, n, d, causal, scale=None, stages=None, bq=None, pins=()):
+    q, k, v, o, lse, scale = run(b, h, hkv, n, d, causal, scale, stages=stages, bq=bq, pins=pins)
     ref_o, ref_l = reference(q, k, v, scale, causal)
     assert not o.isnan().any(), "O has rows the kernel did not write"
     assert not lse.isnan().any(), "L has rows the kernel did not write"
@@ -168,3 +183,24 @@ def test_three_consumers_take_the_hopper_path():
     k(q, q, q, q.clone(), torch.zeros(1, 1, 192, device="cuda"), 1.0)
     text = k.explain()
     assert "backend: wgmma" in text and "512 threads" in text and "producer 24, consumers 160" in text
+
+
+SPLIT = (("SPLIT_KV_BARRIERS", True),)
+Q2 = (("Q_SLOTS", 2),)
+
+
+@pytest.mark.parametrize("pins", [SPLIT, Q2, SPLIT + Q2], ids=["split-kv", "q-slots-2", "both"])
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_split_kv_barriers_and_two_q_slots(pins, d, causal):
+    """K and V on their own barriers (S_j waits for K_j only; the V ring one trip behind) and a
+    second Q slot (persistent: the next tile's Q while this one runs; one ring stage fewer):
+    tails, grouped heads, a scale the fold does not take, many tiles per persistent CTA (slots
+    alternating, phases carried on), 0-trip-free short and long sequences."""
+    for n in (77, 129, 1000):
+        check(2, 3, 3, n, d, causal, pins=pins)
+    check(2, 8, 2, 640, d, causal, pins=pins)
+    check(1, 3, 1, 700, d, causal, scale=-0.1, pins=pins)
+    check(4, 16, 4, 1000, d, causal, pins=pins)
+    check(2, 34, 17, 2000, d, causal, pins=pins)
+    check(1, 2, 1, 4096, d, causal, pins=pins)

@@ -24,7 +24,8 @@ IR's own scalar code (scalars.py).
 from __future__ import annotations
 
 from ...ir.types import F32, GlobalType
-from ...passes.sync_protocol import Load, LoopPlan, OneShotUse, Protocol, Ring, standard_protocol
+from ...passes.sync_protocol import (Advance, IfTrips, Load, Loop, LoopPlan, Mma, MmaWait, NotFirst, OneShotUse,
+                                     Protocol, Release, Ring, Tiles, Wait, producer_fill, standard_protocol)
 from ..ptx import f32_imm
 from . import mbarrier, tma, wgmma
 from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, operand_v
@@ -36,7 +37,7 @@ from .scalars import ScalarEmitter
 PTX_VERSION = "8.0"
 ARCH = "sm_90a"
 SMEM_SYMBOL = "tk_smem"
-Q_RING, KV_RING = "q", "kv"
+Q_RING, KV_RING, K_RING, V_RING = "q", "kv", "k", "v"
 PANEL = 64
 """Head-dim columns per 128-byte swizzled panel (one TMA box)."""
 NEG_INF = "0fFF800000"
@@ -45,18 +46,40 @@ TURN_BARRIER = 4
 
 
 def attention_protocol(m: AttentionMatch, plan: AttentionPlan) -> Protocol:
-    """Q: a one-shot ring per tile; K and V: one ring of ``stages``. The one wgmma group per trip
-    of the protocol stands for the two wgmmas that read a stage: S_j = Q·K_jᵀ, issued in trip j,
-    and O += P_j·V_j, issued with S_{j+1} in trip j+1 (after the loop for the last stage). Both
-    are retired by the wait_group 0 of trip j+1 (of the drain) before the stage is released as
-    "prev", which is what the protocol says: the stage is held until then."""
+    """Q: a one-shot ring per tile (``plan.q_slots`` slots); K and V: one ring of ``stages``. The
+    one wgmma group per trip of the protocol stands for the two wgmmas that read a stage: S_j =
+    Q·K_jᵀ, issued in trip j, and O += P_j·V_j, issued with S_{j+1} in trip j+1 (after the loop for
+    the last stage). Both are retired by the wait_group 0 of trip j+1 (of the drain) before the
+    stage is released as "prev", which is what the protocol says: the stage is held until then.
+    With ``plan.split_kv`` K and V are two rings (``split_protocol``)."""
     q_bytes, kv_bytes = m.bq * m.d * 2, m.bkv * m.d * 2
-    q = Ring(Q_RING, 1, (Load("q", q_bytes),), q_bytes, plan.consumers, one_shot=True,
+    q = Ring(Q_RING, plan.q_slots, (Load("q", q_bytes),), q_bytes, plan.consumers, one_shot=True,
              where="Q, once per tile")
+    if plan.split_kv:
+        return split_protocol(m.kernel.name, plan, q, kv_bytes)
     kv = Ring(KV_RING, plan.stages, (Load("k", kv_bytes), Load("v", kv_bytes)), 2 * kv_bytes,
               plan.consumers, where="the key loop")
     items = (OneShotUse(Q_RING), LoopPlan(KV_RING, ((Q_RING, KV_RING),)))
     return standard_protocol(m.kernel.name, plan.consumers, plan.persistent, (q, kv), items)
+
+
+def split_protocol(name: str, plan: AttentionPlan, q: Ring, kv_bytes: int) -> Protocol:
+    """K and V as two rings of the same stages, each with its own full and empty barriers. The V
+    ring runs one trip behind K on the consumer side: trip j waits for K_j and (from the second
+    trip on) V_{j-1}, issues S_j and O += P_{j-1}·V_{j-1} as two groups, releases K_j once both
+    retired and V_{j-1} with it; the last V after the loop."""
+    k = Ring(K_RING, plan.stages, (Load("k", kv_bytes),), kv_bytes, plan.consumers,
+             where="the key loop, K (read by S = Q·Kᵀ)")
+    v = Ring(V_RING, plan.stages, (Load("v", kv_bytes),), kv_bytes, plan.consumers,
+             where="the key loop, V (read by O += P·V a trip later)")
+    producer = (Tiles((*producer_fill(q), Loop(K_RING, producer_fill(k) + producer_fill(v)))),)
+    last_pv = (Wait(V_RING, "full"), Mma((V_RING,)), MmaWait(0), Release(V_RING), Advance(V_RING))
+    trip = (Wait(K_RING, "full"), NotFirst((Wait(V_RING, "full"),)), Mma((Q_RING, K_RING)),
+            NotFirst((Mma((V_RING,)),)), MmaWait(1), MmaWait(0), Release(K_RING),
+            NotFirst((Release(V_RING), Advance(V_RING))), Advance(K_RING))
+    consumer = (Tiles((Wait(Q_RING, "full"), IfTrips(K_RING, (Loop(K_RING, trip), *last_pv)),
+                       MmaWait(0), Release(Q_RING), Advance(Q_RING))),)
+    return Protocol(name, plan.consumers, plan.persistent, (q, k, v), producer, consumer)
 
 
 class AttentionKernel:
@@ -138,16 +161,23 @@ class AttentionKernel:
         self.q_full = b.reg()
         b(f"add.u32 {self.q_full}, {self.smem}, {plan.q_bars};")
         self.q_empty = b.reg()
-        b(f"add.u32 {self.q_empty}, {self.q_full}, 8;")
+        b(f"add.u32 {self.q_empty}, {self.q_full}, {8 * plan.q_slots};")
         self.full = b.reg()
         b(f"add.u32 {self.full}, {self.smem}, {plan.bars};")
         self.empty = b.reg()
         b(f"add.u32 {self.empty}, {self.full}, {8 * plan.stages};")
+        self.bar_bases = {Q_RING: (self.q_full, self.q_empty), KV_RING: (self.full, self.empty),
+                          K_RING: (self.full, self.empty)}
+        if plan.split_kv:
+            v_full, v_empty = b.reg(), b.reg()
+            b(f"add.u32 {v_full}, {self.smem}, {plan.v_bars};", f"add.u32 {v_empty}, {v_full}, {8 * plan.stages};")
+            self.bar_bases[V_RING] = (v_full, v_empty)
         leader, ready = b.pred(), b.label("barriers_ready")
         b(f"setp.ne.u32 {leader}, {tid}, 0;", f"@{leader} bra {ready};")
-        b(mbarrier.init(self.q_full, 1), mbarrier.init(self.q_empty, plan.consumers))
-        for s in range(plan.stages):
-            b(mbarrier.init(f"{self.full}+{8 * s}", 1), mbarrier.init(f"{self.empty}+{8 * s}", plan.consumers))
+        for ring in self.proto.rings:
+            full, empty = self.bar_bases[ring.name]
+            for s in range(ring.stages):
+                b(mbarrier.init(f"{full}+{8 * s}", 1), mbarrier.init(f"{empty}+{8 * s}", plan.consumers))
         b(mbarrier.INIT_FENCE)
         b.place(ready)
         b("bar.sync 0;")
@@ -187,11 +217,17 @@ class AttentionKernel:
 
     def ring_regs(self) -> dict[str, RingRegs]:
         b, out = self.b, {}
-        for name, full, empty in ((Q_RING, self.q_full, self.q_empty), (KV_RING, self.full, self.empty)):
+        for ring in self.proto.rings:
+            full, empty = self.bar_bases[ring.name]
             s, ph = b.reg(), b.reg()
             b(f"mov.b32 {s}, 0;", f"mov.b32 {ph}, 0;")
-            out[name] = RingRegs(self.proto.ring(name), full, empty, s, ph, b.mov(0))
+            out[ring.name] = RingRegs(ring, full, empty, s, ph, b.mov(0))
         return out
+
+    @property
+    def loop_ring(self) -> str:
+        """The ring whose loop is the key loop (its counter is j)."""
+        return K_RING if self.plan.split_kv else KV_RING
 
     # -- text -----------------------------------------------------------------------------
     def module_text(self) -> str:
@@ -250,13 +286,25 @@ class Role(RoleEmitter):
         env.update(zip(m.block_args, (bb, h, i)))
         self.ev = ScalarEmitter(self.b, env)
         trips = self.ev.value(m.trips)
-        self.b(f"mov.b32 {self.rings[KV_RING].trips}, {trips};")
+        for name in (self.k.loop_ring, V_RING) if self.k.plan.split_kv else (KV_RING,):
+            self.b(f"mov.b32 {self.rings[name].trips}, {trips};")
 
     def inner(self) -> ScalarEmitter:
         """An emitter for the key loop's scalars (j = this trip), over the tile's."""
         ev = ScalarEmitter(self.b, self.ev.env)
-        ev.env[self.m.j] = self.rings[KV_RING].counter
+        ev.env[self.m.j] = self.rings[self.k.loop_ring].counter
         return ev
+
+    def q_slot(self, offset: int) -> str:
+        """The shared address of this tile's Q slot (+ ``offset``): the Q ring's stage s."""
+        b, plan = self.b, self.k.plan
+        addr = b.reg()
+        b(f"add.u32 {addr}, {self.k.smem}, {plan.q_offset + offset};")
+        if plan.q_slots == 2:
+            second = b.pred()
+            b(f"setp.ne.u32 {second}, {self.rings[Q_RING].s}, 0;",
+              f"@{second} add.u32 {addr}, {addr}, {plan.q_offset2 - plan.q_offset};")
+        return addr
 
 
 class Producer(Role):
@@ -278,13 +326,13 @@ class Producer(Role):
         r = self.rings[step.ring]
         bar = self.bar(r, "full")
         if step.load == "q":
-            ev, load, rows, base, row_index = self.ev, m.q_load, m.bq, plan.q_offset, self.i
-            dst0 = self.k.smem
+            ev, load, rows, base, row_index = self.ev, m.q_load, m.bq, 0, self.i
+            dst0 = self.q_slot(0)
         else:
             ev = self.inner()
             load, rows = (m.k_load, m.bkv) if step.load == "k" else (m.v_load, m.bkv)
             base = plan.k_offset if step.load == "k" else plan.v_offset
-            row_index = r.counter
+            row_index = self.rings[self.k.loop_ring].counter
             dst0 = b.reg()
             b(f"mad.lo.u32 {dst0}, {r.s}, {plan.stage_stride}, {self.k.smem};")
         row = b.reg()
@@ -307,9 +355,8 @@ class Consumer(Role):
         leader = b.pred()
         b(f"setp.eq.u32 {leader}, {k.tid_wg}, 0;")
         self.op_q, self.op_k, self.op_v = operand_q(m, plan), operand_k(m, plan), operand_v(m, plan)
-        self.q_base = b.reg()
-        b(f"mad.lo.u32 {self.q_base}, {self.index}, {64 * plan.swizzle}, {k.smem};",
-          f"add.u32 {self.q_base}, {self.q_base}, {plan.q_offset};")
+        self.q_slab = b.reg()  # this consumer's 64 rows of Q, from its slot's start
+        b(f"mul.lo.u32 {self.q_slab}, {self.index}, {64 * plan.swizzle};")
         warp, quad_col = b.reg(), b.reg()
         self.row_in_tile = b.reg()  # 64 * consumer + 16 * warp + lane / 4 (and + 8)
         b(f"shr.u32 {warp}, {k.tid_wg}, 5;", f"shr.u32 {self.row_in_tile}, {k.lane}, 2;",
@@ -334,6 +381,8 @@ class Consumer(Role):
     def tile_begin(self) -> None:
         super().tile_begin()
         b = self.b
+        self.q_base = self.q_slot(0)
+        b(f"add.u32 {self.q_base}, {self.q_base}, {self.q_slab};")
         b(*(f"mov.f32 {r}, 0f00000000;" for r in self.o))
         b(*(f"mov.f32 {r}, {NEG_INF};" for r in self.mx), *(f"mov.f32 {r}, 0f00000000;" for r in self.l))
         self.qk_scale = self.ev.value(self.m.qk_scale)
@@ -356,7 +405,7 @@ class Consumer(Role):
         return d
 
     def stage(self, offset: int, stage: str | None = None) -> str:
-        b, r = self.b, self.rings[KV_RING]
+        b, r = self.b, self.rings[self.k.loop_ring]
         addr = b.reg()
         b(f"mad.lo.u32 {addr}, {stage or r.s}, {self.k.plan.stage_stride}, {self.k.smem};",
           f"add.u32 {addr}, {addr}, {offset};")
@@ -366,6 +415,9 @@ class Consumer(Role):
         """Trip j's turn at the tensor cores: S_j = Q·K_jᵀ, then (from the second trip on) O += P_{j-1}·V_{j-1},
         committed as two groups (S first: wait_group 1 then retires S_j alone). The first trip is
         peeled (``loop``), so no wgmma sits under a branch (ptxas would serialize them)."""
+        if self.k.plan.split_kv:
+            self.split_mma(step)
+            return
         first = self.peeled
         self.turn_begin(first)
         self.scores()
@@ -378,6 +430,9 @@ class Consumer(Role):
         """In the loop (wait_group 1): S_j has landed: the softmax, then wait_group 0 (P_{j-1}·V_{j-1}
         done), O rescaled and P_j packed. After it (wait_group 0): the last P·V first."""
         b = self.b
+        if self.k.plan.split_kv:
+            self.split_mma_wait(step)
+            return
         if step.pending == 1:
             b(wgmma.wait(0 if self.peeled else 1))
             self.softmax()
@@ -396,10 +451,10 @@ class Consumer(Role):
 
     def loop(self, step) -> None:
         """The key loop with its first trip peeled (the loop runs at least once: IfTrips)."""
-        if step.ring != KV_RING:
+        if step.ring != self.k.loop_ring:
             super().loop(step)
             return
-        b, r = self.b, self.rings[KV_RING]
+        b, r = self.b, self.rings[step.ring]
         r.counter = b.reg()
         b(f"mov.b32 {r.counter}, 0;")
         self.peeled = True
@@ -417,6 +472,51 @@ class Consumer(Role):
         b.place(end)
         r.counter = None
         self.drain_pending = True
+
+    def split_mma(self, step) -> None:
+        """Separate K/V rings: S_j (reads K) opens the turn; in the loop P_{j-1}·V_{j-1} (reads V,
+        the V ring one trip behind) follows it in the same turn, after the loop the last P·V takes
+        a turn of its own (the last consumer's hands nothing on). The peeled trip's turn holds S
+        alone."""
+        b = self.b
+        if K_RING in step.rings:
+            self.turn_begin(self.peeled)
+            self.scores()
+            if self.peeled:
+                self.turn_end(None)
+            return
+        stage = self.rings[V_RING].s
+        if self.rings[K_RING].counter is not None:
+            self.pv(stage)
+            b(wgmma.COMMIT)
+            self.turn_end(None)
+            return
+        last = b.pred()
+        b(f"setp.eq.u32 {last}, {self.index}, {self.k.plan.consumers - 1};")
+        self.turn_begin(False)
+        self.pv(stage)
+        b(wgmma.COMMIT)
+        self.turn_end(last)
+
+    def split_mma_wait(self, step) -> None:
+        """In the loop: wait_group 1 (S_j landed; 0 in the peeled trip, the only group) and the
+        softmax, then wait_group 0 (P_{j-1}·V_{j-1} done), O rescaled and P_j packed."""
+        b = self.b
+        in_loop = self.rings[K_RING].counter is not None
+        if in_loop and step.pending == 1:
+            b(wgmma.wait(0 if self.peeled else 1))
+            self.softmax()
+            return
+        b(wgmma.wait(0))
+        if in_loop:
+            self.rescale_and_pack()
+
+    def not_first(self, step) -> None:
+        """The loop's first trip is peeled: its copy has no NotFirst steps, the rest has them all."""
+        if not self.k.plan.split_kv:
+            super().not_first(step)
+        elif not self.peeled:
+            self.emit(step.body)
 
     def turn_begin(self, first: bool) -> None:
         """Ping-pong: wait for this consumer's turn at the tensor cores (named barrier 4 + c, the
@@ -501,7 +601,7 @@ class Consumer(Role):
         """-inf where the key is past N (padding) or, under the IR's condition, past the diagonal;
         a uniform branch skips it on the blocks that need neither."""
         m, b, k = self.m, self.b, self.k
-        r = self.rings[KV_RING]
+        r = self.rings[self.k.loop_ring]
         ev = self.inner()
         n_keys = k.dim(m.params[m.k].type.dims[-2])
         k0, end, tail, needed = b.reg(), b.reg(), b.pred(), b.pred()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .match import NoMatch
 from .match_attention import AttentionMatch
-from ...passes.hopper import consumer_registers
+from ...passes.hopper import SMEM_LIMIT, consumer_registers
 from ...passes.reg_budget import PRODUCER_DEFAULT
 from .plan import ALIGN_SLACK
 from .wgmma import Operand
@@ -26,6 +26,22 @@ fits three D = 64 consumers (O 32 + S 64 + P 32) in 160 without spilling and spi
 SMALL_PRODUCER = 24
 """The producer's registers when the consumers need more than the reg-budget pass's split gives
 them (FA3's split for three MMA warpgroups: its one elected thread needs about 24)."""
+SPLIT_KV_BARRIERS: bool | None = None
+"""K and V of a stage on their own full/empty barriers (two rings of the same stages): S_j waits
+for K_j only, V_j lands while S_j and the softmax run, K_j is released once S_j retired. None:
+only when the second Q slot left the ring 2 stages (D=128; at D=64, 6 -> 5, split measured
+-0.8..-1.1% against one pair) (H200 2026-11-21 same-run A/B: alone neutral,
+-2..+3%; with 2 stages it is what keeps them fed: D=128 0.62x cuDNN with one barrier per stage,
+0.93-0.97x split, docs/hopper-codegen.md round 5)."""
+Q_SLOTS = 2
+"""Q buffers of a persistent kernel: with 2 the next tile's Q loads while this one runs, and the
+producer goes on to the next tile's K/V without waiting for this tile's Q to be released. The
+second slot takes the place of the ring's last stage when both do not fit (H200 2026-11-21: D=64
+N=1024..8192 0.924/1.029/1.052/1.061 -> 1.000/1.069/1.071/1.068x cuDNN)."""
+Q2_MIN_STAGES = 3
+"""The stages the ring must keep for the second Q slot to take one. D=128 would go 3 -> 2 (with
+split K/V barriers): +2.9% at N=1024 in two same-run A/Bs, but -0.5..-2% at N >= 4096 in the
+second, so it stays a pin (Q2_MIN_STAGES=2)."""
 
 
 @dataclass
@@ -46,6 +62,13 @@ class AttentionPlan:
     """Causal: the longest query blocks go first, heads chunked so their K/V fit in L2."""
     persistent: bool = True
     """One CTA per SM walks the tiles (ctaid, += nctaid) in the block order."""
+    split_kv: bool = False
+    """K and V on separate barriers (two rings; see SPLIT_KV_BARRIERS)."""
+    v_bars: int = 0
+    """The V ring's full[stages] then empty[stages] (split_kv)."""
+    q_slots: int = 1
+    q_offset2: int = 0
+    """Q's second slot (q_slots = 2); Q's barriers are full[2] then empty[2] at q_bars."""
     decisions: list[dict] = field(default_factory=list)
 
     @property
@@ -113,6 +136,7 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
     plan = AttentionPlan(consumers, regs, maxnreg, stages, q_off, q_bars, k_off, v_off, stride, bars,
                          smem + ALIGN_SLACK, 128, m.causal,
                          PERSISTENT_CAUSAL or not m.causal)
+    _buffers(m, plan)
     plan.decide("backend", "wgmma", "the kernel is the attention pattern: Q once per tile and K/V "
                 "through an mbarrier ring by TMA, one producer warpgroup, consumer warpgroups issuing "
                 "S = Q·Kᵀ (SS) and O += P·V with P from registers (RS)")
@@ -154,3 +178,57 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
                 f"L2" if m.causal else "consecutive CTAs are the query blocks of one head: they "
                 "share its K and V in L2")
     return plan
+
+
+def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
+    """Separate K/V barriers and a second Q slot (module pins), placed after what smem-plan laid
+    out: the barriers at its end; Q's second slot there too if it fits, else over the ring's last
+    stage (one stage fewer)."""
+    end = plan.smem_bytes - ALIGN_SLACK
+    q_bytes = m.bq * m.d * 2
+    want_q2 = Q_SLOTS == 2 and plan.persistent
+    took_stage = False
+    if want_q2:
+        fits = ceil(end, 1024) + q_bytes + 32 + 16 * plan.stages + ALIGN_SLACK <= SMEM_LIMIT
+        ring = min(plan.k_offset, plan.v_offset)
+        if fits:
+            plan.q_offset2 = ceil(end, 1024)
+            end = plan.q_offset2 + q_bytes
+            how = f"at {plan.q_offset2}, after what smem-plan placed ({plan.stages} stages kept)"
+        elif plan.stage_stride >= q_bytes and plan.stages > Q2_MIN_STAGES:
+            plan.stages -= 1
+            took_stage = True
+            plan.q_offset2 = ring + plan.stages * plan.stage_stride
+            how = (f"over the ring's last stage ({plan.stages + 1} -> {plan.stages} stages): two Q "
+                   f"slots and {plan.stages + 1} stages exceed {SMEM_LIMIT} B")
+        else:
+            want_q2, how = False, ""
+            plan.decide("Q slots", 1, f"a second {q_bytes} B Q slot fits neither beside the ring "
+                        f"nor over one of its {plan.stages} stages (it keeps at least {Q2_MIN_STAGES}: "
+                        f"at D=128 3 -> 2 stages measured -0.5..-2% at N >= 4096)")
+        if want_q2:
+            plan.q_slots, plan.q_bars = 2, end
+            end += 32
+            plan.decide("Q slots", 2, f"persistent: the next tile's Q ({q_bytes} B) loads while this "
+                        f"tile runs, and the producer goes on to its K/V without waiting for this "
+                        f"tile's Q to be released; second slot {how}")
+    starved = took_stage and plan.stages == 2
+    split = starved if SPLIT_KV_BARRIERS is None else SPLIT_KV_BARRIERS
+    if split:
+        plan.split_kv, plan.v_bars = True, end
+        end += 16 * plan.stages
+    why = ("K and V of a stage complete their own full and empty barriers (two rings of the same "
+           "stages): S_j = Q·K_jᵀ waits for K_j only, V_j lands while S_j and the softmax run, K_j "
+           "is released once S_j retired")
+    plan.decide("K/V barriers", "separate" if split else "one pair per stage",
+                (f"pinned: {why}" if SPLIT_KV_BARRIERS else f"{why}; the second Q slot left the ring 2 "
+                 "stages, and with 2 this is what keeps them fed (H200 2026-11-21, D=128: 0.59-0.65x "
+                 "cuDNN with one pair, 0.93-0.97x split)") if split else
+                "pinned off" if SPLIT_KV_BARRIERS is False else
+                "the ring has more than 2 stages: separate K/V barriers measured neutral there (H200 "
+                "2026-11-21 same-run A/B: -2..+3%, the first S of a tile saves V's transfer only)")
+    plan.smem_bytes = end + ALIGN_SLACK
+
+
+def ceil(x: int, align: int) -> int:
+    return -(-x // align) * align
