@@ -69,12 +69,11 @@ def test_the_pipeline_pass_sizes_the_ring_from_the_tiles(d, stages):
 
 @pytest.mark.parametrize("d, causal, stages", [(128, True, 2), (128, True, 3), (128, False, 3), (64, False, 6)])
 def test_the_protocol_passes_the_checker(d, causal, stages):
-    """Persistent (non-causal: several tiles per CTA, phases carried on; at D = 64 two Q slots, the
-    second over the ring's last stage) and one tile per CTA (causal: the hardware balances tiles of
-    unequal length)."""
+    """Persistent (non-causal: several tiles per CTA, phases carried on; one Q slot: D = 128 keeps
+    3 stages, D = 64's three consumers keep one, see Q2_MAX_CONSUMERS) and one tile per CTA (causal:
+    the hardware balances tiles of unequal length)."""
     m, plan = plan_attention(ir_of(d, causal, pinned(stages)))
-    q2 = d == 64 and not causal
-    assert plan.stages == stages - q2 and plan.q_slots == 1 + q2 and plan.persistent == (not causal)
+    assert plan.stages == stages and plan.q_slots == 1 and plan.persistent == (not causal)
     proto = attention_protocol(m, plan)
     assert proto.persistent == (not causal)
     report = check_protocol(proto)
@@ -217,10 +216,26 @@ def pins(monkeypatch):
     return set_pins
 
 
+def test_one_q_slot_by_default_and_never_with_three_consumers(pins):
+    """A second Q slot is a pin; pinned, three consumers (D = 64) still keep one (it hung on the
+    H200) and the plan says why; two consumers at D = 64 take it."""
+    m, plan = plan_attention(ir_of(64, False))
+    assert (plan.consumers, plan.stages, plan.q_slots) == (3, 6, 1)
+    assert "a second Q slot is a pin" in {d["decision"]: d for d in plan.decisions}["Q slots"]["why"]
+    pins(Q_SLOTS=2)
+    m, plan = plan_attention(ir_of(64, False))
+    assert (plan.consumers, plan.stages, plan.q_slots) == (3, 6, 1)
+    why = {d["decision"]: d for d in plan.decisions}["Q slots"]["why"]
+    assert why.startswith("3 consumers keep one Q slot") and "hung on the H200" in why
+    m, plan = plan_attention(ir_of(64, False, bq=128))
+    assert plan.consumers == 2 and plan.q_slots == 2
+
+
 def test_two_q_slots_take_a_stage_only_where_three_remain(pins):
-    """Persistent D = 64: Q's second slot (24 KB) takes the ring's last stage (6 -> 5), K/V keep one
-    barrier pair; D = 128 keeps 3 stages and one Q slot (Q2_MIN_STAGES); pinned to 2 it goes
-    3 -> 2 stages and, with 2, K and V get their own barriers."""
+    """Persistent D = 64 (three consumers allowed by pin): Q's second slot (24 KB) takes the ring's
+    last stage (6 -> 5), K/V keep one barrier pair; D = 128 keeps 3 stages and one Q slot
+    (Q2_MIN_STAGES); pinned to 2 it goes 3 -> 2 stages and, with 2, K and V get their own barriers."""
+    pins(Q_SLOTS=2, Q2_MAX_CONSUMERS=3)
     m, plan = plan_attention(ir_of(64, False))
     assert (plan.stages, plan.q_slots, plan.split_kv) == (5, 2, False)
     assert plan.q_offset2 == 5 * plan.stage_stride and plan.smem_bytes <= 232448
@@ -291,7 +306,7 @@ def test_the_checker_catches_a_broken_split_protocol(pins, what, kind):
 def test_split_kv_and_two_q_slots_assemble(pins, d):
     """Both new paths: no spills, no serialized wgmma, the same HGMMA count, 2 x stages more
     mbarriers initialised."""
-    pins(SPLIT_KV_BARRIERS=True, Q2_MIN_STAGES=2)
+    pins(SPLIT_KV_BARRIERS=True, Q_SLOTS=2, Q2_MIN_STAGES=2, Q2_MAX_CONSUMERS=3)
     ptx, meta = emit_hopper_ptx(ir_of(d, False), {"arch": "sm_90a"})
     cubin, report = toolchain.assemble(ptx, name=meta["name"])
     fn = report[meta["name"]]

@@ -197,6 +197,8 @@ def test_split_kv_barriers_and_two_q_slots(pins, d, causal):
     second Q slot (persistent: the next tile's Q while this one runs; one ring stage fewer):
     tails, grouped heads, a scale the fold does not take, many tiles per persistent CTA (slots
     alternating, phases carried on), 0-trip-free short and long sequences."""
+    if d == 64 and ("Q_SLOTS", 2) in pins:
+        pytest.skip("three consumers (D=64) keep one Q slot: attention_plan.Q2_MAX_CONSUMERS")
     for n in (77, 129, 1000):
         check(2, 3, 3, n, d, causal, pins=pins)
     check(2, 8, 2, 640, d, causal, pins=pins)

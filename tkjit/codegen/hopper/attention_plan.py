@@ -33,11 +33,19 @@ only when the second Q slot left the ring 2 stages (D=128; at D=64, 6 -> 5, spli
 -0.8..-1.1% against one pair) (H200 2026-11-21 same-run A/B: alone neutral,
 -2..+3%; with 2 stages it is what keeps them fed: D=128 0.62x cuDNN with one barrier per stage,
 0.93-0.97x split, docs/hopper-codegen.md round 5)."""
-Q_SLOTS = 2
+Q_SLOTS = 1
 """Q buffers of a persistent kernel: with 2 the next tile's Q loads while this one runs, and the
 producer goes on to the next tile's K/V without waiting for this tile's Q to be released. The
 second slot takes the place of the ring's last stage when both do not fit (H200 2026-11-21: D=64
-N=1024..8192 0.924/1.029/1.052/1.061 -> 1.000/1.069/1.071/1.068x cuDNN)."""
+N=1024..8192 0.924/1.029/1.052/1.061 -> 1.000/1.069/1.071/1.068x cuDNN). It is a pin (1 by
+default): where it paid, D=64 with three consumers, it also hung (Q2_MAX_CONSUMERS), and D=128
+keeps its 3 stages (Q2_MIN_STAGES)."""
+Q2_MAX_CONSUMERS = 2
+"""Two Q slots only with up to this many consumers. With three (D=64, BQ=192) the kernel hung on
+the H200 (2026-11-21: tests/gpu/test_hopper_attention_gpu.py::test_persistent_many_tiles_per_cta
+at D=64, 384 tiles over 132 persistent CTAs with tails and grouped heads, never returned); the
+CPU sync checker passes that protocol, so the fault is in what the emitter does beyond it, not yet
+found. Until it is, three consumers keep one Q slot (the round-4 kernel, 47 GPU tests passing)."""
 Q2_MIN_STAGES = 3
 """The stages the ring must keep for the second Q slot to take one. D=128 would go 3 -> 2 (with
 split K/V barriers): +2.9% at N=1024 in two same-run A/Bs, but -0.5..-2% at N >= 4096 in the
@@ -188,6 +196,13 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
     q_bytes = m.bq * m.d * 2
     want_q2 = Q_SLOTS == 2 and plan.persistent
     took_stage = False
+    if Q_SLOTS != 2 and plan.persistent:
+        plan.decide("Q slots", 1, "the default: a second Q slot is a pin (Q_SLOTS = 2); at D = 64 it "
+                    "measured +1..8% but hung with three consumers, at D = 128 it costs a stage")
+    if want_q2 and plan.consumers > Q2_MAX_CONSUMERS:
+        want_q2 = False
+        plan.decide("Q slots", 1, f"{plan.consumers} consumers keep one Q slot: two hung on the H200 "
+                    "with three consumers and many tiles per CTA (2026-11-21), cause not yet found")
     if want_q2:
         fits = ceil(end, 1024) + q_bytes + 32 + 16 * plan.stages + ALIGN_SLACK <= SMEM_LIMIT
         ring = min(plan.k_offset, plan.v_offset)
