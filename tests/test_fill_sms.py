@@ -18,14 +18,9 @@ GRID = [["min", ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], 256]
 H200_SMS = 132
 
 
-SHIPPED = {"BM": 128, "BN": 128}
-"""examples/gemm.tk's default tile (128x128, ping-pong consumers: it measured better than the
-cooperative 128x256 at almost every shape, H200, 2026-11-21)."""
-
-
-def gemm_candidates(m: int, n: int, defaults: dict = SHIPPED) -> list[Candidate]:
+def gemm_candidates(m: int, n: int) -> list[Candidate]:
     out = []
-    for constants in candidate_constants(defaults, set()):
+    for constants in candidate_constants({"BM": 128, "BN": 256}, set()):
         bm, bn = (value for _, value in constants)
         out.append(Candidate(constants, -(-m // bm) * -(-n // bn)))
     return out
@@ -48,28 +43,24 @@ def test_candidates_put_the_defaults_first_and_keep_pins():
                                                                    (("BM", 64), ("BN", 256))]
 
 
-@pytest.mark.parametrize("m, n, want, defaults", [
-    (128, 4096, (64, 64), SHIPPED),      # 32 default tiles: 128 tiles of 64 x 64 on 132 SMs
-    (128, 14336, (128, 128), SHIPPED),   # 112 default tiles in one round beat 224 of 128 x 64 in two
-    (1024, 4096, (128, 128), SHIPPED),   # 256 tiles fill the SMs: the default stays
-    (1024, 14336, (128, 128), SHIPPED),
-    (4096, 4096, (128, 128), SHIPPED),
-    (8192, 8192, (128, 128), SHIPPED),
-    (128, 4096, (64, 64), {"BM": 128, "BN": 256}),      # a 128x256 default: 16 tiles
-    (128, 14336, (128, 128), {"BM": 128, "BN": 256}),   # 56 default tiles: 112 of 128 x 128 in one round
-    (1024, 4096, (128, 256), {"BM": 128, "BN": 256}),   # 128 tiles: short of 132, and no smaller tile
-                                                         # does less per SM
+@pytest.mark.parametrize("m, n, want", [
+    (128, 4096, (64, 64)),      # 16 default tiles: 128 tiles of 64 x 64 on 132 SMs
+    (128, 14336, (128, 128)),   # 56 default tiles: 112 of 128 x 128 in one round beats 224 in two
+    (1024, 4096, (128, 256)),   # 128 tiles: short of 132, and no smaller tile does less per SM
+    (1024, 14336, (128, 256)),  # 448 tiles fill the SMs: the default stays
+    (4096, 4096, (128, 256)),
+    (8192, 8192, (128, 256)),
 ])
-def test_the_model_picks_small_tiles_only_for_small_problems(m, n, want, defaults):
-    best, why = choose(gemm_candidates(m, n, defaults), H200_SMS)
+def test_the_model_picks_small_tiles_only_for_small_problems(m, n, want):
+    best, why = choose(gemm_candidates(m, n), H200_SMS)
     assert tuple(v for _, v in best.constants) == want, why
 
 
 def test_the_model_says_why():
     _, why = choose(gemm_candidates(4096, 4096), H200_SMS)
-    assert why == "the default tiles fill the GPU: 1024 tiles for 132 SMs"
+    assert why == "the default tiles fill the GPU: 512 tiles for 132 SMs"
     _, why = choose(gemm_candidates(128, 4096), H200_SMS)
-    assert why.startswith("the default (BM = 128, BN = 128) gives 32 tiles for 132 SMs")
+    assert why.startswith("the default (BM = 128, BN = 256) gives 16 tiles for 132 SMs")
     assert "BM = 64, BN = 64: 128 tiles, 1 x 4096" in why
 
 
@@ -85,10 +76,10 @@ def test_tile_count_and_dims_come_from_the_metadata():
 
 def test_the_annotation_records_the_constants():
     kernel = tkjit.load(EXAMPLE, cache=False)
-    assert kernel.ir.attrs["fill_sms"] == "BM=128 BN=128 SPLIT=1"
-    assert constants_of(kernel.ir.attrs["fill_sms"]) == {"BM": 128, "BN": 128, "SPLIT": 1}
-    pinned = tkjit.load(EXAMPLE, constants={"BN": 256}, cache=False)
-    assert pinned.ir.attrs["fill_sms"] == "BM=128 BN=256 SPLIT=1"
+    assert kernel.ir.attrs["fill_sms"] == "BM=128 BN=256 SPLIT=1"
+    assert constants_of(kernel.ir.attrs["fill_sms"]) == {"BM": 128, "BN": 256, "SPLIT": 1}
+    pinned = tkjit.load(EXAMPLE, constants={"BN": 128}, cache=False)
+    assert pinned.ir.attrs["fill_sms"] == "BM=128 BN=128 SPLIT=1"
 
 
 def test_the_annotation_leaves_the_default_kernel_as_it_was():
@@ -96,7 +87,7 @@ def test_the_annotation_leaves_the_default_kernel_as_it_was():
     assert old != EXAMPLE.read_text()
     with_it = tkjit.load(EXAMPLE, cache=False)
     without = tkjit.compile(old, filename=str(EXAMPLE), cache=False)
-    assert with_it.asm["after:grid"].replace(', fill_sms = "BM=128 BN=128 SPLIT=1"', "") == without.asm["after:grid"]
+    assert with_it.asm["after:grid"].replace(', fill_sms = "BM=128 BN=256 SPLIT=1"', "") == without.asm["after:grid"]
 
 
 @pytest.mark.parametrize("annotation, message", [
@@ -242,17 +233,17 @@ def test_the_kernel_object_compiles_the_chosen_variant(monkeypatch):
     kernel = tkjit.load(EXAMPLE, cache=False)
     dispatch = kernel._shape_dispatch()
     assert isinstance(dispatch, ShapeDispatch)
-    small = dispatch._choose(tensors(128, 4096, 4096))
-    assert small.options.constants == (("BM", 128), ("BN", 64), ("SPLIT", 2))
+    small = dispatch._choose(tensors(128, 14336, 4096))
+    assert small.options.constants == (("BM", 128), ("BN", 256), ("SPLIT", 2))
     assert small.metadata["grid"][0] == ["mul", ["mul", ["cdiv", ["dim", "M"], 128],
-                                                 ["cdiv", ["dim", "N"], 64]], 2]
-    assert small.metadata["gemm"] == {"tile": [128, 64, 64], "split": 2,
+                                                 ["cdiv", ["dim", "N"], 256]], 2]
+    assert small.metadata["gemm"] == {"tile": [128, 256, 64], "split": 2,
                                       "k_trips": ["cdiv", ["dim", "K"], 64]}
     assert dispatch._store is None  # cache=False: choices are not kept on disk
     large = dispatch._choose(tensors(4096, 4096, 4096))
     assert large._result is kernel._result and not large._fill_sms  # the default: the kernel itself
     assert [d.decision for d in kernel.decisions.for_pass("fill-sms")] == [
-        "BM = 128, BN = 64, SPLIT = 2", "BM = 128, BN = 128, SPLIT = 1"]
+        "BM = 128, BN = 256, SPLIT = 2", "BM = 128, BN = 256, SPLIT = 1"]
 
 
 def test_a_new_kernel_object_reads_the_choice_the_last_one_made(monkeypatch):
@@ -279,11 +270,10 @@ def test_kernels_without_the_annotation_launch_as_before():
     assert kernel._shape_dispatch() is None and not kernel._fill_sms
 
 
-def split_candidates(m: int, n: int, k: int, defaults: dict = SHIPPED) -> list[Candidate]:
-    """The gemm's candidates with SPLIT, as the dispatch sees them (CTAs = tiles x SPLIT): BM in
-    {128, 64} x BN in {128, 64} x SPLIT in {1, 2} from the example's defaults."""
+def split_candidates(m: int, n: int, k: int) -> list[Candidate]:
+    """The gemm's candidates with SPLIT, as the dispatch sees them (CTAs = tiles x SPLIT)."""
     out = []
-    for constants in candidate_constants({**defaults, "SPLIT": 1}, set()):
+    for constants in candidate_constants({"BM": 128, "BN": 256, "SPLIT": 1}, set()):
         bm, bn, split = (value for _, value in constants)
         tiles = -(-m // bm) * -(-n // bn)
         out.append(Candidate(constants, tiles * split, {
@@ -299,19 +289,11 @@ def split_candidates(m: int, n: int, k: int, defaults: dict = SHIPPED) -> list[C
     (128, 4096, 14336, (128, 64, 2)),    # (36.7 us, best)
     (128, 14336, 4096, (128, 128, 1)),   # B alone is 117 MB: DRAM-bound, no split (35.6; best 34.5)
     (128, 4096, 64, (64, 64, 1)),        # one K step: splitting it only adds partials
-    (1024, 4096, 4096, (128, 128, 1)),   # the default's 256 tiles fill the GPU
-    (4096, 4096, 4096, (128, 128, 1)),
+    (1024, 4096, 4096, (128, 256, 1)),   # 128 tiles: splitting needs a second round
+    (4096, 4096, 4096, (128, 256, 1)),   # the default fills the GPU
 ])
 def test_the_model_splits_k_only_where_ctas_are_short(m, n, k, want):
     best, why = choose(split_candidates(m, n, k), H200_SMS)
-    assert tuple(v for _, v in best.constants) == want, why
-    assert best.split == want[2]
-
-
-def test_a_128x256_default_short_of_the_sms_is_not_split():
-    """A 128x256 default at 1024 x 4096: 128 tiles, short of 132, but splitting needs a second round."""
-    best, why = choose(split_candidates(1024, 4096, 4096, {"BM": 128, "BN": 256}), H200_SMS)
-    want = (128, 256, 1)
     assert tuple(v for _, v in best.constants) == want, why
     assert best.split == want[2]
 

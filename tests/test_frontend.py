@@ -78,10 +78,10 @@ def test_parse_plus_lower_is_fast_warm():
 
 def test_gemm_is_the_design_example():
     text = _ir(_example("gemm"))
-    assert 'attributes {consumers = 2, regs = [40, 232], fill_sms = "BM=128 BN=128 SPLIT=1"}' in text
+    assert 'attributes {consumers = 2, regs = [40, 232], fill_sms = "BM=128 BN=256 SPLIT=1"}' in text
     assert 'blocks {schedule = "persistent", group = 8} %0, %1 {' in text
-    assert "%acc.1 = for %c0, %2, %c1, %acc : rt<f32>[128, 128] {" in text  # stages: the pipeline pass's
-    assert "%acc.3 = mma_AB %a, %b, %acc.2 : rt<f32>[128, 128]" in text
+    assert "%acc.1 = for %c0, %2, %c1, %acc : rt<f32>[128, 256] {" in text  # stages: the pipeline pass's
+    assert "%acc.3 = mma_AB %a, %b, %acc.2 : rt<f32>[128, 256]" in text
 
 
 def test_constants_override_the_kernel_defaults():

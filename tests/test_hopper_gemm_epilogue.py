@@ -21,8 +21,8 @@ def overlap_decision(plan) -> dict:
     return next(d for d in plan.decisions if d["decision"] == "epilogue overlap")
 
 
-def test_the_cooperative_128x256_example_defers_its_stores_and_says_why():
-    plan = plan_of(VARIANTS["example_bm128_bn256"])
+def test_the_example_defers_its_stores_and_says_why():
+    plan = plan_of(VARIANTS["example"])
     assert plan.deferred_epilogue
     d = overlap_decision(plan)
     assert d["value"].startswith("deferred") and "128 registers" in d["why"] and "64" in d["why"]
@@ -39,9 +39,7 @@ def test_kernels_that_do_not_defer_say_why(source, reason):
 
 
 def test_a_tiles_stores_sit_between_the_next_tiles_first_commit_and_its_wait():
-    """The cooperative 128x256 example (the default tile until 128x128 ping-pong, which needs no
-    deferral, measured better)."""
-    ptx, _ = emit_hopper_ptx(tkjit.compile(VARIANTS["example_bm128_bn256"], pipeline=HOPPER_PIPELINE, cache=False).ir)
+    ptx, _ = emit_hopper_ptx(tkjit.compile(VARIANTS["example"], pipeline=HOPPER_PIPELINE, cache=False).ir)
     body = ptx[ptx.index("wgmma.commit_group"):]
     before_wait = body[:body.index("wgmma.wait_group")]
     assert "stmatrix" in before_wait and "cp.async.bulk.tensor.2d.global.shared" in before_wait

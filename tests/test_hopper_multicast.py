@@ -21,11 +21,6 @@ ABT = (EXAMPLES / "gemm.tk").read_text().replace("B: gl<bf16>[K, N]", "B: gl<bf1
     .replace("st<bf16>[BK, BN] = B.tile(k, n)", "st<bf16>[BN, BK] = B.tile(n, k)").replace("mma_AB(", "mma_ABt(")
 
 
-COOPERATIVE = {"BN": 256}
-"""The pair is built for cooperative consumers: the example at 128x256 (at its default 128x128 the
-consumers ping-pong, which multicast is not combined with: test_hopper_pingpong)."""
-
-
 def planned(source: str, pipeline: str = MULTICAST, **constants):
     ir = tkjit.compile(source, pipeline=pipeline, constants=constants or None, cache=False).ir
     return ir, plan_gemm(ir)
@@ -41,7 +36,7 @@ def test_multicast_is_off_unless_the_grid_pass_asks():
 
 
 def test_the_pair_shares_b_and_the_protocol_counts_both_ctas():
-    ir, (g, plan) = planned((EXAMPLES / "gemm.tk").read_text(), **COOPERATIVE)
+    ir, (g, plan) = planned((EXAMPLES / "gemm.tk").read_text())
     assert plan.multicast == 2 and "16384 of 32768 B" in decision(plan, "multicast")["why"]
     proto = gemm_protocol(g, plan)
     assert proto.rings[0].cluster == 2 and "empty[4] count 2 x 2" in proto.text()
@@ -59,7 +54,7 @@ def test_where_multicast_is_not_taken_the_log_says_why(source, constants, why):
 
 @pytest.mark.parametrize("name, source", [("mma_AB", (EXAMPLES / "gemm.tk").read_text()), ("mma_ABt", ABT)], ids=["mma_AB", "mma_ABt"])
 def test_the_pair_ptx(name, source):
-    ir, _ = planned(source, **COOPERATIVE)
+    ir, _ = planned(source)
     ptx, meta = emit_hopper_ptx(ir)
     assert ".reqnctapercluster 2, 1, 1" in ptx
     assert meta["grid"] == [["mul", ["min", ["mul", ["cdiv", ["cdiv", ["dim", "M"], 128], 2],
@@ -80,7 +75,7 @@ def test_the_pair_ptx(name, source):
 @needs_cuda_tools
 def test_the_pair_assembles_without_spills_or_serialized_wgmma():
     from tkjit.runtime import toolchain
-    ir, _ = planned((EXAMPLES / "gemm.tk").read_text(), **COOPERATIVE)
+    ir, _ = planned((EXAMPLES / "gemm.tk").read_text())
     ptx, meta = emit_hopper_ptx(ir)
     cubin, report = toolchain.assemble(ptx, name=meta["name"])
     fn = report[meta["name"]]

@@ -67,36 +67,10 @@ def schedule_ir(text: str):
     return PassManager(HOPPER_PIPELINE, verify_each=True).run(kernel, ctx), ctx.log
 
 
-GEMM_DEFAULT = "<BM = 128, BN = 128,"
-
-
-def gemm_128x256() -> str:
-    """The example at the cooperative 128x256 tile it shipped with before 128x128 ping-pong
-    measured better (H200, 2026-11-21): two consumers sharing each tile, a 4-stage ring."""
-    text = example("gemm")
-    assert GEMM_DEFAULT in text
-    return text.replace(GEMM_DEFAULT, "<BM = 128, BN = 256,")
-
-
-GEMM_DECISIONS = {
-    "shipped": [  # 128x128, ping-pong consumers (warp-spec mode=auto)
-        "%a: swizzle 128B", "%b: swizzle 128B",
-        "mma_AB at gemm.tk:11:13: A K-major (tA=0); B MN-major (tB=1); each: 2 slab(s) of 64 rows x 4 wgmma m64n128k16",
-        "layout wgmma",
-        "@gemm: 1 producer + 2 consumer warpgroups = 384 threads",
-        "because ping-pong: 2 consumers, each computing whole 128x128 tiles of %acc",
-        # 232,448 B - 32,768 B of staging - 128 B of mbarriers = 199,552 B: 6 stages of 32 KiB
-        "for at gemm.tk:8:5: 6 stage(s) of 32,768 B (%a 16,384 B + %b 16,384 B), 32,768 B apart",
-        "ring of for at gemm.tk:8:5: bytes 0 .. 196,607 (196,608 B, 1024-byte aligned)",
-        # 2 consumers x 128 rows x 64 columns of bf16: each stages its own tile's rows
-        "staging tile of store at gemm.tk:13:5: bytes 196,608 .. 229,375 (32,768 B, 1024-byte aligned)",
-        "@gemm: 229,472 B of dynamic shared memory",
-        "ring k (gemm.tk:8:5): 6 stages: full[s] count 1 + expect_tx 32,768 B, empty[s] count 1",
-        "@gemm: sync protocol checked: 4 trip-count case(s), every interleaving",
-        "@gemm: setmaxnreg: producer 40, consumers 232; .maxnreg 168 at entry",
-        "@gemm: persistent: min(cdiv(M, 128) * cdiv(N, 128), num_sms) CTAs",
-    ],
-    "cooperative_128x256": [
+def test_gemm_decisions():
+    kernel, log = schedule(example("gemm"), "gemm.tk")
+    text = log.render()
+    expected = [
         "%a: swizzle 128B", "%b: swizzle 128B",
         "mma_AB at gemm.tk:11:13: A K-major (tA=0); B MN-major (tB=1); each: 2 slab(s) of 64 rows x 4 wgmma m64n256k16",
         "layout wgmma",
@@ -111,56 +85,44 @@ GEMM_DECISIONS = {
         "@gemm: sync protocol checked: 4 trip-count case(s), every interleaving",
         "@gemm: setmaxnreg: producer 40, consumers 232; .maxnreg 168 at entry",
         "@gemm: persistent: min(cdiv(M, 128) * cdiv(N, 256), num_sms) CTAs",
-    ],
-}
-
-
-@pytest.mark.parametrize("variant", list(GEMM_DECISIONS))
-def test_gemm_decisions(variant):
-    kernel, log = schedule(example("gemm") if variant == "shipped" else gemm_128x256(), "gemm.tk")
-    text = log.render()
+    ]
     at = 0
-    for line in GEMM_DECISIONS[variant]:
+    for line in expected:
         found = text.find(line, at)
         assert found >= 0, f"{line!r} not in order in:\n{text}"
         at = found
-    assert ("because ping-pong: " in text) == (variant == "shipped")
     by_pass = {d.pass_name for d in log}
     assert by_pass == {"layout", "warp-spec", "pipeline", "smem-plan", "mbarrier", "reg-budget", "grid"}
 
 
-@pytest.mark.parametrize("variant, bn, stages, staging_cols", [
-    ("shipped", 128, 6, 64), ("cooperative_128x256", 256, 4, 128)])
-def test_gemm_annotations_are_what_the_emitter_needs(variant, bn, stages, staging_cols):
-    kernel, _ = schedule(example("gemm") if variant == "shipped" else gemm_128x256(), "gemm.tk")
+def test_gemm_annotations_are_what_the_emitter_needs():
+    kernel, _ = schedule(example("gemm"), "gemm.tk")
     loop = next(op for op in kernel.walk() if op.NAME == "for")
-    stage = 16384 + 64 * bn * 2
-    assert loop.attrs == {"stages": stages, "stage_bytes": stage, "stage_stride": stage, "bars": 229376}
+    assert loop.attrs == {"stages": 4, "stage_bytes": 49152, "stage_stride": 49152, "bars": 229376}
     store = next(op for op in kernel.walk() if op.NAME == "store")
-    assert store.attrs == {"smem": 196608, "staging": "chunks", "staging_cols": staging_cols}
+    assert store.attrs == {"smem": 196608, "staging": "chunks", "staging_cols": 128}
     loads = [op for op in kernel.walk() if op.NAME == "load"]
     assert [ld.attrs["smem"] for ld in loads] == [0, 16384]
     assert [str(ld.result.type) for ld in loads] == ["st<bf16, swizzle=128B>[128, 64]",
-                                                     f"st<bf16, swizzle=128B>[64, {bn}]"]
+                                                     "st<bf16, swizzle=128B>[64, 256]"]
     mma = next(op for op in kernel.walk() if op.NAME == "mma_AB")
     assert mma.attrs == {"a_major": "K", "b_major": "MN"}
-    assert str(mma.result.type) == f"rt<f32, layout=wgmma>[128, {bn}]"
+    assert str(mma.result.type) == "rt<f32, layout=wgmma>[128, 256]"
     assert kernel.attrs["regs"] == (40, 232) and kernel.attrs["maxnreg"] == 168
-    assert kernel.attrs.get("pingpong", False) == (variant == "shipped")
-    assert launch_grid(kernel) == ["min", ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], bn]],
+    assert launch_grid(kernel) == ["min", ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], 256]],
                                    ["num_sms"]]
 
 
-def test_the_cooperative_gemm_protocol_is_the_textbook_ring():
-    kernel, _ = schedule(gemm_128x256(), "gemm.tk")
+def test_the_gemm_protocol_is_the_textbook_ring():
+    kernel, _ = schedule(example("gemm"), "gemm.tk")
     text = protocol_of(kernel).text()
     assert "ring k at gemm.tk:8:5: 4 stages x 49152 B (a 16384 B, b 32768 B); full[4] count 1, expect_tx 49152 B; empty[4] count 2" in text
     assert "wait empty[k.s] parity ph^1" in text and "wait full[k.s] parity ph" in text
     assert "mma_wait 1" in text and "release: arrive empty[k.prev]" in text
 
 
-def test_the_checker_catches_a_broken_variant_of_the_real_cooperative_gemm_protocol():
-    kernel, _ = schedule(gemm_128x256(), "gemm.tk")
+def test_the_checker_catches_a_broken_variant_of_the_real_gemm_protocol():
+    kernel, _ = schedule(example("gemm"), "gemm.tk")
     proto = protocol_of(kernel)
     ring = dataclasses.replace(proto.rings[0], empty_arrivals=1)
     with pytest.raises(SyncError, match="empty\\[k.0\\] completes after 1 arrival\\(s\\) but 2 consumers"):

@@ -2,7 +2,7 @@
 
 A kernel annotated ``@fill_sms(BM, BN)`` names the ``<...>`` constants that size its block
 loop's tiles. Its default values suit large problems; when a launch has too few tiles for the
-GPU's SMs (the gemm at M = 128: 128×128 tiles give N/128 CTAs for 132 SMs, each running the whole
+GPU's SMs (the gemm at M = 128: 128×256 tiles give N/256 CTAs for 132 SMs, each running the whole
 K loop), the kernel object launches a variant compiled with smaller tiles instead. The choice
 is made on the first call with a given set of argument shapes, logged in the decision log
 (pass ``fill-sms``) and kept in a dict keyed by those shapes, so later calls cost one lookup.
@@ -14,7 +14,7 @@ The model (``choose``):
   128-byte bf16 row); a constant whose default is below ``FLOOR`` is a count (the gemm's SPLIT:
   CTAs sharing a tile's K loop) and takes its default doubled, up to ``MAX_COUNT``. A constant the
   caller set (``constants=``) is a pin and keeps its value. For the gemm:
-  BM ∈ {128, 64} × BN ∈ {128, 64} × SPLIT ∈ {1, 2}.
+  BM ∈ {128, 64} × BN ∈ {256, 128, 64} × SPLIT ∈ {1, 2}.
 * tiles(c): the candidate's launch-grid expression with an unbounded SM count (its CTA count).
 * When the default's tiles fill the SMs (tiles ≥ SMs) the default stays: smaller tiles only add
   per-tile work (epilogues, refetched operands) and lower the math per byte loaded.
@@ -292,7 +292,7 @@ UNBOUNDED = 1 << 62
 
 
 def constants_of(attr: str) -> dict[str, int]:
-    """The kernel attribute ``fill_sms = "BM=128 BN=128"`` (written by the front end) as a dict."""
+    """The kernel attribute ``fill_sms = "BM=128 BN=256"`` (written by the front end) as a dict."""
     constants: dict[str, int] = {}
     for item in attr.split():
         name, _, value = item.partition("=")

@@ -183,7 +183,7 @@ def multicast_pipeline() -> str:
 
 @pytest.fixture(scope="module")
 def gemm_multicast():
-    """The example at the cooperative 128x256 tile (pinned, so @fill_sms keeps it), pairs multicasting B."""
+    """The example at its default tiles (pinned, so @fill_sms keeps them), pairs multicasting B."""
     kernel = tkjit.compile((EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk",
                            constants={"BM": 128, "BN": 256}, pipeline=multicast_pipeline())
     kernel.binary  # noqa: B018 - assemble now
