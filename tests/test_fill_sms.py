@@ -265,6 +265,26 @@ def test_a_new_kernel_object_reads_the_choice_the_last_one_made(monkeypatch):
     assert "read from the disk cache" in entry.reason
 
 
+def test_a_short_k_loop_takes_the_half_width_ping_pong_tile(monkeypatch):
+    """The default 128x256 fills the SMs at 4096 x 4096, but with K <= 1024 (16 trips) the
+    dispatch launches 128x128, whose consumers ping-pong (SHORT_K_TRIPS); at K = 2048 the default
+    stays. Both say why."""
+    from tkjit.runtime import driver
+    monkeypatch.setattr(driver, "gpu_available", lambda: True)
+    monkeypatch.setattr(driver, "ensure_context", lambda: 0)
+    monkeypatch.setattr(driver, "num_sms", lambda device=None: H200_SMS)
+    kernel = tkjit.load(EXAMPLE, cache=False)
+    dispatch = kernel._shape_dispatch()
+    short = dispatch._choose(tensors(4096, 4096, 1024))
+    assert short.options.constants == (("BM", 128), ("BN", 128), ("SPLIT", 1))
+    assert short.metadata["gemm"]["pingpong"] is True
+    long = dispatch._choose(tensors(4096, 4096, 2048))
+    assert long._result is kernel._result and "pingpong" not in long.metadata["gemm"]
+    first, second = kernel.decisions.for_pass("fill-sms")
+    assert "its K loop is short (16 <= 16 trips)" in first.reason and "ping-pong" in first.reason
+    assert second.reason.startswith("the default tiles fill the GPU")
+
+
 def test_kernels_without_the_annotation_launch_as_before():
     kernel = tkjit.compile(EXAMPLE.read_text().replace("@fill_sms(BM, BN, SPLIT)", ""), cache=False)
     assert kernel._shape_dispatch() is None and not kernel._fill_sms

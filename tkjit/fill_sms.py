@@ -156,6 +156,17 @@ def choose(candidates: list[Candidate], num_sms: int) -> tuple[Candidate, str]:
     return best, why
 
 
+SHORT_K_TRIPS = 16
+"""A GEMM whose K loop has at most this many trips (K <= 1024 at BK = 64) takes the half-width
+tile (128x128 instead of 128x256) when the default fills the SMs, because that tile runs with
+ping-pong consumers (one's epilogue under the other's K loop) and a short K loop makes the epilogue
+a large share of each tile. H200, 2026-11-21, benchmarks/run.py's harness, two interleaved runs
+each (benchmarks/results/2026-11-21-nvidia-h200-tile-ab.json), ratio to cuBLAS, 128x256
+cooperative vs 128x128 ping-pong: M = N = 4096, K = 64..1024: 1.04-1.09 vs 1.05-1.16; but at
+K = 4096 and up the wide tile wins (4096^3 1.07/1.03 vs 0.98/0.99, K = 14336 1.01-1.03 vs
+0.94-0.97), so it stays the default there."""
+
+
 class ShapeDispatch:
     """A @fill_sms kernel's GPU entry point: ``dispatch(*args, stream=None)`` launches the variant
     chosen for these argument shapes (choosing it on the first call with them)."""
@@ -218,10 +229,44 @@ class ShapeDispatch:
         if not candidates:
             raise TkError(f"@fill_sms: no variant of kernel '{self._kernel.name}' compiles: "
                           f"{'; '.join(dropped)}")
+        if len(candidates) == 1 and candidates[0].tiles >= self._num_sms:
+            short = self._short_k_tile(candidates[0], args, dims)
+            if short is not None:
+                return short
         best, why = choose(candidates, self._num_sms)
         if dropped:
             why += f"; not compiled: {'; '.join(dropped)}"
         return best, why
+
+    def _short_k_tile(self, default: Candidate, args: tuple, dims: dict[str, int]
+                      ) -> tuple[Candidate, str] | None:
+        """SHORT_K_TRIPS: the half-width ping-pong variant of a GEMM whose default fills the SMs
+        but whose K loop is short; None where that does not apply."""
+        if default.gemm is None or default.gemm["trips"] > SHORT_K_TRIPS or default.split != 1:
+            return None
+        bm, bn, bk = default.gemm["tile"]
+        defaults = self._defaults()
+        for constants in candidate_constants(defaults, self._pinned()):
+            changed = [(n, v) for n, v in constants if v != defaults[n]]
+            if len(changed) != 1 or changed[0][1] * 2 != defaults[changed[0][0]]:
+                continue  # only one size constant halved
+            try:
+                variant = self._variant(dict(constants))
+            except TkError:
+                continue
+            gemm = variant.metadata.get("gemm") or {}
+            if gemm.get("tile") != [bm, bn // 2, bk] or gemm.get("split") != 1 or not gemm.get("pingpong"):
+                continue
+            c = Candidate(constants, tile_count(variant.metadata["grid"], dims),
+                          gemm_shape(variant.metadata, dims, tensor_bytes(args)))
+            if c.tiles < self._num_sms:
+                return None
+            return c, (f"the default ({default.text()}) fills the GPU ({default.tiles} tiles for "
+                       f"{self._num_sms} SMs) but its K loop is short ({default.gemm['trips']} <= "
+                       f"{SHORT_K_TRIPS} trips), so the {bm}x{bn // 2} tile with ping-pong consumers "
+                       f"hides each tile's epilogue under the other consumer's K loop (measured "
+                       f"+1..9% at K <= 1024 on the H200; fill_sms.SHORT_K_TRIPS)")
+        return None
 
     def _log(self, shape: str, constants: dict[str, int], tiles: int, why: str) -> None:
         text = ", ".join(f"{name} = {value}" for name, value in constants.items())

@@ -273,7 +273,8 @@ class GemmKernel:
                 "num_warps": plan.threads // 32, "registers": list(plan.regs),
                 "protocol": self.proto.text(), "decisions": list(plan.decisions),
                 "gemm": {"tile": [g.bm, g.bn, g.bk], "split": plan.split, "k_trips": g.trips}
-                | ({"multicast": plan.multicast} if plan.multicast > 1 else {})}
+                | ({"multicast": plan.multicast} if plan.multicast > 1 else {})
+                | ({"pingpong": True} if plan.pingpong else {})}
 
 
 class GemmRole(RoleEmitter):
