@@ -21,6 +21,17 @@ from tkjit.runtime.launcher import Launcher
 
 pytestmark = pytest.mark.skipif(native.module() is None, reason=native.status())
 
+
+@pytest.fixture(autouse=True, params=["c", "torch"])
+def variant(request, monkeypatch):
+    """Every case runs through both native extensions: the C one (tensor metadata through Python
+    attributes) and the torch one (through torch's C++ API; skipped where it cannot be built)."""
+    module = native.c_module() if request.param == "c" else native.torch_module()
+    if module is None:
+        pytest.skip(native.status())
+    monkeypatch.setattr(native, "_state", {**native._state, "module": module})
+    return request.param
+
 FakeCuda = fake_cuda_tensor_class()
 FN = 0xF00D
 STREAM = 1234
@@ -270,6 +281,31 @@ def test_a_tensor_resized_in_place_is_read_again():
     out.as_strided_((100,), (2,))
     with pytest.raises(LaunchError, match="must be contiguous"):
         nat(x[:100], y[:100], out)
+
+
+def test_exact_tensors_on_the_current_device_alike():
+    """Plain torch.Tensor arguments (the torch variant's C++ reads; a fake subclass is read through
+    its attributes): CPU tensors with the current device -1 stand in for CUDA ones."""
+    (py, py_rec), (nat, nat_rec) = pair(ADD, [["cdiv", ["dim", "N"], 128]], slots=4, device=-1,
+                                        current_device=lambda: -1)
+    x, y, out = torch.zeros(1000), torch.zeros(1000), torch.zeros(1000)
+    cases = [(x, y, out), (x, y, out[:999]), (x, y, torch.zeros(1000, dtype=torch.float16)),
+             (x, y, torch.zeros(2000)[::2]), (x, y, torch.zeros(10, 100)), (x, y, torch.zeros(1001)[1:]),
+             (x, y, torch.nn.Parameter(torch.zeros(1000))), (x, y, cuda(torch.zeros(1000))),
+             (x, y, torch.empty(1000, device="meta"))]
+    for args in cases:
+        assert outcome(py, py_rec, args) == outcome(nat, nat_rec, args)
+    assert [c["values"][0] for c in nat_rec.calls[:1]] == [x.data_ptr().to_bytes(8, "little")]
+    out.resize_(500)  # metadata changed in place: read again
+    assert outcome(py, py_rec, (x[:500], y[:500], out)) == outcome(nat, nat_rec, (x[:500], y[:500], out))
+    assert nat_rec.calls[-1]["grid"] == (4, 1, 1)
+
+
+def test_status_names_the_variant(monkeypatch):
+    monkeypatch.setattr(native, "_state", {})  # looked up again (the cache has both), not the fixture's
+    assert native.status().startswith("native launch path (C")
+    if native.torch_module() is not None:
+        assert native.module() is native.torch_module() and "torch's C++ tensor reads" in native.status()
 
 
 # ---------------------------------------------------------------- building and caching the extension

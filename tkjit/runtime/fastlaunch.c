@@ -12,6 +12,11 @@
  * Tensors are read through their Python attributes, as the Python path reads them (dtype,
  * get_device(), is_contiguous(), shape, data_ptr()): a tensor's metadata can change in place
  * (resize_, set_, as_strided_), so nothing about it is cached between calls.
+ *
+ * Compiled with -DTKJIT_TORCH_READER and linked with fastlaunch_torch.cpp (against torch's
+ * headers and libraries), it is the extension tkjit_fastlaunch_torch, which reads an exact
+ * torch.Tensor's metadata through torch's C++ API instead (same values, same refusals; a
+ * subclass is still read through its attributes). native.py builds that one where it can.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,6 +32,18 @@
 #define MAX_GRID_OPS 64
 #define I32_LIMIT 2147483648LL
 
+#ifdef TKJIT_TORCH_READER
+#define MODULE_NAME "tkjit_fastlaunch_torch"
+#define MODULE_INIT PyInit_tkjit_fastlaunch_torch
+/* fastlaunch_torch.cpp */
+int tkjit_torch_scalar_type(PyObject *dtype);
+int tkjit_torch_read_tensor(PyObject *obj, int scalar_type, long dev, int rank, uint64_t *ptr,
+                            long long *shape);
+#else
+#define MODULE_NAME "tkjit_fastlaunch"
+#define MODULE_INIT PyInit_tkjit_fastlaunch
+#endif
+
 typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                          unsigned bz, unsigned smem, void *stream, void **params, void **extra);
 
@@ -37,6 +54,7 @@ enum { G_CONST = 0, G_DIM = 1, G_NUM_SMS = 2, G_CDIV = 3, G_MUL = 4, G_ADD = 5, 
 typedef struct {
     int kind;
     PyObject *dtype;                 /* the torch.dtype a tensor must have (borrowed from spec) */
+    int scalar_type;                 /* its at::ScalarType (TKJIT_TORCH_READER only) */
     int rank;
     long long dims[MAX_RANK];        /* >= 0: a constant; < 0: named dim -(d + 1) */
 } Param;
@@ -111,6 +129,11 @@ static PyObject *own_descriptor(PyObject *tensor_type, PyObject *name, PyTypeObj
 /* 1: accepted (ptr and shape filled); 0: refused; -1: an exception to propagate. */
 static int read_tensor(Launch *self, const Param *p, PyObject *a, long dev, uint64_t *ptr,
                        long long *shape) {
+#ifdef TKJIT_TORCH_READER
+    int read = tkjit_torch_read_tensor(a, p->scalar_type, dev, p->rank, ptr, shape);
+    if (read != -2)
+        return read;  /* an exact tensor, read in C++; anything else through its attributes */
+#endif
     int exact = (PyObject *)Py_TYPE(a) == self->tensor_type;
     int ok = exact || PyObject_IsInstance(a, self->tensor_type);
     if (ok <= 0)
@@ -460,6 +483,9 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
         Param *p = &self->params[i];
         if (!PyArg_ParseTuple(entry, "iOO", &p->kind, &p->dtype, &dims)) return -1;
         if (p->kind == P_TENSOR) {
+#ifdef TKJIT_TORCH_READER
+            p->scalar_type = tkjit_torch_scalar_type(p->dtype);
+#endif
             if (!PyTuple_Check(dims) || PyTuple_GET_SIZE(dims) > MAX_RANK) return bad_spec("tensor dims");
             p->rank = (int)PyTuple_GET_SIZE(dims);
             for (int j = 0; j < p->rank; j++) {
@@ -572,7 +598,7 @@ static PyObject *Launch_call(PyObject *self, PyObject *args, PyObject *kw) {
 
 static PyTypeObject LaunchType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tkjit_fastlaunch.Launch",
+    .tp_name = MODULE_NAME ".Launch",
     .tp_basicsize = sizeof(Launch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "One kernel's native launch path: launch(*args, stream=None, checked=False).",
@@ -632,7 +658,7 @@ static PyObject *RawLaunch_call(PyObject *self, PyObject *args, PyObject *kw) {
 
 static PyTypeObject RawLaunchType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tkjit_fastlaunch.RawLaunch",
+    .tp_name = MODULE_NAME ".RawLaunch",
     .tp_basicsize = sizeof(RawLaunch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "A prepared cuLaunchKernel call: raw() -> CUresult.",
@@ -669,10 +695,10 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "tkjit_fastlaunch", "tkjit's native launch path (see fastlaunch.c).", -1, methods,
+    PyModuleDef_HEAD_INIT, MODULE_NAME, "tkjit's native launch path (see fastlaunch.c).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit_tkjit_fastlaunch(void) {
+PyMODINIT_FUNC MODULE_INIT(void) {
     if (PyType_Ready(&LaunchType) < 0 || PyType_Ready(&RawLaunchType) < 0)
         return NULL;
     struct { PyObject **slot; const char *text; } names[] = {

@@ -9,6 +9,14 @@ the cache, so an installation compiles it once (about 0.3 s). Where there is no 
 launchers then use the Python fast path, which checks the same things (launcher.py), and
 ``explain()`` shows that line. ``TKJIT_NATIVE_LAUNCH=0`` turns the native path off.
 
+Where the C one builds, a second variant is tried: ``tkjit_fastlaunch_torch``, fastlaunch.c
+compiled with ``-DTKJIT_TORCH_READER`` and linked with fastlaunch_torch.cpp against torch's headers
+and libraries (libc10, libtorch_python; the system C++ compiler, about 12 s once, cached under a
+key that adds the C++ source, its flags and torch's version). It reads an exact torch.Tensor's
+metadata through torch's C++ API instead of five Python attribute calls (same values, same
+refusals). ``module()`` is that variant where it builds and loads, else the C one; ``status()``
+says which, and why not the torch one. ``c_module()`` and ``torch_module()`` give each.
+
 ``launch_spec()`` turns a Launcher's prepared pieces into the plain data ``Launch(spec)``
 takes; ``grid_program()`` compiles a grid expression into the postfix program fastlaunch.c
 evaluates (with overflow checks: a result that does not fit in 64 bits is computed by Python).
@@ -27,11 +35,17 @@ NAME = "tkjit_fastlaunch"
 FILE = NAME + importlib.machinery.EXTENSION_SUFFIXES[0]
 """The extension's file name: this interpreter's own suffix (``.cpython-312-x86_64-linux-gnu.so``)."""
 CFLAGS = ("-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-Wall")
+TORCH_SOURCE = Path(__file__).with_name("fastlaunch_torch.cpp")
+TORCH_NAME = "tkjit_fastlaunch_torch"
+TORCH_FILE = TORCH_NAME + importlib.machinery.EXTENSION_SUFFIXES[0]
+TORCH_CFLAGS = ("-O2", "-fPIC", "-fno-strict-aliasing", "-Wall", "-DTKJIT_TORCH_READER")
+TORCH_CXXFLAGS = ("-O2", "-fPIC", "-std=c++20", "-Wall", "-Wno-unused-function")
 BUILD_TIMEOUT_S = 120
 
 _lock = threading.Lock()
 _state: dict = {}
-"""``module`` (the extension or None) and ``status`` (one line), once looked up."""
+"""``module`` (the extension launchers use, or None), ``status`` (one line), ``c_module`` and
+``torch_module`` (each variant or None), once looked up."""
 
 # Opcodes of fastlaunch.c's grid programs.
 G_CONST, G_DIM, G_NUM_SMS, G_CDIV, G_MUL, G_ADD, G_MIN, G_MAX = range(8)
@@ -44,8 +58,24 @@ def module():
     if "module" not in _state:
         with _lock:
             if "module" not in _state:
-                _state["module"], _state["status"] = _find_or_build()
+                _state["c_module"], c_status = _find_or_build()
+                _state["torch_module"], _state["status"] = None, c_status
+                if _state["c_module"] is not None:
+                    _state["torch_module"], _state["status"] = _find_or_build_torch(c_status)
+                _state["module"] = _state["torch_module"] or _state["c_module"]
     return _state["module"]
+
+
+def c_module():
+    """The C-only extension (tensor metadata through Python attributes); None where it cannot be built."""
+    module()
+    return _state["c_module"]
+
+
+def torch_module():
+    """The variant with torch's C++ tensor reads; None where it cannot be built (status() says why)."""
+    module()
+    return _state["torch_module"]
 
 
 def status() -> str:
@@ -91,60 +121,119 @@ def _find_or_build():
         return None, f"Python launch path: the native one could not be loaded: {e}"
 
 
+def _find_or_build_torch(c_status: str):
+    """(the torch variant or None, the status line): the C one's line says why not where it is None."""
+    from ..config import get_config
+    try:
+        import torch
+        import torch.utils.cpp_extension as cpp
+        flags = (*TORCH_CFLAGS, *TORCH_CXXFLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
+        source = SOURCE.read_bytes() + b"\0" + TORCH_SOURCE.read_bytes() + b"\0" + torch.__version__.encode()
+        path = _cached_binary(get_config(), build_key(source, flags),
+                              lambda: _compile_torch(cpp.include_paths(), cpp.library_paths(), flags),
+                              TORCH_FILE, TORCH_NAME)
+        return _load(path, TORCH_NAME), f"native launch path (C with torch's C++ tensor reads: {path})"
+    except _BuildError as e:
+        why = str(e)
+    except (OSError, ImportError, AttributeError) as e:
+        why = f"could not be loaded: {e}"
+    return None, f"{c_status}; torch's C++ tensor reads: {why}"
+
+
 class _BuildError(Exception):
     pass
 
 
 def _compile() -> bytes:
     """Compile fastlaunch.c into an extension; its bytes. _BuildError says why it cannot be."""
-    import shlex
-    import subprocess  # only when building: imports a process that finds it cached skips
-    import sysconfig
     import tempfile
     cc = compiler_command()
     if cc is None:
         raise _BuildError("no C compiler here (sysconfig CC or cc) to build the native one")
-    include = sysconfig.get_paths().get("include", "")
-    if not os.path.isfile(os.path.join(include, "Python.h")):
-        raise _BuildError(f"no Python.h in {include or '(no include dir)'} to build the native one")
+    include = _python_include()
     with tempfile.TemporaryDirectory(prefix="tkjit-native-") as tmp:
         out = os.path.join(tmp, FILE)
-        cmd = [*cc, *CFLAGS, f"-I{include}", str(SOURCE), "-o", out]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise _BuildError(f"building the native one failed: {shlex.join(cmd)}: {e}") from None
-        if proc.returncode != 0:
-            first = next((line for line in proc.stderr.splitlines() if "error" in line), proc.stderr.strip())
-            raise _BuildError(f"building the native one failed: {shlex.join(cmd)} exited with status "
-                              f"{proc.returncode}: {first[:300]}")
+        _run([*cc, *CFLAGS, f"-I{include}", str(SOURCE), "-o", out])
         with open(out, "rb") as f:
             return f.read()
 
 
-def _cached_binary(config, key: str, build) -> str:
+def _python_include() -> str:
+    import sysconfig
+    include = sysconfig.get_paths().get("include", "")
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        raise _BuildError(f"no Python.h in {include or '(no include dir)'} to build the native one")
+    return include
+
+
+def _cxx_command() -> list[str] | None:
+    """sysconfig's ``CXX`` when its program is on PATH, else ``c++``; None if neither."""
+    import shlex
+    import shutil
+    import sysconfig
+    cxx = shlex.split(sysconfig.get_config_var("CXX") or "")
+    if cxx and shutil.which(cxx[0]):
+        return cxx
+    return ["c++"] if shutil.which("c++") else None
+
+
+def _run(cmd: list[str]) -> None:
+    """One compiler command; _BuildError with its first error line when it fails."""
+    import shlex
+    import subprocess  # only when building: imports a process that finds it cached skips
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise _BuildError(f"building the native one failed: {shlex.join(cmd)}: {e}") from None
+    if proc.returncode != 0:
+        first = next((line for line in proc.stderr.splitlines() if "error" in line), proc.stderr.strip())
+        raise _BuildError(f"building the native one failed: {shlex.join(cmd)} exited with status "
+                          f"{proc.returncode}: {first[:300]}")
+
+
+def _compile_torch(includes: list[str], libraries: list[str], flags: tuple[str, ...]) -> bytes:
+    """fastlaunch.c (with -DTKJIT_TORCH_READER) and fastlaunch_torch.cpp, linked against torch's
+    libraries (found at run time through an rpath); the extension's bytes."""
+    import tempfile
+    cc, cxx = compiler_command(), _cxx_command()
+    if cc is None or cxx is None:
+        raise _BuildError("no C and C++ compiler here to build it")
+    include = _python_include()
+    abi = flags[len(TORCH_CFLAGS) + len(TORCH_CXXFLAGS):]
+    with tempfile.TemporaryDirectory(prefix="tkjit-native-") as tmp:
+        c_obj, cxx_obj, out = (os.path.join(tmp, name) for name in ("fastlaunch.o", "torch.o", TORCH_FILE))
+        _run([*cc, *TORCH_CFLAGS, f"-I{include}", "-c", str(SOURCE), "-o", c_obj])
+        _run([*cxx, *TORCH_CXXFLAGS, *abi, f"-I{include}", *(f"-I{d}" for d in includes), "-c",
+              str(TORCH_SOURCE), "-o", cxx_obj])
+        _run([*cxx, "-shared", c_obj, cxx_obj, "-o", out, *(f"-L{d}" for d in libraries),
+              *(f"-Wl,-rpath,{d}" for d in libraries), "-lc10", "-ltorch_python"])
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def _cached_binary(config, key: str, build, file: str = FILE, name: str = NAME) -> str:
     """The extension's path: in the disk cache (verified), else built and put there. With the
     cache off (TKJIT_NO_CACHE), built into a private directory for this process."""
     if config.no_cache:
         import tempfile
         directory = tempfile.mkdtemp(prefix="tkjit-native-")
-        path = os.path.join(directory, FILE)
+        path = os.path.join(directory, file)
         with open(path, "wb") as f:
             f.write(build())
         return path
     from ..cache import DiskCache
     cache = DiskCache(config.cache_dir)
     entry = cache.get(key)
-    if entry is None or FILE not in entry.files:
-        entry = cache.put(key, {FILE: build()}, {"name": f"{NAME} (native launch path)",
+    if entry is None or file not in entry.files:
+        entry = cache.put(key, {file: build()}, {"name": f"{name} (native launch path)",
                                                  "python": sys.version.split()[0]})
-    return str(entry.path / FILE)
+    return str(entry.path / file)
 
 
-def _load(path: str):
+def _load(path: str, name: str = NAME):
     import importlib.util
-    loader = importlib.machinery.ExtensionFileLoader(NAME, path)
-    spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     return mod
