@@ -302,8 +302,15 @@ def test_exact_tensors_on_the_current_device_alike():
 
 
 def test_status_names_the_variant(monkeypatch):
+    """The C path by default; the torch variant only when TKJIT_NATIVE_LAUNCH=torch asks for it."""
+    from tkjit import config
     monkeypatch.setattr(native, "_state", {})  # looked up again (the cache has both), not the fixture's
     assert native.status().startswith("native launch path (C")
+    assert native.module() is native.c_module() and "torch's C++" not in native.status()
+    assert config.Config.from_env({"TKJIT_NATIVE_LAUNCH": "torch"}).native_torch
+    assert not config.Config.from_env({}).native_torch
+    monkeypatch.setattr(native, "_wants_torch", lambda: True)
+    monkeypatch.setattr(native, "_state", {})
     if native.torch_module() is not None:
         assert native.module() is native.torch_module() and "torch's C++ tensor reads" in native.status()
 
