@@ -19,7 +19,8 @@ on); causal ones launch a CTA per tile, heaviest first (attention_plan.py says w
 The control flow of both roles is the protocol ``attention_protocol`` builds (the standard
 one-shot + pipelined-loop protocol of passes/sync_protocol.py, which the CPU checker explores).
 The index arithmetic (the key/value head, the trip count, the mask offsets and scales) is the
-IR's own scalar code (scalars.py).
+IR's own scalar code (scalars.py); the softmax on the accumulator fragments is
+attention_softmax.py's.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from ...passes.sync_protocol import (Advance, IfTrips, Load, Loop, LoopPlan, Mma
 from ..ptx import f32_imm
 from . import mbarrier, tma, wgmma
 from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, operand_v
+from .attention_softmax import NEG_INF, SoftmaxEmitter
 from .builder import Builder
 from .match_attention import AttentionMatch
 from .program import RingRegs, RoleEmitter
@@ -40,7 +42,6 @@ SMEM_SYMBOL = "tk_smem"
 Q_RING, KV_RING, K_RING, V_RING = "q", "kv", "k", "v"
 PANEL = 64
 """Head-dim columns per 128-byte swizzled panel (one TMA box)."""
-NEG_INF = "0fFF800000"
 TURN_BARRIER = 4
 """Named barriers 4 + c: consumer c's turn to issue wgmmas (ping-pong); 0 is the CTA's."""
 
@@ -344,7 +345,7 @@ class Producer(Role):
             b(tma.load_nd(dst, self.maps[step.load], [col, row, *reversed(lead)], bar))
 
 
-class Consumer(Role):
+class Consumer(SoftmaxEmitter, Role):
     """Consumer warpgroups 1..N: 64 query rows each."""
 
     def run(self) -> None:
@@ -570,141 +571,6 @@ class Consumer(Role):
             lines.append(wgmma.mma_rs_instruction(m.d, "bf16", self.o, self.p[4 * ks:4 * ks + 4],
                                                   self.at(dv, self.op_v.offset(ks, 0)), 1))
         b(*lines)
-
-    def rows(self, regs: list[str], half: int) -> list[str]:
-        """The accumulator registers of row ``half`` (0: lane/4, 1: lane/4 + 8) of this thread."""
-        return [r for n, r in enumerate(regs) if (n >> 1) & 1 == half]
-
-    def reduce(self, regs: list[str], op: str) -> str:
-        """A pairwise tree of ``op`` over this thread's registers, then over the quad."""
-        b = self.b
-        level = list(regs)
-        while len(level) > 1:
-            nxt = []
-            for x, y in zip(level[::2], level[1::2]):
-                r = b.reg("f32")
-                b(f"{op}.f32 {r}, {x}, {y};")
-                nxt.append(r)
-            if len(level) % 2:
-                nxt.append(level[-1])
-            level = nxt
-        acc = level[0]
-        for lane_mask in (1, 2):
-            other = b.reg("f32")
-            b(f"shfl.sync.bfly.b32 {other}, {acc}, {lane_mask}, 31, -1;")
-            r = b.reg("f32")
-            b(f"{op}.f32 {r}, {acc}, {other};")
-            acc = r
-        return acc
-
-    def mask(self) -> None:
-        """-inf where the key is past N (padding) or, under the IR's condition, past the diagonal;
-        a uniform branch skips it on the blocks that need neither."""
-        m, b, k = self.m, self.b, self.k
-        r = self.rings[self.k.loop_ring]
-        ev = self.inner()
-        n_keys = k.dim(m.params[m.k].type.dims[-2])
-        k0, end, tail, needed = b.reg(), b.reg(), b.pred(), b.pred()
-        b(f"mul.lo.s32 {k0}, {r.counter}, {m.bkv};", f"add.s32 {end}, {k0}, {m.bkv};",
-          f"setp.gt.s32 {tail}, {end}, {n_keys};")
-        causal = None
-        if m.mask is not None:
-            causal = ev.value(m.mask_cond)
-            q0, mk0 = ev.value(m.mask.operands[1]), ev.value(m.mask.operands[2])
-            b(f"or.pred {needed}, {tail}, {causal};")
-        else:
-            b(f"mov.pred {needed}, {tail};")
-        skip = b.label("unmasked")
-        b(f"@!{needed} bra.uni {skip};")
-        base = b.reg()  # the last visible key column, relative to this thread's first column
-        b(f"sub.s32 {base}, {n_keys}, {k0};", f"sub.s32 {base}, {base}, 1;", f"sub.s32 {base}, {base}, {self.quad_col};")
-        for half in (0, 1):
-            lim = b.reg()
-            b(f"mov.b32 {lim}, {base};")
-            if causal is not None:
-                diag = b.reg()  # q0 + r - k0 (the mask's k0) - 2 (lane % 4): key c visible iff c <= diag
-                b(f"add.s32 {diag}, {q0}, {self.row_in_tile};", f"add.s32 {diag}, {diag}, {8 * half};",
-                  f"sub.s32 {diag}, {diag}, {mk0};", f"sub.s32 {diag}, {diag}, {self.quad_col};",
-                  f"@{causal} min.s32 {lim}, {lim}, {diag};")
-            for n, reg in enumerate(self.s):
-                if (n >> 1) & 1 != half:
-                    continue
-                col = 8 * (n >> 2) + (n & 1)
-                hide = b.pred()
-                b(f"setp.lt.s32 {hide}, {lim}, {col};", f"@{hide} mov.f32 {reg}, {NEG_INF};")
-        b.place(skip)
-
-    def softmax(self) -> None:
-        """The online softmax of the scores in S (P left in S's registers as f32); l rescaled,
-        alpha kept for O. With a positive scale c the maxima are taken on the raw scores and each
-        score costs one FFMA (s·c - m·c) before ex2; otherwise (max of c·s is not c·max s) the
-        scores are scaled first. The choice is a uniform branch on ``self.folded``."""
-        b = self.b
-        self.alphas = [b.reg("f32"), b.reg("f32")]
-        plain, done = b.label("scale_not_positive"), b.label("softmax_done")
-        b(f"@!{self.folded} bra.uni {plain};")
-        self.mask()
-        self.online(folded=True)
-        b(f"bra.uni {done};")
-        b.place(plain)
-        b(*(f"mul.f32 {r}, {r}, {self.qk_scale};" for r in self.s))
-        self.mask()
-        self.online(folded=False)
-        b.place(done)
-
-    def online(self, folded: bool) -> None:
-        """Row maxima, P = 2^(scaled s - scaled max), alpha = 2^(scaled old max - scaled max) and
-        l = l·alpha + this thread's share of the row sum. ``folded``: S and the maxima are raw
-        (unscaled) and the scale goes into one FFMA per element."""
-        b, c = self.b, self.qk_scale
-        for half in (0, 1):
-            row = self.rows(self.s, half)
-            mx_new = b.reg("f32")
-            b(f"max.f32 {mx_new}, {self.mx[half]}, {self.reduce(row, 'max')};")
-            scaled = mx_new
-            if folded:
-                scaled = b.reg("f32")
-                b(f"mul.f32 {scaled}, {mx_new}, {c};")
-            use, inf = b.reg("f32"), b.pred()  # a row with no visible key yet: subtract 0, not -inf
-            b(f"setp.eq.f32 {inf}, {mx_new}, {NEG_INF};", f"selp.f32 {use}, 0f00000000, {scaled}, {inf};")
-            alpha = self.alphas[half]
-            if folded:
-                neg = b.reg("f32")
-                b(f"neg.f32 {neg}, {use};")
-                for reg in row:
-                    b(f"fma.rn.f32 {reg}, {reg}, {c}, {neg};", f"ex2.approx.ftz.f32 {reg}, {reg};")
-                b(f"fma.rn.f32 {alpha}, {self.mx[half]}, {c}, {neg};")
-            else:
-                for reg in row:
-                    b(f"sub.f32 {reg}, {reg}, {use};", f"ex2.approx.ftz.f32 {reg}, {reg};")
-                b(f"sub.f32 {alpha}, {self.mx[half]}, {use};")
-            b(f"ex2.approx.ftz.f32 {alpha}, {alpha};", f"mov.f32 {self.mx[half]}, {mx_new};")
-            total = self.local_sum(row)
-            b(f"fma.rn.f32 {self.l[half]}, {self.l[half]}, {alpha}, {total};")
-
-    def rescale_and_pack(self) -> None:
-        """Once the previous P·V has retired: O *= alpha, and P to bf16 pairs (its A fragments)."""
-        b = self.b
-        for n, reg in enumerate(self.o):
-            b(f"mul.f32 {reg}, {reg}, {self.alphas[(n >> 1) & 1]};")
-        for n, reg in enumerate(self.p):
-            lo, hi = self.s[2 * n], self.s[2 * n + 1]
-            b(f"cvt.rn.bf16x2.f32 {reg}, {hi}, {lo};")
-
-    def local_sum(self, regs: list[str]) -> str:
-        """This thread's share of a row sum (the quad's shares are added once, at the end)."""
-        b = self.b
-        level = list(regs)
-        while len(level) > 1:
-            nxt = []
-            for x, y in zip(level[::2], level[1::2]):
-                r = b.reg("f32")
-                b(f"add.f32 {r}, {x}, {y};")
-                nxt.append(r)
-            if len(level) % 2:
-                nxt.append(level[-1])
-            level = nxt
-        return level[0]
 
     def tile_end(self) -> None:
         """O / l to bf16 and L = (max + log2 l) · ln 2, stored for the rows below N."""
