@@ -27,7 +27,6 @@ from __future__ import annotations
 from ...ir.types import F32, GlobalType
 from ...passes.sync_protocol import (Advance, IfTrips, Load, Loop, LoopPlan, Mma, MmaWait, NotFirst, OneShotUse,
                                      Protocol, Release, Ring, Tiles, Wait, producer_fill, standard_protocol)
-from ..ptx import f32_imm
 from . import mbarrier, tma, wgmma
 from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, operand_v
 from .attention_softmax import NEG_INF, SoftmaxEmitter
