@@ -222,8 +222,7 @@ class ShapeDispatch:
             except TkError as e:
                 dropped.append(f"{', '.join(f'{n} = {v}' for n, v in constants)}: {e.message}")
                 continue
-            candidates.append(Candidate(constants, tile_count(variant.metadata["grid"], dims),
-                                        gemm_shape(variant.metadata, dims, tensor_bytes(args))))
+            candidates.append(measured(constants, variant.metadata, dims, args))
             if len(candidates) == 1 and not dropped and candidates[0].tiles >= self._num_sms:
                 break
         if not candidates:
@@ -257,8 +256,7 @@ class ShapeDispatch:
             gemm = variant.metadata.get("gemm") or {}
             if gemm.get("tile") != [bm, bn // 2, bk] or gemm.get("split") != 1 or not gemm.get("pingpong"):
                 continue
-            c = Candidate(constants, tile_count(variant.metadata["grid"], dims),
-                          gemm_shape(variant.metadata, dims, tensor_bytes(args)))
+            c = measured(constants, variant.metadata, dims, args)
             if c.tiles < self._num_sms:
                 return None
             return c, (f"the default ({default.text()}) fills the GPU ({default.tiles} tiles for "
@@ -300,6 +298,11 @@ def bind_dims(params: list[dict], args: tuple) -> dict[str, int] | None:
             if isinstance(d, str):
                 dims.setdefault(d, int(size))
     return dims
+
+
+def measured(constants: tuple, metadata: dict, dims: dict[str, int], args: tuple) -> Candidate:
+    """A compiled variant as the model sees it at these dims: its tiles and, for a GEMM, its shape."""
+    return Candidate(constants, tile_count(metadata["grid"], dims), gemm_shape(metadata, dims, tensor_bytes(args)))
 
 
 def tile_count(grid: list, dims: dict[str, int]) -> int:

@@ -49,8 +49,9 @@ def grid_expr(v: Value, where) -> int | list:
                             f"dimensions before the block loop (got %{v.hint})", where.span)
 
 
-def _param_entries(kernel: Kernel) -> list[tuple[str, str, dict, Value | None]]:
-    """(PTX type, PTX name, metadata entry, IR parameter) per kernel parameter, then per named dim."""
+def param_entries(kernel: Kernel) -> list[tuple[str, str, dict, Value | None]]:
+    """(PTX type, PTX name, metadata entry, IR parameter) per kernel parameter, then per named dim:
+    the launch ABI every backend shares (docs/architecture.md)."""
     out = []
     for i, p in enumerate(kernel.params):
         name = f"{kernel.name}_param_{i}"
@@ -125,7 +126,7 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
                                  f"groups, fetched {pipe.stages - 1} trip(s) ahead"
                                  + (" (pinned by @stages)" if pinned and pipe.loop.attrs["stages"] == pipe.stages
                                     else " (lowered to fit shared memory)" if pinned else " (the default)")})
-    entries = _param_entries(kernel)
+    entries = param_entries(kernel)
     loads = _load_params(ctx, entries)
     body = ctx.emit_block(kernel.body)
     counts = [grid_expr(v, blocks) for v in blocks.variadic()]

@@ -24,9 +24,9 @@ attention_softmax.py's.
 """
 from __future__ import annotations
 
-from ...ir.types import F32, GlobalType
 from ...passes.sync_protocol import (Advance, IfTrips, Load, Loop, LoopPlan, Mma, MmaWait, NotFirst, OneShotUse,
                                      Protocol, Release, Ring, Tiles, Wait, producer_fill, standard_protocol)
+from ..kernel import param_entries
 from . import mbarrier, tma, wgmma
 from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, operand_v
 from .attention_softmax import NEG_INF, SoftmaxEmitter
@@ -89,28 +89,13 @@ class AttentionKernel:
         self.m, self.plan = m, plan
         self.b = Builder()
         self.proto = attention_protocol(m, plan)
-        self.entries = self._param_entries()
+        self.entries = [entry[:3] for entry in param_entries(self.m.kernel)]
         name = m.kernel.name
         self.maps = {key: tma.TensorMap(f"{name}_tmap_{n}", idx, m.params[idx].hint, "bf16",
                                         (PANEL, rows) + (1,) * (m.params[idx].type.rank - 2), plan.swizzle,
                                         fallback=False)
                      for n, (key, idx, rows) in enumerate((("q", m.q, m.bq), ("k", m.k, m.bkv),
                                                           ("v", m.v, m.bkv)))}
-
-    def _param_entries(self) -> list[tuple[str, str, dict]]:
-        k = self.m.kernel
-        out = []
-        for i, p in enumerate(k.params):
-            name = f"{k.name}_param_{i}"
-            if isinstance(p.type, GlobalType):
-                out.append((".u64", name, {"kind": "global", "name": p.hint, "dtype": p.type.dtype.name,
-                                           "dims": list(p.type.dims)}))
-            else:
-                ptx = ".f32" if p.type.dtype == F32 else ".s32"
-                out.append((ptx, name, {"kind": "scalar", "name": p.hint, "dtype": p.type.dtype.name}))
-        for j, d in enumerate(k.named_dims()):
-            out.append((".s32", f"{k.name}_dim_{j}", {"kind": "dim", "name": d}))
-        return out
 
     # -- the kernel -----------------------------------------------------------------------
     def emit(self) -> tuple[str, dict]:

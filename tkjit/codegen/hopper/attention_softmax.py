@@ -24,8 +24,8 @@ class SoftmaxEmitter:
         """The accumulator registers of row ``half`` (0: lane/4, 1: lane/4 + 8) of this thread."""
         return [r for n, r in enumerate(regs) if (n >> 1) & 1 == half]
 
-    def reduce(self, regs: list[str], op: str) -> str:
-        """A pairwise tree of ``op`` over this thread's registers, then over the quad."""
+    def tree(self, regs: list[str], op: str) -> str:
+        """A pairwise tree of ``op`` over this thread's registers (no shuffles)."""
         b = self.b
         level = list(regs)
         while len(level) > 1:
@@ -37,7 +37,12 @@ class SoftmaxEmitter:
             if len(level) % 2:
                 nxt.append(level[-1])
             level = nxt
-        acc = level[0]
+        return level[0]
+
+    def reduce(self, regs: list[str], op: str) -> str:
+        """``tree`` over this thread's registers, then over the quad."""
+        b = self.b
+        acc = self.tree(regs, op)
         for lane_mask in (1, 2):
             other = b.reg("f32")
             b(f"shfl.sync.bfly.b32 {other}, {acc}, {lane_mask}, 31, -1;")
@@ -128,7 +133,7 @@ class SoftmaxEmitter:
                     b(f"sub.f32 {reg}, {reg}, {use};", f"ex2.approx.ftz.f32 {reg}, {reg};")
                 b(f"sub.f32 {alpha}, {self.mx[half]}, {use};")
             b(f"ex2.approx.ftz.f32 {alpha}, {alpha};", f"mov.f32 {self.mx[half]}, {mx_new};")
-            total = self.local_sum(row)
+            total = self.tree(row, "add")  # this thread's share: the quad's are added once, at the end
             b(f"fma.rn.f32 {self.l[half]}, {self.l[half]}, {alpha}, {total};")
 
     def rescale_and_pack(self) -> None:
@@ -139,18 +144,3 @@ class SoftmaxEmitter:
         for n, reg in enumerate(self.p):
             lo, hi = self.s[2 * n], self.s[2 * n + 1]
             b(f"cvt.rn.bf16x2.f32 {reg}, {hi}, {lo};")
-
-    def local_sum(self, regs: list[str]) -> str:
-        """This thread's share of a row sum (the quad's shares are added once, at the end)."""
-        b = self.b
-        level = list(regs)
-        while len(level) > 1:
-            nxt = []
-            for x, y in zip(level[::2], level[1::2]):
-                r = b.reg("f32")
-                b(f"add.f32 {r}, {x}, {y};")
-                nxt.append(r)
-            if len(level) % 2:
-                nxt.append(level[-1])
-            level = nxt
-        return level[0]

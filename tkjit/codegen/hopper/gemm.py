@@ -26,9 +26,9 @@ map per TMA operand (metadata entries of kind "tensormap").
 """
 from __future__ import annotations
 
-from ...ir.types import F32, GlobalType
 from ...passes.sync_protocol import (Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, pingpong_consumer,
                                      producer_fill)
+from ..kernel import param_entries
 from . import copy, mbarrier, multicast, reduce, tma, wgmma
 from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, pack_tile, packed_registers, staging_lanes, store_fragment, store_staged
@@ -66,7 +66,7 @@ class GemmKernel:
         self.b = Builder()
         self.proto = gemm_protocol(g, plan)
         self.maps = self._tensor_maps()
-        self.entries = self._param_entries()
+        self.entries = [entry[:3] for entry in param_entries(self.g.kernel)]
 
     # -- parameters -----------------------------------------------------------------------
     def _tensor_maps(self) -> dict[str, tma.TensorMap]:
@@ -79,21 +79,6 @@ class GemmKernel:
             maps["c"] = tma.TensorMap(f"{name}_tmap_2", g.c, g.params[g.c].hint, g.c_dtype,
                                       (PANEL_COLS, 64), 128)
         return maps
-
-    def _param_entries(self) -> list[tuple[str, str, dict]]:
-        k = self.g.kernel
-        out = []
-        for i, p in enumerate(k.params):
-            name = f"{k.name}_param_{i}"
-            if isinstance(p.type, GlobalType):
-                out.append((".u64", name, {"kind": "global", "name": p.hint, "dtype": p.type.dtype.name,
-                                           "dims": list(p.type.dims)}))
-            else:
-                ptx = ".f32" if p.type.dtype == F32 else ".s32"
-                out.append((ptx, name, {"kind": "scalar", "name": p.hint, "dtype": p.type.dtype.name}))
-        for j, d in enumerate(k.named_dims()):
-            out.append((".s32", f"{k.name}_dim_{j}", {"kind": "dim", "name": d}))
-        return out
 
     # -- the kernel -----------------------------------------------------------------------
     def emit(self) -> tuple[str, dict]:
@@ -536,7 +521,7 @@ class Consumer(GemmRole):
         tensor cores work under the stores -- or after the last tile."""
         if self.pending is None:
             return
-        k, g, plan, b = self.k, self.k.g, self.k.plan, self.b
+        g, plan, b = self.k.g, self.k.plan, self.b
         skip = b.label("no_pending_tile")
         b(f"@!{self.pending} bra {skip};")
         store_staged(b, self.staging, self.acc, plan.wgmma_n, g.bn, self.pending_row, self.pending_col,

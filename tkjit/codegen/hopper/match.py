@@ -98,7 +98,7 @@ def _match(kernel: Kernel) -> GemmMatch:
     allowed = {init, loop, store, c_value.owner if isinstance(c_value.owner, Cvt) else None}
     _only_scalars(body.ops, *[op for op in allowed if op is not None])
     params = kernel.params
-    a, b, c = (_param_index(params, op.operands[0]) for op in (load_a, load_b, store))
+    a, b, c = (param_index(params, op.operands[0]) for op in (load_a, load_b, store))
     ta, tb = load_a.result.type, load_b.result.type
     b_major = "MN" if isinstance(mma, MmaAB) else "K"
     _check_coords(load_a, (bm_arg, k_arg), "A")
@@ -118,7 +118,7 @@ def _match(kernel: Kernel) -> GemmMatch:
 
 def _match_loop(loop: For):
     lo, step = loop.operands[0], loop.operands[2]
-    if _const(lo) != 0 or _const(step) != 1:
+    if const_value(lo) != 0 or const_value(step) != 1:
         raise NoMatch("the K loop must run from 0 in steps of 1")
     if len(loop.variadic()) != 1:
         raise NoMatch(f"the K loop carries {len(loop.variadic())} values; the GEMM pattern carries "
@@ -182,14 +182,16 @@ def _check_coords(op: Op, want: tuple[Value, ...], name: str) -> None:
         raise NoMatch(f"{name} must be addressed at tile coordinates ({names})")
 
 
-def _param_index(params: list[Value], v: Value) -> int:
+def param_index(params: list[Value], v: Value) -> int:
+    """The index of the global parameter ``v`` is (a pattern's tensors are kernel parameters)."""
     for i, p in enumerate(params):
         if p is v and isinstance(p.type, GlobalType):
             return i
     raise NoMatch("a load or store does not name a kernel parameter")
 
 
-def _const(v: Value):
+def const_value(v: Value):
+    """The value of a ``const`` op's result, else None."""
     return v.owner.attrs["value"] if isinstance(v.owner, Const) else None
 
 

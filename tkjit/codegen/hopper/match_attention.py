@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.core import Kernel, Op, Value
-from ...ir.ops import Blocks, Const, Cvt, For, If, Load, MmaAB, MmaABt, Store, Yield, Zeros
+from ...ir.ops import Blocks, Cvt, For, If, Load, MmaAB, MmaABt, Store, Yield, Zeros
 from ...ir.ops.elementwise import Add, CausalMask, Exp2, Fill, Log2, Max, Mul, Sub
-from ...ir.types import BF16, F32, GlobalType, ScalarType, TileType, VectorType
-from .match import NoMatch
+from ...ir.types import BF16, F32, ScalarType, TileType, VectorType
+from .match import NoMatch, const_value, param_index
 from .scalars import UnsupportedScalar, supported
 
 HEAD_DIMS = (64, 128)
@@ -138,7 +138,7 @@ def _match(kernel: Kernel) -> AttentionMatch:
         raise NoMatch(f"the key loop carries {len(loop.variadic())} values; attention carries o, the "
                       "row maxima and the row sums")
     lo, step = loop.operands[0], loop.operands[2]
-    if _const(lo) != 0 or _const(step) != 1:
+    if const_value(lo) != 0 or const_value(step) != 1:
         raise NoMatch("the key loop must run from 0 in steps of 1")
     inits = loop.variadic()
     lbody = loop.regions[0]
@@ -246,7 +246,7 @@ def _match(kernel: Kernel) -> AttentionMatch:
 
     # operands and shapes
     params = kernel.params
-    q, k, v, o, l = (_param_index(params, op.operands[0]) for op in (q_load, k_load, v_load, o_store, l_store))
+    q, k, v, o, l = (param_index(params, op.operands[0]) for op in (q_load, k_load, v_load, o_store, l_store))
     qt, kt, vt = (ld.result.type for ld in (q_load, k_load, v_load))
     for t, name in ((qt, "Q"), (kt, "K"), (vt, "V")):
         if t.space != "st" or t.dtype != BF16:
@@ -304,7 +304,7 @@ def _coords(op: Op, row: Value, name: str, vector: bool = False) -> None:
         if coords[-1] is not row:
             raise NoMatch(f"{name} must be addressed at (.., %{row.hint})")
         return
-    if coords[-2] is not row or _const(coords[-1]) != 0:
+    if coords[-2] is not row or const_value(coords[-1]) != 0:
         raise NoMatch(f"{name} must be addressed at (.., %{row.hint}, 0): whole rows of the head dim")
 
 
@@ -314,14 +314,3 @@ def _only(ops, allowed: set, where: str) -> None:
             continue
         if op.regions or not all(_is_scalar(v) for v in (*op.operands, *op.results)):
             raise NoMatch(f"'{op.NAME}' in {where} is not part of the attention pattern")
-
-
-def _param_index(params: list[Value], v: Value) -> int:
-    for n, p in enumerate(params):
-        if p is v and isinstance(p.type, GlobalType):
-            return n
-    raise NoMatch("a load or store does not name a kernel parameter")
-
-
-def _const(v: Value):
-    return v.owner.attrs["value"] if isinstance(v.owner, Const) else None
