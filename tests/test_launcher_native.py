@@ -301,18 +301,65 @@ def test_exact_tensors_on_the_current_device_alike():
     assert nat_rec.calls[-1]["grid"] == (4, 1, 1)
 
 
-def test_status_names_the_variant(monkeypatch):
-    """The C path by default; the torch variant only when TKJIT_NATIVE_LAUNCH=torch asks for it."""
+def _fresh_lookup(monkeypatch, tmp_path, env: dict):
+    """The next native.module() looks up again, with the configuration ``env`` and its own cache."""
     from tkjit import config
-    monkeypatch.setattr(native, "_state", {})  # looked up again (the cache has both), not the fixture's
-    assert native.status().startswith("native launch path (C")
-    assert native.module() is native.c_module() and "torch's C++" not in native.status()
-    assert config.Config.from_env({"TKJIT_NATIVE_LAUNCH": "torch"}).native_torch
-    assert not config.Config.from_env({}).native_torch
-    monkeypatch.setattr(native, "_wants_torch", lambda: True)
+    monkeypatch.setattr(config, "_current", config.Config.from_env({**env, "TKJIT_CACHE_DIR": str(tmp_path)}))
     monkeypatch.setattr(native, "_state", {})
-    if native.torch_module() is not None:
-        assert native.module() is native.torch_module() and "torch's C++ tensor reads" in native.status()
+
+
+def test_the_modes_parse():
+    from tkjit.config import Config
+    assert Config.from_env({}).native_torch == "auto"
+    assert Config.from_env({"TKJIT_NATIVE_LAUNCH": "torch"}).native_torch == "build"
+    assert Config.from_env({"TKJIT_NATIVE_LAUNCH": "c"}).native_torch == "no"
+    assert not Config.from_env({"TKJIT_NATIVE_LAUNCH": "0"}).native_launch
+
+
+def test_by_default_the_torch_variant_is_taken_from_the_cache(monkeypatch, tmp_path):
+    """Where the cache holds the torch variant, launchers take it; TKJIT_NATIVE_LAUNCH=c keeps to C."""
+    if native.torch_module() is None:
+        pytest.skip(native.status())
+    built = open(native.torch_module().__file__, "rb").read()
+    c_built = open(native.c_module().__file__, "rb").read()
+    from tkjit.cache import DiskCache
+    cache = DiskCache(tmp_path)
+    cache.put(native._torch_key(torch)[0], {native.TORCH_FILE: built}, {"name": "test"})
+    cache.put(native.build_key(native.SOURCE.read_bytes()), {native.FILE: c_built}, {"name": "test"})
+    _fresh_lookup(monkeypatch, tmp_path, {})
+    assert "torch's C++ tensor reads: " + str(tmp_path) in native.status()
+    assert native.module() is not native.c_module() and "builder" not in native._state
+    _fresh_lookup(monkeypatch, tmp_path, {"TKJIT_NATIVE_LAUNCH": "c"})
+    assert native.module() is native.c_module() and "torch's C++" not in native.status()
+
+
+def test_without_it_in_the_cache_it_is_built_in_the_background(monkeypatch, tmp_path):
+    """Not cached: the C one launches now and a detached process builds the torch variant for the
+    next process. Here that process finds no C++ compiler on its PATH: the failure is remembered,
+    so the next process does not start it again, and TKJIT_NATIVE_LAUNCH=torch is named."""
+    if native.c_module() is None:
+        pytest.skip(native.status())
+    c_built = open(native.c_module().__file__, "rb").read()
+    from tkjit.cache import DiskCache
+    DiskCache(tmp_path).put(native.build_key(native.SOURCE.read_bytes()), {native.FILE: c_built}, {"name": "test"})
+    monkeypatch.setenv("PATH", str(tmp_path / "no-compilers-here"))
+    monkeypatch.setattr(native, "_cxx_command", lambda: None)  # this process's view; the child has PATH
+    _fresh_lookup(monkeypatch, tmp_path, {})
+    assert native.module() is native.c_module()
+    assert "being built in the background" in native.status()
+    assert native._state["builder"].wait(timeout=120) == 1
+    _fresh_lookup(monkeypatch, tmp_path, {})
+    assert native.module() is native.c_module()
+    assert "its build failed (no C and C++ compiler here to build it)" in native.status()
+    assert "TKJIT_NATIVE_LAUNCH=torch tries again" in native.status() and "builder" not in native._state
+
+
+def test_with_the_cache_off_nothing_is_built_in_the_background(monkeypatch, tmp_path):
+    if native.c_module() is None:
+        pytest.skip(native.status())
+    _fresh_lookup(monkeypatch, tmp_path, {"TKJIT_NO_CACHE": "1"})
+    assert native.module() is not None and "builder" not in native._state
+    assert "not built (the disk cache is off" in native.status()
 
 
 # ---------------------------------------------------------------- building and caching the extension
@@ -351,3 +398,19 @@ def test_a_failing_build_is_a_status_line_not_an_error(monkeypatch, tmp_path):
     monkeypatch.setattr(config_module, "_current", config_module.Config(cache_dir=tmp_path / "cache"))
     assert native.module() is None
     assert native.status().startswith("Python launch path: building the native one failed")
+
+
+
+def test_prepare_takes_the_variant_a_warm_installation_has(monkeypatch, tmp_path):
+    """The benchmarks' launch figures are the default path's: prepare() builds the torch variant
+    where the cache lacks it, and takes it; with TKJIT_NATIVE_LAUNCH=c it keeps to C."""
+    variant = native.torch_module()
+    if variant is None:
+        pytest.skip(native.status())
+    monkeypatch.setattr(native, "_find_torch_or_build_later", lambda c_status: (None, c_status + "; later"))
+    monkeypatch.setattr(native, "torch_module", lambda: variant)
+    _fresh_lookup(monkeypatch, tmp_path, {})
+    assert native.module() is native.c_module()
+    assert "torch's C++ tensor reads" in native.prepare() and native.module() is variant
+    _fresh_lookup(monkeypatch, tmp_path, {"TKJIT_NATIVE_LAUNCH": "c"})
+    assert "torch's C++" not in native.prepare() and native.module() is native.c_module()

@@ -29,8 +29,11 @@ class Config:
     """TKJIT_ARCH: the target architecture."""
     native_launch: bool = True
     """TKJIT_NATIVE_LAUNCH=0: launch through the Python fast path, never the C one (runtime/native.py)."""
-    native_torch: bool = False
-    """TKJIT_NATIVE_LAUNCH=torch: the C path with torch's C++ tensor reads (opt-in: not yet run on a GPU)."""
+    native_torch: str = "auto"
+    """Whether the native path reads tensors through torch's C++ API (runtime/native.py):
+    ``auto`` (default) where that variant is in the disk cache, else the C one while it is built
+    in the background for the next process; ``build`` (TKJIT_NATIVE_LAUNCH=torch) builds it now,
+    before the first launch; ``no`` (TKJIT_NATIVE_LAUNCH=c) keeps to the C one."""
     tools: tuple[tuple[str, str], ...] = ()
     """TKJIT_PTXAS / TKJIT_CUOBJDUMP / TKJIT_NVDISASM: explicit paths of NVIDIA's tools, as
     (variable, path) pairs; tools not named here are looked for in the CUDA wheels, then PATH."""
@@ -51,7 +54,7 @@ class Config:
             backend=(env.get("TKJIT_BACKEND") or None),
             arch=env.get("TKJIT_ARCH") or "sm_90a",
             native_launch=env.get("TKJIT_NATIVE_LAUNCH", "1").strip().lower() not in ("0", "false", "no", "off"),
-            native_torch=env.get("TKJIT_NATIVE_LAUNCH", "").strip().lower() == "torch",
+            native_torch={"torch": "build", "c": "no"}.get(env.get("TKJIT_NATIVE_LAUNCH", "").strip().lower(), "auto"),
             tools=tuple((var, env[var]) for var in TOOL_VARIABLES if env.get(var)),
         )
 

@@ -108,6 +108,7 @@ def measure_launch_overhead(n: int = 4096, batches: int = 50, per_batch: int = 1
     from . import driver, native, toolchain
     from .launcher import Launcher
 
+    native.prepare()  # a warm installation's launch path, even on a machine that never launched
     cubin, report = toolchain.assemble(ADD_F32_PTX, name="add_f32")
     module = driver.Module.load(cubin, ADD_F32_PTX)
     fn = module.get_function("add_f32")
@@ -229,6 +230,7 @@ def measure_host_overhead(batches: int = 50, per_batch: int = 2000) -> dict:
     import torch
 
     from . import native
+    native.prepare()
     from .launcher import Launcher
 
     def fake_launch(*args):
