@@ -187,18 +187,26 @@ def test_three_consumers_take_the_hopper_path():
 
 SPLIT = (("SPLIT_KV_BARRIERS", True),)
 Q2 = (("Q_SLOTS", 2),)
+Q2_EVERYWHERE = Q2 + (("Q2_MIN_STAGES", 2), ("PERSISTENT_CAUSAL", True))
+"""Two Q slots at D = 128 too (3 -> 2 stages, K/V split) and on causal kernels (persistent: tiles
+of different trip counts, the turns carried on between them)."""
 
 
-@pytest.mark.parametrize("pins", [SPLIT, Q2, SPLIT + Q2], ids=["split-kv", "q-slots-2", "both"])
+Q2_ACROSS = Q2 + (("Q2_TURNS", "across tiles"),)
+"""Two Q slots with one rotation of turns over the CTA's tiles instead of a set of barriers per slot."""
+
+
+@pytest.mark.parametrize("pins", [SPLIT, Q2, SPLIT + Q2, Q2_EVERYWHERE, Q2_ACROSS],
+                         ids=["split-kv", "q-slots-2", "both", "q-slots-2-everywhere", "q-slots-2-across"])
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.parametrize("causal", [False, True])
 def test_split_kv_barriers_and_two_q_slots(pins, d, causal):
     """K and V on their own barriers (S_j waits for K_j only; the V ring one trip behind) and a
     second Q slot (persistent: the next tile's Q while this one runs; one ring stage fewer):
     tails, grouped heads, a scale the fold does not take, many tiles per persistent CTA (slots
-    alternating, phases carried on), 0-trip-free short and long sequences."""
-    if d == 64 and ("Q_SLOTS", 2) in pins:
-        pytest.skip("three consumers (D=64) keep one Q slot: attention_plan.Q2_MAX_CONSUMERS")
+    alternating, phases and the consumers' turns carried on), 0-trip-free short and long
+    sequences. At D = 64 the second slot takes a stage (6 -> 5) for three consumers; with their
+    turns restarted per tile this hung at (4, 16, 4, 1000) before."""
     for n in (77, 129, 1000):
         check(2, 3, 3, n, d, causal, pins=pins)
     check(2, 8, 2, 640, d, causal, pins=pins)

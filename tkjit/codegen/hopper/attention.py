@@ -14,6 +14,11 @@
                   in registers. After the loop the last P·V, then O / l (bf16) and
                   L = (max + log2 l) ln 2 stored under row < N.
 
+The turns restart with every tile (consumer 0 opens it, the last consumer's last turn hands
+nothing on); with two Q slots each slot's tiles take their turns on their own named barriers, or
+one rotation runs on over the CTA's tiles (``AttentionPlan.turns`` says why: restarting them on
+one set of barriers let consumer 0 overtake and hang the CTA).
+
 Non-causal kernels are persistent (min(tiles, SMs) CTAs, tile += nctaid, rings and phases carried
 on); causal ones launch a CTA per tile, heaviest first (attention_plan.py says why).
 The control flow of both roles is the protocol ``attention_protocol`` builds (the standard
@@ -357,7 +362,7 @@ class Consumer(SoftmaxEmitter, Role):
         self.drain_pending = False
         self.peeled = False
         n = plan.consumers
-        self.own_turn, self.next_turn = b.reg(), b.reg()
+        self.own_turn, self.next_turn = b.reg(), b.reg()  # (tile_begin: + n·slot, turns per slot)
         b(f"add.u32 {self.own_turn}, {self.index}, {TURN_BARRIER};",
           f"add.u32 {self.next_turn}, {self.index}, 1;", f"rem.u32 {self.next_turn}, {self.next_turn}, {n};",
           f"add.u32 {self.next_turn}, {self.next_turn}, {TURN_BARRIER};")
@@ -368,6 +373,13 @@ class Consumer(SoftmaxEmitter, Role):
         b = self.b
         self.q_base = self.q_slot(0)
         b(f"add.u32 {self.q_base}, {self.q_base}, {self.q_slab};")
+        if self.k.plan.turns == "per slot":  # this Q slot's set of turn barriers
+            if not hasattr(self, "turn_base"):
+                self.turn_base = (self.own_turn, self.next_turn)
+            n, slot = self.k.plan.consumers, self.rings[Q_RING].s
+            self.own_turn, self.next_turn = b.reg(), b.reg()
+            b(f"mad.lo.u32 {self.own_turn}, {slot}, {n}, {self.turn_base[0]};",
+              f"mad.lo.u32 {self.next_turn}, {slot}, {n}, {self.turn_base[1]};")
         b(*(f"mov.f32 {r}, 0f00000000;" for r in self.o))
         b(*(f"mov.f32 {r}, {NEG_INF};" for r in self.mx), *(f"mov.f32 {r}, 0f00000000;" for r in self.l))
         self.qk_scale = self.ev.value(self.m.qk_scale)
@@ -426,8 +438,7 @@ class Consumer(SoftmaxEmitter, Role):
             return
         if self.drain_pending:
             self.drain_pending = False
-            last = b.pred()
-            b(f"setp.eq.u32 {last}, {self.index}, {self.k.plan.consumers - 1};")
+            last = self.last_turn()
             self.turn_begin(False)
             self.pv(self.prev_stage())
             b(wgmma.COMMIT)
@@ -476,8 +487,7 @@ class Consumer(SoftmaxEmitter, Role):
             b(wgmma.COMMIT)
             self.turn_end(None)
             return
-        last = b.pred()
-        b(f"setp.eq.u32 {last}, {self.index}, {self.k.plan.consumers - 1};")
+        last = self.last_turn()
         self.turn_begin(False)
         self.pv(stage)
         b(wgmma.COMMIT)
@@ -505,16 +515,33 @@ class Consumer(SoftmaxEmitter, Role):
 
     def turn_begin(self, first: bool) -> None:
         """Ping-pong: wait for this consumer's turn at the tensor cores (named barrier 4 + c, the
-        previous consumer arrives on it once it has issued); consumer 0 goes first."""
+        previous consumer arrives on it once it has issued); consumer 0 goes first (in every tile,
+        or with turns "across tiles" in the CTA's first tile only)."""
         if self.k.plan.consumers < 2:
             return
         b = self.b
         skip = b.label("first_turn")
         if first:
             starts = b.pred()
-            b(f"setp.eq.u32 {starts}, {self.index}, 0;", f"@{starts} bra.uni {skip};")
+            b(f"setp.eq.u32 {starts}, {self.index}, 0;")
+            if self.k.plan.turns == "across tiles":
+                cta, first_tile = b.reg(), b.pred()  # the CTA's first tile: tile == ctaid
+                b(f"mov.u32 {cta}, %ctaid.x;", f"setp.eq.s32 {first_tile}, {self.tile}, {cta};",
+                  f"and.pred {starts}, {starts}, {first_tile};")
+            b(f"@{starts} bra.uni {skip};")
         b(f"bar.sync {self.own_turn}, {2 * 128};")
         b.place(skip)
+
+    def last_turn(self) -> str:
+        """The predicate of the turn that hands nothing on: the last consumer's last turn of the
+        tile (with turns "across tiles", of the CTA's last tile only)."""
+        b, last = self.b, self.b.pred()
+        b(f"setp.eq.u32 {last}, {self.index}, {self.k.plan.consumers - 1};")
+        if self.k.plan.turns == "across tiles":
+            step, after, last_tile = b.reg(), b.reg(), b.pred()  # no tile after: tile + nctaid >= tiles
+            b(f"mov.u32 {step}, %nctaid.x;", f"add.s32 {after}, {self.tile}, {step};",
+              f"setp.ge.s32 {last_tile}, {after}, {self.tile_count};", f"and.pred {last}, {last}, {last_tile};")
+        return last
 
     def turn_end(self, last: str | None) -> None:
         """Hand the tensor cores to the next consumer (the last consumer's last turn hands nothing:

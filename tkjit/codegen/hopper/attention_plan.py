@@ -33,19 +33,25 @@ only when the second Q slot left the ring 2 stages (D=128; at D=64, 6 -> 5, spli
 -0.8..-1.1% against one pair) (H200 2026-11-21 same-run A/B: alone neutral,
 -2..+3%; with 2 stages it is what keeps them fed: D=128 0.62x cuDNN with one barrier per stage,
 0.93-0.97x split, docs/hopper-codegen.md round 5)."""
-Q_SLOTS = 1
+Q_SLOTS = 2
 """Q buffers of a persistent kernel: with 2 the next tile's Q loads while this one runs, and the
 producer goes on to the next tile's K/V without waiting for this tile's Q to be released. The
-second slot takes the place of the ring's last stage when both do not fit (H200 2026-11-21: D=64
-N=1024..8192 0.924/1.029/1.052/1.061 -> 1.000/1.069/1.071/1.068x cuDNN). It is a pin (1 by
-default): where it paid, D=64 with three consumers, it also hung (Q2_MAX_CONSUMERS), and D=128
-keeps its 3 stages (Q2_MIN_STAGES)."""
-Q2_MAX_CONSUMERS = 2
+second slot takes the place of the ring's last stage when both do not fit, and only where the ring
+keeps Q2_MIN_STAGES: D=64 (three consumers, 6 -> 5 stages) takes it, D=128 (3 stages) does not.
+H200 2026-11-21, same-run A/B x2 with the turns per slot (benchmarks/results/2026-11-21-nvidia-
+h200-attention-ab-q2-turns.json), D=64 non-causal N=1024..16384: 0.927/1.032/1.049/1.059/1.057
+-> 0.998/1.072/1.068/1.065/1.063x cuDNN (second run 0.926/1.033/1.050/1.056/1.056 -> 0.994/1.071/
+1.068/1.066/1.057). Causal kernels are not persistent and keep one slot. 1 is the round-4 kernel."""
+Q2_MAX_CONSUMERS = 3
 """Two Q slots only with up to this many consumers. With three (D=64, BQ=192) the kernel hung on
 the H200 (2026-11-21: tests/gpu/test_hopper_attention_gpu.py::test_persistent_many_tiles_per_cta
-at D=64, 384 tiles over 132 persistent CTAs with tails and grouped heads, never returned); the
-CPU sync checker passes that protocol, so the fault is in what the emitter does beyond it, not yet
-found. Until it is, three consumers keep one Q slot (the round-4 kernel, 47 GPU tests passing)."""
+at D=64, 384 tiles over 132 persistent CTAs, never returned) while the consumers' turns at the
+tensor cores restarted with every tile on one set of named barriers (see ``AttentionPlan.turns``);
+with two slots they no longer do, so the bound is the consumers there are (3)."""
+Q2_TURNS = "per slot"
+"""How the consumers' ping-pong turns go on from tile to tile with two Q slots (see
+``AttentionPlan.turns``): "per slot" (each Q slot's tiles on their own named barriers) or
+"across tiles" (one rotation that runs on over the CTA's tiles)."""
 Q2_MIN_STAGES = 3
 """The stages the ring must keep for the second Q slot to take one. D=128 would go 3 -> 2 (with
 split K/V barriers): +2.9% at N=1024 in two same-run A/Bs, but -0.5..-2% at N >= 4096 in the
@@ -77,6 +83,19 @@ class AttentionPlan:
     q_slots: int = 1
     q_offset2: int = 0
     """Q's second slot (q_slots = 2); Q's barriers are full[2] then empty[2] at q_bars."""
+    turns: str = "per tile"
+    """How the consumers' ping-pong turns (named barriers, 4 + c) go from one tile to the next.
+    "per tile": each tile's rotation starts afresh (consumer 0 opens it without waiting, the last
+    consumer's last turn hands nothing on); safe with one Q slot only, where the next tile's Q
+    loads after every consumer released this one's. With two slots consumer 0 can open the next
+    tile first and arrive a second time on consumer 1's barrier before consumer 1 took its last
+    turn of this tile: the named barrier completes on consumer 0's arrivals alone and the rotation
+    deadlocks (the 2026-11-21 hang, D = 64, three consumers). So with two slots either
+    "per slot": the tiles of Q slot s take their turns on barriers 4 + c + consumers·s, two
+    rotations that cannot meet (a slot's next tile starts only after every consumer released its
+    last one), consumer 0 still opening each tile at once; or
+    "across tiles": one rotation over all of the CTA's tiles (consumer 0 waits for its first turn
+    but in the CTA's first tile, the last consumer hands on but in its last)."""
     decisions: list[dict] = field(default_factory=list)
 
     @property
@@ -197,12 +216,11 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
     want_q2 = Q_SLOTS == 2 and plan.persistent
     took_stage = False
     if Q_SLOTS != 2 and plan.persistent:
-        plan.decide("Q slots", 1, "the default: a second Q slot is a pin (Q_SLOTS = 2); at D = 64 it "
-                    "measured +1..8% but hung with three consumers, at D = 128 it costs a stage")
+        plan.decide("Q slots", 1, "pinned (Q_SLOTS = 1)")
     if want_q2 and plan.consumers > Q2_MAX_CONSUMERS:
         want_q2 = False
-        plan.decide("Q slots", 1, f"{plan.consumers} consumers keep one Q slot: two hung on the H200 "
-                    "with three consumers and many tiles per CTA (2026-11-21), cause not yet found")
+        plan.decide("Q slots", 1, f"{plan.consumers} consumers keep one Q slot (Q2_MAX_CONSUMERS = "
+                    f"{Q2_MAX_CONSUMERS})")
     if want_q2:
         fits = ceil(end, 1024) + q_bytes + 32 + 16 * plan.stages + ALIGN_SLACK <= SMEM_LIMIT
         ring = min(plan.k_offset, plan.v_offset)
@@ -227,6 +245,16 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
             plan.decide("Q slots", 2, f"persistent: the next tile's Q ({q_bytes} B) loads while this "
                         f"tile runs, and the producer goes on to its K/V without waiting for this "
                         f"tile's Q to be released; second slot {how}")
+            if plan.consumers > 1:
+                plan.turns = Q2_TURNS
+                plan.decide("consumer turns", Q2_TURNS, "with two Q slots a consumer may open the "
+                            "next tile before the others finished this one, and turns restarted per "
+                            "tile let consumer 0 arrive twice on a named barrier before its partner "
+                            "waited (the H200 hang with three consumers, 2026-11-21); " + (
+                                f"the two slots' tiles take turns on their own barriers (4 .. "
+                                f"{3 + 2 * plan.consumers}), so consumer 0 still opens a tile at "
+                                f"once" if Q2_TURNS == "per slot" else "one rotation runs on over the "
+                                "CTA's tiles (consumer 0 waits for its turn but in the first tile)"))
     starved = took_stage and plan.stages == 2
     split = starved if SPLIT_KV_BARRIERS is None else SPLIT_KV_BARRIERS
     if split:
