@@ -114,6 +114,20 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    print(table(rows))
+
+
+def table(rows: list[dict]) -> str:
+    """Shapes down, variants across: each cell the ratio cuDNN ms / ours (higher is better)."""
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+    shapes = list(dict.fromkeys((r["D"], r["N"], r["causal"]) for r in rows))
+    cell = {(r["D"], r["N"], r["causal"], r["variant"]): r["ratio"] for r in rows}
+    lines = ["shape".ljust(16) + "".join(n[:10].rjust(11) for n in names)]
+    for d, n, causal in shapes:
+        label = f"D{d} N{n}" + (" causal" if causal else "")
+        lines.append(label.ljust(16) + "".join(
+            (f"{cell[(d, n, causal, v)]:.3f}" if (d, n, causal, v) in cell else "-").rjust(11) for v in names))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
