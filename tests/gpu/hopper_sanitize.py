@@ -1,6 +1,8 @@
 """One GEMM through the Hopper path, checked against torch: a small process for compute-sanitizer.
 
-    compute-sanitizer --tool memcheck python3 tests/gpu/hopper_sanitize.py M N K
+    compute-sanitizer --tool memcheck python3 tests/gpu/hopper_sanitize.py M N K [stream_k]
+
+``stream_k``: the example at its default tiles with grid{stream_k=1} (codegen/hopper/streamk.py).
 """
 from __future__ import annotations
 
@@ -14,8 +16,13 @@ import tkjit
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gemm.tk"
 
 
-def main(m: int, n: int, k: int) -> int:
-    gemm = tkjit.load(EXAMPLE)
+def main(m: int, n: int, k: int, stream_k: bool = False) -> int:
+    if stream_k:
+        from tkjit.passes import default_pipeline
+        gemm = tkjit.compile(EXAMPLE.read_text(), filename="gemm.tk", constants={"BM": 128, "BN": 256},
+                             pipeline=default_pipeline("sm_90a").replace("grid", "grid{stream_k=1}"))
+    else:
+        gemm = tkjit.load(EXAMPLE)
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -28,4 +35,4 @@ def main(m: int, n: int, k: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*(int(x) for x in sys.argv[1:4])))
+    sys.exit(main(*(int(x) for x in sys.argv[1:4]), stream_k="stream_k" in sys.argv[4:]))

@@ -331,3 +331,79 @@ def test_pingpong_with_split_k_or_multicast_stays_correct():
     assert "not with ping-pong consumers" in paired.explain()
     for m, n, k in [(1000, 1000, 1000), (4096, 4096, 512)]:
         run_ab(paired, m, n, k)
+
+
+# -- stream-K over the last wave (grid{stream_k=1}): the tail tiles' K loops split over every CTA,
+# partials through the module's workspace and per-thread flags (codegen/hopper/streamk.py)
+
+def stream_k_kernel(source=None, **constants):
+    from tkjit.passes import default_pipeline
+    kernel = tkjit.compile(source or (EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk",
+                           constants=constants or ({"BM": 128, "BN": 256} if source is None else None),
+                           pipeline=default_pipeline("sm_90a").replace("grid", "grid{stream_k=1}"))
+    kernel.binary  # noqa: B018 - assemble now
+    assert kernel.metadata["gemm"].get("stream_k"), kernel.explain()
+    return kernel
+
+
+@pytest.fixture(scope="module")
+def gemm_sk():
+    return stream_k_kernel()
+
+
+@pytest.mark.parametrize("m, n, k", [
+    (4096, 4096, 4096),     # 512 tiles on 132 SMs: 116 tail tiles of 64 trips over every CTA
+    (2304, 4352, 1000),     # 306 tiles: 42 in the tail; a partial last K tile
+    (1000, 8000, 704),      # 256 tiles, 124 in the tail, edge tiles along M and N, 11 trips
+    (896, 4864, 128),       # 133 tiles of 2 trips: one tail tile, most CTAs' ranges empty
+    (4096, 4096, 64),       # 1 trip: not split (every tile whole)
+    (4096, 4096, 136),      # 3 trips
+    (1000, 8000, 702),      # rows TMA cannot address: the copying producer walks the units too
+    (512, 512, 512),        # fewer tiles than SMs: every tile whole
+    (8192, 8192, 1024),
+])
+def test_stream_k_matches_torch(gemm_sk, m, n, k):
+    run_ab(gemm_sk, m, n, k)
+
+
+def test_stream_k_other_tiles_and_f32_output():
+    run_ab(stream_k_kernel(BM=128, BN=64), 2048, 2176, 1000)   # 16 x 34 = 544 tiles, 16 trips
+    f32 = stream_k_kernel(GRID_F32.replace("blocks(M / BM, N / BN)", "blocks(M / BM, N / BN) schedule(persistent)")
+                          .replace("const BM = 128, BN = 128", "const BM = 128, BN = 256"))
+    run_ab(f32, 2304, 4352, 1000, torch.float32)
+
+
+def test_stream_k_is_deterministic_and_graph_safe(gemm_sk):
+    """The flags are left zero by every launch: repeated launches, a side stream and CUDA-graph
+    replays give the same bits."""
+    m, n, k = 2304, 4352, 1000
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    ref = a.float() @ b.float()
+    buf, c = placed(m, n)
+    gemm_sk(a, b, c)
+    check(c, ref, buf)
+    first = c.clone()
+    for _ in range(5):
+        c.fill_(float("nan"))
+        gemm_sk(a, b, c)
+        torch.cuda.synchronize()
+        assert torch.equal(c, first), "the partials are added in a fixed order"
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        c.fill_(float("nan"))
+        gemm_sk(a, b, c)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert torch.equal(c, first)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm_sk(a, b, out)
+        gemm_sk(a, b, out)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first)

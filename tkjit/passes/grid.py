@@ -94,8 +94,17 @@ class Grid(Pass):
     """CTAs per cluster sharing B through TMA multicast (the Hopper GEMM: 2 pairs tiles along M,
     1 turns it off; 0: the backend's default). Recorded as the kernel attribute ``multicast``."""
 
+    stream_k: int = 0
+    """1: a persistent Hopper GEMM splits the K loops of its last, partial wave of tiles over
+    every CTA (stream-K, codegen/hopper/streamk.py); -1 turns it off; 0: the backend's default.
+    Recorded as the kernel attribute ``stream_k``."""
+
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         blocks = block_loop(kernel)
+        if self.stream_k:
+            if self.stream_k not in (1, -1):
+                raise PassError(f"grid: stream_k must be 1 (on) or -1 (off), got {self.stream_k}")
+            kernel.attrs["stream_k"] = self.stream_k
         if self.schedule:
             if self.schedule not in ("grid", "persistent"):
                 raise PassError(f"grid: schedule must be grid or persistent, got '{self.schedule}'")

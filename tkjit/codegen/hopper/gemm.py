@@ -29,7 +29,7 @@ from __future__ import annotations
 from ...passes.sync_protocol import (Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, pingpong_consumer,
                                      producer_fill)
 from ..kernel import param_entries
-from . import copy, mbarrier, multicast, reduce, tma, wgmma
+from . import copy, mbarrier, multicast, reduce, streamk, tma, wgmma
 from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, pack_tile, packed_registers, staging_lanes, store_fragment, store_staged
 from .match import GemmMatch
@@ -58,11 +58,21 @@ def gemm_protocol(g: GemmMatch, plan: Plan) -> Protocol:
     return Protocol(g.kernel.name, plan.consumers, plan.persistent, (ring,), producer, consumer)
 
 
+def streamk_slot_bytes(g: GemmMatch, plan: Plan) -> int:
+    """A stream-K workspace slot: one f32 tile (every consumer thread's accumulators)."""
+    return g.bm * g.bn * 4
+
+
 class GemmKernel:
     """Registers and helpers both roles share."""
 
-    def __init__(self, g: GemmMatch, plan: Plan):
+    def __init__(self, g: GemmMatch, plan: Plan, *, unaligned_rows: bool = True):
         self.g, self.plan = g, plan
+        self.assumed_aligned = [] if unaligned_rows else [
+            g.params[i].hint for i in (g.a, g.b, g.c) if isinstance(g.params[i].type.dims[-1], str)]
+        """Operands whose rows are assumed to be whole 16-byte units (compile option unaligned_rows
+        off): their fallback paths are left out and the launcher refuses other rows (to the kernel
+        object, which compiles the variant with them)."""
         self.b = Builder()
         self.proto = gemm_protocol(g, plan)
         self.maps = self._tensor_maps()
@@ -73,11 +83,14 @@ class GemmKernel:
         g, plan, name = self.g, self.plan, self.g.kernel.name
         a_box = (plan.span_a // 2, g.bm)
         b_box = (plan.span_b // 2, g.bk if g.b_major == "MN" else g.bn // plan.multicast)
-        maps = {"a": tma.TensorMap(f"{name}_tmap_0", g.a, g.params[g.a].hint, g.dtype, a_box, plan.span_a),
-                "b": tma.TensorMap(f"{name}_tmap_1", g.b, g.params[g.b].hint, g.dtype, b_box, plan.span_b)}
+        fallback = {i: g.params[i].hint not in self.assumed_aligned for i in (g.a, g.b, g.c)}
+        maps = {"a": tma.TensorMap(f"{name}_tmap_0", g.a, g.params[g.a].hint, g.dtype, a_box, plan.span_a,
+                                   fallback[g.a]),
+                "b": tma.TensorMap(f"{name}_tmap_1", g.b, g.params[g.b].hint, g.dtype, b_box, plan.span_b,
+                                   fallback[g.b])}
         if plan.staging is not None:
             maps["c"] = tma.TensorMap(f"{name}_tmap_2", g.c, g.params[g.c].hint, g.c_dtype,
-                                      (PANEL_COLS, 64), 128)
+                                      (PANEL_COLS, 64), 128, fallback[g.c])
         return maps
 
     # -- the kernel -----------------------------------------------------------------------
@@ -143,6 +156,9 @@ class GemmKernel:
         else:
             self.rank = self.k_first = None
             b(f"mov.u32 {self.first}, %ctaid.x;", f"mov.u32 {self.grid_step}, %nctaid.x;")
+        self.sk = None
+        if plan.stream_k:  # the tail's K trips split over every CTA (streamk.py), decided at run time
+            self.sk = streamk.Split(b, self.tile_count, lambda: self.fresh(g.trips))
         self.tma_ok = self.rows_aligned(g.a, g.b)
         self.c_tma_ok = self.rows_aligned(g.c) if plan.staging is not None else None
         self.full = b.reg()
@@ -150,6 +166,21 @@ class GemmKernel:
         self.empty = b.reg()
         b(f"add.u32 {self.empty}, {self.full}, {8 * plan.stages};")
         self.init_barriers(tid)
+
+    def fresh(self, expr) -> str:
+        """``expr`` evaluated from the parameters again (reads of the constant bank), so that no
+        register holds it between uses."""
+        b, saved = self.b, self.b.dims
+        b.dims = dict(saved)
+        for _, name, meta in self.entries:
+            if meta["kind"] == "dim":
+                r = b.reg()
+                b(f"ld.param.s32 {r}, [{name}];")
+                b.dims[meta["name"]] = r
+        try:
+            return b.expr(expr)
+        finally:
+            b.dims = saved
 
     def dim(self, d) -> str:
         return self.b.dims[d] if isinstance(d, str) else self.b.mov(d)
@@ -161,12 +192,15 @@ class GemmKernel:
     def rows_aligned(self, *params: int) -> str:
         """The predicate 'TMA can address these 16-bit tensors': their rows are multiples of 16
         bytes (the launcher has checked the base addresses). Otherwise the producer copies
-        (copy.py) and the epilogue stores registers."""
+        (copy.py) and the epilogue stores registers. Known when the row lengths are constants, or
+        assumed aligned: then ptxas drops the other path before it costs any compile time."""
         b, g = self.b, self.g
         inner = [g.params[i].type.dims[-1] for i in params]
         ok = b.pred()
-        if all(isinstance(d, int) for d in inner):
-            b(f"setp.eq.u32 {ok}, {int(all(d % 8 == 0 for d in inner))}, 1;")
+        assumed = all(g.params[i].hint in self.assumed_aligned for i in params if isinstance(
+            g.params[i].type.dims[-1], str))
+        if assumed:
+            b(f"setp.eq.u32 {ok}, {int(all(d % 8 == 0 for d in inner if isinstance(d, int)))}, 1;")
             return ok
         bits = b.reg()
         b(f"mov.b32 {bits}, 0;")
@@ -236,6 +270,10 @@ class GemmKernel:
             lines.append(f".reqnctapercluster {plan.split}, 1, 1")
         elif plan.multicast > 1:
             lines.append(f".reqnctapercluster {plan.multicast}, 1, 1")
+        if plan.stream_k:
+            decls = streamk.declarations(k.name, streamk_slot_bytes(self.g, plan), plan.consumers)
+            at = lines.index(f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];") + 1
+            lines[at:at] = decls
         lines.append("{")
         lines += self.b.body()
         lines.append("}")
@@ -256,10 +294,22 @@ class GemmKernel:
                 "params": params, "dims": g.kernel.named_dims(), "grid": grid,
                 "block": [plan.threads, 1, 1], "smem_bytes": plan.smem_bytes,
                 "num_warps": plan.threads // 32, "registers": list(plan.regs),
-                "protocol": self.proto.text(), "decisions": list(plan.decisions),
+                "protocol": self.proto.text(), "decisions": list(plan.decisions) + self.row_decision(),
                 "gemm": {"tile": [g.bm, g.bn, g.bk], "split": plan.split, "k_trips": g.trips}
                 | ({"multicast": plan.multicast} if plan.multicast > 1 else {})
-                | ({"pingpong": True} if plan.pingpong else {})}
+                | ({"pingpong": True} if plan.pingpong else {})
+                | ({"stream_k": True} if plan.stream_k else {})} \
+            | ({"assumes_aligned_rows": True} if self.assumed_aligned else {})
+
+
+    def row_decision(self) -> list[dict]:
+        if not self.assumed_aligned:
+            return []
+        return [{"decision": "aligned rows", "value": ", ".join(self.assumed_aligned),
+                 "why": "rows of whole 16-byte units assumed (last dims multiples of 8), so the copying "
+                        "producer and the register-store epilogue for other rows are left out: ptxas "
+                        "runs about 40% faster. A launch with other rows compiles the variant that has "
+                        "them (compile option unaligned_rows)"}]
 
 
 class GemmRole(RoleEmitter):
@@ -274,16 +324,77 @@ class GemmRole(RoleEmitter):
         self.rings = self.k.ring_regs()
         self.leader = leader
         self.tile = self.b.reg()
+        self.unit_first = None
+        if self.k.sk is not None:  # a unit's K trips: [unit_first, unit_first + unit_trips)
+            self.unit_trips = self.b.reg()
+            self.rings[RING].trips = self.unit_trips
+            if not isinstance(self, Consumer):  # the consumers find it again at the tile's end
+                self.unit_first = self.b.reg()
         self.emit(program)
 
+    # The walk with stream-K (streamk.py): whole tiles c, c + P, ... below T_dp, then the tiles
+    # of this CTA's range of the tail's trips, [begin, end); a tile >= T_dp is a stream-K unit.
     def first_tile(self) -> None:
         self.b(f"mov.u32 {self.tile}, {self.k.first};")
+        if self.k.sk is not None:
+            self.enter_stream_k()
 
     def next_tile(self) -> None:
-        self.b(f"add.s32 {self.tile}, {self.tile}, {self.k.grid_step};")
+        if self.k.sk is None:
+            self.b(f"add.s32 {self.tile}, {self.tile}, {self.k.grid_step};")
+            return
+        b, sk = self.b, self.k.sk
+        tail, done, out = b.label("streamk_next"), b.label("next_unit"), b.pred()
+        dp, total = sk.tail()
+        b(f"setp.ge.s32 {out}, {self.tile}, {dp};", f"@{out} bra {tail};",
+          f"add.s32 {self.tile}, {self.tile}, {self.k.grid_step};")
+        self.enter_stream_k(dp, total)
+        b(f"bra.uni {done};")
+        b.place(tail)  # the next tile, if this CTA's range reaches into it
+        start = b.reg()
+        b(f"add.s32 {self.tile}, {self.tile}, 1;", f"sub.s32 {start}, {self.tile}, {dp};",
+          f"mul.lo.s32 {start}, {start}, {sk.trips};",
+          f"setp.ge.s32 {out}, {start}, {sk.range_start(sk.cta(), total, 1)};",
+          f"@{out} mov.b32 {self.tile}, {self.tile_count};")
+        b.place(done)
+
+    def enter_stream_k(self, dp: str | None = None, total: str | None = None) -> None:
+        """Past the whole tiles: the tile where this CTA's stream-K range begins (an empty range:
+        the walk ends)."""
+        b, sk = self.b, self.k.sk
+        if dp is None:
+            dp, total = sk.tail()
+        whole, out, q, begin = b.label("whole_tiles"), b.pred(), b.reg(), b.reg()
+        b(f"setp.lt.s32 {out}, {self.tile}, {dp};", f"@{out} bra {whole};")
+        b(f"mov.b32 {begin}, {sk.range_start(sk.cta(), total)};",
+          f"div.s32 {q}, {begin}, {sk.trips};", f"add.s32 {self.tile}, {dp}, {q};",
+          f"setp.ge.s32 {out}, {begin}, {sk.range_start(sk.cta(), total, 1)};",
+          f"@{out} mov.b32 {self.tile}, {self.tile_count};")
+        b.place(whole)
 
     def tile_begin(self) -> None:
         self.m, self.n = self.k.tile_coords(self.tile)
+        if self.k.sk is not None:
+            first, trips = self.unit_bounds()
+            self.b(f"mov.b32 {self.unit_trips}, {trips};")
+            if self.unit_first is not None:
+                self.b(f"mov.b32 {self.unit_first}, {first};")
+
+    def unit_bounds(self) -> tuple[str, str]:
+        """(first trip, trips) of this tile's unit: (0, Kt) for a whole tile, else the part of
+        this CTA's range in it. Computed where needed, not kept (registers are short)."""
+        b, sk = self.b, self.k.sk
+        dp, total = sk.tail()
+        first, trips, rel, last, whole, unit = b.reg(), b.reg(), b.reg(), b.reg(), b.pred(), b.label("unit")
+        b(f"mov.b32 {first}, 0;", f"mov.b32 {trips}, {sk.trips};",
+          f"setp.lt.s32 {whole}, {self.tile}, {dp};", f"@{whole} bra {unit};",
+          f"sub.s32 {rel}, {self.tile}, {dp};", f"mul.lo.s32 {rel}, {rel}, {sk.trips};",
+          f"sub.s32 {first}, {sk.range_start(sk.cta(), total)}, {rel};",
+          f"max.s32 {first}, {first}, 0;",
+          f"sub.s32 {last}, {sk.range_start(sk.cta(), total, 1)}, {rel};", f"min.s32 {last}, {last}, {sk.trips};",
+          f"sub.s32 {trips}, {last}, {first};")
+        b.place(unit)
+        return first, trips
 
 
 class Producer(GemmRole):
@@ -305,7 +416,9 @@ class Producer(GemmRole):
         """The first K column of this trip's tiles: (k_first + trip) * BK."""
         b, k = self.b, self.k
         k0 = b.reg()
-        if k.k_first is None:
+        if self.unit_first is not None:
+            b(f"add.s32 {k0}, {counter}, {self.unit_first};", f"mul.lo.s32 {k0}, {k0}, {k.g.bk};")
+        elif k.k_first is None:
             b(f"mul.lo.s32 {k0}, {counter}, {k.g.bk};")
         else:
             b(f"add.s32 {k0}, {counter}, {k.k_first};", f"mul.lo.s32 {k0}, {k0}, {k.g.bk};")
@@ -546,6 +659,8 @@ class Consumer(GemmRole):
         if plan.split > 1:
             self.store_split_part(row0, col0, dim_m, dim_n)
             return
+        if k.sk is not None:
+            self.stream_k_fixup(done)
         if self.staging is not None:
             tile_row, tile_col = b.reg(), b.reg()
             b(f"mul.lo.s32 {tile_row}, {self.m}, {g.bm};", f"mad.lo.s32 {tile_row}, {self.share}, {self.rows}, {tile_row};",
@@ -567,6 +682,23 @@ class Consumer(GemmRole):
                 store_fragment(b, Fragment(tuple(regs), row, col, plan.wgmma_n), k.globals[g.c],
                                dim_m, dim_n, g.c_dtype, inside)
         b.place(done)
+
+    def stream_k_fixup(self, stored: str) -> None:
+        """A stream-K unit (streamk.py): a contribution stores its accumulators to the workspace
+        and skips the tile's store (to ``stored``); an owned unit adds the contributions first."""
+        k, b, plan = self.k, self.b, self.k.plan
+        regs = [r for slab in self.acc for piece in slab for r in piece]
+        owned, whole, p = b.label("streamk_owned"), b.label("streamk_whole"), b.pred()
+        slot_bytes = streamk_slot_bytes(k.g, plan)
+        first, trips = self.unit_bounds()
+        b(f"setp.eq.s32 {p}, {first}, 0;", f"@{p} bra {owned};")
+        self.store_pending()
+        streamk.contribute(b, k.g.kernel.name, regs, k.sk.cta(), slot_bytes, plan.consumers, self.index, k.tid_wg)
+        b(f"bra.uni {stored};")
+        b.place(owned)
+        b(f"setp.ge.s32 {p}, {trips}, {k.sk.trips};", f"@{p} bra {whole};")
+        streamk.gather(b, k.g.kernel.name, k.sk, regs, self.tile, slot_bytes, plan.consumers, self.index, k.tid_wg)
+        b.place(whole)
 
     def store_split_part(self, row0: str, col0: str, dim_m: str, dim_n: str) -> None:
         """Add the cluster's partials of this CTA's part (reduce.py) and store that part to C

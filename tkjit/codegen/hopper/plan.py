@@ -81,6 +81,9 @@ class Plan:
     pingpong: bool = False
     """Consumers alternate over whole tiles and take turns on the tensor cores (warp-spec's
     ``pingpong``): consumer c computes the CTA's tiles c, c + 2, ..."""
+    stream_k: bool = False
+    """The tail tiles' K loops are split over every CTA of the persistent grid when the tiles
+    leave a partial last wave (streamk.py; decided per launch by the kernel)."""
     deferred_epilogue: bool = False
     """A tile's accumulators are packed to 16 bits and stored after the next tile's first wgmma
     group is issued (``_deferred_epilogue``)."""
@@ -158,6 +161,8 @@ def make_plan(g: GemmMatch) -> Plan:
     plan.multicast, why_mc = _multicast(g, plan)
     plan.decide("multicast", f"clusters of {plan.multicast}, B multicast" if plan.multicast > 1 else "none",
                 why_mc)
+    plan.stream_k, why_sk = _stream_k(g, plan)
+    plan.decide("stream-K", "the tail wave's K loops over every CTA" if plan.stream_k else "none", why_sk)
     plan.deferred_epilogue, why_d = _deferred_epilogue(g, plan)
     plan.decide("epilogue overlap", "deferred to the next tile's first wgmma group" if plan.deferred_epilogue
                 else "none", why_d)
@@ -239,6 +244,35 @@ def _multicast(g: GemmMatch, plan: Plan) -> tuple[int, str]:
                f"{g.bm * g.bk * 2 + half} instead of {g.bm * g.bk * 2 + 2 * half} B from L2; empty[s] "
                f"counts both CTAs' consumers ({2 * plan.consumers}); an odd last tile row is run "
                "by the pair with the off-edge CTA on zero-filled A (stores clipped)")
+
+
+def _stream_k(g: GemmMatch, plan: Plan) -> tuple[bool, str]:
+    """Whether the persistent walk ends in stream-K (streamk.py): asked for by the grid pass
+    (``grid{stream_k=1}``, kernel attribute ``stream_k``)."""
+    asked = int(g.kernel.attrs.get("stream_k", 0))
+    if asked <= 0:
+        return False, ("not asked for (grid{stream_k=1})" if asked == 0
+                       else "turned off by the grid pass (stream_k = -1)")
+    if not plan.persistent:
+        return False, "stream-K splits the tail over a persistent grid's CTAs; this grid is one CTA per tile"
+    if plan.split > 1:
+        return False, "split-K already shares each tile's K loop within a cluster"
+    if plan.pingpong:
+        return False, "ping-pong consumers take whole tiles in turn; stream-K units are not built for them"
+    if plan.multicast > 1:
+        return False, "the multicast pair walks tile pairs; stream-K units are not built for them"
+    if plan.consumers == 1 and split_part_registers(g, 1) >= 128:
+        return False, (f"one consumer holding {split_part_registers(g, 1)} accumulator registers: "
+                       "ptxas 13.0 spills the fix-up's loop (16 B at 64x256)")
+    return True, ("asked for by the grid pass: with T tiles on P CTAs and R = T mod P > 0 (and T >= P), "
+                  "the first T - R tiles run whole, CTA c taking c, c + P, ...; the last R tiles' "
+                  "K trips are numbered in a row and CTA c takes trips [c*R*Kt/P, (c+1)*R*Kt/P), so "
+                  "every CTA ends at about the same time instead of P - R SMs idling for the last "
+                  "tile. A tile split between CTAs is stored by the CTA holding its first trip, which "
+                  "adds the others' f32 partials from a workspace slot per CTA (module .global "
+                  f"memory, {g.bm * g.bn * 4} B a slot) once each per-thread flag is set "
+                  "(st.release.gpu / ld.acquire.gpu; reset by the reader, so a launch leaves them "
+                  "zero). With R = 0 the kernel runs every tile whole, as without it")
 
 
 def _why_schedule(g: GemmMatch, plan: Plan) -> str:
