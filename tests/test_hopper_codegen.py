@@ -192,6 +192,27 @@ def test_the_example_gemm_takes_the_hopper_path_through_the_compiler():
     assert "codegen" in kernel.explain() and "backend: wgmma" in kernel.explain()
 
 
+@needs_cuda_tools
+def test_aligned_rows_are_assumed_and_the_variant_with_the_fallback_is_made_on_demand():
+    """By default the GEMM assumes rows of whole 16-byte units: no copying producer and no
+    register-store epilogue in its SASS (no LDG/STG, only TMA), TMA-only tensor maps (so the
+    launcher refuses other rows to the kernel object) and the decision in the log. The variant
+    the kernel object makes for other rows has both paths and fallback maps."""
+    kernel = tkjit.load(EXAMPLES / "gemm.tk", cache=False)
+    general = kernel._with_unaligned_rows()
+    assert kernel.metadata["assumes_aligned_rows"] and "aligned rows: A, B, C" in kernel.explain()
+    assert general is not None and general.options.unaligned_rows and general._with_unaligned_rows() is None
+    maps = {kk: [e["fallback"] for e in kk.metadata["params"] if e["kind"] == "tensormap"] for kk in (kernel, general)}
+    assert maps[kernel] == [False] * 3 and maps[general] == [True] * 3
+    ops = {kk: re.findall(r"\b(LDG|STG|UTMALDG|UTMASTG)\b", kk.asm["sass"]) for kk in (kernel, general)}
+    assert set(ops[kernel]) == {"UTMALDG", "UTMASTG"}
+    assert {"LDG", "STG", "UTMALDG", "UTMASTG"} <= set(ops[general])
+    constant_k = tkjit.compile(VARIANTS["example"].replace("[M, K]", "[M, 100]").replace("[K, N]", "[100, N]").replace(
+        "K / BK", "100 / BK"),
+                               filename="k100.tk", cache=False)
+    assert "LDG" in constant_k.asm["sass"]  # a constant row length of 100 needs the copy: kept
+
+
 def test_pass_annotations_are_used_when_present():
     g, plan = plan_gemm(ir_of(VARIANTS["example"], HOPPER_PIPELINE))
     assert plan.a_offset == g.load_a.attrs["smem"] and plan.bars == g.loop.attrs["bars"]

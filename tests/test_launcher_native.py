@@ -266,6 +266,15 @@ def test_tensor_maps_follow_the_named_dims():
     bad = cuda(torch.zeros(256, 100, dtype=torch.bfloat16))
     with pytest.raises(LaunchError, match="TMA needs rows of a multiple of 16"):
         nat(bad, c)
+    refused = []  # A's K must be a multiple of 8: the C path refuses others, as the Python one does
+    nat = Launcher(FN, signature, [["dim", "M"]], 384, 0, name="k", launch=rec.native, launch_api="native",
+                   current_device=lambda: 0, current_stream=lambda dev: 0, encode_map=fake,
+                   on_refusal=lambda args, stream, checked: refused.append(args))
+    calls = len(rec.calls)
+    nat(bad, c)
+    assert len(refused) == 1 and len(rec.calls) == calls
+    nat(a, c)
+    assert len(refused) == 1 and len(rec.calls) == calls + 1
 
 
 def test_a_tensor_resized_in_place_is_read_again():

@@ -64,3 +64,24 @@ def test_the_launcher_refuses_rows_tma_cannot_address():
 def test_encoders_come_from_the_signature_in_order():
     encs = tensor_map_encoders(SIGNATURE, 2, "k", FakeEncode())
     assert [e.spec.param for e in encs] == [0, 1] and encs[1].spec.fallback
+
+
+def test_rows_tma_cannot_address_go_to_on_refusal_as_rows_not_aligned():
+    """A kernel without the copying fallback for A (A's K must be a multiple of 8): the fast path
+    refuses other K to ``on_refusal`` (where the kernel object takes its variant with the
+    fallback), and the checker says why with RowsNotAligned, naming the argument."""
+    from tkjit.errors import RowsNotAligned
+    refused = []
+    launcher = Launcher(object(), SIGNATURE, [["dim", "M"]], 384, 0, name="k", launch=lambda *a: (0,),
+                        current_device=lambda: 0, current_stream=lambda dev: 0, encode_map=FakeEncode(),
+                        on_refusal=lambda args, stream, checked: refused.append(args))
+    assert launcher.row_multiples == {"K": (8, 0)}
+    c = torch.zeros(256, 64, dtype=torch.bfloat16).as_subclass(FakeCuda)
+    launcher(torch.zeros(256, 128, dtype=torch.bfloat16).as_subclass(FakeCuda), c)
+    assert not refused
+    bad = torch.zeros(256, 100, dtype=torch.bfloat16).as_subclass(FakeCuda)
+    launcher(bad, c)
+    assert len(refused) == 1
+    with pytest.raises(RowsNotAligned, match=r"k: argument 0 \('A'\): TMA needs rows of a multiple of 16 bytes, "
+                                             r"but a row of shape \[256, 100\] is 100 x bf16 = 200 bytes"):
+        launcher.check_args((bad, c))

@@ -371,7 +371,8 @@ def _emit_ptx(result: CompileResult) -> None:
     emit_ptx = require("tkjit.codegen", "emit_ptx", "the PTX backend")
     emit_hopper = getattr(require_module("tkjit.codegen", "the PTX backend"), "emit_hopper_ptx", None)
     declined: list[dict] = []  # why the Hopper path (the warp-specialized GEMM) does not apply
-    hopper = emit_hopper(result.ir, {"arch": result.options.arch}, declined) if emit_hopper else None
+    options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows}
+    hopper = emit_hopper(result.ir, options, declined) if emit_hopper else None
     # The register-tile backend takes the IR before the Hopper scheduling passes: their
     # decisions (stages, swizzles, ...) are not its own (docs/hopper-schedule.md).
     ptx, metadata = hopper if hopper is not None else emit_ptx(result.portable_ir, {})

@@ -39,6 +39,13 @@ class LaunchError(TkError):
     """A bad launch, refused on the host before the GPU sees it."""
 
 
+class RowsNotAligned(LaunchError):
+    """A tensor whose rows TMA cannot address (not a multiple of 16 bytes), passed to a kernel
+    compiled without the copying fallback for them. A kernel object compiled so only because it
+    assumed aligned rows (metadata ``assumes_aligned_rows``) compiles the variant that has the
+    fallback instead of raising this."""
+
+
 class ToolchainError(TkError):
     """ptxas / cuobjdump / nvdisasm missing or failing."""
 

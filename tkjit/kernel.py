@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import compiler
 from .compiler import CompileResult, StageNotAvailableError
-from .errors import LaunchError, NotAvailableError, TkError
+from .errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
 from .options import CompileOptions
 
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ class CompiledKernel:
         """Whether a @fill_sms kernel picks its tile constants per shape (False for the variants)."""
         self._launchers: dict[int, Any] = {}
         self._gpu_fast = None
+        self._general: CompiledKernel | None = None
+        """This kernel with the fallback for unaligned rows, once a launch needed it."""
         """The generated fast path of the launcher used last (its refusals come to ``_refused``)."""
         self.asm = AsmView(result)
 
@@ -184,7 +186,27 @@ class CompiledKernel:
         if launcher.fast is not self._gpu_fast:  # the first launch, or another device than last time
             self._use_fast(launcher.fast)
             return launcher.fast(*args, stream=stream)
-        return launcher.slow(args, stream, checked)
+        try:
+            return launcher.slow(args, stream, checked)
+        except RowsNotAligned:
+            general = self._with_unaligned_rows()
+            if general is None:
+                raise
+        self._use_fast(general)  # from now on: its fast path takes aligned rows as well
+        return general(*args, stream=stream)
+
+    def _with_unaligned_rows(self) -> "CompiledKernel | None":
+        """This kernel compiled with the copying fallback for rows TMA cannot address, where it was
+        left out only because aligned rows were assumed (the first launch that needs it compiles
+        it, logged); None where the kernel has no such fallback to add."""
+        self.asm["ptx"]  # noqa: B018 - the metadata: the cache entry's, or made now
+        if not self._result.metadata.get("assumes_aligned_rows") or self.options.unaligned_rows:
+            return None
+        if self._general is None:
+            options = replace(self.options, unaligned_rows=True)
+            self._general = CompiledKernel(compiler.load_or_compile(self._result.source, options,
+                                                                    filename=self._result.filename), fill_sms=False)
+        return self._general
 
     def _use_fast(self, fast) -> None:
         """Make ``fast`` this kernel's GPU entry point: ``kernel(*args)`` then calls it directly

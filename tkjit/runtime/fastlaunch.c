@@ -69,6 +69,7 @@ typedef struct {
     int any_device;                   /* the spec's device is None: any device >= 0 */
     long device;
     int nparams, ndims, nmaps;
+    long long dim_multiple[MAX_DIMS]; /* a named dim must be a multiple of this (TMA-only rows), else refused */
     Param params[MAX_PARAMS];
     int map_param[MAX_MAPS];          /* which argument each tensor map describes */
     int grid_len[3];
@@ -351,6 +352,9 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
     }
     if (align & 15)
         return refuse(self, args, nargs, stream, checked);
+    for (int k = 0; k < self->ndims; k++)
+        if (dims[k] % self->dim_multiple[k])
+            return refuse(self, args, nargs, stream, checked);
 
     long long grid[3];
     PyObject *result = NULL;
@@ -473,6 +477,14 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     PyObject *block = get_obj(spec, "block");
     if (!block || !PyArg_ParseTuple(block, "III", &self->block[0], &self->block[1], &self->block[2]))
         return -1;
+    PyObject *multiples = get_obj(spec, "dim_multiples");
+    if (!multiples || !PyTuple_Check(multiples) || PyTuple_GET_SIZE(multiples) != self->ndims)
+        return multiples ? bad_spec("dim_multiples") : -1;
+    for (int k = 0; k < self->ndims; k++) {
+        self->dim_multiple[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(multiples, k));
+        if (PyErr_Occurred()) return -1;
+        if (self->dim_multiple[k] < 1) return bad_spec("a dim multiple below 1");
+    }
 
     PyObject *params = get_obj(spec, "params");
     if (!params || !PyList_Check(params)) return params ? bad_spec("params is not a list") : -1;

@@ -45,8 +45,8 @@ import numbers
 import struct
 from dataclasses import dataclass
 
-from ..errors import LaunchError, NotAvailableError, TkError
-from .tensormap import fast_path_lines, tensor_map_encoders
+from ..errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
+from .tensormap import fast_path_lines, row_multiples, rows_not_aligned, tensor_map_encoders
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "e4m3": "float8_e4m3fn",
                  "e5m2": "float8_e5m2", "i32": "int32"}
@@ -171,6 +171,9 @@ class Launcher:
         self.params = parse_signature(signature)
         self.dims = named_dims(self.params)
         self.maps = tensor_map_encoders(signature, len(self.params), name, encode_map)
+        self.row_multiples = row_multiples(self.maps, self.params)
+        """Named dims that must be multiples (TMA-only rows): a launch binding one otherwise is
+        refused to ``on_refusal`` (the kernel object's variant with the fallback), see check_args."""
         block3 = tuple(block) if isinstance(block, (list, tuple)) else (int(block),)
         self.block = block3 + (1,) * (3 - len(block3))
         if len(self.block) != 3 or min(self.block) < 1 or self.block[0] * self.block[1] * self.block[2] > 1024:
@@ -293,7 +296,8 @@ class Launcher:
         spec = native.launch_spec(launch=self._launch, function=int(self.function), params=self.params,
                                   dims=self.dims, dtypes=self._torch_dtypes, grid_exprs=self.grid_exprs,
                                   block=self.block, smem=self.smem_bytes, device=self.device,
-                                  num_sms=self.num_sms, maps=self.maps, callbacks=callbacks)
+                                  num_sms=self.num_sms, maps=self.maps, row_multiples=self.row_multiples,
+                                  callbacks=callbacks)
         return native.module().Launch(spec)
 
     def _grid3(self) -> list:
@@ -335,6 +339,7 @@ class Launcher:
                     conds.append(f"s{i}_{j} != {d if isinstance(d, int) else 'd_' + d}")
             unpack.append(f"    {''.join(t + ', ' for t in targets)}= a{i}.shape" if targets else
                           f"    () = a{i}.shape")
+        conds += [f"d_{d} % {m}" for d, (m, _) in self.row_multiples.items()]
         lines = ["try:", *unpack, "except ValueError:", f"    {slow}"]
         return lines + (_any_fails(conds, slow) if conds else [])
 
@@ -382,6 +387,9 @@ class Launcher:
                 fixed.append(a)
             else:
                 fixed.append(self._check_scalar(i, p, a))
+        for d, (multiple, i) in self.row_multiples.items():
+            if bound[d][0] % multiple:
+                raise RowsNotAligned(rows_not_aligned(self._where(i), tuple(args[i].shape), self.params[i].dtype))
         if dev < 0:
             raise NotAvailableError(f"{self.name}: no CUDA device (PyTorch sees no GPU)")
         return tuple(fixed), {k: v[0] for k, v in bound.items()}

@@ -394,7 +394,8 @@ def grid_program(expr, names: tuple[str, ...]) -> tuple[int, ...]:
 
 
 def launch_spec(*, launch: int, function: int, params, dims: tuple[str, ...], dtypes: dict, grid_exprs,
-                block, smem: int, device: int | None, num_sms: int | None, maps, callbacks: dict) -> dict:
+                block, smem: int, device: int | None, num_sms: int | None, maps, callbacks: dict,
+                row_multiples: dict | None = None) -> dict:
     """The dict ``Launch(spec)`` takes (fastlaunch.c, Launch_init)."""
     entries = []
     for p in params:
@@ -406,6 +407,7 @@ def launch_spec(*, launch: int, function: int, params, dims: tuple[str, ...], dt
     exprs = list(grid_exprs) + [1] * (3 - len(grid_exprs))
     return {"launch": launch, "function": function, "params": entries, "ndims": len(dims),
             "grid": tuple(grid_program(e, dims) for e in exprs), "block": tuple(block), "smem": smem,
+            "dim_multiples": tuple((row_multiples or {}).get(d, (1,))[0] for d in dims),
             "device": device, "num_sms": num_sms if num_sms is not None else 0,
             "maps": list(maps), "map_params": tuple(m.spec.param for m in maps), **callbacks}
 

@@ -23,7 +23,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import LaunchError, TkError
+from ..errors import LaunchError, RowsNotAligned, TkError
 
 MAP_BYTES = 128
 MAP_ALIGN = 64
@@ -147,15 +147,36 @@ class TensorMapEncoder:
             stride *= d
             strides.append(stride)
         if strides and strides[0] % 16:
-            raise LaunchError(f"{self.where}: TMA needs rows of a multiple of 16 bytes, but a row of "
-                              f"shape {list(shape)} is {dims[0]} x {self.spec.dtype} = {strides[0]} bytes; "
-                              f"make the last dimension a multiple of {16 // esize}")
+            raise RowsNotAligned(rows_not_aligned(self.where, shape, self.spec.dtype))
         if any(d >= 2**32 for d in dims) or any(s >= 2**40 for s in strides):
             raise LaunchError(f"{self.where}: shape {list(shape)} is too large for a TMA tensor map")
         raw = self.encode(self.spec, ptr, dims, tuple(strides))
         if len(raw) != MAP_BYTES:
             raise TkError(f"internal error: a tensor map of {len(raw)} bytes for '{self.spec.name}'")
         return raw
+
+
+def rows_not_aligned(where: str, shape, dtype: str) -> str:
+    """Why TMA cannot address a tensor of this shape: its rows are not a multiple of 16 bytes."""
+    esize = ELEMENT_BYTES[dtype]
+    return (f"{where}: TMA needs rows of a multiple of 16 bytes, but a row of shape {list(shape)} is "
+            f"{shape[-1]} x {dtype} = {shape[-1] * esize} bytes; make the last dimension a multiple of {16 // esize}")
+
+
+def row_multiples(encoders: list["TensorMapEncoder"], params) -> dict[str, tuple[int, int]]:
+    """The named dims that are some TMA-only tensor's row length: ``{dim: (multiple, argument)}``.
+    A launch must bind each to a multiple of its value (rows of whole 16-byte units); the argument
+    is the first tensor that has it as its last dimension (for the error message)."""
+    out: dict[str, tuple[int, int]] = {}
+    for enc in encoders:
+        last = params[enc.spec.param].dims[-1] if params[enc.spec.param].dims else None
+        if enc.spec.fallback or not isinstance(last, str):
+            continue
+        multiple = 16 // ELEMENT_BYTES[enc.spec.dtype]
+        held = out.get(last)
+        if held is None or multiple > held[0]:
+            out[last] = (multiple, enc.spec.param)
+    return out
 
 
 def tensor_map_encoders(signature: list[dict], num_params: int, kernel: str,

@@ -9,7 +9,9 @@ annotations) and returns None for every other kernel, so
 the caller falls back to the register-tile backend; the reason is appended to ``decisions``
 (``{"decision": "backend", "value": "mma.sync", "why": ...}``) when a list is given.
 
-``options``: ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False: never take this path).
+``options``: ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False: never take this path),
+``unaligned_rows`` (default True here; the compiler passes its option, default False: the GEMM
+then assumes rows of whole 16-byte units and leaves their fallback out).
 Metadata is the register-tile backend's (name, entry, arch, backend, params, dims, grid, block,
 smem_bytes, num_warps, decisions) plus parameter entries of kind ``tensormap`` (which tensor,
 box and swizzle the launcher encodes), ``registers`` (the setmaxnreg split) and ``protocol``
@@ -53,7 +55,7 @@ def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
                               "why": f"the Hopper wgmma path does not apply: {reason}"})
         return None
     g, plan = reason
-    return GemmKernel(g, plan).emit()
+    return GemmKernel(g, plan, unaligned_rows=bool((options or {}).get("unaligned_rows", True))).emit()
 
 
 def plan_gemm(kernel: Kernel, options: dict | None = None) -> tuple[GemmMatch, Plan] | str:
