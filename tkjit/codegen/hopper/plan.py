@@ -251,7 +251,12 @@ def _stream_k(g: GemmMatch, plan: Plan) -> tuple[bool, str]:
     (``grid{stream_k=1}``, kernel attribute ``stream_k``)."""
     asked = int(g.kernel.attrs.get("stream_k", 0))
     if asked <= 0:
-        return False, ("not asked for (grid{stream_k=1})" if asked == 0
+        return False, ("not asked for (grid{stream_k=1}); not the default because it measured slower at "
+                       "most shapes (H200, 2026-11-21, same run, ratio to cuBLAS, default -> stream-K: "
+                       "4096^3 1.014 -> 0.934, 8192^3 1.036 -> 1.047, 2048^3 1.007 -> 0.960, 8192x14336x4096 "
+                       "1.004 -> 0.990, 8192x4096x14336 1.009 -> 0.974, 8192x4096x4096 1.014 -> 0.982, "
+                       "1024x14336x4096 0.965 -> 0.994; benchmarks/results/2026-11-21-nvidia-h200-stream-k-2.jsonl)"
+                       if asked == 0
                        else "turned off by the grid pass (stream_k = -1)")
     if not plan.persistent:
         return False, "stream-K splits the tail over a persistent grid's CTAs; this grid is one CTA per tile"
