@@ -16,13 +16,22 @@ from __future__ import annotations
 
 from ..ir.core import Kernel
 from .hopper import emit_hopper_ptx  # the Hopper backend (hopper/): the compiler tries it first
-from .kernel import emit_kernel
-from .table import DEFAULT_TABLE, EmitterTable
 
 
 def emit_ptx(kernel: Kernel, options: dict | None = None) -> tuple[str, dict]:
     """The PTX module for ``kernel`` and its launch metadata (see the module docstring)."""
+    from .kernel import emit_kernel  # the register-tile backend: imported where a kernel takes it
+    from .table import DEFAULT_TABLE
     return emit_kernel(kernel, options, DEFAULT_TABLE)
+
+
+def __getattr__(name: str):
+    """``EmitterTable`` and ``DEFAULT_TABLE`` (table.py), imported on first use: a kernel the Hopper
+    backend takes never loads the register-tile backend (a cold compile's imports)."""
+    if name in ("EmitterTable", "DEFAULT_TABLE"):
+        from . import table
+        return getattr(table, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["emit_ptx", "emit_hopper_ptx", "EmitterTable", "DEFAULT_TABLE"]

@@ -21,7 +21,7 @@ from ..ir.ops import MMA_OPS, Copy, For, Load, Store
 from .hopper import block_loop, check_supported_loads, is_shared, nbytes, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
-from .sync_check import CheckReport, check_protocol, default_cases
+from .sync_report import CheckReport, default_cases
 from .sync_protocol import Item, LoopPlan, OneShotUse, Protocol, Ring, StagingReuse, standard_protocol
 from .sync_protocol import Load as RingLoad
 from . import sync_verdicts
@@ -135,7 +135,12 @@ def quick_cases(proto: Protocol) -> list[tuple[int, ...]]:
 def _checked(proto: Protocol, cases: tuple[tuple[int, ...], ...], explore: bool) -> CheckReport:
     """Checking is a pure function of the protocol: kernels of one shape share the result (in this
     process, and through the verdicts kept on disk unless ``explore``)."""
-    return sync_verdicts.checked(proto, cases, check_protocol, explore=explore)
+    return sync_verdicts.checked(proto, cases, _explore, explore=explore)
+
+
+def _explore(proto: Protocol, cases: list[tuple[int, ...]]) -> CheckReport:
+    from .sync_check import check_protocol  # the state machine: only when there is no cached verdict
+    return check_protocol(proto, cases)
 
 
 @register_pass

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..errors import PassError
 from .sync_machine import Found, Machine, State
 from .sync_protocol import Protocol
+from .sync_report import CaseResult, CheckReport, default_cases  # noqa: F401 - re-exported
 
 MAX_STATES = 60_000
 RANDOM_WALKS = 400
@@ -67,43 +68,6 @@ class SyncError(PassError):
     def __init__(self, violation: Violation, proto: Protocol):
         super().__init__(violation.message(proto))
         self.violation = violation
-
-
-@dataclass
-class CaseResult:
-    case: tuple[int, ...]
-    states: int
-    exhaustive: bool
-
-
-@dataclass
-class CheckReport:
-    protocol: Protocol
-    results: list[CaseResult] = field(default_factory=list)
-
-    def text(self) -> str:
-        lines = [f"sync check of {self.protocol.kernel}: {len(self.results)} cases, no violation"]
-        for r in self.results:
-            how = "exhaustive" if r.exhaustive else "bounded, then random walks"
-            lines.append(f"  trips {', '.join(map(str, r.case)) or '-'}: {r.states} states ({how})")
-        return "\n".join(lines)
-
-
-def default_cases(proto: Protocol) -> list[tuple[int, ...]]:
-    loop_stages = [r.stages for r in proto.rings if not r.one_shot] or [1]
-    trips: list[int] = []
-    for s in sorted(set(loop_stages)):
-        for t in (0, 1, s - 1, s, s + 1, 2 * s + 1):
-            if t not in trips:
-                trips.append(t)
-    cases = [(t,) for t in trips]
-    if proto.persistent:
-        cases += [(t,) * 3 for t in trips]
-        s = max(loop_stages)
-        cases += [(s + 1, 1, 0, 2 * s + 1), (s - 1, s, s + 1)]
-        if proto.pingpong:  # consumers alternate: odd and even tile counts, skips over 0-trip tiles
-            cases += [(s + 1,) * 4, (1,) * 5, (0, 1, 0, 1, 2)]
-    return cases
 
 
 def find_violation(proto: Protocol, case: tuple[int, ...], max_states: int = MAX_STATES,

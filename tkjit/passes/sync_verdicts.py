@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from .sync_check import CaseResult, CheckReport
+from .sync_report import CaseResult, CheckReport
 from .sync_protocol import Protocol
 
 Check = Callable[[Protocol, list[tuple[int, ...]]], CheckReport]

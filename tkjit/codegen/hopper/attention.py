@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from ...passes.sync_protocol import (Advance, IfTrips, Load, Loop, LoopPlan, Mma, MmaWait, NotFirst, OneShotUse,
                                      Protocol, Release, Ring, Tiles, Wait, producer_fill, standard_protocol)
-from ..kernel import param_entries
+from ..abi import param_entries
 from . import mbarrier, tma, wgmma
 from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, operand_v
 from .attention_softmax import NEG_INF, SoftmaxEmitter

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ...passes.sync_protocol import (Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, pingpong_consumer,
                                      producer_fill)
-from ..kernel import param_entries
+from ..abi import param_entries
 from . import copy, mbarrier, multicast, reduce, streamk, tma, wgmma
 from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, pack_tile, packed_registers, staging_lanes, store_fragment, store_staged

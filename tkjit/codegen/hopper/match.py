@@ -22,7 +22,7 @@ from ...errors import NotAvailableError
 from ...ir.core import Kernel, Op, Value
 from ...ir.ops import Blocks, Const, Cvt, For, Load, MmaAB, MmaABt, Store, Yield, Zeros
 from ...ir.types import BF16, F16, F32, GlobalType, ScalarType, TileType
-from ..kernel import grid_expr
+from ..abi import grid_expr
 
 INPUT_DTYPES = (BF16, F16)
 OUTPUT_DTYPES = (BF16, F16, F32)
