@@ -422,3 +422,84 @@ def test_split_kv_and_two_q_slots_assemble(pins, d):
     stages = 2 if d == 128 else 5
     assert ptx.count("mbarrier.init") == 2 * 2 + 4 * stages
     assert "ring k" in meta["protocol"] and "ring v" in meta["protocol"]
+
+
+def test_cross_tile_overlap_is_a_pin_of_persistent_two_slot_kernels(pins):
+    """Off by default; pinned, a non-causal kernel with two Q slots runs its tiles' key loops as one
+    pipeline (K/V split, one rotation of turns); causal kernels and one Q slot keep the tile loop,
+    and the log says why."""
+    assert not plan_attention(ir_of(128, False))[1].cross_tile
+    assert not plan_attention(ir_of(64, False))[1].cross_tile
+    pins(CROSS_TILE=True)
+    m, plan = plan_attention(ir_of(128, False))  # one Q slot at D = 128 (3 stages kept)
+    log = {d["decision"]: d for d in plan.decisions}
+    assert not plan.cross_tile and "second Q slot" in log["cross-tile overlap"]["why"]
+    pins(CROSS_TILE=True, Q2_MIN_STAGES=2, PERSISTENT_CAUSAL=True)
+    m, plan = plan_attention(ir_of(128, True))
+    assert not plan.cross_tile and "causal" in {d["decision"]: d for d in plan.decisions}["cross-tile overlap"]["why"]
+    for d, stages in ((128, 2), (64, 5)):
+        m, plan = plan_attention(ir_of(d, False))
+        log = {x["decision"]: x for x in plan.decisions}
+        assert (plan.cross_tile, plan.split_kv, plan.q_slots, plan.stages, plan.turns) == (
+            True, True, 2, stages, "across tiles")
+        assert log["cross-tile overlap"]["value"] == "on" and "consumer turns" not in log
+
+
+@pytest.mark.parametrize("d", [128, 64])
+def test_cross_tile_protocol_passes_the_checker(pins, d):
+    """The next tile's S_0 waits for its Q (the other slot) and K_0, the previous tile's last P·V
+    for its V; that V is released after both retired, a tile's Q at its end; every case of the
+    checker (tiles of 0 .. 2·stages+1 trips, slots and phases carried over three and four tiles)."""
+    pins(CROSS_TILE=True, Q2_MIN_STAGES=2)
+    m, plan = plan_attention(ir_of(d, False))
+    proto = attention_protocol(m, plan)
+    text = proto.text()
+    assert "if the CTA handled a tile before this one" in text and "do-while" in text
+    assert len(check_protocol(proto).results) >= 12
+
+
+@pytest.mark.parametrize("what, kind", [("no V wait at the boundary", ("early-read", "wrong-phase")),
+                                        ("Q released before the loop", ("release-before-read", "overwrite")),
+                                        ("V released before its P·V retires", ("release-before-read",))])
+def test_the_checker_catches_a_broken_cross_tile_protocol(pins, what, kind):
+    """The previous tile's last P·V issued without waiting for its V, a tile's Q released while
+    its key loop still reads it, or that V released before the P·V retired: caught on the CPU."""
+    from tkjit.passes.sync_check import SyncError
+    from tkjit.passes.sync_protocol import IfPrevTile, MmaWait, Release, Wait
+    pins(CROSS_TILE=True, Q2_MIN_STAGES=2)
+    m, plan = plan_attention(ir_of(128, False))
+    proto = attention_protocol(m, plan)
+    if what == "no V wait at the boundary":
+        bad = _mutate(proto, IfPrevTile((Wait("v", "full"),)), ())
+    elif what == "Q released before the loop":
+        bad = _mutate(_mutate(proto, Release("q"), ()), Wait("q", "full"), (Wait("q", "full"), Release("q")))
+    else:
+        from dataclasses import replace
+        (tiles, *drain) = proto.consumer
+        body = tuple(st for st in tiles.body)
+        i = body.index(MmaWait(1))
+        bad = replace(proto, consumer=(replace(tiles, body=body[:i] + (IfPrevTile((Release("v"),)),) + body[i:]),
+                                       *drain))
+    with pytest.raises(SyncError) as err:
+        check_protocol(bad)
+    assert err.value.violation.kind in kind, err.value
+
+
+@needs_cuda_tools
+@pytest.mark.parametrize("d", [128, 64])
+def test_cross_tile_assembles_without_spills(pins, d):
+    """S' needs its own accumulator while O is live at the tile boundary: ptxas fits it in 232
+    (D = 128, two consumers) and 160 (D = 64, three) registers without spills; no serialized wgmma
+    (the tile body is emitted twice so that none sits under a branch); HGMMAs: the first tile's S_0,
+    two key loops, the boundary trip and the last P·V."""
+    pins(CROSS_TILE=True, Q2_MIN_STAGES=2)
+    ptx, meta = emit_hopper_ptx(ir_of(d, False), {"arch": "sm_90a"})
+    cubin, report = toolchain.assemble(ptx, name=meta["name"])
+    fn = report[meta["name"]]
+    assert fn.spill_store_bytes == 0 and fn.stack_frame_bytes == 0, report.log
+    assert not {"C7517", "C7519"} & set(report.codes) and not report.setmaxnreg_ignored(), report.log
+    ops = re.findall(r"/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", toolchain.sass(cubin))
+    s, pv = d // 16, 128 // 16
+    assert len([op for op in ops if op.startswith("HGMMA")]) == s + 3 * (s + pv) + pv
+    assert not [op for op in ops if op.startswith(("LDL", "STL"))]
+    assert "cross-tile overlap" in {d["decision"] for d in meta["decisions"]}

@@ -196,8 +196,14 @@ Q2_ACROSS = Q2 + (("Q2_TURNS", "across tiles"),)
 """Two Q slots with one rotation of turns over the CTA's tiles instead of a set of barriers per slot."""
 
 
-@pytest.mark.parametrize("pins", [SPLIT, Q2, SPLIT + Q2, Q2_EVERYWHERE, Q2_ACROSS],
-                         ids=["split-kv", "q-slots-2", "both", "q-slots-2-everywhere", "q-slots-2-across"])
+CROSS_TILE = Q2 + (("Q2_MIN_STAGES", 2), ("CROSS_TILE", True))
+"""Cross-tile overlap: the next tile's S_0 under this tile's last P·V, this tile's O stored after
+it (two Q slots, K/V split; causal kernels keep one slot and the tile loop)."""
+
+
+@pytest.mark.parametrize("pins", [SPLIT, Q2, SPLIT + Q2, Q2_EVERYWHERE, Q2_ACROSS, CROSS_TILE],
+                         ids=["split-kv", "q-slots-2", "both", "q-slots-2-everywhere", "q-slots-2-across",
+                              "cross-tile"])
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.parametrize("causal", [False, True])
 def test_split_kv_barriers_and_two_q_slots(pins, d, causal):

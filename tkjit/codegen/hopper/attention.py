@@ -29,8 +29,9 @@ attention_softmax.py's.
 """
 from __future__ import annotations
 
-from ...passes.sync_protocol import (Advance, IfTrips, Load, Loop, LoopPlan, Mma, MmaWait, NotFirst, OneShotUse,
-                                     Protocol, Release, Ring, Tiles, Wait, producer_fill, standard_protocol)
+from ...passes.sync_protocol import (Advance, IfPrevTile, IfTrips, Load, Loop, LoopPlan, Mma, MmaWait, NotFirst,
+                                     OneShotUse, Protocol, Release, Ring, Tiles, Wait, producer_fill,
+                                     standard_protocol)
 from ..abi import param_entries
 from . import mbarrier, tma, wgmma
 from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, operand_v
@@ -60,6 +61,8 @@ def attention_protocol(m: AttentionMatch, plan: AttentionPlan) -> Protocol:
     q_bytes, kv_bytes = m.bq * m.d * 2, m.bkv * m.d * 2
     q = Ring(Q_RING, plan.q_slots, (Load("q", q_bytes),), q_bytes, plan.consumers, one_shot=True,
              where="Q, once per tile")
+    if plan.cross_tile:
+        return cross_tile_protocol(m.kernel.name, plan, q, kv_bytes)
     if plan.split_kv:
         return split_protocol(m.kernel.name, plan, q, kv_bytes)
     kv = Ring(KV_RING, plan.stages, (Load("k", kv_bytes), Load("v", kv_bytes)), 2 * kv_bytes,
@@ -84,6 +87,30 @@ def split_protocol(name: str, plan: AttentionPlan, q: Ring, kv_bytes: int) -> Pr
             NotFirst((Release(V_RING), Advance(V_RING))), Advance(K_RING))
     consumer = (Tiles((Wait(Q_RING, "full"), IfTrips(K_RING, (Loop(K_RING, trip), *last_pv)),
                        MmaWait(0), Release(Q_RING), Advance(Q_RING))),)
+    return Protocol(name, plan.consumers, plan.persistent, (q, k, v), producer, consumer)
+
+
+def cross_tile_protocol(name: str, plan: AttentionPlan, q: Ring, kv_bytes: int) -> Protocol:
+    """Cross-tile overlap (``plan.cross_tile``): the split K/V rings of ``split_protocol``, the V
+    ring one trip behind K across tile boundaries too. Each tile's first trip is peeled: it waits
+    for its Q (the other slot), K_0 and, after the CTA's first tile, the previous tile's last V,
+    and issues S_0 = Q·K_0ᵀ and that tile's last P·V in one turn; its V is released (and the
+    previous tile's O stored) once both retired. The loop runs trips 1 .. T-1 (every tile of a
+    non-causal kernel has a key block: ``min_trips``). A tile's Q is released at its end (its last
+    S retired in its last trip); the CTA's last P·V drains after the tile loop."""
+    k = Ring(K_RING, plan.stages, (Load("k", kv_bytes),), kv_bytes, plan.consumers,
+             where="the key loop, K (read by S = Q·Kᵀ)")
+    v = Ring(V_RING, plan.stages, (Load("v", kv_bytes),), kv_bytes, plan.consumers,
+             where="the key loop, V (read by O += P·V a trip later, across tiles)")
+    producer = (Tiles((*producer_fill(q), Loop(K_RING, producer_fill(k) + producer_fill(v), min_trips=1))),)
+    first = (Wait(K_RING, "full"), IfPrevTile((Wait(V_RING, "full"),)), Mma((Q_RING, K_RING)),
+             IfPrevTile((Mma((V_RING,)),)), MmaWait(1), MmaWait(0), Release(K_RING),
+             IfPrevTile((Release(V_RING), Advance(V_RING))), Advance(K_RING))
+    trip = (Wait(K_RING, "full"), Wait(V_RING, "full"), Mma((Q_RING, K_RING)), Mma((V_RING,)), MmaWait(1),
+            MmaWait(0), Release(K_RING), Release(V_RING), Advance(V_RING), Advance(K_RING))
+    consumer = (Tiles((Wait(Q_RING, "full"), *first, Loop(K_RING, (NotFirst(trip),), min_trips=1),
+                       Release(Q_RING), Advance(Q_RING))),
+                Wait(V_RING, "full"), Mma((V_RING,)), MmaWait(0), Release(V_RING), Advance(V_RING))
     return Protocol(name, plan.consumers, plan.persistent, (q, k, v), producer, consumer)
 
 
@@ -366,9 +393,55 @@ class Consumer(SoftmaxEmitter, Role):
         b(f"add.u32 {self.own_turn}, {self.index}, {TURN_BARRIER};",
           f"add.u32 {self.next_turn}, {self.index}, 1;", f"rem.u32 {self.next_turn}, {self.next_turn}, {n};",
           f"add.u32 {self.next_turn}, {self.next_turn}, {TURN_BARRIER};")
+        self.kind = None  # cross-tile: which trip is being emitted ("first", "boundary", "loop", "drain")
+        self.later = False  # cross-tile: emitting the copy of the tile body that has a previous tile
+        if plan.cross_tile:
+            self.mx_prev = [b.reg("f32") for _ in range(2)]
+            self.l_prev = [b.reg("f32") for _ in range(2)]
+            self.snap = (b.reg(), b.reg(), b.reg(), b.reg("f32"), b.reg("f32"), b.pred())
+            self.no_tile = b.label("no_tile")
         self.run_program(k.proto.consumer, leader)
+        if plan.cross_tile:
+            b.place(self.no_tile)
+
+    def tiles(self, step) -> None:
+        """Cross-tile: the tile body twice, for the CTA's first tile (no previous tile: its first
+        trip issues S_0 alone) and for the rest (the first trip also issues the previous tile's
+        last P·V and stores that tile), so that no wgmma sits under a branch (C7519). After each
+        tile what its epilogue needs is kept (``snapshot``): it runs in the next tile's first trip
+        or after the loop."""
+        if not self.k.plan.cross_tile:
+            super().tiles(step)
+            return
+        b = self.b
+        top, end = b.label("tile"), b.label("tiles_done")
+        self.first_tile()
+        for later in (False, True):
+            if later:
+                b.place(top)
+            done = b.pred()
+            b(f"setp.ge.s32 {done}, {self.tile}, {self.tile_count};",
+              f"@{done} bra {end if later else self.no_tile};")
+            self.later = later
+            self.kind = "boundary" if later else "first"
+            self.tile_begin()
+            self.emit(step.body)
+            self.snapshot()
+            self.next_tile()
+            if later:
+                b(f"bra.uni {top};")
+        b.place(end)
+        self.kind, self.later = "drain", False
+
+    def if_prev_tile(self, step) -> None:
+        """Cross-tile: the tile body is emitted once per case (``tiles``), so this is static."""
+        if self.later:
+            self.emit(step.body)
 
     def tile_begin(self) -> None:
+        if self.k.plan.cross_tile:
+            self.cross_tile_begin()
+            return
         super().tile_begin()
         b = self.b
         self.q_base = self.q_slot(0)
@@ -386,6 +459,97 @@ class Consumer(SoftmaxEmitter, Role):
         self.lse_scale = self.ev.value(self.m.lse_scale)
         self.folded = b.pred()  # scale > 0: the maxima are kept raw (see softmax)
         b(f"setp.gt.f32 {self.folded}, {self.qk_scale}, 0f00000000;")
+
+    def cross_tile_begin(self) -> None:
+        """Cross-tile: the tile's coordinates and Q slot; the previous tile's row state kept for
+        its epilogue (in this tile's first trip), O left to that epilogue (zeroed after it)."""
+        Role.tile_begin(self)
+        b = self.b
+        self.q_base = self.q_slot(0)
+        b(f"add.u32 {self.q_base}, {self.q_base}, {self.q_slab};")
+        if self.later:
+            b(*(f"mov.f32 {p}, {r};" for p, r in zip(self.mx_prev + self.l_prev, self.mx + self.l)))
+        else:
+            b(*(f"mov.f32 {r}, 0f00000000;" for r in self.o))
+        b(*(f"mov.f32 {r}, {NEG_INF};" for r in self.mx), *(f"mov.f32 {r}, 0f00000000;" for r in self.l))
+        self.qk_scale = self.ev.value(self.m.qk_scale)
+        self.lse_scale = self.ev.value(self.m.lse_scale)
+        self.folded = b.pred()
+        b(f"setp.gt.f32 {self.folded}, {self.qk_scale}, 0f00000000;")
+        self.rings[K_RING].counter = b.mov(0)  # the peeled first trip is trip 0
+
+    def snapshot(self) -> None:
+        """Cross-tile: what this tile's epilogue needs, kept in registers of their own (the next
+        tile's coordinates and scales overwrite the tile's)."""
+        b = self.b
+        self.rings[K_RING].counter = None
+        row0, o_lead, l_lead, qk, lse, folded = self.snap
+        q_row0, o_l, l_l = self.epilogue_coords()
+        b(f"mov.b32 {row0}, {q_row0};", f"mov.b32 {o_lead}, {o_l};", f"mov.b32 {l_lead}, {l_l};",
+          f"mov.f32 {qk}, {self.qk_scale};", f"mov.f32 {lse}, {self.lse_scale};",
+          f"mov.pred {folded}, {self.folded};")
+
+    def cross_mma(self, step) -> None:
+        """Cross-tile: S_j opens the turn (the CTA's first trip: consumer 0 without waiting, S_0
+        alone in it); P_{j-1}·V_{j-1} -- at a tile's first trip the previous tile's last -- closes
+        it; after the tile loop the CTA's last P·V takes a turn of its own (the last consumer's
+        hands nothing on)."""
+        b = self.b
+        if K_RING in step.rings:
+            self.turn_begin(self.kind == "first")
+            self.scores()
+            if self.kind == "first":
+                self.turn_end(None)
+            return
+        stage = self.rings[V_RING].s
+        if self.kind != "drain":
+            self.pv(stage)
+            b(wgmma.COMMIT)
+            self.turn_end(None)
+            return
+        last = self.last_turn()
+        self.turn_begin(False)
+        self.pv(stage)
+        b(wgmma.COMMIT)
+        self.turn_end(last)
+
+    def cross_mma_wait(self, step) -> None:
+        """Cross-tile: wait_group 1 (S_j; 0 in the CTA's first trip) and the softmax; wait_group 0,
+        then at a tile's first trip the previous tile's O and L (its last P·V has retired) and O
+        zeroed, else O rescaled; P_j packed. After the loop: the CTA's last tile's O and L."""
+        b = self.b
+        if self.kind == "drain":
+            b(wgmma.wait(0))
+            row0, o_lead, l_lead, qk, lse, folded = self.snap
+            self.epilogue(row0, o_lead, l_lead, self.mx, self.l, qk, lse, folded)
+            return
+        if step.pending == 1:
+            b(wgmma.wait(0 if self.kind == "first" else 1))
+            self.softmax()
+            return
+        b(wgmma.wait(0))
+        if self.kind == "boundary":
+            row0, o_lead, l_lead, qk, lse, folded = self.snap
+            self.epilogue(row0, o_lead, l_lead, self.mx_prev, self.l_prev, qk, lse, folded)
+            b(*(f"mov.f32 {r}, 0f00000000;" for r in self.o))
+            self.rescale_and_pack(rescale=False)
+        else:
+            self.rescale_and_pack()
+
+    def cross_loop(self, step) -> None:
+        """Cross-tile: the key loop runs trips 1 .. T-1 (trip 0 is the tile's peeled first trip),
+        its NotFirst steps unconditionally."""
+        b, r = self.b, self.rings[step.ring]
+        r.counter = b.reg()
+        end, top, done, again = b.label("kv_done"), b.label("kv_loop"), b.pred(), b.pred()
+        b(f"mov.b32 {r.counter}, 1;", f"setp.ge.s32 {done}, {r.counter}, {r.trips};", f"@{done} bra {end};")
+        b.place(top)
+        kind, self.kind = self.kind, "loop"
+        self.emit(step.body)
+        self.kind = kind
+        b(f"add.s32 {r.counter}, {r.counter}, 1;", f"setp.lt.s32 {again}, {r.counter}, {r.trips};",
+          f"@{again} bra {top};")
+        b.place(end)
 
     def descriptor(self, addr: str, op: wgmma.Operand) -> str:
         b = self.b
@@ -412,6 +576,9 @@ class Consumer(SoftmaxEmitter, Role):
         """Trip j's turn at the tensor cores: S_j = Q·K_jᵀ, then (from the second trip on) O += P_{j-1}·V_{j-1},
         committed as two groups (S first: wait_group 1 then retires S_j alone). The first trip is
         peeled (``loop``), so no wgmma sits under a branch (ptxas would serialize them)."""
+        if self.k.plan.cross_tile:
+            self.cross_mma(step)
+            return
         if self.k.plan.split_kv:
             self.split_mma(step)
             return
@@ -427,6 +594,9 @@ class Consumer(SoftmaxEmitter, Role):
         """In the loop (wait_group 1): S_j has landed: the softmax, then wait_group 0 (P_{j-1}·V_{j-1}
         done), O rescaled and P_j packed. After it (wait_group 0): the last P·V first."""
         b = self.b
+        if self.k.plan.cross_tile:
+            self.cross_mma_wait(step)
+            return
         if self.k.plan.split_kv:
             self.split_mma_wait(step)
             return
@@ -449,6 +619,9 @@ class Consumer(SoftmaxEmitter, Role):
         """The key loop with its first trip peeled (the loop runs at least once: IfTrips)."""
         if step.ring != self.k.loop_ring:
             super().loop(step)
+            return
+        if self.k.plan.cross_tile:
+            self.cross_loop(step)
             return
         b, r = self.b, self.rings[step.ring]
         r.counter = b.reg()
@@ -508,7 +681,9 @@ class Consumer(SoftmaxEmitter, Role):
 
     def not_first(self, step) -> None:
         """The loop's first trip is peeled: its copy has no NotFirst steps, the rest has them all."""
-        if not self.k.plan.split_kv:
+        if self.k.plan.cross_tile:  # the loop starts at trip 1
+            self.emit(step.body)
+        elif not self.k.plan.split_kv:
             super().not_first(step)
         elif not self.peeled:
             self.emit(step.body)
@@ -524,7 +699,7 @@ class Consumer(SoftmaxEmitter, Role):
         if first:
             starts = b.pred()
             b(f"setp.eq.u32 {starts}, {self.index}, 0;")
-            if self.k.plan.turns == "across tiles":
+            if self.k.plan.turns == "across tiles" and not self.k.plan.cross_tile:
                 cta, first_tile = b.reg(), b.pred()  # the CTA's first tile: tile == ctaid
                 b(f"mov.u32 {cta}, %ctaid.x;", f"setp.eq.s32 {first_tile}, {self.tile}, {cta};",
                   f"and.pred {starts}, {starts}, {first_tile};")
@@ -537,7 +712,7 @@ class Consumer(SoftmaxEmitter, Role):
         tile (with turns "across tiles", of the CTA's last tile only)."""
         b, last = self.b, self.b.pred()
         b(f"setp.eq.u32 {last}, {self.index}, {self.k.plan.consumers - 1};")
-        if self.k.plan.turns == "across tiles":
+        if self.k.plan.turns == "across tiles" and not self.k.plan.cross_tile:
             step, after, last_tile = b.reg(), b.reg(), b.pred()  # no tile after: tile + nctaid >= tiles
             b(f"mov.u32 {step}, %nctaid.x;", f"add.s32 {after}, {self.tile}, {step};",
               f"setp.ge.s32 {last_tile}, {after}, {self.tile_count};", f"and.pred {last}, {last}, {last_tile};")
@@ -585,19 +760,29 @@ class Consumer(SoftmaxEmitter, Role):
 
     def tile_end(self) -> None:
         """O / l to bf16 and L = (max + log2 l) · ln 2, stored for the rows below N."""
-        k, m, b = self.k, self.m, self.b
-        o_dims = m.params[m.o].type.dims
-        l_dims = m.params[m.l].type.dims
-        n_rows = k.dim(o_dims[-2])
+        q_row0, o_lead, l_lead = self.epilogue_coords()
+        self.epilogue(q_row0, o_lead, l_lead, self.mx, self.l, self.qk_scale, self.lse_scale, self.folded)
+
+    def epilogue_coords(self) -> tuple[str, str, str]:
+        """This tile's first query row (of this thread) and the linear index of O's and L's
+        leading coordinates."""
+        m, b = self.m, self.b
         q_row0 = b.reg()
         b(f"mad.lo.s32 {q_row0}, {self.i}, {m.bq}, {self.row_in_tile};")
-        o_lead = self.linear([self.ev.value(c) for c in m.o_store.variadic()[:-2]], o_dims[:-2])
-        l_lead = self.linear([self.ev.value(c) for c in m.l_store.variadic()[:-1]], l_dims[:-1])
+        o_lead = self.linear([self.ev.value(c) for c in m.o_store.variadic()[:-2]], m.params[m.o].type.dims[:-2])
+        l_lead = self.linear([self.ev.value(c) for c in m.l_store.variadic()[:-1]], m.params[m.l].type.dims[:-1])
+        return q_row0, o_lead, l_lead
+
+    def epilogue(self, q_row0: str, o_lead: str, l_lead: str, mx: list[str], l: list[str], qk_scale: str,
+                 lse_scale: str, folded: str) -> None:
+        k, m, b = self.k, self.m, self.b
+        n_rows = k.dim(m.params[m.o].type.dims[-2])
+        mx_row = mx
         quad_leader = b.pred()
         lane4 = b.reg()
         b(f"and.b32 {lane4}, {k.lane}, 3;", f"setp.eq.u32 {quad_leader}, {lane4}, 0;")
         for half in (0, 1):
-            total = self.l[half]
+            total = l[half]
             for lane_mask in (1, 2):
                 other, t = b.reg("f32"), b.reg("f32")
                 b(f"shfl.sync.bfly.b32 {other}, {total}, {lane_mask}, 31, -1;", f"add.f32 {t}, {total}, {other};")
@@ -616,9 +801,9 @@ class Consumer(SoftmaxEmitter, Role):
                   f"@{inside} st.global.b32 [{o_row}+{2 * col}], {packed};")
             lse, l_addr, store = b.reg("f32"), b.reg("b64"), b.pred()
             mx = b.reg("f32")  # the row maximum in scaled units (raw when the scale was folded)
-            b(f"mul.f32 {mx}, {self.mx[half]}, {self.qk_scale};", f"@!{self.folded} mov.f32 {mx}, {self.mx[half]};")
+            b(f"mul.f32 {mx}, {mx_row[half]}, {qk_scale};", f"@!{folded} mov.f32 {mx}, {mx_row[half]};")
             b(f"lg2.approx.f32 {lse}, {total};", f"add.f32 {lse}, {lse}, {mx};",
-              f"mul.f32 {lse}, {lse}, {self.lse_scale};")
+              f"mul.f32 {lse}, {lse}, {lse_scale};")
             self.address(l_addr, l_lead, n_rows, row, 1, 4, k.globals[m.l], column=False)
             b(f"and.pred {store}, {inside}, {quad_leader};", f"@{store} st.global.f32 [{l_addr}], {lse};")
 

@@ -52,6 +52,19 @@ Q2_TURNS = "per slot"
 """How the consumers' ping-pong turns go on from tile to tile with two Q slots (see
 ``AttentionPlan.turns``): "per slot" (each Q slot's tiles on their own named barriers) or
 "across tiles" (one rotation that runs on over the CTA's tiles)."""
+CROSS_TILE = False
+"""Cross-tile overlap (needs two Q slots, so persistent non-causal kernels; K/V barriers split): a
+persistent consumer runs its key loops as one pipeline over the CTA's tiles. The next tile's first
+S' = Q'·K'_0ᵀ is issued in the same turn as this tile's last P·V, its softmax runs while that P·V
+drains, and this tile's O / l and L are stored after it (before P' is packed), so no tile starts
+with a wgmma that overlaps nothing or ends with one that nothing overlaps. The consumers' turns run
+on in one rotation over the CTA's tiles; the CTA's last P·V and epilogue follow its tile loop.
+A pin, off by default: H200 2026-11-21 same-run A/B (benchmarks/results/2026-11-21-nvidia-h200-
+attention-ab-cross-tile.json), D=128 non-causal N=1024..16384 vs cuDNN: default (one Q slot, 3
+stages) 0.906/0.953/0.981/0.994/0.989, two slots (2 stages, split) 0.880/0.957/0.979/0.988/0.985,
+cross-tile on two slots 0.842/0.962/0.987/0.994/0.992 (+0.5..+0.9% at N >= 2048, within noise;
+-7% at N=1024); D=64 N=2048/8192 1.072/1.071 -> 1.073/1.064. Correct on the H200 (tails, GQA,
+scales, many tiles per CTA: tests/gpu/test_hopper_attention_gpu.py, "cross-tile")."""
 Q2_MIN_STAGES = 3
 """The stages the ring must keep for the second Q slot to take one. D=128 would go 3 -> 2 (with
 split K/V barriers): +2.9% at N=1024 in two same-run A/Bs, but -0.5..-2% at N >= 4096 in the
@@ -96,6 +109,8 @@ class AttentionPlan:
     last one), consumer 0 still opening each tile at once; or
     "across tiles": one rotation over all of the CTA's tiles (consumer 0 waits for its first turn
     but in the CTA's first tile, the last consumer hands on but in its last)."""
+    cross_tile: bool = False
+    """The key loops of a persistent CTA's tiles run as one pipeline (see CROSS_TILE)."""
     decisions: list[dict] = field(default_factory=list)
 
     @property
@@ -257,6 +272,23 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
                                 "CTA's tiles (consumer 0 waits for its turn but in the first tile)"))
     starved = took_stage and plan.stages == 2
     split = starved if SPLIT_KV_BARRIERS is None else SPLIT_KV_BARRIERS
+    if CROSS_TILE and plan.persistent:
+        if plan.q_slots == 2 and not m.causal:
+            plan.cross_tile, split = True, True
+            if plan.consumers > 1:  # the per-slot rotations would meet at the tile boundary's turn
+                plan.turns = "across tiles"
+                plan.decisions = [d for d in plan.decisions if d["decision"] != "consumer turns"]
+            plan.decide("cross-tile overlap", "on", "pinned (CROSS_TILE): the CTA's key loops run as "
+                        "one pipeline over its tiles: the next tile's first S' = Q'·K'_0ᵀ (Q' already in "
+                        "the other slot) goes in the turn of this tile's last P·V, its softmax runs "
+                        "while that P·V drains, and this tile's O and L are stored after it; K/V "
+                        "barriers split (the last V is released a tile later than its K), one "
+                        "rotation of turns over the CTA's tiles, the last P·V and epilogue after the "
+                        "tile loop")
+        else:
+            plan.decide("cross-tile overlap", "off", "pinned (CROSS_TILE) but "
+                        + ("causal tiles may have no key block" if m.causal else
+                           "the next tile's Q needs a second Q slot"))
     if split:
         plan.split_kv, plan.v_bars = True, end
         end += 16 * plan.stages
@@ -264,7 +296,8 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
            "stages): S_j = Q·K_jᵀ waits for K_j only, V_j lands while S_j and the softmax run, K_j "
            "is released once S_j retired")
     plan.decide("K/V barriers", "separate" if split else "one pair per stage",
-                (f"pinned: {why}" if SPLIT_KV_BARRIERS else f"{why}; the second Q slot left the ring 2 "
+                (f"cross-tile overlap: {why}" if plan.cross_tile and not SPLIT_KV_BARRIERS else
+                 f"pinned: {why}" if SPLIT_KV_BARRIERS else f"{why}; the second Q slot left the ring 2 "
                  "stages, and with 2 this is what keeps them fed (H200 2026-11-21, D=128: 0.59-0.65x "
                  "cuDNN with one pair, 0.93-0.97x split)") if split else
                 "pinned off" if SPLIT_KV_BARRIERS is False else

@@ -136,10 +136,11 @@ class SoftmaxEmitter:
             total = self.tree(row, "add")  # this thread's share: the quad's are added once, at the end
             b(f"fma.rn.f32 {self.l[half]}, {self.l[half]}, {alpha}, {total};")
 
-    def rescale_and_pack(self) -> None:
-        """Once the previous P·V has retired: O *= alpha, and P to bf16 pairs (its A fragments)."""
+    def rescale_and_pack(self, rescale: bool = True) -> None:
+        """Once the previous P·V has retired: O *= alpha (``rescale``), and P to bf16 pairs (its A
+        fragments)."""
         b = self.b
-        for n, reg in enumerate(self.o):
+        for n, reg in enumerate(self.o if rescale else ()):
             b(f"mul.f32 {reg}, {reg}, {self.alphas[(n >> 1) & 1]};")
         for n, reg in enumerate(self.p):
             lo, hi = self.s[2 * n], self.s[2 * n + 1]
