@@ -12,7 +12,8 @@ for tiles of at least 128 x 128 that one consumer holds whole, e.g. 'BM=128,BN=1
 A variant whose kernel forms clusters also reports how many of them the GPU holds at once.
 Inputs rotate over enough sets to exceed the 60 MB L2 (like benchmarks/run.py); each figure is
 the median of 15 batches of 20 launches timed with CUDA events, the batches of cuBLAS and of
-each variant interleaved. Prints one JSON line per shape.
+each variant interleaved. Prints one JSON line per shape (with, for each variant, the constants
+@fill_sms launched at that shape: ``choice``), then a short table of the ratios.
 """
 from __future__ import annotations
 
@@ -69,6 +70,19 @@ def active_clusters(kernel, size: int) -> int:
     return int(n) if err == cu.CUresult.CUDA_SUCCESS else -int(err)
 
 
+def fill_sms_choice(kernel, subject_end: str) -> str | None:
+    """The constants @fill_sms launched for the shape whose decision subject ends so (None: no
+    @fill_sms, or no choice logged)."""
+    try:
+        entries = kernel.decisions.for_pass("fill-sms")
+    except Exception:  # noqa: BLE001 - a kernel without a decision log
+        return None
+    for entry in reversed(entries):
+        if entry.subject.endswith(subject_end):
+            return entry.decision
+    return None
+
+
 def batch_us(fn, sets, per_batch=20) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -106,6 +120,7 @@ def main() -> None:
         if size > 1:
             print(json.dumps({"variant": name, "cluster": size,
                               "active_clusters": active_clusters(kernel, size)}), flush=True)
+    table = []
     for shape in args.shapes:
         m, n, k = (int(x) for x in shape.split("x"))
         set_bytes = 2 * (m * k + k * n + m * n)
@@ -128,6 +143,9 @@ def main() -> None:
                 torch.cuda.synchronize()
                 err = ((sets[0][2].float() - ref).norm() / ref.norm()).item()
                 row[name] = {"err": err}
+                choice = fill_sms_choice(kernel, f"at M={m} K={k} N={n}")
+                if choice is not None:
+                    row[name]["choice"] = choice
                 fns[name] = kernel
             except Exception as e:  # a variant that does not compile or launch: say so, go on
                 row[name] = {"error": str(e)[:200]}
@@ -138,6 +156,14 @@ def main() -> None:
         row["cublas_us"] = round(row["cublas_us"], 2)
         row["tflops_cublas"] = round(2 * m * n * k / row["cublas_us"] / 1e6, 1)
         print(json.dumps(row), flush=True)
+        table.append(row)
+    if table:
+        names = list(kernels)
+        print("shape".ljust(18) + "".join(n[:10].rjust(11) for n in names) + "  cublas_us")
+        for row in table:
+            cells = "".join((f"{row[n]['ratio']:.3f}" if "ratio" in row.get(n, {}) else "err").rjust(11)
+                            for n in names)
+            print(row["shape"].ljust(18) + cells + f"  {row['cublas_us']:.2f}")
 
 
 if __name__ == "__main__":

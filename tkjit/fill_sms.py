@@ -17,7 +17,11 @@ The model (``choose``):
   BM ∈ {128, 64} × BN ∈ {256, 128, 64} × SPLIT ∈ {1, 2}.
 * tiles(c): the candidate's launch-grid expression with an unbounded SM count (its CTA count).
 * When the default's tiles fill the SMs (tiles ≥ SMs) the default stays: smaller tiles only add
-  per-tile work (epilogues, refetched operands) and lower the math per byte loaded.
+  per-tile work (epilogues, refetched operands) and lower the math per byte loaded. Two
+  exceptions for a GEMM, both launching the half-width tile (128x128 for 128x256), whose
+  consumers ping-pong: a short K loop (``SHORT_K_TRIPS``: the epilogue is a large share of each
+  tile), and a badly filled last round (``LAST_WAVE_GAIN``: the half tile's rounds leave the
+  busiest SM at least 10% less tile area, ``wave_gain``).
 * Otherwise the candidate with the least work on the busiest SM wins. For a GEMM variant (its
   metadata says its tile, split and K trips) the time is bandwidth-bound at these sizes (fewer
   tiles than SMs; ncu, 2026-11-21: M = 128 GEMMs at 12% SM throughput), so it is the larger of
@@ -167,6 +171,30 @@ K = 4096 and up the wide tile wins (4096^3 1.07/1.03 vs 0.98/0.99, K = 14336 1.0
 0.94-0.97), so it stays the default there."""
 
 
+LAST_WAVE_GAIN = 0.10
+"""A GEMM whose default tile fills the SMs also takes the half-width ping-pong tile (as for
+SHORT_K_TRIPS) when that leaves the busiest SM at least this much less tile area to compute:
+ceil(2T / SMs) half tiles against ceil(T / SMs) whole ones (``wave_gain``), i.e. when the
+default's last round leaves many SMs idle and the half tile fills them. At equal rounds the two
+tiles are within a few percent of each other either way, depending on the harness (H200,
+2026-11-21: ping-pong 128x128 up to 7% behind 128x256 cooperative in benchmarks/run.py's
+harness, 1024x4096x14336 0.94-0.97 vs 1.01-1.03, benchmarks/results/2026-11-21-nvidia-h200-
+tile-ab.json; -1..+2% in gemm_variants.py's), so the rounds must save more than that. At
+1024x14336x4096 (448 tiles for 132 SMs: the last round holds 52, 4 rounds against 7 of the half
+tile, 12.5% less) the half tile measured 0.953/0.961 -> 1.112/1.120x cuBLAS in two same-run
+batches (benchmarks/results/2026-11-21-nvidia-h200-issue6-variants.jsonl; 1.08-1.10 in run.py's
+harness), and with this rule the default launched it at 1.111/1.121x against 0.955/0.964 for the
+pinned 128x256 (...-issue6-confirm.jsonl); the other listed shapes save 0-1.8% (8192x14336x4096
+1.8%: +3..6% in gemm_variants.py's harness, -1% in run.py's) and keep the default."""
+
+
+def wave_gain(tiles: int, half_tiles: int, num_sms: int) -> float:
+    """The share of the busiest SM's tile area that ``half_tiles`` tiles of half the size save
+    over ``tiles`` whole ones on ``num_sms`` SMs (rounds of a persistent grid)."""
+    whole = 2 * -(-tiles // num_sms)
+    return 1 - -(-half_tiles // num_sms) / whole
+
+
 class ShapeDispatch:
     """A @fill_sms kernel's GPU entry point: ``dispatch(*args, stream=None)`` launches the variant
     chosen for these argument shapes (choosing it on the first call with them)."""
@@ -229,19 +257,25 @@ class ShapeDispatch:
             raise TkError(f"@fill_sms: no variant of kernel '{self._kernel.name}' compiles: "
                           f"{'; '.join(dropped)}")
         if len(candidates) == 1 and candidates[0].tiles >= self._num_sms:
-            short = self._short_k_tile(candidates[0], args, dims)
-            if short is not None:
-                return short
+            half = self._half_width_tile(candidates[0], args, dims)
+            if half is not None:
+                return half
         best, why = choose(candidates, self._num_sms)
         if dropped:
             why += f"; not compiled: {'; '.join(dropped)}"
         return best, why
 
-    def _short_k_tile(self, default: Candidate, args: tuple, dims: dict[str, int]
-                      ) -> tuple[Candidate, str] | None:
-        """SHORT_K_TRIPS: the half-width ping-pong variant of a GEMM whose default fills the SMs
-        but whose K loop is short; None where that does not apply."""
-        if default.gemm is None or default.gemm["trips"] > SHORT_K_TRIPS or default.split != 1:
+    def _half_width_tile(self, default: Candidate, args: tuple, dims: dict[str, int]
+                         ) -> tuple[Candidate, str] | None:
+        """The half-width ping-pong variant of a GEMM whose default fills the SMs, where
+        SHORT_K_TRIPS or LAST_WAVE_GAIN says to launch it; None where neither applies."""
+        if default.gemm is None or default.split != 1:
+            return None
+        short = default.gemm["trips"] <= SHORT_K_TRIPS
+        # first with twice the default's tiles (an upper bound on the half tile's count, so a lower
+        # bound on the gain): the half variant is compiled only where it may be launched, and
+        # counted exactly below
+        if not short and wave_gain(default.tiles, 2 * default.tiles, self._num_sms) < LAST_WAVE_GAIN:
             return None
         bm, bn, bk = default.gemm["tile"]
         defaults = self._defaults()
@@ -259,11 +293,23 @@ class ShapeDispatch:
             c = measured(constants, variant.metadata, dims, args)
             if c.tiles < self._num_sms:
                 return None
-            return c, (f"the default ({default.text()}) fills the GPU ({default.tiles} tiles for "
-                       f"{self._num_sms} SMs) but its K loop is short ({default.gemm['trips']} <= "
-                       f"{SHORT_K_TRIPS} trips), so the {bm}x{bn // 2} tile with ping-pong consumers "
-                       f"hides each tile's epilogue under the other consumer's K loop (measured "
-                       f"+1..9% at K <= 1024 on the H200; fill_sms.SHORT_K_TRIPS)")
+            fills = (f"the default ({default.text()}) fills the GPU ({default.tiles} tiles for "
+                     f"{self._num_sms} SMs) but ")
+            if short:
+                return c, (fills + f"its K loop is short ({default.gemm['trips']} <= {SHORT_K_TRIPS} "
+                           f"trips), so the {bm}x{bn // 2} tile with ping-pong consumers hides each "
+                           f"tile's epilogue under the other consumer's K loop (measured +1..9% at "
+                           f"K <= 1024 on the H200; fill_sms.SHORT_K_TRIPS)")
+            gain = wave_gain(default.tiles, c.tiles, self._num_sms)
+            if gain < LAST_WAVE_GAIN:
+                return None
+            rounds, half_rounds = waves(default, self._num_sms), waves(c, self._num_sms)
+            last = default.tiles - (rounds - 1) * self._num_sms
+            return c, (fills + f"its last round holds {last} tiles for {self._num_sms} SMs: {rounds} "
+                       f"rounds of {bm}x{bn} tiles on the busiest SM against {half_rounds} of "
+                       f"{bm}x{bn // 2} ({c.tiles} tiles) with ping-pong consumers, {gain:.1%} less "
+                       f"tile area per SM (at least {LAST_WAVE_GAIN:.0%}: fill_sms.LAST_WAVE_GAIN; "
+                       f"measured 1024x14336x4096 0.95 -> 1.11x cuBLAS on the H200)")
         return None
 
     def _log(self, shape: str, constants: dict[str, int], tiles: int, why: str) -> None:
