@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     env = child_env()
     report = {"schema": SCHEMA, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "argv": argv, "mode": {**mode.to_json(), "only": args.only, "budget_s": budget},
-              "git": envinfo.git_info(), "nvidia_smi": {"before": envinfo.nvidia_smi()}}
+              "git": envinfo.git_info(), "sources": envinfo.source_info(), "nvidia_smi": {"before": envinfo.nvidia_smi()}}
 
     report["tests"] = _tests(args, env, budget)
     print(gpu_tests.describe(report["tests"]), file=sys.stderr, flush=True)

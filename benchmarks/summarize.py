@@ -97,7 +97,9 @@ def heading(report: dict) -> list[str]:
     facts = [f"driver {after.get('driver_version', '?')}",
              f"torch {env.get('torch', '?')} (CUDA {env.get('torch_cuda')})", f"cuDNN {env.get('cudnn', '?')}",
              f"triton {env.get('triton') or 'absent'}", f"ptxas {env.get('ptxas', '?')}",
-             f"tkjit {env.get('tkjit', '?')} at {commit}"]
+             f"tkjit {env.get('tkjit', '?')} at {commit}"
+             + (f" (sources sha256 {report['sources']['tkjit_sources_sha256'][:12]})"
+                if report.get("sources", {}).get("tkjit_sources_sha256") else "")]
     lines.append("Measured on " + ", ".join(facts) + ".")
     if "clocks.sm" in after:
         lines.append(f"Clocks after the run: SM {after['clocks.sm']} MHz (max {after['clocks.max.sm']}), memory "

@@ -59,6 +59,18 @@ def git_info() -> dict:
     return {"commit": commit, "dirty": bool(status.stdout.strip())}
 
 
+def source_info() -> dict:
+    """What identifies the code that ran where git cannot: the sha256 of tkjit's .py and .lark
+    files (``tkjit.cache.tkjit_source_hash``, the disk cache's own key), which a checkout
+    reproduces with ``python -c "from tkjit.cache import tkjit_source_hash as h; print(h())"``.
+    A lent GPU machine's copy of the tree may carry a stale ``.git``, so its commit can mislead."""
+    try:
+        from tkjit.cache import tkjit_source_hash
+        return {"tkjit_sources_sha256": tkjit_source_hash()}
+    except Exception:  # noqa: BLE001 - provenance is best effort
+        return {}
+
+
 def torch_environment(ctx) -> dict:
     """Inside the worker: the device as torch sees it, and the versions."""
     import torch
