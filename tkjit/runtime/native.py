@@ -244,14 +244,16 @@ def _start_background_build(config) -> str:
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, TKJIT_CACHE_DIR=str(config.cache_dir))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH", "")]))
+    # Through a shell that puts the builder in the background and exits at once: the builder is
+    # nobody's child here (no zombie, no "still running" ResourceWarning) and outlives this process.
+    command = [sys.executable, "-m", "tkjit.runtime.native", "--build-torch"]
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "tkjit.runtime.native", "--build-torch"], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True, cwd=package_root)
-    except OSError as e:
+        subprocess.run(["/bin/sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", *command], env=env,
+                       cwd=package_root, start_new_session=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
         return f"not built (could not start the background build: {e})"
-    _state["builder"] = proc  # the next process finds it; tests wait for it
-    return f"being built in the background (process {proc.pid}) for the next process"
+    _state["builder"] = True  # tests look for it
+    return "being built in the background for the next process"
 
 
 def _build_in_background() -> int:
