@@ -92,13 +92,16 @@ def test_metadata():
     assert "ring kv" in meta["protocol"] and "one-shot" in meta["protocol"]
 
 
+def assemble(ptx: str, meta: dict):
+    """ptxas's report and the SASS opcodes, in order, of an emitted kernel."""
+    cubin, report = toolchain.assemble(ptx, name=meta["name"])
+    return report, re.findall(r"/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", toolchain.sass(cubin))
+
+
 @functools.lru_cache(maxsize=None)
 def assembled(d: int, causal: bool, bq: int | None = None):
     ptx, meta = emit_hopper_ptx(ir_of(d, causal, bq=bq), {"arch": "sm_90a"})
-    cubin, report = toolchain.assemble(ptx, name=meta["name"])
-    sass = toolchain.sass(cubin)
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
-    return ptx, report, ops, meta
+    return (ptx, *assemble(ptx, meta), meta)
 
 
 @needs_cuda_tools
@@ -413,11 +416,10 @@ def test_split_kv_and_two_q_slots_assemble(pins, d):
     mbarriers initialised."""
     pins(SPLIT_KV_BARRIERS=True, Q_SLOTS=2, Q2_MIN_STAGES=2, Q2_MAX_CONSUMERS=3)
     ptx, meta = emit_hopper_ptx(ir_of(d, False), {"arch": "sm_90a"})
-    cubin, report = toolchain.assemble(ptx, name=meta["name"])
+    report, ops = assemble(ptx, meta)
     fn = report[meta["name"]]
     assert fn.spill_store_bytes == 0 and fn.stack_frame_bytes == 0, report.log
     assert not {"C7517", "C7519"} & set(report.codes) and not report.setmaxnreg_ignored(), report.log
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", toolchain.sass(cubin))
     assert len([op for op in ops if op.startswith("HGMMA")]) == 2 * (d // 16 + 128 // 16)
     stages = 2 if d == 128 else 5
     assert ptx.count("mbarrier.init") == 2 * 2 + 4 * stages
@@ -494,11 +496,10 @@ def test_cross_tile_assembles_without_spills(pins, d):
     two key loops, the boundary trip and the last P·V."""
     pins(CROSS_TILE=True, Q2_MIN_STAGES=2)
     ptx, meta = emit_hopper_ptx(ir_of(d, False), {"arch": "sm_90a"})
-    cubin, report = toolchain.assemble(ptx, name=meta["name"])
+    report, ops = assemble(ptx, meta)
     fn = report[meta["name"]]
     assert fn.spill_store_bytes == 0 and fn.stack_frame_bytes == 0, report.log
     assert not {"C7517", "C7519"} & set(report.codes) and not report.setmaxnreg_ignored(), report.log
-    ops = re.findall(r"/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", toolchain.sass(cubin))
     s, pv = d // 16, 128 // 16
     assert len([op for op in ops if op.startswith("HGMMA")]) == s + 3 * (s + pv) + pv
     assert not [op for op in ops if op.startswith(("LDL", "STL"))]

@@ -198,15 +198,20 @@ class CompiledKernel:
     def _with_unaligned_rows(self) -> "CompiledKernel | None":
         """This kernel compiled with the copying fallback for rows TMA cannot address, where it was
         left out only because aligned rows were assumed (the first launch that needs it compiles
-        it, logged); None where the kernel has no such fallback to add."""
+        it); None where the kernel has no such fallback to add."""
         self.asm["ptx"]  # noqa: B018 - the metadata: the cache entry's, or made now
         if not self._result.metadata.get("assumes_aligned_rows") or self.options.unaligned_rows:
             return None
         if self._general is None:
-            options = replace(self.options, unaligned_rows=True)
-            self._general = CompiledKernel(compiler.load_or_compile(self._result.source, options,
-                                                                    filename=self._result.filename), fill_sms=False)
+            self._general = self._recompiled(unaligned_rows=True)
         return self._general
+
+    def _recompiled(self, **options: Any) -> "CompiledKernel":
+        """This kernel's source compiled (or loaded from the cache) with some options changed: a
+        variant, which launches as it is (no @fill_sms dispatch of its own)."""
+        changed = replace(self.options, **options)
+        return CompiledKernel(compiler.load_or_compile(self._result.source, changed, filename=self._result.filename),
+                              fill_sms=False)
 
     def _use_fast(self, fast) -> None:
         """Make ``fast`` this kernel's GPU entry point: ``kernel(*args)`` then calls it directly
@@ -247,9 +252,7 @@ class CompiledKernel:
             if constants == defaults:
                 return own
             merged = {**dict(self.options.constants), **constants}
-            options = replace(self.options, constants=tuple(sorted(merged.items())))
-            made = CompiledKernel(compiler.load_or_compile(self._result.source, options,
-                                                           filename=self._result.filename), fill_sms=False)
+            made = self._recompiled(constants=tuple(sorted(merged.items())))
             made.asm["ptx"]  # noqa: B018 - its metadata (the grid the choice counts tiles with)
             return made
         return ShapeDispatch(self, driver.num_sms(driver.ensure_context()), variant, own, self._choice_store())

@@ -2,7 +2,8 @@
 
 Fresh random bf16 inputs, C poisoned with NaN and placed inside a larger poisoned buffer whose
 surroundings must stay untouched; shapes that divide the tiles and shapes that do not, K below
-one K tile, rows TMA cannot address (the producer's copy fallback), both B layouts, both
+one K tile, rows TMA cannot address (the producer's copy fallback, in the variant that a kernel
+compiled for aligned rows makes at the first launch needing it), both B layouts, both
 schedules, f32 output.
 """
 from __future__ import annotations
@@ -68,6 +69,19 @@ def check(c, ref, buf, pad=64):
     assert err <= 1e-2, f"relative error {err:.3e}"
     assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
     assert torch.isnan(buf[:pad]).all() and torch.isnan(buf[-pad:]).all(), "wrote outside C"
+
+
+def same_bits_three_times(kernel, m, n, k, why=None):
+    """Three launches on the same inputs, each into a fresh poisoned C: right, and bit-identical."""
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    first = None
+    for _ in range(3):
+        buf, c = placed(m, n)
+        kernel(a, b, c)
+        check(c, a.float() @ b.float(), buf)
+        first = c.clone() if first is None else first
+        assert torch.equal(c, first), why
 
 
 def run_ab(kernel, m, n, k, out_dtype=torch.bfloat16):
@@ -157,15 +171,7 @@ def test_split_k_matches_torch(bm, bn, split, m, n, k):
 
 def test_split_k_repeated_launches_give_the_same_bits():
     kernel = tkjit.load(EXAMPLES / "gemm.tk", constants={"BM": 128, "BN": 128, "SPLIT": 4})
-    a = torch.randn(256, 2048, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(2048, 512, dtype=torch.bfloat16, device="cuda")
-    first = None
-    for _ in range(3):
-        buf, c = placed(256, 512)
-        kernel(a, b, c)
-        check(c, a.float() @ b.float(), buf)
-        first = c.clone() if first is None else first
-        assert torch.equal(c, first), "the partials are added in a fixed order"
+    same_bits_three_times(kernel, 256, 512, 2048, "the partials are added in a fixed order")
 
 
 def test_fill_sms_splits_k_at_m_128(gemm):
@@ -215,15 +221,7 @@ def test_multicast_short_k_and_the_copy_path(gemm_multicast, m, n, k):
 
 
 def test_multicast_repeated_launches_give_the_same_bits(gemm_multicast):
-    a = torch.randn(1152, 1024, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(1024, 2048, dtype=torch.bfloat16, device="cuda")
-    first = None
-    for _ in range(3):
-        buf, c = placed(1152, 2048)
-        gemm_multicast(a, b, c)
-        check(c, a.float() @ b.float(), buf)
-        first = c.clone() if first is None else first
-        assert torch.equal(c, first)
+    same_bits_three_times(gemm_multicast, 1152, 2048, 1024)
 
 
 def test_multicast_with_k_major_b_and_fill_sms_variants():
@@ -290,15 +288,7 @@ def test_pingpong_short_k_and_the_copy_path(gemm_pingpong, m, n, k):
 
 
 def test_pingpong_repeated_launches_give_the_same_bits(gemm_pingpong):
-    a = torch.randn(2176, 1024, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(1024, 2048, dtype=torch.bfloat16, device="cuda")
-    first = None
-    for _ in range(3):
-        buf, c = placed(2176, 2048)
-        gemm_pingpong(a, b, c)
-        check(c, a.float() @ b.float(), buf)
-        first = c.clone() if first is None else first
-        assert torch.equal(c, first)
+    same_bits_three_times(gemm_pingpong, 2176, 2048, 1024)
 
 
 def test_pingpong_k_major_b_and_f32_output():
@@ -407,3 +397,25 @@ def test_stream_k_is_deterministic_and_graph_safe(gemm_sk):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, first)
+
+
+# -- rows TMA cannot address, met by a kernel compiled for aligned rows (the default) ----------
+
+def test_unaligned_rows_switch_a_kernel_to_its_variant_with_the_fallback():
+    """The launcher refuses them to the kernel object, which compiles the variant with the copying
+    producer and the register-store epilogue once and launches it from then on, for any rows."""
+    kernel = tkjit.compile((EXAMPLES / "gemm.tk").read_text().replace("@fill_sms(BM, BN, SPLIT)", ""),
+                           filename="gemm.tk")
+    run_ab(kernel, 512, 512, 256)
+    assert kernel.metadata["assumes_aligned_rows"] and kernel._general is None
+    run_ab(kernel, 300, 520, 100)        # K = 100: A's rows are 200 bytes
+    assert kernel._general is not None and kernel._general.options.unaligned_rows
+    run_ab(kernel, 512, 512, 256)        # aligned again: through the variant, still right
+    run_ab(kernel, 129, 257, 64)         # N = 257: B's and C's rows
+
+
+@pytest.mark.parametrize("m, n, k", [(1000, 1500, 700), (129, 257, 65), (4096, 4096, 64)])
+def test_fill_sms_variants_take_unaligned_rows_too(m, n, k):
+    kernel = tkjit.compile((EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk")
+    run_ab(kernel, m, n, k)
+    run_ab(kernel, m, n, k + 8 - k % 8 if k % 8 else k)

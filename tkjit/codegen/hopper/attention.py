@@ -38,12 +38,9 @@ from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, oper
 from .attention_softmax import NEG_INF, SoftmaxEmitter
 from .builder import Builder
 from .match_attention import AttentionMatch
-from .program import RingRegs, RoleEmitter
+from .program import ARCH, SMEM_SYMBOL, RingRegs, RoleEmitter, module_text
 from .scalars import ScalarEmitter
 
-PTX_VERSION = "8.0"
-ARCH = "sm_90a"
-SMEM_SYMBOL = "tk_smem"
 Q_RING, KV_RING, K_RING, V_RING = "q", "kv", "k", "v"
 PANEL = 64
 """Head-dim columns per 128-byte swizzled panel (one TMA box)."""
@@ -248,17 +245,8 @@ class AttentionKernel:
 
     # -- text -----------------------------------------------------------------------------
     def module_text(self) -> str:
-        k, plan = self.m.kernel, self.plan
-        params = [f"  .param {t} {name}" for t, name, _ in self.entries]
-        params += [f"  {m.declaration()}" for m in self.maps.values()]
-        lines = [f"// tkjit: kernel '{k.name}', Hopper warp-specialized attention (TMA + wgmma)",
-                 f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", "",
-                 f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", "",
-                 f".visible .entry {k.name}(", ",\n".join(params), ")",
-                 f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}", "{"]
-        lines += self.b.body()
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        return module_text("attention", self.m.kernel.name, self.entries, self.maps.values(), self.plan,
+                           self.b.body())
 
     def metadata(self) -> dict:
         from ..kernel import grid_expr
@@ -494,24 +482,7 @@ class Consumer(SoftmaxEmitter, Role):
         alone in it); P_{j-1}·V_{j-1} -- at a tile's first trip the previous tile's last -- closes
         it; after the tile loop the CTA's last P·V takes a turn of its own (the last consumer's
         hands nothing on)."""
-        b = self.b
-        if K_RING in step.rings:
-            self.turn_begin(self.kind == "first")
-            self.scores()
-            if self.kind == "first":
-                self.turn_end(None)
-            return
-        stage = self.rings[V_RING].s
-        if self.kind != "drain":
-            self.pv(stage)
-            b(wgmma.COMMIT)
-            self.turn_end(None)
-            return
-        last = self.last_turn()
-        self.turn_begin(False)
-        self.pv(stage)
-        b(wgmma.COMMIT)
-        self.turn_end(last)
+        self.turned_mma(step, alone=self.kind == "first", draining=self.kind == "drain")
 
     def cross_mma_wait(self, step) -> None:
         """Cross-tile: wait_group 1 (S_j; 0 in the CTA's first trip) and the softmax; wait_group 0,
@@ -647,15 +618,21 @@ class Consumer(SoftmaxEmitter, Role):
         the V ring one trip behind) follows it in the same turn, after the loop the last P·V takes
         a turn of its own (the last consumer's hands nothing on). The peeled trip's turn holds S
         alone."""
+        self.turned_mma(step, alone=self.peeled, draining=self.rings[K_RING].counter is None)
+
+    def turned_mma(self, step, *, alone: bool, draining: bool) -> None:
+        """Separate K/V rings' products in the consumers' turns: S (reads K) opens a turn, closed at
+        once when S is ``alone`` in it; P·V (reads V) closes the turn S opened or, ``draining``
+        after the loop, takes a turn of its own, whose last consumer hands nothing on."""
         b = self.b
         if K_RING in step.rings:
-            self.turn_begin(self.peeled)
+            self.turn_begin(alone)
             self.scores()
-            if self.peeled:
+            if alone:
                 self.turn_end(None)
             return
         stage = self.rings[V_RING].s
-        if self.rings[K_RING].counter is not None:
+        if not draining:
             self.pv(stage)
             b(wgmma.COMMIT)
             self.turn_end(None)

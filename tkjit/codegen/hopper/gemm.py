@@ -34,11 +34,8 @@ from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, pack_tile, packed_registers, staging_lanes, store_fragment, store_staged
 from .match import GemmMatch
 from .plan import TURN_BARRIER, Plan, consumer_rows, operand_a, operand_b
-from .program import RingRegs, RoleEmitter
+from .program import ARCH, SMEM_SYMBOL, RingRegs, RoleEmitter, module_text
 
-PTX_VERSION = "8.0"
-ARCH = "sm_90a"
-SMEM_SYMBOL = "tk_smem"
 RING = "k"
 FIRST_CONSUMER_BARRIER = 2
 """Named barriers: 0 the CTA's, 1 the copying producer's, 2 + c consumer c's (its epilogue)."""
@@ -197,9 +194,7 @@ class GemmKernel:
         b, g = self.b, self.g
         inner = [g.params[i].type.dims[-1] for i in params]
         ok = b.pred()
-        assumed = all(g.params[i].hint in self.assumed_aligned for i in params if isinstance(
-            g.params[i].type.dims[-1], str))
-        if assumed:
+        if self.assumed_aligned or all(isinstance(d, int) for d in inner):
             b(f"setp.eq.u32 {ok}, {int(all(d % 8 == 0 for d in inner if isinstance(d, int)))}, 1;")
             return ok
         bits = b.reg()
@@ -258,26 +253,11 @@ class GemmKernel:
 
     # -- text -----------------------------------------------------------------------------
     def module_text(self) -> str:
-        k, plan = self.g.kernel, self.plan
-        params = [f"  .param {t} {name}" for t, name, _ in self.entries]
-        params += [f"  {m.declaration()}" for m in self.maps.values()]
-        lines = [f"// tkjit: kernel '{k.name}', Hopper warp-specialized GEMM (TMA + wgmma)",
-                 f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", "",
-                 f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", "",
-                 f".visible .entry {k.name}(", ",\n".join(params), ")",
-                 f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}"]
-        if plan.split > 1:  # the launch forms clusters from this alone (no launch attribute)
-            lines.append(f".reqnctapercluster {plan.split}, 1, 1")
-        elif plan.multicast > 1:
-            lines.append(f".reqnctapercluster {plan.multicast}, 1, 1")
-        if plan.stream_k:
-            decls = streamk.declarations(k.name, streamk_slot_bytes(self.g, plan), plan.consumers)
-            at = lines.index(f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];") + 1
-            lines[at:at] = decls
-        lines.append("{")
-        lines += self.b.body()
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        plan = self.plan
+        decls = streamk.declarations(self.g.kernel.name, streamk_slot_bytes(self.g, plan), plan.consumers) \
+            if plan.stream_k else ()
+        return module_text("GEMM", self.g.kernel.name, self.entries, self.maps.values(), plan, self.b.body(),
+                           cluster=plan.split if plan.split > 1 else plan.multicast, globals_=decls)
 
     def metadata(self) -> dict:
         g, plan = self.g, self.plan

@@ -18,6 +18,11 @@ from ...passes.sync_protocol import (Advance, ExpectTx, IfNextTile, IfPrevTile, 
 from . import mbarrier, multicast, wgmma
 from .builder import Builder
 
+PTX_VERSION = "8.0"
+ARCH = "sm_90a"
+SMEM_SYMBOL = "tk_smem"
+"""The dynamic shared memory every Hopper kernel addresses (aligned up to 1 KB in its prologue)."""
+
 
 @dataclass
 class RingRegs:
@@ -225,3 +230,20 @@ class RoleEmitter:
 
     def mma(self, step: Mma) -> None:
         raise NotImplementedError(f"this role issues no wgmma ({step.text()})")
+
+
+def module_text(what: str, name: str, entries, maps, plan, body: list[str], *, cluster: int = 1,
+                globals_: list[str] | tuple[str, ...] = ()) -> str:
+    """The PTX module of one Hopper kernel: header, ``.global`` declarations, the entry with its
+    parameters (``entries``' launch ABI, then the tensor maps), thread and register bounds, a
+    cluster shape where the kernel forms clusters, and ``body``."""
+    params = [f"  .param {t} {param}" for t, param, _ in entries]
+    params += [f"  {m.declaration()}" for m in maps]
+    lines = [f"// tkjit: kernel '{name}', Hopper warp-specialized {what} (TMA + wgmma)",
+             f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", "",
+             f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", *globals_, "",
+             f".visible .entry {name}(", ",\n".join(params), ")",
+             f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}"]
+    if cluster > 1:  # the launch forms clusters from this alone (no launch attribute)
+        lines.append(f".reqnctapercluster {cluster}, 1, 1")
+    return "\n".join([*lines, "{", *body, "}"]) + "\n"
