@@ -323,6 +323,10 @@ def test_grid_expressions():
     assert grid(M=129, N=100) == (2, 132, 5)
     assert grid(M=0, N=0) == (0, 0, 5)
     assert compile_grid([7], ())() == (7, 1, 1)
+    choose = compile_grid([["min", ["dim", "M"], ["max", ["num_sms"], ["mul", ["dim", "M"], ["gt", ["dim", "N"], 8]]]]],
+                          names, num_sms=132)  # num_sms CTAs at N <= 8, M past it
+    assert choose(M=1000, N=8) == (132, 1, 1) and choose(M=1000, N=9) == (1000, 1, 1)
+    assert choose(M=100, N=8) == (100, 1, 1)
 
 
 def test_num_sms_is_used_in_the_fast_path():

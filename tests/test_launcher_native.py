@@ -179,6 +179,8 @@ def test_streams_alike(stream):
     ([["min", ["mul", ["mul", ["dim", "N"], ["dim", "N"]], ["dim", "N"]], 7]], 2**22),
     ([1, ["dim", "N"]], 70_000),
     ([["max", ["add", ["dim", "N"], 3], 5], 2, 3], 10),
+    ([["min", 9, ["max", ["num_sms"], ["mul", 9, ["gt", ["dim", "N"], 8]]]]], 8),   # the causal attention grid
+    ([["min", 9, ["max", ["num_sms"], ["mul", 9, ["gt", ["dim", "N"], 8]]]]], 9),
 ])
 def test_grids_alike(grid, n):
     (py, py_rec), (nat, nat_rec) = pair(ADD, grid, slots=4, num_sms=4)

@@ -49,7 +49,8 @@ typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigne
 
 enum { P_TENSOR = 0, P_F32 = 1, P_I32 = 2 };
 /* Grid programs are postfix: a constant or a dim pushes, an operator pops two. */
-enum { G_CONST = 0, G_DIM = 1, G_NUM_SMS = 2, G_CDIV = 3, G_MUL = 4, G_ADD = 5, G_MIN = 6, G_MAX = 7 };
+enum { G_CONST = 0, G_DIM = 1, G_NUM_SMS = 2, G_CDIV = 3, G_MUL = 4, G_ADD = 5, G_MIN = 6, G_MAX = 7,
+       G_GT = 8 /* 1 where a > b, else 0 */ };
 
 typedef struct {
     int kind;
@@ -207,6 +208,7 @@ static int eval_grid(const Launch *self, int axis, const long long *dims, long l
         case G_ADD: if (__builtin_add_overflow(a, b, &r)) return 0; break;
         case G_MIN: r = a < b ? a : b; break;
         case G_MAX: r = a > b ? a : b; break;
+        case G_GT: r = a > b; break;
         default: return 0;
         }
         stack[top++] = r;
@@ -530,7 +532,7 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
                 depth++;
             } else if (op == G_NUM_SMS) {
                 depth++;
-            } else if (op >= G_CDIV && op <= G_MAX) {
+            } else if (op >= G_CDIV && op <= G_GT) {
                 if (depth < 2) return bad_spec("grid operator without operands");
                 depth--;
             } else {

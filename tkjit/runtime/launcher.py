@@ -55,7 +55,9 @@ _I32_LIMIT = 2**31
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _NO_EXTRA = {"bindings": "0", "ctypes": "None"}
 """The launch APIs, and how each spells cuLaunchKernel's ``extra=NULL``."""
-_GRID_OPS = {"cdiv": 2, "mul": 2, "add": 2, "min": 2, "max": 2, "dim": 1, "num_sms": 0}
+_GRID_OPS = {"cdiv": 2, "mul": 2, "add": 2, "min": 2, "max": 2, "gt": 2, "dim": 1, "num_sms": 0}
+"""Grid expression operators and their operand counts (``gt``: 1 where a > b, else 0, so that a
+grid can choose between two sizes by a launch dim: the causal attention grid does)."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def grid_expr_source(expr, names: tuple[str, ...]) -> str:
         return "num_sms"
     a, b = (grid_expr_source(x, names) for x in operands)
     return {"cdiv": f"(({a}) + ({b}) - 1) // ({b})", "mul": f"({a}) * ({b})", "add": f"({a}) + ({b})",
-            "min": f"min({a}, {b})", "max": f"max({a}, {b})"}[op]
+            "min": f"min({a}, {b})", "max": f"max({a}, {b})", "gt": f"int(({a}) > ({b}))"}[op]
 
 
 def _uses_num_sms(expr) -> bool:

@@ -19,8 +19,9 @@ nothing on); with two Q slots each slot's tiles take their turns on their own na
 one rotation runs on over the CTA's tiles (``AttentionPlan.turns`` says why: restarting them on
 one set of barriers let consumer 0 overtake and hang the CTA).
 
-Non-causal kernels are persistent (min(tiles, SMs) CTAs, tile += nctaid, rings and phases carried
-on); causal ones launch a CTA per tile, heaviest first (attention_plan.py says why).
+Kernels are persistent (tile += nctaid, rings and phases carried on): non-causal ones launch
+min(tiles, SMs) CTAs; causal ones (heaviest tiles first) that many where the key loop is short,
+else one CTA per tile (attention_plan.launch_grid and SHORT_CAUSAL_TRIPS say why).
 The control flow of both roles is the protocol ``attention_protocol`` builds (the standard
 one-shot + pipelined-loop protocol of passes/sync_protocol.py, which the CPU checker explores).
 The index arithmetic (the key/value head, the trip count, the mask offsets and scales) is the
@@ -34,7 +35,7 @@ from ...passes.sync_protocol import (Advance, IfPrevTile, IfTrips, Load, Loop, L
                                      standard_protocol)
 from ..abi import param_entries
 from . import mbarrier, tma, wgmma
-from .attention_plan import L2_BUDGET, AttentionPlan, operand_k, operand_q, operand_v
+from .attention_plan import L2_BUDGET, AttentionPlan, launch_grid, operand_k, operand_q, operand_v
 from .attention_softmax import NEG_INF, SoftmaxEmitter
 from .builder import Builder
 from .match_attention import AttentionMatch
@@ -255,7 +256,7 @@ class AttentionKernel:
         params = [meta for _, _, meta in self.entries if meta["kind"] != "dim"]
         params += [t.entry() for t in self.maps.values()]
         tiles = ["mul", ["mul", c[0], c[1]], c[2]]
-        grid = ["min", tiles, ["num_sms"]] if plan.persistent else tiles
+        grid = launch_grid(m, plan, tiles)
         return {"name": m.kernel.name, "entry": m.kernel.name, "arch": ARCH, "backend": "wgmma",
                 "params": params, "dims": m.kernel.named_dims(), "grid": [grid],
                 "block": [plan.threads, 1, 1], "smem_bytes": plan.smem_bytes,

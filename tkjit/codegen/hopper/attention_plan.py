@@ -17,9 +17,22 @@ from .wgmma import Operand
 
 L2_BUDGET = 24 << 20
 """Bytes of K and V the causal block order keeps in flight at once (H100 L2 50 MB, H200 60 MB)."""
-PERSISTENT_CAUSAL = False
-"""Causal kernels launch one CTA per tile (see ``make_attention_plan``); non-causal ones launch
-min(tiles, SMs) CTAs that walk the tiles."""
+PERSISTENT_CAUSAL: bool | None = None
+"""Non-causal kernels are persistent: min(tiles, SMs) CTAs walk the tiles. Causal ones (tiles of
+unequal length, heaviest first): None, the default, compiles the tile loop too and chooses the grid
+at launch (``launch_grid``): min(tiles, SMs) CTAs when the longest key loop is short (at most
+SHORT_CAUSAL_TRIPS trips), else one CTA per tile, its loop running once. True: always min(tiles,
+SMs); False: no tile loop, one CTA per tile (the round-4 kernel)."""
+SHORT_CAUSAL_TRIPS = 8
+"""Causal key loops of at most this many trips (N <= 1024 at BKV = 128) launch min(tiles, SMs)
+persistent CTAs: each tile is short, so its start (Q's load, the first S that nothing overlaps)
+is a large share and a persistent CTA hides it under the previous tile's work; with longer loops
+the hardware's handing of the next tile to whichever SM frees first balances the unequal tiles
+better than a fixed stride. H200 2026-11-21, same-run A/B (benchmarks/results/2026-11-21-nvidia-
+h200-s4-causal-grid.json), ratio to cuDNN, one CTA per tile -> min(tiles, SMs) CTAs: D=64 N=1024
+(8 trips) 0.753 -> 0.875, N=2048 (16) 0.938 -> 0.895, 4096 1.023 -> 0.907, 8192 1.123 -> 0.979;
+D=128 N=1024 0.798 -> 0.857, N=4096 1.034 -> 0.945. The persistent kernel launched with one CTA
+per tile measured as the kernel without a tile loop (0.754/0.937/1.023/1.122; 0.799/1.033)."""
 CONSUMER_OVERHEAD = 32
 """Registers a consumer thread needs besides O, S and P (addresses, row state, loop): ptxas 13
 fits three D = 64 consumers (O 32 + S 64 + P 32) in 160 without spilling and spills 48 B at 152."""
@@ -41,7 +54,9 @@ keeps Q2_MIN_STAGES: D=64 (three consumers, 6 -> 5 stages) takes it, D=128 (3 st
 H200 2026-11-21, same-run A/B x2 with the turns per slot (benchmarks/results/2026-11-21-nvidia-
 h200-attention-ab-q2-turns.json), D=64 non-causal N=1024..16384: 0.927/1.032/1.049/1.059/1.057
 -> 0.998/1.072/1.068/1.065/1.063x cuDNN (second run 0.926/1.033/1.050/1.056/1.056 -> 0.994/1.071/
-1.068/1.066/1.057). Causal kernels are not persistent and keep one slot. 1 is the round-4 kernel."""
+1.068/1.066/1.057). Causal kernels have the slots too where they are compiled persistent (D=64,
+6 -> 5 stages: measured as one slot without the loop, see SHORT_CAUSAL_TRIPS). 1 is the round-4
+kernel."""
 Q2_MAX_CONSUMERS = 3
 """Two Q slots only with up to this many consumers. With three (D=64, BQ=192) the kernel hung on
 the H200 (2026-11-21: tests/gpu/test_hopper_attention_gpu.py::test_persistent_many_tiles_per_cta
@@ -88,7 +103,10 @@ class AttentionPlan:
     heavy_first: bool
     """Causal: the longest query blocks go first, heads chunked so their K/V fit in L2."""
     persistent: bool = True
-    """One CTA per SM walks the tiles (ctaid, += nctaid) in the block order."""
+    """The CTAs walk the tiles (ctaid, += nctaid) in the block order."""
+    grid: str = "sms"
+    """How many CTAs a persistent kernel launches (``launch_grid``): "sms" (min(tiles, SMs)) or
+    "by trips" (causal: that where the longest key loop is short, else one per tile)."""
     split_kv: bool = False
     """K and V on separate barriers (two rings; see SPLIT_KV_BARRIERS)."""
     v_bars: int = 0
@@ -177,7 +195,9 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
             raise NoMatch(f"{consumers} consumers get at most {regs[1]} registers but hold {held}")
     plan = AttentionPlan(consumers, regs, maxnreg, stages, q_off, q_bars, k_off, v_off, stride, bars,
                          smem + ALIGN_SLACK, 128, m.causal,
-                         PERSISTENT_CAUSAL or not m.causal)
+                         PERSISTENT_CAUSAL is not False or not m.causal)
+    if m.causal and PERSISTENT_CAUSAL is None:
+        plan.grid = "by trips"
     _buffers(m, plan)
     plan.decide("backend", "wgmma", "the kernel is the attention pattern: Q once per tile and K/V "
                 "through an mbarrier ring by TMA, one producer warpgroup, consumer warpgroups issuing "
@@ -201,15 +221,22 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
     plan.decide("epilogue", "registers to global", "O (bf16 pairs) and L stored from the accumulator "
                 "fragments under row < N predicates; the staging smem-plan reserved over the ring is "
                 "not used")
-    plan.decide("grid", "persistent: min(tiles, SMs) CTAs" if plan.persistent else "one CTA per tile",
-                "the K/V ring and the barriers carry on from tile to tile: the producer loads the next "
-                "tile's Q and first K/V blocks while the consumers store this tile's O and L (from "
-                "registers, so the staging smem-plan reserved is not needed and the ring keeps its "
-                "stages); H200 2026-11-21: D=128 N=1024 0.88 -> 0.95x cuDNN, D=64 N=4096 0.93 -> "
-                "0.95x" if plan.persistent else "causal: tiles differ in length (heaviest first), and "
-                "the hardware hands the next tile to whichever SM frees first, where a persistent CTA "
-                "walks a fixed stride of them (H200 2026-11-21, D=128 N=8192: 1.06x cuDNN with one "
-                "CTA per tile, 0.95x persistent)")
+    walk = ("the K/V ring and the barriers carry on from tile to tile: the producer loads the next "
+            "tile's Q and first K/V blocks while the consumers store this tile's O and L (from "
+            "registers, so the staging smem-plan reserved is not needed and the ring keeps its stages)")
+    by_hardware = ("tiles differ in length (heaviest first), and the hardware hands the next tile to "
+                   "whichever SM frees first, where a persistent CTA walks a fixed stride of them")
+    if plan.grid == "by trips":
+        plan.decide("grid", f"at launch: min(tiles, SMs) CTAs when cdiv(N, {m.bkv}) <= "
+                    f"{SHORT_CAUSAL_TRIPS} key blocks, else one CTA per tile",
+                    f"causal: with short key loops {walk}, which hides each short tile's start; with "
+                    f"longer ones {by_hardware} (H200 2026-11-21: D=64 N=1024 0.75 -> 0.88x cuDNN "
+                    f"persistent, N=4096 1.02x one CTA per tile, 0.91x persistent; SHORT_CAUSAL_TRIPS)")
+    else:
+        plan.decide("grid", "persistent: min(tiles, SMs) CTAs" if plan.persistent else "one CTA per tile",
+                    f"{walk}; H200 2026-11-21: D=128 N=1024 0.88 -> 0.95x cuDNN, D=64 N=4096 0.93 -> "
+                    "0.95x" if plan.persistent else f"causal: {by_hardware} (H200 2026-11-21, D=128 "
+                    "N=8192: 1.06x cuDNN with one CTA per tile, 0.95x persistent)")
     plan.decide("softmax scale", "folded into one FFMA per score when scale > 0",
                 "row maxima of the raw scores, then 2^(s·c - m·c) (fma + ex2) and the scale applied "
                 "to the maxima only; a tile whose scale is not positive (max of c·s is not c·max s) "
@@ -220,6 +247,19 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
                 f"L2" if m.causal else "consecutive CTAs are the query blocks of one head: they "
                 "share its K and V in L2")
     return plan
+
+
+def launch_grid(m: AttentionMatch, plan: AttentionPlan, tiles: list) -> list:
+    """The grid expression (tkjit/runtime/launcher.py) of ``plan``: ``tiles`` CTAs, or min(tiles,
+    SMs) for a persistent kernel, or (grid "by trips") the latter only where the key loop is at
+    most SHORT_CAUSAL_TRIPS blocks long: min(tiles, max(SMs, tiles·[cdiv(N, BKV) > trips]))."""
+    if not plan.persistent:
+        return tiles
+    if plan.grid != "by trips":
+        return ["min", tiles, ["num_sms"]]
+    rows = m.params[m.k].type.dims[-2]
+    trips = ["cdiv", ["dim", rows] if isinstance(rows, str) else rows, m.bkv]
+    return ["min", tiles, ["max", ["num_sms"], ["mul", tiles, ["gt", trips, SHORT_CAUSAL_TRIPS]]]]
 
 
 def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
