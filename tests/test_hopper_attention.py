@@ -56,27 +56,29 @@ def test_the_plan_follows_the_passes():
     assert "reg-budget" in log["registers"]["why"] and "heaviest" in log["block order"]["value"]
 
 
-@pytest.mark.parametrize("d, stages", [(128, 3), (64, 6)])
-def test_the_pipeline_pass_sizes_the_ring_from_the_tiles(d, stages):
+@pytest.mark.parametrize("d, stages, slots", [(128, 3, 1), (64, 6, 2)])
+def test_the_pipeline_pass_sizes_the_ring_from_the_tiles(d, stages, slots):
     """Unpinned, the K/V ring gets as many stages as fit beside Q: 3 x 64 KB at D = 128, 6 x 32 KB
-    at D = 64 (the register-direct epilogue needs no staging of its own). Causal: one tile per CTA,
-    one Q slot, the ring as the pass sized it."""
+    at D = 64 (the register-direct epilogue needs no staging of its own). Causal, persistent: at
+    D = 64 the second Q slot takes the ring's last stage."""
     m, plan = plan_attention(ir_of(d, True))
-    assert plan.stages == m.loop.attrs["stages"] == stages
+    assert m.loop.attrs["stages"] == stages and (plan.stages, plan.q_slots) == (stages - slots + 1, slots)
     assert "pipeline pass" in {x["decision"]: x for x in plan.decisions}["stages"]["why"]
     assert plan.smem_bytes <= 232448
 
 
-@pytest.mark.parametrize("d, causal, stages, slots", [(128, True, 2, 1), (128, True, 3, 1), (128, False, 3, 1),
-                                                      (64, False, 6, 2), (64, True, 6, 1)])
-def test_the_protocol_passes_the_checker(d, causal, stages, slots):
-    """Persistent (non-causal: several tiles per CTA, phases carried on; D = 128 keeps 3 stages and
-    one Q slot, D = 64 gives its sixth stage to a second Q slot) and one tile per CTA (causal: the
-    hardware balances tiles of unequal length; one Q slot)."""
+@pytest.mark.parametrize("d, causal, stages, kept, slots", [(128, True, 2, 2, 2), (128, True, 3, 3, 1),
+                                                             (128, False, 3, 3, 1), (64, False, 6, 5, 2),
+                                                             (64, True, 6, 5, 2)])
+def test_the_protocol_passes_the_checker(d, causal, stages, kept, slots):
+    """Persistent (several tiles per CTA, phases carried on; D = 128 keeps 3 stages and one Q slot,
+    with 2 stages a second Q slot fits beside them; D = 64 gives its sixth stage to a second Q
+    slot), causal kernels too (their grid is chosen at launch: one tile per CTA is the loop run
+    once)."""
     m, plan = plan_attention(ir_of(d, causal, pinned(stages)))
-    assert plan.stages == stages - (slots - 1) and plan.q_slots == slots and plan.persistent == (not causal)
+    assert (plan.stages, plan.q_slots, plan.persistent) == (kept, slots, True)
     proto = attention_protocol(m, plan)
-    assert proto.persistent == (not causal)
+    assert proto.persistent
     report = check_protocol(proto)
     assert len(report.results) >= 5
 
@@ -177,7 +179,9 @@ def test_three_consumers_at_head_dim_64(causal):
     _, meta = emit_hopper_ptx(ir_of(64, causal, bq=192), {"arch": "sm_90a"})
     assert meta["block"] == [512, 1, 1] and meta["registers"] == [24, 160]
     tiles = ["mul", ["mul", ["dim", "B"], ["dim", "H"]], ["cdiv", ["dim", "N"], 192]]
-    assert meta["grid"] == ([tiles] if causal else [["min", tiles, ["num_sms"]]])
+    short = ["gt", ["cdiv", ["dim", "N"], 128], 8]   # key loops longer than SHORT_CAUSAL_TRIPS
+    assert meta["grid"] == ([["min", tiles, ["max", ["num_sms"], ["mul", tiles, short]]]] if causal
+                            else [["min", tiles, ["num_sms"]]])
 
 
 def test_a_pinned_register_split_is_kept_and_the_log_warns():
@@ -221,13 +225,16 @@ def pins(monkeypatch):
 
 
 def test_two_q_slots_by_default_where_the_ring_keeps_its_stages(pins):
-    """D = 64 non-causal (three consumers) takes a second Q slot over the ring's last stage (6 -> 5)
-    with each slot's turns on their own named barriers; causal (one tile per CTA) and D = 128 (it
-    would leave 2 stages) keep one; Q_SLOTS = 1 pins the round-4 kernel."""
+    """D = 64 (three consumers) takes a second Q slot over the ring's last stage (6 -> 5) with each
+    slot's turns on their own named barriers, causal too (persistent); D = 128 (it would leave 2
+    stages) and causal kernels without the tile loop (PERSISTENT_CAUSAL = False) keep one;
+    Q_SLOTS = 1 pins the round-4 kernel."""
     m, plan = plan_attention(ir_of(64, False))
     log = {d["decision"]: d for d in plan.decisions}
     assert (plan.consumers, plan.stages, plan.q_slots, plan.turns) == (3, 5, 2, "per slot")
     assert "hang" in log["consumer turns"]["why"] and "4 .. 9" in log["consumer turns"]["why"]
+    assert plan_attention(ir_of(64, True))[1].q_slots == 2
+    pins(PERSISTENT_CAUSAL=False)
     assert plan_attention(ir_of(64, True))[1].q_slots == 1
     m, plan = plan_attention(ir_of(128, False))
     assert (plan.stages, plan.q_slots, plan.turns) == (3, 1, "per tile")
@@ -504,3 +511,28 @@ def test_cross_tile_assembles_without_spills(pins, d):
     assert len([op for op in ops if op.startswith("HGMMA")]) == s + 3 * (s + pv) + pv
     assert not [op for op in ops if op.startswith(("LDL", "STL"))]
     assert "cross-tile overlap" in {d["decision"] for d in meta["decisions"]}
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_causal_grid_is_chosen_at_launch_by_the_key_loop(pins, d):
+    """Causal kernels walk tiles like the non-causal ones; their grid expression launches min(tiles,
+    SMs) CTAs where the longest key loop is at most SHORT_CAUSAL_TRIPS blocks (the persistent walk
+    hides short tiles' starts), one CTA per tile past that (the hardware balances unequal tiles);
+    the log says so. PERSISTENT_CAUSAL pins either way."""
+    from tkjit.runtime.launcher import compile_grid
+    _, meta = emit_hopper_ptx(ir_of(d, True), {"arch": "sm_90a"})
+    grid = compile_grid(meta["grid"], ("B", "H", "N"), num_sms=132)
+    bq = 192 if d == 64 else 128
+    for n, b in ((1024, 16), (1025, 16), (2048, 8), (16384, 1)):
+        tiles = b * 16 * -(-n // bq)
+        assert grid(B=b, H=16, N=n) == ((min(tiles, 132) if -(-n // 128) <= 8 else tiles), 1, 1), n
+    assert grid(B=1, H=1, N=512) == (-(-512 // bq), 1, 1)   # fewer tiles than SMs: one CTA each
+    m, plan = plan_attention(ir_of(d, True))
+    assert (plan.persistent, plan.grid) == (True, "by trips")
+    assert "cdiv(N, 128) <= 8" in {x["decision"]: x for x in plan.decisions}["grid"]["value"]
+    pins(PERSISTENT_CAUSAL=True)
+    m, plan = plan_attention(ir_of(d, True))
+    assert (plan.persistent, plan.grid) == (True, "sms")
+    pins(PERSISTENT_CAUSAL=False)
+    m, plan = plan_attention(ir_of(d, True))
+    assert not plan.persistent and plan.q_slots == 1
