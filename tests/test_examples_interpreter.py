@@ -147,7 +147,7 @@ def test_a_division_by_zero_points_at_the_example_line():
     with pytest.raises(InterpreterError) as err:
         run(kernel, [q, kv, kv, _nan(1, 1, 64, 64), _nan(1, 1, 64, dtype=torch.float32), 0.125])
     assert err.value.render().startswith(
-        "attention.tk:17:9: error: floordiv: integer division by zero (0 // 0)")
+        "attention.tk:22:9: error: floordiv: integer division by zero (0 // 0)")
 
 
 def test_speed_of_the_gemm_and_attention_examples():

@@ -29,8 +29,10 @@ def pinned(stages: int, source: str = SOURCE) -> str:
 
 @functools.lru_cache(maxsize=None)
 def ir_of(d: int = 128, causal: bool = False, source: str = SOURCE, pipeline: str | None = None,
-          bq: int | None = None):
-    constants = {"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {})
+          bq: int | None = None, bkv: int | None = None):
+    """The example's IR; ``bkv=128`` pins the key block where a test is about the 3-stage ring (the
+    example's default at D = 128 non-causal is 176: 2 stages, K/V barriers split)."""
+    constants = {"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {}) | ({"BKV": bkv} if bkv else {})
     opts = CompileOptions.resolve(constants=constants, cache=False, pipeline=pipeline)
     return compile_source(source, opts, filename="attention.tk").ir
 
@@ -39,7 +41,7 @@ def ir_of(d: int = 128, causal: bool = False, source: str = SOURCE, pipeline: st
 def test_the_example_matches(d, causal):
     m = match_attention(ir_of(d, causal))
     assert not isinstance(m, str), m
-    assert (m.bq, m.bkv, m.d, m.causal) == (192 if d == 64 else 128, 128, d, causal)
+    assert (m.bq, m.bkv, m.d, m.causal) == (192 if d == 64 else 128, 176 if (d, causal) == (128, False) else 128, d, causal)
     assert (m.q, m.k, m.v, m.o, m.l) == (0, 1, 2, 3, 4)
 
 
@@ -68,7 +70,7 @@ def test_the_pipeline_pass_sizes_the_ring_from_the_tiles(d, stages, slots):
 
 
 @pytest.mark.parametrize("d, causal, stages, kept, slots", [(128, True, 2, 2, 2), (128, True, 3, 3, 1),
-                                                             (128, False, 3, 3, 1), (64, False, 6, 5, 2),
+                                                             (128, False, 2, 2, 1), (64, False, 6, 5, 2),
                                                              (64, True, 6, 5, 2)])
 def test_the_protocol_passes_the_checker(d, causal, stages, kept, slots):
     """Persistent (several tiles per CTA, phases carried on; D = 128 keeps 3 stages and one Q slot,
@@ -87,11 +89,11 @@ def test_metadata():
     _, meta = emit_hopper_ptx(ir_of(128, False), {"arch": "sm_90a"})
     maps = [p for p in meta["params"] if p["kind"] == "tensormap"]
     assert [(p["param"], p["box"], p["swizzle"]) for p in maps] == [
-        (0, [64, 128, 1, 1], 128), (1, [64, 128, 1, 1], 128), (2, [64, 128, 1, 1], 128)]
+        (0, [64, 128, 1, 1], 128), (1, [64, 176, 1, 1], 128), (2, [64, 176, 1, 1], 128)]
     assert meta["block"] == [384, 1, 1] and meta["backend"] == "wgmma"
     tiles = ["mul", ["mul", ["dim", "B"], ["dim", "H"]], ["cdiv", ["dim", "N"], 128]]
     assert meta["grid"] == [["min", tiles, ["num_sms"]]]   # persistent
-    assert "ring kv" in meta["protocol"] and "one-shot" in meta["protocol"]
+    assert "ring k " in meta["protocol"] and "ring v " in meta["protocol"] and "one-shot" in meta["protocol"]
 
 
 def assemble(ptx: str, meta: dict):
@@ -116,7 +118,8 @@ def test_assembles_with_hgmma_and_no_local_memory(d, causal):
     assert not {"C7517", "C7519"} & set(report.codes), report.log
     assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
     hgmma = [op for op in ops if op.startswith("HGMMA")]
-    assert len(hgmma) == 2 * (d // 16 + 128 // 16)  # S: D/16, P·V: BKV/16 k-steps; first trip peeled, last P·V after the loop
+    bkv = 176 if (d, causal) == (128, False) else 128
+    assert len(hgmma) == 2 * (d // 16 + bkv // 16)  # S: D/16, P·V: BKV/16 k-steps; first trip peeled, last P·V after the loop
     assert any(op.startswith("UTMALDG.4D") for op in ops)
     assert ptx.count(f"m64n{d}k16") >= 8 and "}, {%r" in ptx  # P·V with P from registers (RS form)
 
@@ -209,7 +212,7 @@ def test_three_consumers_assemble_without_spills(causal):
 def test_three_consumers_do_not_fit_at_head_dim_128():
     """O is 64 registers at D = 128: 64 + 64 + 32 + 32 > 160, so BQ = 192 goes to mma.sync, saying why."""
     decisions: list = []
-    assert emit_hopper_ptx(ir_of(128, False, bq=192), {"arch": "sm_90a"}, decisions) is None
+    assert emit_hopper_ptx(ir_of(128, False, bq=192, bkv=128), {"arch": "sm_90a"}, decisions) is None
     assert "3 consumers get at most 160 registers" in decisions[0]["why"], decisions[0]["why"]
 
 
@@ -236,8 +239,11 @@ def test_two_q_slots_by_default_where_the_ring_keeps_its_stages(pins):
     assert plan_attention(ir_of(64, True))[1].q_slots == 2
     pins(PERSISTENT_CAUSAL=False)
     assert plan_attention(ir_of(64, True))[1].q_slots == 1
-    m, plan = plan_attention(ir_of(128, False))
+    m, plan = plan_attention(ir_of(128, False, bkv=128))
     assert (plan.stages, plan.q_slots, plan.turns) == (3, 1, "per tile")
+    m, plan = plan_attention(ir_of(128, False))   # BKV = 176: 2 stages, no room for a second Q
+    assert (plan.stages, plan.q_slots, plan.split_kv) == (2, 1, True)
+    assert "176-row key blocks" in {d["decision"]: d for d in plan.decisions}["K/V barriers"]["why"]
     pins(Q_SLOTS=1)
     m, plan = plan_attention(ir_of(64, False))
     assert (plan.stages, plan.q_slots, plan.turns) == (6, 1, "per tile")
@@ -356,10 +362,10 @@ def test_two_q_slots_take_a_stage_only_where_three_remain(pins):
     assert plan.q_offset2 == 5 * plan.stage_stride and plan.smem_bytes <= 232448
     log = {d["decision"]: d for d in plan.decisions}
     assert "6 -> 5 stages" in log["Q slots"]["why"]
-    m, plan = plan_attention(ir_of(128, False))
+    m, plan = plan_attention(ir_of(128, False, bkv=128))
     assert (plan.stages, plan.q_slots, plan.split_kv) == (3, 1, False)
     pins(Q2_MIN_STAGES=2)
-    m, plan = plan_attention(ir_of(128, False))
+    m, plan = plan_attention(ir_of(128, False, bkv=128))
     assert (plan.stages, plan.q_slots, plan.split_kv) == (2, 2, True)
     assert plan.q_offset2 == 2 * plan.stage_stride and plan.v_bars > plan.q_bars
     proto = attention_protocol(m, plan)
@@ -367,7 +373,7 @@ def test_two_q_slots_take_a_stage_only_where_three_remain(pins):
     assert len(check_protocol(proto).results) >= 5
 
 
-@pytest.mark.parametrize("d, causal, stages", [(128, False, 3), (128, True, 2), (64, False, 3)])
+@pytest.mark.parametrize("d, causal, stages", [(128, False, 2), (128, True, 2), (64, False, 3)])
 def test_split_kv_protocol_passes_the_checker(pins, d, causal, stages):
     """K and V as two rings: S_j waits for K_j only, P_{j-1}·V_{j-1} for V one trip behind; every
     case of the checker (persistent: slots and phases carried over tiles) passes."""
@@ -422,7 +428,7 @@ def test_split_kv_and_two_q_slots_assemble(pins, d):
     """Both new paths: no spills, no serialized wgmma, the same HGMMA count, 2 x stages more
     mbarriers initialised."""
     pins(SPLIT_KV_BARRIERS=True, Q_SLOTS=2, Q2_MIN_STAGES=2, Q2_MAX_CONSUMERS=3)
-    ptx, meta = emit_hopper_ptx(ir_of(d, False), {"arch": "sm_90a"})
+    ptx, meta = emit_hopper_ptx(ir_of(d, False, bkv=128), {"arch": "sm_90a"})
     report, ops = assemble(ptx, meta)
     fn = report[meta["name"]]
     assert fn.spill_store_bytes == 0 and fn.stack_frame_bytes == 0, report.log
@@ -440,14 +446,14 @@ def test_cross_tile_overlap_is_a_pin_of_persistent_two_slot_kernels(pins):
     assert not plan_attention(ir_of(128, False))[1].cross_tile
     assert not plan_attention(ir_of(64, False))[1].cross_tile
     pins(CROSS_TILE=True)
-    m, plan = plan_attention(ir_of(128, False))  # one Q slot at D = 128 (3 stages kept)
+    m, plan = plan_attention(ir_of(128, False, bkv=128))  # one Q slot at D = 128 (3 stages kept)
     log = {d["decision"]: d for d in plan.decisions}
     assert not plan.cross_tile and "second Q slot" in log["cross-tile overlap"]["why"]
     pins(CROSS_TILE=True, Q2_MIN_STAGES=2, PERSISTENT_CAUSAL=True)
     m, plan = plan_attention(ir_of(128, True))
     assert not plan.cross_tile and "causal" in {d["decision"]: d for d in plan.decisions}["cross-tile overlap"]["why"]
     for d, stages in ((128, 2), (64, 5)):
-        m, plan = plan_attention(ir_of(d, False))
+        m, plan = plan_attention(ir_of(d, False, bkv=128))
         log = {x["decision"]: x for x in plan.decisions}
         assert (plan.cross_tile, plan.split_kv, plan.q_slots, plan.stages, plan.turns) == (
             True, True, 2, stages, "across tiles")
@@ -460,7 +466,7 @@ def test_cross_tile_protocol_passes_the_checker(pins, d):
     for its V; that V is released after both retired, a tile's Q at its end; every case of the
     checker (tiles of 0 .. 2·stages+1 trips, slots and phases carried over three and four tiles)."""
     pins(CROSS_TILE=True, Q2_MIN_STAGES=2)
-    m, plan = plan_attention(ir_of(d, False))
+    m, plan = plan_attention(ir_of(d, False, bkv=128))
     proto = attention_protocol(m, plan)
     text = proto.text()
     assert "if the CTA handled a tile before this one" in text and "do-while" in text
@@ -476,7 +482,7 @@ def test_the_checker_catches_a_broken_cross_tile_protocol(pins, what, kind):
     from tkjit.passes.sync_check import SyncError
     from tkjit.passes.sync_protocol import IfPrevTile, MmaWait, Release, Wait
     pins(CROSS_TILE=True, Q2_MIN_STAGES=2)
-    m, plan = plan_attention(ir_of(128, False))
+    m, plan = plan_attention(ir_of(128, False, bkv=128))
     proto = attention_protocol(m, plan)
     if what == "no V wait at the boundary":
         bad = _mutate(proto, IfPrevTile((Wait("v", "full"),)), ())
@@ -502,7 +508,7 @@ def test_cross_tile_assembles_without_spills(pins, d):
     (the tile body is emitted twice so that none sits under a branch); HGMMAs: the first tile's S_0,
     two key loops, the boundary trip and the last P·V."""
     pins(CROSS_TILE=True, Q2_MIN_STAGES=2)
-    ptx, meta = emit_hopper_ptx(ir_of(d, False), {"arch": "sm_90a"})
+    ptx, meta = emit_hopper_ptx(ir_of(d, False, bkv=128), {"arch": "sm_90a"})
     report, ops = assemble(ptx, meta)
     fn = report[meta["name"]]
     assert fn.spill_store_bytes == 0 and fn.stack_frame_bytes == 0, report.log

@@ -27,19 +27,25 @@ KEY_LOOP = "    for j in 0 .. kv_blocks {"
 
 def kernel(d: int, causal: bool, backend: str | None = None, stages: int | None = None,
            bq: int | None = None, pins: tuple = ()):
-    """The example (stages from the pipeline pass: 3 at D = 128, 6 at D = 64), or the same kernel
-    with its K/V ring pinned to ``stages``, its query block set to ``bq`` rows, or the attention
-    plan's module pins set to ``pins`` ((name, value) pairs; compiled without the disk cache,
-    whose key does not hold them)."""
+    """The example (stages from the pipeline pass: 2 at D = 128 non-causal (176-row key blocks), 3
+    causal, 6 at D = 64), or the same kernel with its K/V ring pinned to ``stages``, its query block
+    set to ``bq`` rows, or the attention plan's module pins set to ``pins`` ((name, value) pairs;
+    compiled without the disk cache, whose key does not hold them; a name the plan does not have is
+    a kernel constant, e.g. ("BKV", 128))."""
     key = (d, causal, backend, stages, bq, pins)
     if key not in _KERNELS and pins:
         from tkjit.codegen.hopper import attention_plan
-        saved = {name: getattr(attention_plan, name) for name, _ in pins}
+        constants = {name: value for name, value in pins if not hasattr(attention_plan, name)}
+        saved = {name: getattr(attention_plan, name) for name, _ in pins if name not in constants}
         try:
             for name, value in pins:
-                setattr(attention_plan, name, value)
-            kern = tkjit.compile(SOURCE.read_text(), filename="attention.tk", cache=False,
-                                 constants={"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {}))
+                if name not in constants:
+                    setattr(attention_plan, name, value)
+            text = SOURCE.read_text()
+            if stages is not None:
+                text = text.replace(KEY_LOOP, f"    @stages({stages})\n{KEY_LOOP}")
+            kern = tkjit.compile(text, filename="attention.tk", cache=False,
+                                 constants={"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {}) | constants)
             kern.binary  # compile while the pins hold
             _KERNELS[key] = kern
         finally:
@@ -137,9 +143,10 @@ def test_scales_the_fold_does_not_take(d, causal, scale):
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.parametrize("causal", [False, True])
 def test_pinned_stages(d, causal):
-    """The ring the first version had (2 stages) and 3 at D = 64 (the pass gives 6)."""
+    """The ring the first version had (2 stages) and 3 at D = 64 (the pass gives 6); at D = 128
+    non-causal 3 stages need 128-row key blocks (the example's 176 fit twice)."""
     check(2, 4, 2, 1000, d, causal, stages=2)
-    check(1, 2, 2, 2048, d, causal, stages=3)
+    check(1, 2, 2, 2048, d, causal, stages=3, pins=(("BKV", 128),) if (d, causal) == (128, False) else ())
 
 
 @pytest.mark.parametrize("d", [128, 64])
@@ -187,7 +194,7 @@ def test_three_consumers_take_the_hopper_path():
 
 SPLIT = (("SPLIT_KV_BARRIERS", True),)
 Q2 = (("Q_SLOTS", 2),)
-Q2_EVERYWHERE = Q2 + (("Q2_MIN_STAGES", 2), ("PERSISTENT_CAUSAL", True))
+Q2_EVERYWHERE = Q2 + (("Q2_MIN_STAGES", 2), ("PERSISTENT_CAUSAL", True), ("BKV", 128))
 """Two Q slots at D = 128 too (3 -> 2 stages, K/V split) and on causal kernels (persistent: tiles
 of different trip counts, the turns carried on between them)."""
 
@@ -196,7 +203,7 @@ Q2_ACROSS = Q2 + (("Q2_TURNS", "across tiles"),)
 """Two Q slots with one rotation of turns over the CTA's tiles instead of a set of barriers per slot."""
 
 
-CROSS_TILE = Q2 + (("Q2_MIN_STAGES", 2), ("CROSS_TILE", True))
+CROSS_TILE = Q2 + (("Q2_MIN_STAGES", 2), ("CROSS_TILE", True), ("BKV", 128))
 """Cross-tile overlap: the next tile's S_0 under this tile's last P·V, this tile's O stored after
 it (two Q slots, K/V split; causal kernels keep one slot and the tile loop)."""
 

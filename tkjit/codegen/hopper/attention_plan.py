@@ -42,10 +42,12 @@ them (FA3's split for three MMA warpgroups: its one elected thread needs about 2
 SPLIT_KV_BARRIERS: bool | None = None
 """K and V of a stage on their own full/empty barriers (two rings of the same stages): S_j waits
 for K_j only, V_j lands while S_j and the softmax run, K_j is released once S_j retired. None:
-only when the second Q slot left the ring 2 stages (D=128; at D=64, 6 -> 5, split measured
--0.8..-1.1% against one pair) (H200 2026-11-21 same-run A/B: alone neutral,
--2..+3%; with 2 stages it is what keeps them fed: D=128 0.62x cuDNN with one barrier per stage,
-0.93-0.97x split, docs/hopper-codegen.md round 5)."""
+only where the ring has 2 stages (a second Q slot took the third, or the key block is large:
+BKV = 176 at D = 128); at D=64, 6 -> 5, split measured -0.8..-1.1% against one pair (H200
+2026-11-21 same-run A/B: alone neutral, -2..+3%; with 2 stages it is what keeps them fed: D=128
+0.62x cuDNN with one barrier per stage, 0.93-0.97x split, docs/hopper-codegen.md round 5; BKV =
+176: 0.66-0.68x with one pair, 0.96-1.04x split, benchmarks/results/2026-11-21-nvidia-h200-s4-
+d128-bkv.json)."""
 Q_SLOTS = 2
 """Q buffers of a persistent kernel: with 2 the next tile's Q loads while this one runs, and the
 producer goes on to the next tile's K/V without waiting for this tile's Q to be released. The
@@ -310,7 +312,7 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
                                 f"{3 + 2 * plan.consumers}), so consumer 0 still opens a tile at "
                                 f"once" if Q2_TURNS == "per slot" else "one rotation runs on over the "
                                 "CTA's tiles (consumer 0 waits for its turn but in the first tile)"))
-    starved = took_stage and plan.stages == 2
+    starved = plan.stages == 2
     split = starved if SPLIT_KV_BARRIERS is None else SPLIT_KV_BARRIERS
     if CROSS_TILE and plan.persistent:
         if plan.q_slots == 2 and not m.causal:
@@ -337,9 +339,10 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
            "is released once S_j retired")
     plan.decide("K/V barriers", "separate" if split else "one pair per stage",
                 (f"cross-tile overlap: {why}" if plan.cross_tile and not SPLIT_KV_BARRIERS else
-                 f"pinned: {why}" if SPLIT_KV_BARRIERS else f"{why}; the second Q slot left the ring 2 "
-                 "stages, and with 2 this is what keeps them fed (H200 2026-11-21, D=128: 0.59-0.65x "
-                 "cuDNN with one pair, 0.93-0.97x split)") if split else
+                 f"pinned: {why}" if SPLIT_KV_BARRIERS else f"{why}; the ring has {plan.stages} stages "
+                 + ("(the second Q slot took one)" if took_stage else f"({m.bkv}-row key blocks)") +
+                 ", and with 2 this is what keeps them fed (H200 2026-11-21, D=128: 0.59-0.65x cuDNN "
+                 "with one pair, 0.93-0.97x split; BKV = 176: 0.66-0.68x, 0.96-1.04x)") if split else
                 "pinned off" if SPLIT_KV_BARRIERS is False else
                 "the ring has more than 2 stages: separate K/V barriers measured neutral there (H200 "
                 "2026-11-21 same-run A/B: -2..+3%, the first S of a tile saves V's transfer only)")
