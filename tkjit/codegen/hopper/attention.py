@@ -19,6 +19,11 @@ nothing on); with two Q slots each slot's tiles take their turns on their own na
 one rotation runs on over the CTA's tiles (``AttentionPlan.turns`` says why: restarting them on
 one set of barriers let consumer 0 overtake and hang the CTA).
 
+A consumer whose 64 rows of a tile all lie past N (consumers 1 and 2 of the last query tile at
+D=64, BQ=192, N=1024) runs an idle copy of the tile body: the same barrier waits, releases, turns
+and ring advances, no wgmma, softmax or store (``Consumer.busy_or_idle``; not with cross-tile
+overlap).
+
 Kernels are persistent (tile += nctaid, rings and phases carried on): non-causal ones launch
 min(tiles, SMs) CTAs; causal ones (heaviest tiles first) that many where the key loop is short,
 else one CTA per tile (attention_plan.launch_grid and SHORT_CAUSAL_TRIPS say why).
@@ -377,6 +382,7 @@ class Consumer(SoftmaxEmitter, Role):
         self.l = [b.reg("f32") for _ in range(2)]
         self.drain_pending = False
         self.peeled = False
+        self.idle = False  # emitting the idle copy of the tile body (``busy_or_idle``)
         n = plan.consumers
         self.own_turn, self.next_turn = b.reg(), b.reg()  # (tile_begin: + n·slot, turns per slot)
         b(f"add.u32 {self.own_turn}, {self.index}, {TURN_BARRIER};",
@@ -394,13 +400,15 @@ class Consumer(SoftmaxEmitter, Role):
             b.place(self.no_tile)
 
     def tiles(self, step) -> None:
-        """Cross-tile: the tile body twice, for the CTA's first tile (no previous tile: its first
-        trip issues S_0 alone) and for the rest (the first trip also issues the previous tile's
-        last P·V and stores that tile), so that no wgmma sits under a branch (C7519). After each
-        tile what its epilogue needs is kept (``snapshot``): it runs in the next tile's first trip
-        or after the loop."""
+        """Every tile's body in a busy and an idle copy (``busy_or_idle``); with cross-tile overlap,
+        the tile body twice, for the CTA's first tile (no previous tile: its first trip issues S_0
+        alone) and for the rest (the first trip also issues the previous tile's last P·V and stores
+        that tile), so that no wgmma sits under a branch (C7519). After each tile what its epilogue
+        needs is kept (``snapshot``): it runs in the next tile's first trip or after the loop.
+        Cross-tile has no idle copy: a tile's last P·V and store run in the next tile's first trip,
+        so it would take one copy per pair of consecutive tiles."""
         if not self.k.plan.cross_tile:
-            super().tiles(step)
+            self.busy_or_idle(step)
             return
         b = self.b
         top, end = b.label("tile"), b.label("tiles_done")
@@ -421,6 +429,48 @@ class Consumer(SoftmaxEmitter, Role):
                 b(f"bra.uni {top};")
         b.place(end)
         self.kind, self.later = "drain", False
+
+    def busy_or_idle(self, step) -> None:
+        """The tile loop with the tile body twice, chosen by a warpgroup-uniform branch at the top of
+        each tile: the busy copy, and the idle one for a consumer whose 64 rows all lie past N (the
+        last query tile of a head that N does not fill; TMA zero-fills those rows and the
+        epilogue's row < N stores none). At D=64, BQ=192, N=1024 that is consumers 1 and 2 of the
+        last of 6 tiles, 2 of 18 slabs: an expected 11% of the non-causal kernel's work, 3% at
+        N=2048 and 4096 (not measured yet). The idle copy is emitted from the same protocol steps
+        (``idle``): the same full-barrier waits, stage and Q releases, turns at the tensor cores
+        (consumer 0's first-turn skip and the last hand-on included) and ring advances, in the
+        same order and on the same registers, so no barrier count, phase or turn changes; it
+        leaves out the wgmmas with their fences, commits and waits, the softmax, the rescale and
+        the epilogue. Two copies rather than a branch around each wgmma: a wgmma under a branch
+        inside the pipeline makes ptxas serialize them (C7519)."""
+        b = self.b
+        top, end, idle_copy, next_tile = (b.label(x) for x in ("tile", "tiles_done", "idle_tile", "tile_next"))
+        self.first_tile()
+        b.place(top)
+        done = b.pred()
+        b(f"setp.ge.s32 {done}, {self.tile}, {self.tile_count};", f"@{done} bra {end};")
+        self.tile_begin()
+        b(f"@{self.rows_past_n()} bra.uni {idle_copy};")
+        self.emit(step.body)
+        self.tile_end()
+        b(f"bra.uni {next_tile};")
+        b.place(idle_copy)
+        self.idle = True
+        self.emit(step.body)
+        self.idle = False
+        b.place(next_tile)
+        self.next_tile()
+        b(f"bra.uni {top};")
+        b.place(end)
+
+    def rows_past_n(self) -> str:
+        """The predicate of an idle consumer: this tile's slab of 64 query rows starts at or past N
+        (i·BQ + 64·consumer >= N; uniform over the warpgroup)."""
+        m, b = self.m, self.b
+        first, idle = b.reg(), b.pred()
+        b(f"mul.lo.s32 {first}, {self.index}, 64;", f"mad.lo.s32 {first}, {self.i}, {m.bq}, {first};",
+          f"setp.ge.s32 {idle}, {first}, {self.k.dim(m.params[m.o].type.dims[-2])};")
+        return idle
 
     def if_prev_tile(self, step) -> None:
         """Cross-tile: the tile body is emitted once per case (``tiles``), so this is static."""
@@ -559,12 +609,12 @@ class Consumer(SoftmaxEmitter, Role):
         self.scores()
         if not first:  # (on the first trip an empty group would cost ptxas a dummy wgmma)
             self.pv(self.prev_stage())
-            self.b(wgmma.COMMIT)
         self.turn_end(None)
 
     def mma_wait(self, step) -> None:
         """In the loop (wait_group 1): S_j has landed: the softmax, then wait_group 0 (P_{j-1}·V_{j-1}
-        done), O rescaled and P_j packed. After it (wait_group 0): the last P·V first."""
+        done), O rescaled and P_j packed. After it (wait_group 0): the last P·V first. Idle: only
+        the last P·V's turn."""
         b = self.b
         if self.k.plan.cross_tile:
             self.cross_mma_wait(step)
@@ -573,19 +623,20 @@ class Consumer(SoftmaxEmitter, Role):
             self.split_mma_wait(step)
             return
         if step.pending == 1:
-            b(wgmma.wait(0 if self.peeled else 1))
-            self.softmax()
-            b(wgmma.wait(0))
-            self.rescale_and_pack()
+            if not self.idle:
+                b(wgmma.wait(0 if self.peeled else 1))
+                self.softmax()
+                b(wgmma.wait(0))
+                self.rescale_and_pack()
             return
         if self.drain_pending:
             self.drain_pending = False
             last = self.last_turn()
             self.turn_begin(False)
             self.pv(self.prev_stage())
-            b(wgmma.COMMIT)
             self.turn_end(last)
-        b(wgmma.wait(0))
+        if not self.idle:
+            b(wgmma.wait(0))
 
     def loop(self, step) -> None:
         """The key loop with its first trip peeled (the loop runs at least once: IfTrips)."""
@@ -625,7 +676,6 @@ class Consumer(SoftmaxEmitter, Role):
         """Separate K/V rings' products in the consumers' turns: S (reads K) opens a turn, closed at
         once when S is ``alone`` in it; P·V (reads V) closes the turn S opened or, ``draining``
         after the loop, takes a turn of its own, whose last consumer hands nothing on."""
-        b = self.b
         if K_RING in step.rings:
             self.turn_begin(alone)
             self.scores()
@@ -635,19 +685,19 @@ class Consumer(SoftmaxEmitter, Role):
         stage = self.rings[V_RING].s
         if not draining:
             self.pv(stage)
-            b(wgmma.COMMIT)
             self.turn_end(None)
             return
         last = self.last_turn()
         self.turn_begin(False)
         self.pv(stage)
-        b(wgmma.COMMIT)
         self.turn_end(last)
 
     def split_mma_wait(self, step) -> None:
         """In the loop: wait_group 1 (S_j landed; 0 in the peeled trip, the only group) and the
-        softmax, then wait_group 0 (P_{j-1}·V_{j-1} done), O rescaled and P_j packed."""
+        softmax, then wait_group 0 (P_{j-1}·V_{j-1} done), O rescaled and P_j packed. Idle: nothing."""
         b = self.b
+        if self.idle:
+            return
         in_loop = self.rings[K_RING].counter is not None
         if in_loop and step.pending == 1:
             b(wgmma.wait(0 if self.peeled else 1))
@@ -714,7 +764,9 @@ class Consumer(SoftmaxEmitter, Role):
         return stage
 
     def scores(self) -> None:
-        """S = Q·Kᵀ over the head dim: m64n{BKV}k16 x D/16, SS, both K-major."""
+        """S = Q·Kᵀ over the head dim: m64n{BKV}k16 x D/16, SS, both K-major (none when idle)."""
+        if self.idle:
+            return
         m, b = self.m, self.b
         dq = self.descriptor(self.q_base, self.op_q)
         dk = self.descriptor(self.stage(self.k.plan.k_offset), self.op_k)
@@ -727,17 +779,22 @@ class Consumer(SoftmaxEmitter, Role):
         b(*lines)
 
     def pv(self, stage: str) -> None:
-        """O += P·V: m64n{D}k16 x BKV/16, P from registers, V MN-major (tB = 1); not committed."""
+        """O += P·V: m64n{D}k16 x BKV/16, P from registers, V MN-major (tB = 1), committed as a group
+        of its own (none when idle)."""
+        if self.idle:
+            return
         m, b = self.m, self.b
         dv = self.descriptor(self.stage(self.k.plan.v_offset, stage), self.op_v)
         lines = [wgmma.FENCE]
         for ks in range(m.bkv // 16):
             lines.append(wgmma.mma_rs_instruction(m.d, "bf16", self.o, self.p[4 * ks:4 * ks + 4],
                                                   self.at(dv, self.op_v.offset(ks, 0)), 1))
-        b(*lines)
+        b(*lines, wgmma.COMMIT)
 
     def tile_end(self) -> None:
-        """O / l to bf16 and L = (max + log2 l) · ln 2, stored for the rows below N."""
+        """O / l to bf16 and L = (max + log2 l) · ln 2, stored for the rows below N (none: idle)."""
+        if self.idle:
+            return
         q_row0, o_lead, l_lead = self.epilogue_coords()
         self.epilogue(q_row0, o_lead, l_lead, self.mx, self.l, self.qk_scale, self.lse_scale, self.folded)
 
