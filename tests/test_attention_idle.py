@@ -175,3 +175,16 @@ def test_both_copies_assemble_without_spills_or_serialized_wgmma(monkeypatch, mo
     ops = re.findall(r"/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", toolchain.sass(cubin))
     assert len([op for op in ops if op.startswith("HGMMA")]) == 2 * (m.d // 16 + m.bkv // 16)
     assert not [op for op in ops if op.startswith(("LDL", "STL"))]
+
+
+def test_the_idle_copy_is_logged_and_can_be_pinned_off(monkeypatch):
+    """The plan logs the choice; IDLE_COPY = False pins the kernel without the idle copy (for a
+    same-run A/B), which has one tile body and the HGMMA-issuing lines once."""
+    ptx, meta, _ = emit("d64", monkeypatch)
+    log = {d["decision"]: d for d in meta["decisions"]}
+    assert log["rows past N"]["value"] == "idle copy of the tile" and "idle_tile" in ptx
+    monkeypatch.setattr(attention_plan, "IDLE_COPY", False)
+    off, meta_off, _ = emit("d64", monkeypatch)
+    assert "idle_tile" not in off and off.count("wgmma.mma_async") == ptx.count("wgmma.mma_async")
+    log = {d["decision"]: d for d in meta_off["decisions"]}
+    assert (log["rows past N"]["value"], log["rows past N"]["why"]) == ("computed", "pinned (IDLE_COPY = False)")

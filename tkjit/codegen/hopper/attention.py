@@ -408,7 +408,10 @@ class Consumer(SoftmaxEmitter, Role):
         Cross-tile has no idle copy: a tile's last P·V and store run in the next tile's first trip,
         so it would take one copy per pair of consecutive tiles."""
         if not self.k.plan.cross_tile:
-            self.busy_or_idle(step)
+            if self.k.plan.idle_copy:
+                self.busy_or_idle(step)
+            else:
+                super().tiles(step)
             return
         b = self.b
         top, end = b.label("tile"), b.label("tiles_done")

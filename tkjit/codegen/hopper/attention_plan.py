@@ -82,6 +82,10 @@ stages) 0.906/0.953/0.981/0.994/0.989, two slots (2 stages, split) 0.880/0.957/0
 cross-tile on two slots 0.842/0.962/0.987/0.994/0.992 (+0.5..+0.9% at N >= 2048, within noise;
 -7% at N=1024); D=64 N=2048/8192 1.072/1.071 -> 1.073/1.064. Correct on the H200 (tails, GQA,
 scales, many tiles per CTA: tests/gpu/test_hopper_attention_gpu.py, "cross-tile")."""
+IDLE_COPY = True
+"""A consumer whose 64 query rows of a tile all lie past N runs an idle copy of the tile body (the
+same barriers and turns, no math: ``attention.Consumer.busy_or_idle``). False: it computes on the
+zero-filled rows like the others (the round-7 kernel)."""
 Q2_MIN_STAGES = 3
 """The stages the ring must keep for the second Q slot to take one. D=128 would go 3 -> 2 (with
 split K/V barriers): +2.9% at N=1024 in two same-run A/Bs, but -0.5..-2% at N >= 4096 in the
@@ -131,6 +135,8 @@ class AttentionPlan:
     but in the CTA's first tile, the last consumer hands on but in its last)."""
     cross_tile: bool = False
     """The key loops of a persistent CTA's tiles run as one pipeline (see CROSS_TILE)."""
+    idle_copy: bool = False
+    """A consumer whose rows of the tile all lie past N takes an idle copy of the tile body."""
     decisions: list[dict] = field(default_factory=list)
 
     @property
@@ -347,6 +353,14 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
                 "the ring has more than 2 stages: separate K/V barriers measured neutral there (H200 "
                 "2026-11-21 same-run A/B: -2..+3%, the first S of a tile saves V's transfer only)")
     plan.smem_bytes = end + ALIGN_SLACK
+    plan.idle_copy = IDLE_COPY and not plan.cross_tile
+    plan.decide("rows past N", "idle copy of the tile" if plan.idle_copy else "computed",
+                ("a consumer whose 64 query rows of a tile all lie past N (a head's last tile when "
+                 f"N is not a multiple of {m.bq}) takes the tile's idle copy: the same barrier waits, "
+                 "releases and turns at the tensor cores, no wgmma, softmax or store")
+                if plan.idle_copy else "pinned (IDLE_COPY = False)" if not IDLE_COPY else
+                "cross-tile overlap has no idle copy (a tile's last P·V runs in the next tile's "
+                "first trip)")
 
 
 def ceil(x: int, align: int) -> int:
