@@ -41,9 +41,10 @@ NOT_WRITTEN = ("bar.", "bra", "st.", "mbarrier.arrive", "wgmma.fence", "wgmma.co
 """Opcodes whose first operand is not a destination."""
 
 
-def emit(mode: str, monkeypatch) -> tuple[str, dict, object]:
+def emit(mode: str, monkeypatch, idle: bool = True) -> tuple[str, dict, object]:
     """The PTX, metadata and match (its bq, bkv, d) of one mode."""
     d, causal, pins, constants = MODES[mode]
+    monkeypatch.setattr(attention_plan, "IDLE_COPY", idle)  # the mechanism, causal or not
     for name, value in pins.items():
         monkeypatch.setattr(attention_plan, name, value)
     opts = CompileOptions.resolve(constants={"D": d, "CAUSAL": causal} | constants, cache=False)
@@ -178,13 +179,21 @@ def test_both_copies_assemble_without_spills_or_serialized_wgmma(monkeypatch, mo
 
 
 def test_the_idle_copy_is_logged_and_can_be_pinned_off(monkeypatch):
-    """The plan logs the choice; IDLE_COPY = False pins the kernel without the idle copy (for a
-    same-run A/B), which has one tile body and the HGMMA-issuing lines once."""
+    """The plan logs the choice; unpinned only causal kernels take it (non-causal measured slower);
+    IDLE_COPY = False pins the kernel without the idle copy (for a same-run A/B), which has one
+    tile body and the HGMMA-issuing lines once."""
+    for causal in (True, False):
+        monkeypatch.setattr(attention_plan, "IDLE_COPY", None)
+        opts = CompileOptions.resolve(constants={"D": 64, "CAUSAL": causal}, cache=False)
+        text, meta = emit_hopper_ptx(compile_source(SOURCE, opts, filename="attention.tk").ir, {"arch": "sm_90a"})
+        log = {d["decision"]: d for d in meta["decisions"]}
+        assert ("idle_tile" in text) == causal
+        assert log["rows past N"]["value"] == ("idle copy of the tile" if causal else "computed")
+        assert ("heaviest" if causal else "3% slower") in log["rows past N"]["why"]
     ptx, meta, _ = emit("d64", monkeypatch)
     log = {d["decision"]: d for d in meta["decisions"]}
     assert log["rows past N"]["value"] == "idle copy of the tile" and "idle_tile" in ptx
-    monkeypatch.setattr(attention_plan, "IDLE_COPY", False)
-    off, meta_off, _ = emit("d64", monkeypatch)
+    off, meta_off, _ = emit("d64", monkeypatch, idle=False)
     assert "idle_tile" not in off and off.count("wgmma.mma_async") == ptx.count("wgmma.mma_async")
     log = {d["decision"]: d for d in meta_off["decisions"]}
     assert (log["rows past N"]["value"], log["rows past N"]["why"]) == ("computed", "pinned (IDLE_COPY = False)")

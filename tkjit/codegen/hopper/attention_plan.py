@@ -82,10 +82,17 @@ stages) 0.906/0.953/0.981/0.994/0.989, two slots (2 stages, split) 0.880/0.957/0
 cross-tile on two slots 0.842/0.962/0.987/0.994/0.992 (+0.5..+0.9% at N >= 2048, within noise;
 -7% at N=1024); D=64 N=2048/8192 1.072/1.071 -> 1.073/1.064. Correct on the H200 (tails, GQA,
 scales, many tiles per CTA: tests/gpu/test_hopper_attention_gpu.py, "cross-tile")."""
-IDLE_COPY = True
+IDLE_COPY: bool | None = None
 """A consumer whose 64 query rows of a tile all lie past N runs an idle copy of the tile body (the
-same barriers and turns, no math: ``attention.Consumer.busy_or_idle``). False: it computes on the
-zero-filled rows like the others (the round-7 kernel)."""
+same barriers and turns, no math: ``attention.Consumer.busy_or_idle``); otherwise it computes on
+the zero-filled rows like the others (the round-7 kernel). None: causal kernels only. H200
+2026-11-21, two same-run A/Bs at D=64 (benchmarks/results/2026-11-21-nvidia-h200-s4-idle-ab*.json),
+ratio to cuDNN, without -> with: causal N=1024 0.865 -> 0.920 and 0.868 -> 0.921 (the last,
+heaviest query block of each head is one third full), 2048 0.933 -> 0.939, 4096 1.021 -> 1.029,
+8192 1.127 -> 1.104, 16384 1.130 -> 1.114; non-causal N=1024/2048/4096 1.015/1.082/1.063 ->
+0.983/1.039/1.033 and 1.019/1.099 -> 0.990/1.067. The non-causal loss is not understood: the
+busy copy's math is the same instructions (SASS: HGMMA, MUFU, FMNMX, FFMA counts equal) but ptxas
+schedules the whole kernel differently once the tile body is emitted twice."""
 Q2_MIN_STAGES = 3
 """The stages the ring must keep for the second Q slot to take one. D=128 would go 3 -> 2 (with
 split K/V barriers): +2.9% at N=1024 in two same-run A/Bs, but -0.5..-2% at N >= 4096 in the
@@ -353,14 +360,19 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
                 "the ring has more than 2 stages: separate K/V barriers measured neutral there (H200 "
                 "2026-11-21 same-run A/B: -2..+3%, the first S of a tile saves V's transfer only)")
     plan.smem_bytes = end + ALIGN_SLACK
-    plan.idle_copy = IDLE_COPY and not plan.cross_tile
+    wanted = m.causal if IDLE_COPY is None else IDLE_COPY
+    plan.idle_copy = wanted and not plan.cross_tile
     plan.decide("rows past N", "idle copy of the tile" if plan.idle_copy else "computed",
                 ("a consumer whose 64 query rows of a tile all lie past N (a head's last tile when "
                  f"N is not a multiple of {m.bq}) takes the tile's idle copy: the same barrier waits, "
-                 "releases and turns at the tensor cores, no wgmma, softmax or store")
-                if plan.idle_copy else "pinned (IDLE_COPY = False)" if not IDLE_COPY else
+                 "releases and turns at the tensor cores, no wgmma, softmax or store"
+                 + ("; causal: that tile is the head's heaviest (H200 2026-11-21, D=64 N=1024: "
+                    "0.87 -> 0.92x cuDNN)" if IDLE_COPY is None else " (pinned: IDLE_COPY)"))
+                if plan.idle_copy else "pinned (IDLE_COPY = False)" if IDLE_COPY is False else
                 "cross-tile overlap has no idle copy (a tile's last P·V runs in the next tile's "
-                "first trip)")
+                "first trip)" if wanted else
+                "non-causal: the kernel with the idle copy measured 3% slower (H200 2026-11-21, D=64 "
+                "N=1024..4096; ptxas schedules the twice-emitted tile body differently); IDLE_COPY")
 
 
 def ceil(x: int, align: int) -> int:
