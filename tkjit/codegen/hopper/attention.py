@@ -577,20 +577,6 @@ class Consumer(SoftmaxEmitter, Role):
           f"@{again} bra {top};")
         b.place(end)
 
-    def descriptor(self, addr: str, op: wgmma.Operand) -> str:
-        b = self.b
-        enc, desc = b.reg(), b.reg("b64")
-        b(f"bfe.u32 {enc}, {addr}, 4, 14;", f"cvt.u64.u32 {desc}, {enc};",
-          f"or.b64 {desc}, {desc}, {op.constant:#x};")
-        return desc
-
-    def at(self, desc: str, nbytes: int) -> str:
-        if nbytes == 0:
-            return desc
-        d = self.b.reg("b64")
-        self.b(f"add.s64 {d}, {desc}, {wgmma.encode_field(nbytes)};")
-        return d
-
     def stage(self, offset: int, stage: str | None = None) -> str:
         b, r = self.b, self.rings[self.k.loop_ring]
         addr = b.reg()

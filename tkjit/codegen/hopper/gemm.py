@@ -579,26 +579,19 @@ class Consumer(GemmRole):
             for piece in slab:
                 self.b(*(f"mov.f32 {r}, {zero};" for r in piece))
 
-    def descriptor_base(self, addr: str, op: wgmma.Operand) -> str:
-        b = self.b
-        enc, desc = b.reg(), b.reg("b64")
-        b(f"bfe.u32 {enc}, {addr}, 4, 14;", f"cvt.u64.u32 {desc}, {enc};",
-          f"or.b64 {desc}, {desc}, {op.constant:#x};")
-        return desc
-
     def mma(self, step) -> None:
         g, plan, b = self.k.g, self.k.plan, self.b
         r = self.rings[step.rings[0]]
         stage_off, a_addr, b_addr = b.reg(), b.reg(), b.reg()
         b(f"mul.lo.u32 {stage_off}, {r.s}, {plan.stage_stride};",
           f"add.u32 {a_addr}, {self.a_base}, {stage_off};", f"add.u32 {b_addr}, {self.b_base}, {stage_off};")
-        desc_a, desc_b = self.descriptor_base(a_addr, self.op_a), self.descriptor_base(b_addr, self.op_b)
+        desc_a, desc_b = self.descriptor(a_addr, self.op_a), self.descriptor(b_addr, self.op_b)
         lines = [wgmma.FENCE]
         tb = 1 if g.b_major == "MN" else 0
         for ks in range(g.bk // 16):
-            a_descs = [self.offset_descriptor(desc_a, self.op_a.offset(ks, 64 * slab))
+            a_descs = [self.at(desc_a, self.op_a.offset(ks, 64 * slab))
                        for slab in range(len(self.acc))]
-            b_descs = [self.offset_descriptor(desc_b, self.op_b.offset(ks, plan.wgmma_n * piece))
+            b_descs = [self.at(desc_b, self.op_b.offset(ks, plan.wgmma_n * piece))
                        for piece in range(len(self.acc[0]))]
             for slab, pieces in enumerate(self.acc):
                 for piece, regs in enumerate(pieces):
@@ -621,13 +614,6 @@ class Consumer(GemmRole):
                      g.c_dtype, self.packed)
         b(f"setp.ne.u32 {self.pending}, 0, 0;")
         b.place(skip)
-
-    def offset_descriptor(self, base: str, nbytes: int) -> str:
-        if nbytes == 0:
-            return base
-        d = self.b.reg("b64")
-        self.b(f"add.s64 {d}, {base}, {wgmma.encode_field(nbytes)};")
-        return d
 
     def tile_end(self) -> None:
         k, g, plan, b = self.k, self.k.g, self.k.plan, self.b

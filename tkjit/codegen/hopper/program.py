@@ -74,6 +74,23 @@ class RoleEmitter:
         return addr
 
     # -- events ---------------------------------------------------------------------------
+    def descriptor(self, addr: str, op: wgmma.Operand) -> str:
+        """The wgmma descriptor of ``op`` at shared address ``addr`` (a register): the address
+        field from the register, the rest (LBO, SBO, swizzle) the operand's constant."""
+        b = self.b
+        enc, desc = b.reg(), b.reg("b64")
+        b(f"bfe.u32 {enc}, {addr}, 4, 14;", f"cvt.u64.u32 {desc}, {enc};",
+          f"or.b64 {desc}, {desc}, {op.constant:#x};")
+        return desc
+
+    def at(self, desc: str, nbytes: int) -> str:
+        """Descriptor ``desc`` moved ``nbytes`` on (a k-step or slab within the tile)."""
+        if nbytes == 0:
+            return desc
+        d = self.b.reg("b64")
+        self.b(f"add.s64 {d}, {desc}, {wgmma.encode_field(nbytes)};")
+        return d
+
     def wait(self, step: Wait) -> None:
         r = self.rings[step.ring]
         parity = r.ph
