@@ -5,8 +5,8 @@
 
 A shape is D:N[:causal] with B·N = 16384 tokens and 16 heads (as benchmarks/tkbench/attention.py).
 A variant is NAME=ATTR=VALUE[,ATTR=VALUE]: module constants of tkjit.codegen.hopper.attention_plan
-(pins the plan reads) or, for any other name, constants of the kernel (``BQ=192``: 3 consumer
-warpgroups); each variant is compiled without the disk cache. The default is always
+(pins the plan reads), ``REGS=P:C`` (the kernel's register split, ``@regs(P, C)``) or, for any
+other name, constants of the kernel (``BQ=192``: 3 consumer warpgroups); each variant is compiled without the disk cache. The default is always
 run. Inputs rotate over enough sets to exceed the 60 MB L2; each figure is the median of 15
 batches of 10 launches timed with CUDA events, the batches of cuDNN and of every variant
 interleaved so that clock and power drift fall on all alike. Each variant's output is checked
@@ -36,13 +36,16 @@ TOKENS, HEADS = 16384, 16
 
 
 def variant_kernel(d: int, causal: bool, pins: dict):
+    pins = dict(pins)
+    regs = pins.pop("REGS", None)  # "P:C": the kernel's @regs(P, C) pin
+    source = SOURCE.replace("@consumers(", f"@regs({regs.replace(':', ', ')}) @consumers(", 1) if regs else SOURCE
     constants = {name: v for name, v in pins.items() if not hasattr(attention_plan, name)}
     pins = {name: v for name, v in pins.items() if name not in constants}
     saved = {name: getattr(attention_plan, name) for name in pins}
     try:
         for name, value in pins.items():
             setattr(attention_plan, name, value)
-        kern = tkjit.compile(SOURCE, filename="attention.tk",
+        kern = tkjit.compile(source, filename="attention.tk",
                              constants={"D": d, "CAUSAL": causal} | constants, cache=False)
         kern.binary  # compile now, while the pins hold (the stages are made lazily)
         return kern
@@ -60,7 +63,7 @@ def parse_pins(text: str) -> dict:
     pins = {}
     for item in filter(None, text.split(",")):
         name, value = item.split("=")
-        pins[name] = ast.literal_eval(value)
+        pins[name] = value if name == "REGS" else ast.literal_eval(value)
     return pins
 
 
