@@ -65,7 +65,10 @@ def test_the_pipeline_pass_sizes_the_ring_from_the_tiles(d, stages, slots):
     D = 64 the second Q slot takes the ring's last stage."""
     m, plan = plan_attention(ir_of(d, True))
     assert m.loop.attrs["stages"] == stages and (plan.stages, plan.q_slots) == (stages - slots + 1, slots)
-    assert "pipeline pass" in {x["decision"]: x for x in plan.decisions}["stages"]["why"]
+    logged = {x["decision"]: x for x in plan.decisions}["stages"]
+    assert "pipeline pass" in logged["why"]
+    assert logged["value"] == plan.stages  # what the ring runs, after the second Q slot took its stage
+    assert (f"{stages} -> {plan.stages}" in logged["why"]) == (slots == 2)
     assert plan.smem_bytes <= 232448
 
 

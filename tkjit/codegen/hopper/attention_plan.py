@@ -226,8 +226,10 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
                 f"the reg-budget pass's {passed[0]}/{passed[1]} leaves a consumer less than it holds, "
                 f"{held} (its estimate counts fewer live fragments), so the producer keeps "
                 f"{SMALL_PRODUCER}: 128·{regs[0]} + {consumers}·128·{regs[1]} registers")
-    plan.decide("stages", stages, f"from the pipeline pass: K and V ({m.bkv}x{m.d} each, "
-                f"{stride} B per stage) double-buffered while the consumers compute")
+    plan.decide("stages", plan.stages, f"from the pipeline pass: K and V ({m.bkv}x{m.d} each, "
+                f"{stride} B per stage) double-buffered while the consumers compute" + (
+                    f"; the pass's {stages} -> {plan.stages}: Q's second slot lies over the ring's last "
+                    "stage (see Q slots)" if plan.stages != stages else ""))
     plan.decide("block size", f"BQ {m.bq}, BKV {m.bkv}", f"the kernel's tiles: S is m64n{m.bkv}k16 x "
                 f"{m.d // 16} k-steps, P·V m64n{m.d}k16 x {m.bkv // 16}")
     plan.decide("shared_memory", smem + ALIGN_SLACK, f"from the smem-plan pass (+{ALIGN_SLACK} B to "
