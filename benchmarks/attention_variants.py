@@ -6,8 +6,8 @@
 A shape is D:N[:causal] with B·N = 16384 tokens and 16 heads (as benchmarks/tkbench/attention.py).
 A variant is NAME=ATTR=VALUE[,ATTR=VALUE]: module constants of tkjit.codegen.hopper.attention_plan
 (pins the plan reads), ``REGS=P:C`` (the kernel's register split, ``@regs(P, C)``) or, for any
-other name, constants of the kernel (``BQ=192``: 3 consumer warpgroups); each variant is compiled without the disk cache. The default is always
-run. Inputs rotate over enough sets to exceed the 60 MB L2; each figure is the median of 15
+other name, constants of the kernel (``BQ=192``: 3 consumer warpgroups); each variant is
+compiled without the disk cache. The default is always run. Inputs rotate over enough sets to exceed the 60 MB L2; each figure is the median of 15
 batches of 10 launches timed with CUDA events, the batches of cuDNN and of every variant
 interleaved so that clock and power drift fall on all alike. Each variant's output is checked
 against cuDNN's before it is timed. Prints one JSON line per shape and variant.
@@ -38,7 +38,11 @@ TOKENS, HEADS = 16384, 16
 def variant_kernel(d: int, causal: bool, pins: dict):
     pins = dict(pins)
     regs = pins.pop("REGS", None)  # "P:C": the kernel's @regs(P, C) pin
-    source = SOURCE.replace("@consumers(", f"@regs({regs.replace(':', ', ')}) @consumers(", 1) if regs else SOURCE
+    source = SOURCE
+    if regs:
+        if "@consumers(" not in SOURCE:
+            raise SystemExit("REGS: examples/attention.tk has no @consumers(...) to put @regs beside")
+        source = SOURCE.replace("@consumers(", f"@regs({regs.replace(':', ', ')}) @consumers(", 1)
     constants = {name: v for name, v in pins.items() if not hasattr(attention_plan, name)}
     pins = {name: v for name, v in pins.items() if name not in constants}
     saved = {name: getattr(attention_plan, name) for name in pins}
