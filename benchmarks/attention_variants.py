@@ -7,9 +7,10 @@ A shape is D:N[:causal] with B·N = 16384 tokens and 16 heads (as benchmarks/tkb
 A variant is NAME=ATTR=VALUE[,ATTR=VALUE]: module constants of tkjit.codegen.hopper.attention_plan
 (pins the plan reads), ``REGS=P:C`` (the kernel's register split, ``@regs(P, C)``) or, for any
 other name, constants of the kernel (``BQ=192``: 3 consumer warpgroups); each variant is
-compiled without the disk cache. The default is always run. Inputs rotate over enough sets to exceed the 60 MB L2; each figure is the median of 15
-batches of 10 launches timed with CUDA events, the batches of cuDNN and of every variant
-interleaved so that clock and power drift fall on all alike. Each variant's output is checked
+compiled without the disk cache. The default is always run. Inputs rotate over enough sets to
+exceed the 60 MB L2; each figure is the median of 15 batches of 10 launches timed with CUDA
+events, the batches of cuDNN and of every variant interleaved so that clock and power drift fall
+on all alike. Each variant's output is checked
 against cuDNN's before it is timed. Prints one JSON line per shape and variant.
 """
 from __future__ import annotations
