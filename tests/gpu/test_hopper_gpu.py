@@ -92,6 +92,15 @@ def run_ab(kernel, m, n, k, out_dtype=torch.bfloat16):
     check(c, a.float() @ b.float(), buf)
 
 
+def run_abt(kernel, m, n, k):
+    """mma_ABt: B given as [N, K] (K-major)."""
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+    buf, c = placed(m, n)
+    kernel(a, b, c)
+    check(c, a.float() @ b.float().T, buf)
+
+
 @pytest.mark.parametrize("m, n, k", [
     (128, 256, 64), (256, 512, 128), (128, 128, 128), (512, 512, 512), (1024, 2048, 256),
     (4096, 4096, 4096), (8192, 8192, 1024), (128, 8192, 512), (8192, 256, 2048),
@@ -116,11 +125,7 @@ def test_8192_cubed(gemm):
 
 def test_mma_abt_and_f32_output_on_a_plain_grid():
     abt = tkjit.compile(ABT)
-    a = torch.randn(1000, 512, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(1500, 512, dtype=torch.bfloat16, device="cuda")
-    buf, c = placed(1000, 1500)
-    abt(a, b, c)
-    check(c, a.float() @ b.float().T, buf)
+    run_abt(abt, 1000, 1500, 512)
     assert abt.metadata["backend"] == "wgmma"
     f32 = tkjit.compile(GRID_F32)
     run_ab(f32, 640, 384, 320, torch.float32)
@@ -229,11 +234,7 @@ def test_multicast_with_k_major_b_and_fill_sms_variants():
     @fill_sms variants carry the pipeline (BN = 64 has one panel: no multicast, said why)."""
     abt = tkjit.compile(ABT, pipeline=multicast_pipeline())
     for m, n, k in [(1000, 1500, 512), (384, 768, 192), (4096, 4096, 1024)]:
-        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-        b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-        buf, c = placed(m, n)
-        abt(a, b, c)
-        check(c, a.float() @ b.float().T, buf)
+        run_abt(abt, m, n, k)
     assert abt.metadata["gemm"].get("multicast") == 2, abt.explain()
     unpinned = tkjit.compile((EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk",
                              pipeline=multicast_pipeline())
@@ -299,15 +300,8 @@ def test_pingpong_k_major_b_and_f32_output():
     for kernel in (abt, f32):
         assert "consumer schedule: ping-pong" in kernel.explain(), kernel.explain()
     for m, n, k in [(1000, 1500, 512), (4096, 4096, 1024), (300, 200, 40)]:
-        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-        b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-        buf, c = placed(m, n)
-        abt(a, b, c)
-        check(c, a.float() @ b.float().T, buf)
-        bt = b.T.contiguous()
-        buf, c = placed(m, n, torch.float32)
-        f32(a, bt, c)
-        check(c, a.float() @ bt.float(), buf)
+        run_abt(abt, m, n, k)
+        run_ab(f32, m, n, k, torch.float32)
 
 
 def test_pingpong_with_split_k_or_multicast_stays_correct():
