@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..errors import PassError
 from .sync_machine import Found, Machine, State
 from .sync_protocol import Protocol
-from .sync_report import CaseResult, CheckReport, default_cases  # noqa: F401 - re-exported
+from .sync_report import CaseResult, CheckReport, case_text, default_cases  # noqa: F401 - re-exported
 
 MAX_STATES = 60_000
 RANDOM_WALKS = 400
@@ -43,7 +43,7 @@ class Violation:
     def message(self, proto: Protocol) -> str:
         ring = proto.ring(self.ring) if self.ring else None
         shape = f" ({ring.stages} stages, {proto.consumers} consumers)" if ring else ""
-        tiles = ", ".join(map(str, self.case))
+        tiles = case_text(self.case)
         plural = "s" if len(self.case) != 1 else ""
         lines = [f"sync check of {proto.kernel}: {self.kind} in ring {self.ring or '?'}{shape}, "
                  f"stage {self.stage or '?'}, loop trip count(s) {tiles} ({len(self.case)} "

@@ -90,7 +90,7 @@ class Machine:
         self.consumers = proto.consumers
         self.programs: list[list[Action]] = [unroll(proto, proto.producer, case, self.layout)]
         self.pingpong = proto.pingpong
-        if self.pingpong:
+        if self.pingpong or any(not isinstance(entry, int) for entry in case):  # per consumer
             self.programs += [unroll(proto, proto.consumer, case, self.layout, c)
                               for c in range(self.consumers)]
         else:

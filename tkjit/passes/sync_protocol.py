@@ -19,8 +19,12 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            ``alternate``: consumer c of N takes the CTA's tiles c, c + N, ...
     IfPrevTile(body)       only when the CTA handled a tile before this one
     IfNextTile(body)       only when the CTA has a tile after this one
-    Loop(ring, body)       the ring's loop: its trip count comes from the tile (min_trips: do-while)
-    IfTrips(ring, body)    only when the ring's loop runs at least once this tile
+    Loop(ring, body)       the ring's loop: its trip count comes from the tile (min_trips: do-while);
+                           ``part`` "own": a consumer's own trips, the first of the tile's (in a
+                           causal attention tile, the key blocks its rows see: consumers differ),
+                           "rest": the tile's trips after them
+    IfTrips(ring, body)    only when the ring's loop runs at least once this tile (``part`` "own":
+                           this consumer's own trips)
     NotFirst(body)         only from the loop's second trip on
     Wait(ring, bar, flip)  spin on bar[s] ("full" or "empty") with parity ph ^ flip
     ExpectTx(ring, nbytes) mbarrier.arrive.expect_tx on full[s]
@@ -233,15 +237,23 @@ class IfNextTile:
         return "if the CTA has a tile after this one"
 
 
+PARTS = ("all", "own", "rest")
+"""Which of a tile's trips a loop runs: all, a consumer's own (a prefix), or the rest after them."""
+PART_HEADS = {"all": "", "own": " over this consumer's own trips (a prefix of the tile's)",
+              "rest": " over the tile's trips after this consumer's own"}
+
+
 @dataclass(frozen=True)
 class Loop:
     ring: str
     body: tuple["Step", ...]
     min_trips: int = 0
+    part: str = "all"
+    """The tile's trips ("all"), this consumer's own ("own") or the rest after them ("rest")."""
 
     def head(self) -> str:
         form = " (do-while: at least once)" if self.min_trips else ""
-        return f"loop {self.ring}{form}"
+        return f"loop {self.ring}{PART_HEADS[self.part]}{form}"
 
 
 @dataclass(frozen=True)
@@ -250,9 +262,11 @@ class IfTrips:
     body: tuple["Step", ...]
     orelse: tuple["Step", ...] = ()
     """What runs instead when the loop has no trips."""
+    part: str = "all"
+    """Whose trips: the tile's ("all") or this consumer's own ("own")."""
 
     def head(self) -> str:
-        return f"if {self.ring}.trips > 0"
+        return f"if {self.ring}.{'own ' if self.part == 'own' else ''}trips > 0"
 
 
 @dataclass(frozen=True)
@@ -296,6 +310,14 @@ class Protocol:
     def pingpong(self) -> bool:
         """Consumers alternate over the CTA's tiles (each fill is read by one consumer)."""
         return any(isinstance(st, Tiles) and st.alternate for st in self.consumer)
+
+    @property
+    def own_trips(self) -> bool:
+        """Consumers run loops over their own trips (``Loop.part``): trip counts differ between them."""
+        def walk(steps) -> bool:
+            return any(getattr(st, "part", "all") != "all" or walk(getattr(st, "body", ())) or
+                       walk(getattr(st, "orelse", ())) for st in steps)
+        return walk(self.consumer)
 
     def ring(self, name: str) -> Ring:
         for r in self.rings:

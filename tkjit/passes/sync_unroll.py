@@ -10,6 +10,10 @@ Numbering: ring ``i`` owns stages ``base[i] .. base[i]+stages-1``; stage ``g`` h
 ``full = 2g`` and ``empty = 2g + 1``; the consumers' named barrier comes next (``2 * stages``),
 then, in a ping-pong protocol, consumer c's turn barrier (``2 * stages + 1 + c``).
 
+A case's entry may also be ``(total, own_0, .., own_{N-1})``: the tile's trips and each
+consumer's own trips, for protocols whose consumers loop over their own trips (``Loop.part``);
+a plain count is every consumer's own too.
+
 A ping-pong consumer (``Tiles(alternate=True)``) is unrolled for its own tiles only: consumer c
 of N runs the CTA's tiles c, c + N, ...; ``SkipTrips`` advances its rings by the trips of the
 tile before.
@@ -79,6 +83,16 @@ class Layout:
         return f"{kind}[{self.stage_name(b // 2)}]"
 
 
+def tile_trips(entry) -> int:
+    """A case entry's trip count for the tile (the producer's loops)."""
+    return entry if isinstance(entry, int) else entry[0]
+
+
+def own_trips(entry, consumer: int) -> int:
+    """A case entry's trips that ``consumer`` runs as its own (the first of the tile's)."""
+    return entry if isinstance(entry, int) else entry[1 + consumer]
+
+
 class _Unroller:
     def __init__(self, proto: Protocol, layout: Layout, case: tuple[int, ...], consumer: int = 0):
         self.proto, self.layout, self.case = proto, layout, case
@@ -122,14 +136,23 @@ class _Unroller:
         if self.tile + 1 < len(self.case):
             self.run(st.body)
 
+    def trips_of(self, part: str) -> range:
+        """The trip indices of the current tile a loop over ``part`` of them runs."""
+        total = tile_trips(self.case[self.tile])
+        own = min(own_trips(self.case[self.tile], self.consumer), total)
+        return {"all": range(total), "own": range(own), "rest": range(own, total)}[part]
+
     def _Loop(self, st: Loop) -> None:
-        for k in range(max(self.case[self.tile], st.min_trips)):
+        trips = self.trips_of(st.part)
+        if len(trips) < st.min_trips:
+            trips = range(trips.start, trips.start + st.min_trips)
+        for k in trips:
             self.trips.append((st.ring, k))
             self.run(st.body)
             self.trips.pop()
 
     def _IfTrips(self, st: IfTrips) -> None:
-        if self.case[self.tile] > 0:
+        if len(self.trips_of(st.part)) > 0:
             self.run(st.body)
         else:
             self.run(st.orelse)
@@ -174,7 +197,7 @@ class _Unroller:
             self.ph[st.ring] ^= 1
 
     def _SkipTrips(self, st: SkipTrips) -> None:
-        for _ in range(self.case[self.tile - 1]):
+        for _ in range(tile_trips(self.case[self.tile - 1])):
             self._Advance(Advance(st.ring))
 
     def _TurnWait(self, st: TurnWait) -> None:

@@ -31,7 +31,8 @@ def checked(proto: Protocol, cases: tuple[tuple[int, ...], ...], check: Check, *
     path = _path(config.cache_dir, proto, cases)
     try:
         data = json.loads(path.read_text())
-        return CheckReport(proto, [CaseResult(tuple(r["case"]), r["states"], r["exhaustive"])
+        return CheckReport(proto, [CaseResult(tuple(e if isinstance(e, int) else tuple(e) for e in r["case"]),
+                                              r["states"], r["exhaustive"])
                                    for r in data["results"]])
     except (OSError, ValueError, KeyError, TypeError):
         pass  # missing or damaged: explore (and write it again)
