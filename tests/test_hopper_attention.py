@@ -88,6 +88,50 @@ def test_the_protocol_passes_the_checker(d, causal, stages, kept, slots):
     assert len(report.results) >= 5
 
 
+def test_causal_consumers_compute_only_the_key_blocks_their_rows_see():
+    """D = 64 causal (192-row tiles over 128-row key blocks): consumer c computes min(T, (q0 + 64c +
+    63) / 128 + 1) blocks and idles through the tile's rest (its fill awaited, the stage released);
+    the checker explores tiles where the consumers' own trips differ and catches an idle trip that
+    releases its stage without waiting for the fill (its release would count toward the fill
+    another consumer may still be reading). D = 128 (BQ = BKV) has nothing to skip and says so."""
+    from dataclasses import replace
+    from tkjit.passes.sync_check import SyncError
+    from tkjit.passes.sync_protocol import Loop, Wait
+    m, plan = plan_attention(ir_of(64, True))
+    log = {d["decision"]: d for d in plan.decisions}
+    assert plan.own_trips and log["key blocks per consumer"]["value"] == "own"
+    proto = attention_protocol(m, plan)
+    assert proto.own_trips and "over this consumer's own trips" in proto.text()
+    report = check_protocol(proto)
+    assert any(not isinstance(e, int) and len(set(e[1:])) > 1 for r in report.results for e in r.case)
+    (tiles,) = proto.consumer
+    body = tuple(replace(st, body=tuple(x for x in st.body if not isinstance(x, Wait)))
+                 if isinstance(st, Loop) and st.part == "rest" else st for st in tiles.body)
+    with pytest.raises(SyncError) as err:
+        check_protocol(replace(proto, consumer=(replace(tiles, body=body),)))
+    assert err.value.violation.kind == "bad-release" and "own" in str(err.value)
+    _, plan128 = plan_attention(ir_of(128, True))
+    assert not plan128.own_trips
+    assert "multiple of BQ" in {d["decision"]: d for d in plan128.decisions}["key blocks per consumer"]["why"]
+    _, plain = plan_attention(ir_of(64, False))
+    assert not plain.own_trips and "key blocks per consumer" not in {d["decision"] for d in plain.decisions}
+
+
+@needs_cuda_tools
+def test_idle_trips_take_their_turns_in_the_ptx():
+    """Each consumer's own trip count is computed per tile (the mask's condition checked on the
+    rest), and an idle trip takes its turn (bar.sync on its own barrier, bar.arrive on the next's
+    unless it is the last consumer's last) before releasing the stage; no spills at 160 registers."""
+    ptx, report, ops, meta = assembled(64, True)
+    assert "$L_own_check" in ptx
+    idle = ptx[ptx.index("$L_idle_trip_"):]
+    idle = idle[:idle.index("$L_idle_trips_done")]
+    assert "bar.sync" in idle and "bar.arrive" in idle and "mbarrier.try_wait" in idle
+    assert "mbarrier.arrive" in idle and "wgmma" not in idle
+    fn = report[meta["name"]]
+    assert fn.spill_store_bytes == 0 and fn.stack_frame_bytes == 0, report.log
+
+
 def test_metadata():
     _, meta = emit_hopper_ptx(ir_of(128, False), {"arch": "sm_90a"})
     maps = [p for p in meta["params"] if p["kind"] == "tensormap"]

@@ -227,3 +227,28 @@ def test_split_kv_barriers_and_two_q_slots(pins, d, causal):
     check(4, 16, 4, 1000, d, causal, pins=pins)
     check(2, 34, 17, 2000, d, causal, pins=pins)
     check(1, 2, 1, 4096, d, causal, pins=pins)
+
+
+OWN_OFF = (("OWN_TRIPS", False),)
+"""Every consumer computes all of the tile's key blocks (the round-9 kernel)."""
+
+
+@pytest.mark.parametrize("bq, bkv", [(192, 128), (128, 64)])
+def test_consumers_skip_the_key_blocks_their_rows_do_not_see(bq, bkv):
+    """Causal tiles whose consumers' rows reach different key blocks (D = 64: a 192-row tile over
+    128-row key blocks, or 128 over 64): each consumer computes the blocks its rows see and idles
+    through the rest (fill awaited, turn taken, stage released). The blocks it skips are wholly
+    masked for its rows, so O and L agree with the kernel that computes them all to the rounding
+    of O's bf16 (that kernel's alpha on such a block is 2^(fma(m, c, -m·c)), one f32 rounding error
+    from 1, where skipping keeps the row state exact); both against float64 too. Tails, grouped
+    heads, a scale the fold does not take, many tiles per persistent CTA (N <= 1024) and one CTA
+    per tile."""
+    cases = [(2, 3, 3, 77, None), (2, 3, 3, 200, None), (2, 8, 2, 640, None), (1, 3, 1, 700, -0.1),
+             (4, 16, 4, 1000, None), (2, 4, 2, 2000, None), (1, 2, 1, 4096, None)]
+    pins = (("BKV", bkv),) if bkv != 128 else ()
+    for b, h, hkv, n, scale in cases:
+        own = run(b, h, hkv, n, 64, True, scale, bq=bq, pins=pins + (("OWN_TRIPS", None),))
+        every = run(b, h, hkv, n, 64, True, scale, bq=bq, pins=pins + OWN_OFF)
+        torch.testing.assert_close(own[3].float(), every[3].float(), rtol=2 ** -7, atol=1e-5)
+        torch.testing.assert_close(own[4], every[4], rtol=1e-5, atol=1e-5)
+        check(b, h, hkv, n, 64, True, scale, bq=bq, pins=pins)

@@ -35,6 +35,8 @@ attention_softmax.py's.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...passes.sync_protocol import (Advance, IfPrevTile, IfTrips, Load, Loop, LoopPlan, Mma, MmaWait, NotFirst,
                                      OneShotUse, Protocol, Release, Ring, Tiles, Wait, producer_fill,
                                      standard_protocol)
@@ -71,7 +73,26 @@ def attention_protocol(m: AttentionMatch, plan: AttentionPlan) -> Protocol:
     kv = Ring(KV_RING, plan.stages, (Load("k", kv_bytes), Load("v", kv_bytes)), 2 * kv_bytes,
               plan.consumers, where="the key loop")
     items = (OneShotUse(Q_RING), LoopPlan(KV_RING, ((Q_RING, KV_RING),)))
-    return standard_protocol(m.kernel.name, plan.consumers, plan.persistent, (q, kv), items)
+    proto = standard_protocol(m.kernel.name, plan.consumers, plan.persistent, (q, kv), items)
+    return own_trips_protocol(proto) if plan.own_trips else proto
+
+
+def own_trips_protocol(proto: Protocol) -> Protocol:
+    """Causal tiles whose consumers' rows reach different key blocks (``plan.own_trips``): the
+    standard consumer runs its loop, drain and release over its own trips only, then takes the
+    tile's remaining trips idle: it waits for the stage's fill (so that its release counts toward
+    this fill, not the previous one, which another consumer may still be reading), releases the
+    stage at once and advances. The producer fills every trip as before."""
+    (tiles,) = proto.consumer
+    body = []
+    for st in tiles.body:
+        if isinstance(st, IfTrips) and st.ring == KV_RING:
+            loop, *drain = st.body
+            body += [IfTrips(KV_RING, (replace(loop, part="own"), *drain), part="own"),
+                     Loop(KV_RING, (Wait(KV_RING, "full"), Release(KV_RING), Advance(KV_RING)), part="rest")]
+        else:
+            body.append(st)
+    return replace(proto, consumer=(replace(tiles, body=tuple(body)),))
 
 
 def split_protocol(name: str, plan: AttentionPlan, q: Ring, kv_bytes: int) -> Protocol:
@@ -487,6 +508,8 @@ class Consumer(SoftmaxEmitter, Role):
             return
         super().tile_begin()
         b = self.b
+        if self.k.plan.own_trips:
+            self.own_trips()
         self.q_base = self.q_slot(0)
         b(f"add.u32 {self.q_base}, {self.q_base}, {self.q_slab};")
         if self.k.plan.turns == "per slot":  # this Q slot's set of turn barriers
@@ -502,6 +525,63 @@ class Consumer(SoftmaxEmitter, Role):
         self.lse_scale = self.ev.value(self.m.lse_scale)
         self.folded = b.pred()  # scale > 0: the maxima are kept raw (see softmax)
         b(f"setp.gt.f32 {self.folded}, {self.qk_scale}, 0f00000000;")
+
+    def own_trips(self) -> None:
+        """This consumer's own trips of the tile (``plan.own_trips``): the key blocks some of its rows
+        see. The mask hides key k0 + c from query row q0 + r when k0 + c > q0 + r, so with k0 = j·BKV
+        every block past (q0 + 64·consumer + 63) / BKV is wholly masked for its rows: own = min(T,
+        max(q0 + 64·consumer + 63, 0) / BKV + 1). The mask applies where the IR's condition holds, so
+        the condition is evaluated on every later trip, and if it fails on one all T are its own."""
+        m, b = self.m, self.b
+        trips = self.tile_trips = self.rings[KV_RING].trips  # (if_trips swaps the ring's for own)
+        if not hasattr(self, "own"):
+            self.own = b.reg()
+        q0, reach = self.ev.value(m.mask.operands[1]), b.reg()
+        b(f"mad.lo.s32 {reach}, {self.index}, 64, {q0};", f"add.s32 {reach}, {reach}, 63;",
+          f"max.s32 {reach}, {reach}, 0;", f"div.u32 {self.own}, {reach}, {m.bkv};",
+          f"add.s32 {self.own}, {self.own}, 1;", f"min.s32 {self.own}, {self.own}, {trips};")
+        j, top, end, done = b.reg(), b.label("own_check"), b.label("own_checked"), b.pred()
+        b(f"mov.b32 {j}, {self.own};")
+        b.place(top)
+        b(f"setp.ge.s32 {done}, {j}, {trips};", f"@{done} bra {end};")
+        ev = ScalarEmitter(b, self.ev.env)
+        ev.env[m.j] = j
+        masked = ev.value(m.mask_cond)
+        b(f"@!{masked} mov.b32 {self.own}, {trips};", f"@!{masked} bra {end};",
+          f"add.s32 {j}, {j}, 1;", f"bra {top};")
+        b.place(end)
+
+    def if_trips(self, step) -> None:
+        """``part`` "own": the loop, drain and release over this consumer's own trips."""
+        if step.part != "own":
+            super().if_trips(step)
+            return
+        r = self.rings[step.ring]
+        tile_trips, r.trips = r.trips, self.own
+        super().if_trips(step)
+        r.trips = tile_trips
+
+    def idle_trips(self, step) -> None:
+        """The tile's key blocks past this consumer's own (``plan.own_trips``): per trip its turn at
+        the tensor cores, taken and handed on (every consumer takes the tile's trips + 1 turns, so the
+        rotation goes on unchanged; the last consumer's last turn hands nothing on), then the
+        protocol's steps: wait for the stage's fill, release it, advance."""
+        b, r = self.b, self.rings[step.ring]
+        r.counter = b.reg()
+        top, end, done, again = b.label("idle_trip"), b.label("idle_trips_done"), b.pred(), b.pred()
+        b(f"mov.b32 {r.counter}, {self.own};", f"setp.ge.s32 {done}, {r.counter}, {r.trips};",
+          f"@{done} bra {end};")
+        b.place(top)
+        after = b.reg()
+        b(f"add.s32 {after}, {r.counter}, 1;")
+        last = self.last_turn(after)
+        self.turn_begin(False)
+        self.turn_end(last)
+        self.emit(step.body)
+        b(f"add.s32 {r.counter}, {r.counter}, 1;", f"setp.lt.s32 {again}, {r.counter}, {r.trips};",
+          f"@{again} bra {top};")
+        b.place(end)
+        r.counter = None
 
     def cross_tile_begin(self) -> None:
         """Cross-tile: the tile's coordinates and Q slot; the previous tile's row state kept for
@@ -633,6 +713,9 @@ class Consumer(SoftmaxEmitter, Role):
         if step.ring != self.k.loop_ring:
             super().loop(step)
             return
+        if step.part == "rest":
+            self.idle_trips(step)
+            return
         if self.k.plan.cross_tile:
             self.cross_loop(step)
             return
@@ -725,11 +808,17 @@ class Consumer(SoftmaxEmitter, Role):
         b(f"bar.sync {self.own_turn}, {2 * 128};")
         b.place(skip)
 
-    def last_turn(self) -> str:
+    def last_turn(self, through: str | None = None) -> str:
         """The predicate of the turn that hands nothing on: the last consumer's last turn of the
-        tile (with turns "across tiles", of the CTA's last tile only)."""
+        tile (with turns "across tiles", of the CTA's last tile only). With per-consumer trips the
+        last turn is the one after which ``through`` (default: its own) trips are done: all of the
+        tile's."""
         b, last = self.b, self.b.pred()
         b(f"setp.eq.u32 {last}, {self.index}, {self.k.plan.consumers - 1};")
+        if self.k.plan.own_trips:
+            tile_done = b.pred()
+            b(f"setp.ge.s32 {tile_done}, {through or self.own}, {self.tile_trips};",
+              f"and.pred {last}, {last}, {tile_done};")
         if self.k.plan.turns == "across tiles" and not self.k.plan.cross_tile:
             step, after, last_tile = b.reg(), b.reg(), b.pred()  # no tile after: tile + nctaid >= tiles
             b(f"mov.u32 {step}, %nctaid.x;", f"add.s32 {after}, {self.tile}, {step};",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .match import NoMatch
+from ...ir.ops.elementwise import Mul
+from .match import NoMatch, const_value
 from .match_attention import AttentionMatch
 from ...passes.hopper import SMEM_LIMIT, consumer_registers
 from ...passes.reg_budget import PRODUCER_DEFAULT
@@ -93,6 +94,15 @@ heaviest query block of each head is one third full), 2048 0.933 -> 0.939, 4096 
 0.983/1.039/1.033 and 1.019/1.099 -> 0.990/1.067. The non-causal loss is not understood: the
 busy copy's math is the same instructions (SASS: HGMMA, MUFU, FMNMX, FFMA counts equal) but ptxas
 schedules the whole kernel differently once the tile body is emitted twice."""
+OWN_TRIPS: bool | None = None
+"""Causal tiles whose consumers' rows reach different key blocks (D=64: BQ = 192 over BKV = 128, so
+a tile's first 64 rows can end a key block before its last ones): each consumer computes only the
+blocks some of its rows see and takes the tile's later ones as idle trips (the stage's fill awaited,
+its turn at the tensor cores taken and handed on, the stage released; no wgmma or softmax). The
+skipped blocks are wholly masked for it, so they add nothing to its rows: O, l and the maxima are
+the same. None: wherever it can happen (causal, the mask's key offset j·BKV with the query offset
+not depending on j, BKV not a multiple of BQ, K and V on one barrier pair). At D=64 the skipped
+work is 10% / 5% / 3% of S and P·V at N = 1024 / 2048 / 4096 (docs/hopper-codegen.md round 9)."""
 Q2_MIN_STAGES = 3
 """The stages the ring must keep for the second Q slot to take one. D=128 would go 3 -> 2 (with
 split K/V barriers): +2.9% at N=1024 in two same-run A/Bs, but -0.5..-2% at N >= 4096 in the
@@ -144,6 +154,8 @@ class AttentionPlan:
     """The key loops of a persistent CTA's tiles run as one pipeline (see CROSS_TILE)."""
     idle_copy: bool = False
     """A consumer whose rows of the tile all lie past N takes an idle copy of the tile body."""
+    own_trips: bool = False
+    """Causal: each consumer computes the key blocks its rows see, idle trips for the tile's rest."""
     decisions: list[dict] = field(default_factory=list)
 
     @property
@@ -214,6 +226,7 @@ def make_attention_plan(m: AttentionMatch) -> AttentionPlan:
     if m.causal and PERSISTENT_CAUSAL is None:
         plan.grid = "by trips"
     _buffers(m, plan)
+    _own_trips(m, plan)
     plan.decide("backend", "wgmma", "the kernel is the attention pattern: Q once per tile and K/V "
                 "through an mbarrier ring by TMA, one producer warpgroup, consumer warpgroups issuing "
                 "S = Q·Kᵀ (SS) and O += P·V with P from registers (RS)")
@@ -375,6 +388,45 @@ def _buffers(m: AttentionMatch, plan: AttentionPlan) -> None:
                 "first trip)" if wanted else
                 "non-causal: the kernel with the idle copy measured 3% slower (H200 2026-11-21, D=64 "
                 "N=1024..4096; ptxas schedules the twice-emitted tile body differently); IDLE_COPY")
+
+
+def _own_trips(m: AttentionMatch, plan: AttentionPlan) -> None:
+    """Per-consumer trip counts (OWN_TRIPS): where they can differ and the emitter can compute them
+    (the mask hides key k0 + c from query row q0 + r when k0 + c > q0 + r; with k0 = j·BKV consumer
+    c's own trips are min(T, max(0, q0 + 64c + 63) / BKV + 1), the mask's condition checked on the
+    rest at run time)."""
+    if not m.causal:
+        return
+    q0, k0 = m.mask.operands[1], m.mask.operands[2]
+    factors = list(k0.owner.operands) if isinstance(k0.owner, Mul) else []
+    scaled_j = len(factors) == 2 and any(f is m.j for f in factors) and m.bkv in [const_value(f) for f in factors]
+    why_not = ("pinned off (OWN_TRIPS = False)" if OWN_TRIPS is False else
+               f"the mask's key offset is not j·{m.bkv}" if not scaled_j else
+               "the mask's query offset depends on j" if _uses(q0, m.j) else
+               "K and V on separate barriers (per-consumer trips are built for one pair)" if plan.split_kv else
+               f"every consumer's rows reach the tile's last key block (BKV {m.bkv} is a multiple of BQ "
+               f"{m.bq})" if m.bkv % m.bq == 0 and OWN_TRIPS is None else
+               "one consumer" if plan.consumers < 2 else None)
+    plan.own_trips = why_not is None
+    plan.decide("key blocks per consumer", "own" if plan.own_trips else "the tile's",
+                f"causal: consumer c computes the key blocks some of its 64 rows see, min(T, (q0 + 64c + "
+                f"63) / {m.bkv} + 1), and takes the tile's later blocks (wholly masked for its rows, so "
+                "they change none of its O, l or maxima) as idle trips: the stage's fill awaited, its turn "
+                "at the tensor cores taken, the stage released" if plan.own_trips else why_not)
+
+
+def _uses(v, target) -> bool:
+    """Whether scalar ``v`` is computed from ``target``."""
+    seen, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        if x is target:
+            return True
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        todo.extend(getattr(x.owner, "operands", ()))  # (a block argument's owner is its block)
+    return False
 
 
 def ceil(x: int, align: int) -> int:
