@@ -1,7 +1,8 @@
 """A kernel from the disk cache without the front end: the lookup before any stage runs, what a hit
 provides at once (binary, PTX, metadata, decisions, repr), the IR made only when asked for, the
 misses (constants, options, file name, text, tkjit's sources), and a fresh process that loads
-from the cache without importing the front end, the passes, lark or numpy."""
+from the cache without importing the front end, the passes, lark, numpy or the toolchain module
+(subprocess: finding ptxas for the key is tool_paths.py)."""
 from __future__ import annotations
 
 import shutil

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tkjit.errors import ToolchainError
-from tkjit.runtime import toolchain
+from tkjit.runtime import tool_paths, toolchain
 from tkjit.runtime.bench_launch import ADD_F32_PTX
 from support import cuda_tools_missing
 
@@ -130,9 +130,9 @@ ptxas info    : Compile time = 1.949 ms
 
 
 def test_missing_tool_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(toolchain, "_wheel_bin_dirs", lambda: [])
-    monkeypatch.setattr(toolchain.shutil, "which", lambda name: None)
-    monkeypatch.setattr(toolchain, "_SYSTEM_BIN_DIR", "/nonexistent")
+    monkeypatch.setattr(tool_paths, "_wheel_bin_dirs", lambda: [])
+    monkeypatch.setattr(tool_paths.shutil, "which", lambda name: None)
+    monkeypatch.setattr(tool_paths, "_SYSTEM_BIN_DIR", "/nonexistent")
     with pytest.raises(ToolchainError, match=r"pip install tkjit\[cuda\]"):
         toolchain.find_tool("nvdisasm", env={})
 

@@ -139,14 +139,19 @@ def tkjit_source_hash(memo_dir: Path | None = None) -> str:
 def assembler_version(memo_dir: Path | None = None) -> str:
     """ptxas's version (part of the key). ``ptxas --version`` is a subprocess: with ``memo_dir``,
     its answer is kept in ``memo_dir/memo-assembler-version.json`` under the binary's path, size
-    and mtime, so a process that finds it there runs no subprocess."""
-    from .runtime import toolchain
+    and mtime, so a process that finds it there runs no subprocess (nor imports toolchain.py)."""
     if memo_dir is None:
-        return toolchain.ptxas_version()
-    path = toolchain.find_tool("ptxas")
+        return _ptxas_version()
+    from .runtime.tool_paths import find_tool
+    path = find_tool("ptxas")
     st = os.stat(path)
     return _memoized(Path(memo_dir) / ASSEMBLER_MEMO, f"{path}\0{st.st_size}\0{st.st_mtime_ns}",
-                     toolchain.ptxas_version)
+                     _ptxas_version)
+
+
+def _ptxas_version() -> str:
+    from .runtime import toolchain
+    return toolchain.ptxas_version()
 
 
 def normalize_kernel_text(text: str) -> str:

@@ -50,7 +50,8 @@ print(json.dumps({"import_s": t1 - t0, "stages_s": stages, "cubin_bytes": len(re
 
 _FRESH = r"""
 import json, sys, time
-heavy = ("torch", "lark", "numpy", "cuda.bindings", "tkjit.frontend", "tkjit.passes", "tkjit.codegen")
+heavy = ("torch", "lark", "numpy", "cuda.bindings", "tkjit.frontend", "tkjit.passes", "tkjit.codegen",
+         "tkjit.runtime.toolchain", "subprocess")
 launch = sys.argv[2] == "launch"
 if launch:
     import torch  # a user has torch before any kernel: not the JIT's cost
