@@ -54,6 +54,24 @@ def test_every_ast_node_has_a_span(name):
     walk(parse(_example(name), f"{name}.tk"), name)
 
 
+def test_ast_nodes_are_frozen_and_print_as_dataclasses():
+    """ast.Node gives its dataclasses what ``frozen=True`` and the generated repr would."""
+    kernel = parse(_example("gemm"), "gemm.tk")
+    for assign in (lambda: setattr(kernel, "name", "other"), lambda: setattr(kernel, "extra", 1),
+                   lambda: delattr(kernel, "name")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            assign()
+    assert kernel.name == "gemm" and not hasattr(kernel, "extra")
+    span = kernel.span
+    assert repr(ast.Num(span, 3)) == f"Num(span={span!r}, value=3)"
+    call = ast.Call(span, "f", span, (ast.Name(span, "x"),))
+    assert repr(call) == (f"Call(span={span!r}, func='f', func_span={span!r}, args=(Name(span={span!r}, "
+                          f"name='x'),), type_arg=None, type_span=None)")
+    changed = dataclasses.replace(ast.Let(span, "x", span, None, call, annotations=()), name="y")
+    assert (changed.name, changed.value, changed.annotations) == ("y", call, ())
+    assert ast.Num(span, 3) != ast.Num(span, 3)  # eq=False: nodes compare by identity
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_ir_op_carries_its_source_span(name):
     k = lower_source(_example(name), f"{name}.tk")

@@ -2,40 +2,59 @@
 
 The parser (``parser.py``) builds these from lark's tree; the lowering (``lower.py``) reads them.
 Nothing here checks meaning: names, types, shapes and constants are the lowering's business.
+
+Every class is declared ``@dataclass(eq=False, repr=False)`` and takes its repr and its
+frozenness from ``Node``: ``frozen=True`` and a repr per class would make each class generate
+three more methods at import, which took 70% of this module's import time (a cold compile's).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field, fields
 from typing import Optional, Union
 
 from ..source import Span
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Node:
+    """As a frozen dataclass: each field is set once, by ``__init__`` (``dataclasses.replace``
+    makes a changed copy), and the repr is the dataclass repr."""
+
     span: Span
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in self.__dict__ or name not in self.__dataclass_fields__:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"{type(self).__qualname__}({shown})"
 
 
 # -- expressions -------------------------------------------------------------------------------
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Num(Node):
     """An integer or float literal."""
 
     value: Union[int, float]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Bool(Node):
     value: bool
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Name(Node):
     name: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Unary(Node):
     """``-x`` or ``!x``."""
 
@@ -43,7 +62,7 @@ class Unary(Node):
     operand: "Expr"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Binary(Node):
     """``a OP b`` with OP one of ``|| && == != < <= > >= + - * / // %``."""
 
@@ -52,7 +71,7 @@ class Binary(Node):
     rhs: "Expr"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Call(Node):
     """``f(args)`` or ``f<T>(args)`` (``type_arg`` is T, as written)."""
 
@@ -63,7 +82,7 @@ class Call(Node):
     type_span: Optional[Span] = None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Method(Node):
     """``obj.method(args)``: ``G.tile(i, j)`` is the only method there is."""
 
@@ -78,14 +97,14 @@ Expr = Union[Num, Bool, Name, Unary, Binary, Call, Method]
 
 # -- types ----------------------------------------------------------------------------------------
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class ScalarTypeExpr(Node):
     """``f32``, ``i32``, ``bool``."""
 
     dtype: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class TypeAttr(Node):
     """``swizzle=128B`` inside a type's angle brackets."""
 
@@ -93,7 +112,7 @@ class TypeAttr(Node):
     value: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class ShapedTypeExpr(Node):
     """``gl<bf16>[M, K]``, ``st<bf16, swizzle=64B>[128, 64]``, ``cv<f32>[BQ]``."""
 
@@ -110,7 +129,7 @@ TypeExpr = Union[ScalarTypeExpr, ShapedTypeExpr]
 
 # -- statements -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Annotation(Node):
     """``@stages(4)``: pins a decision of the compiler for the kernel or the next statement."""
 
@@ -118,25 +137,25 @@ class Annotation(Node):
     args: tuple[Expr, ...]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Stmt(Node):
     annotations: tuple[Annotation, ...] = field(default=(), kw_only=True)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class ConstItem(Node):
     name: str
     value: Expr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class ConstDecl(Stmt):
     """``const BM = 128, BN = 256``."""
 
     items: tuple[ConstItem, ...]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Let(Stmt):
     """``x: rt<f32>[64, 64] = e``: a new name with a declared type."""
 
@@ -146,7 +165,7 @@ class Let(Stmt):
     value: Expr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Assign(Stmt):
     """``x = e``: bind a new name or rebind an existing one (keeping its type)."""
 
@@ -155,7 +174,7 @@ class Assign(Stmt):
     value: Expr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Store(Stmt):
     """``G.tile(i, j) = e``."""
 
@@ -167,7 +186,7 @@ class Store(Stmt):
     value: Expr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class ForRange(Stmt):
     """``for k in lo .. hi [step s] { body }``."""
 
@@ -179,7 +198,7 @@ class ForRange(Stmt):
     body: tuple[Stmt, ...]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class SchedArg(Node):
     """``persistent`` or ``group = 8`` inside ``schedule(...)``."""
 
@@ -187,7 +206,7 @@ class SchedArg(Node):
     value: Optional[Expr]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class BlockLoop(Stmt):
     """``for (m, n) in blocks(NM, NN) [schedule(...)] { body }``."""
 
@@ -197,7 +216,7 @@ class BlockLoop(Stmt):
     body: tuple[Stmt, ...]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class If(Stmt):
     """``if c { ... } [else { ... }]``; ``else if`` is an ``If`` alone in ``orelse``."""
 
@@ -208,7 +227,7 @@ class If(Stmt):
 
 # -- the kernel -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class ConstParam(Node):
     """``D = 128`` in ``kernel attn<D = 128, ...>``: a compile-time parameter with its default."""
 
@@ -216,7 +235,7 @@ class ConstParam(Node):
     value: Expr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Param(Node):
     """``A: gl<bf16>[M, K]`` or ``scale: f32``."""
 
@@ -224,7 +243,7 @@ class Param(Node):
     type: TypeExpr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Kernel(Node):
     name: str
     name_span: Span
