@@ -102,7 +102,10 @@ its turn at the tensor cores taken and handed on, the stage released; no wgmma o
 skipped blocks are wholly masked for it, so they add nothing to its rows: O, l and the maxima are
 the same. None: wherever it can happen (causal, the mask's key offset j·BKV with the query offset
 not depending on j, BKV not a multiple of BQ, K and V on one barrier pair). At D=64 the skipped
-work is 10% / 5% / 3% of S and P·V at N = 1024 / 2048 / 4096 (docs/hopper-codegen.md round 9)."""
+work is 10% / 5% / 3% of S and P·V at N = 1024 / 2048 / 4096 (docs/hopper-codegen.md round 9).
+H200 2026-11-21, same-run A/B (benchmarks/results/2026-11-21-nvidia-h200-s6-own-trips-ab.json),
+D=64 causal N=1024..16384, ratio to cuDNN, False -> None: 0.968/0.941/1.028/1.096/1.118 ->
+0.989/0.951/1.034/1.098/1.118."""
 Q2_MIN_STAGES = 3
 """The stages the ring must keep for the second Q slot to take one. D=128 would go 3 -> 2 (with
 split K/V barriers): +2.9% at N=1024 in two same-run A/Bs, but -0.5..-2% at N >= 4096 in the
