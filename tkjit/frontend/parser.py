@@ -15,7 +15,6 @@ from lark import Token, Transformer, v_args
 from ..errors import DiagnosticError
 from ..source import Source, Span
 from . import ast
-from .syntax_errors import syntax_error
 
 _OPENERS = {"LPAR", "LSQB"}
 _CLOSERS = {"RPAR", "RSQB"}
@@ -257,6 +256,7 @@ def parse(text: str, filename: str = "<string>") -> ast.Kernel:
     try:
         tree = parser.parse(text)
     except lark.exceptions.UnexpectedInput as err:
+        from .syntax_errors import syntax_error  # imported by the first syntax error only
         raise syntax_error(err, source) from None
     except lark.exceptions.LarkError as err:  # pragma: no cover - lark's own failures
         raise DiagnosticError(f"cannot parse the kernel: {err}", source.span(0)) from None

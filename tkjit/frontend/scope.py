@@ -2,7 +2,6 @@
 it was first bound, and the nested scopes of loop and branch bodies."""
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -75,11 +74,13 @@ class Scopes:
         return out
 
     def suggestion(self, name: str, extra: tuple[str, ...] = ()) -> Optional[str]:
+        import difflib  # only for a diagnostic: not worth its import on every compile
         names = list(self.visible()) + list(extra)
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
         return close[0] if close else None
 
 
 def did_you_mean(name: str, candidates) -> str:
+    import difflib  # only for a diagnostic: not worth its import on every compile
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""

@@ -12,7 +12,6 @@ may be written ``max-depth``, which is how it prints.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Protocol
@@ -96,6 +95,7 @@ def registered_passes() -> dict[str, type[Pass]]:
 def get_pass(name: str, span: Span | None = None) -> type[Pass]:
     cls = _REGISTRY.get(name)
     if cls is None:
+        import difflib  # only for the error: not worth its import on every compile
         close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise TkError(f"unknown pass '{name}'{hint}", span,
