@@ -187,6 +187,9 @@ def test_put_then_get_round_trips(cache):
     got = cache.get(KEY)
     assert got == put and got.files == FILES and got.metadata == META
     assert got.path == entry_dir(cache) and got.key == KEY
+    assert repr(got) == f"CacheEntry(key={KEY!r}, path={got.path!r}, metadata={got.metadata!r})"  # no binaries
+    with pytest.raises(AttributeError):
+        got.key = "other"  # type: ignore[misc]
     manifest = json.loads((got.path / "manifest.json").read_bytes())
     assert manifest["format"] == 1 and manifest["key"] == KEY and manifest["created"]
     assert set(manifest["files"]) == {*FILES, "metadata.json"}

@@ -15,9 +15,8 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import tkjit
 from .errors import TkError
@@ -172,17 +171,21 @@ def cache_key(*, kernel_text: str, options: dict, arch: str, assembler_version: 
     })).hexdigest()
 
 
-@dataclass(frozen=True)
-class CacheEntry:
+# The two records below are NamedTuples rather than frozen dataclasses: every cached load imports
+# this module, and generating the two dataclasses' methods took a fifth of such a load.
+
+class CacheEntry(NamedTuple):
     key: str
     path: Path
-    files: dict[str, bytes] = field(repr=False)
+    files: dict[str, bytes]
     """The caller's files, every one read and verified by ``get`` (not metadata.json/manifest.json)."""
     metadata: dict
 
+    def __repr__(self) -> str:  # the files are binaries: left out
+        return f"CacheEntry(key={self.key!r}, path={self.path!r}, metadata={self.metadata!r})"
 
-@dataclass(frozen=True)
-class EntryInfo:
+
+class EntryInfo(NamedTuple):
     key: str
     size: int
     """Bytes on disk, all files of the entry."""
