@@ -321,10 +321,10 @@ class Role(RoleEmitter):
         for name in (self.k.loop_ring, V_RING) if self.k.plan.split_kv else (KV_RING,):
             self.b(f"mov.b32 {self.rings[name].trips}, {trips};")
 
-    def inner(self) -> ScalarEmitter:
-        """An emitter for the key loop's scalars (j = this trip), over the tile's."""
+    def inner(self, j: str | None = None) -> ScalarEmitter:
+        """An emitter for the key loop's scalars (j = this trip, or the register ``j``), over the tile's."""
         ev = ScalarEmitter(self.b, self.ev.env)
-        ev.env[self.m.j] = self.rings[self.k.loop_ring].counter
+        ev.env[self.m.j] = j or self.rings[self.k.loop_ring].counter
         return ev
 
     def q_slot(self, offset: int) -> str:
@@ -544,9 +544,7 @@ class Consumer(SoftmaxEmitter, Role):
         b(f"mov.b32 {j}, {self.own};")
         b.place(top)
         b(f"setp.ge.s32 {done}, {j}, {trips};", f"@{done} bra {end};")
-        ev = ScalarEmitter(b, self.ev.env)
-        ev.env[m.j] = j
-        masked = ev.value(m.mask_cond)
+        masked = self.inner(j).value(m.mask_cond)
         b(f"@!{masked} mov.b32 {self.own}, {trips};", f"@!{masked} bra {end};",
           f"add.s32 {j}, {j}, 1;", f"bra {top};")
         b.place(end)

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...ir.ops.elementwise import Mul
+from ...ir.types import ScalarType
 from .match import NoMatch, const_value
 from .match_attention import AttentionMatch
 from ...passes.hopper import SMEM_LIMIT, consumer_registers
 from ...passes.reg_budget import PRODUCER_DEFAULT
 from .plan import ALIGN_SLACK
+from .scalars import UnsupportedScalar, supported
 from .wgmma import Operand
 
 L2_BUDGET = 24 << 20
@@ -405,7 +407,7 @@ def _own_trips(m: AttentionMatch, plan: AttentionPlan) -> None:
     scaled_j = len(factors) == 2 and any(f is m.j for f in factors) and m.bkv in [const_value(f) for f in factors]
     why_not = ("pinned off (OWN_TRIPS = False)" if OWN_TRIPS is False else
                f"the mask's key offset is not j·{m.bkv}" if not scaled_j else
-               "the mask's query offset depends on j" if _uses(q0, m.j) else
+               "the mask's query offset depends on j" if not _per_tile(m, q0) else
                "K and V on separate barriers (per-consumer trips are built for one pair)" if plan.split_kv else
                f"every consumer's rows reach the tile's last key block (BKV {m.bkv} is a multiple of BQ "
                f"{m.bq})" if m.bkv % m.bq == 0 and OWN_TRIPS is None else
@@ -418,18 +420,15 @@ def _own_trips(m: AttentionMatch, plan: AttentionPlan) -> None:
                 "at the tensor cores taken, the stage released" if plan.own_trips else why_not)
 
 
-def _uses(v, target) -> bool:
-    """Whether scalar ``v`` is computed from ``target``."""
-    seen, todo = set(), [v]
-    while todo:
-        x = todo.pop()
-        if x is target:
-            return True
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        todo.extend(getattr(x.owner, "operands", ()))  # (a block argument's owner is its block)
-    return False
+def _per_tile(m: AttentionMatch, v) -> bool:
+    """Whether scalar ``v`` is computed from the tile's coordinates and the scalar arguments alone
+    (not from the key loop's j): the matcher's own test of what the kernel can compute."""
+    tile = set(m.block_args) | {p for p in m.kernel.params if isinstance(p.type, ScalarType)}
+    try:
+        supported(v, tile)
+    except UnsupportedScalar:
+        return False
+    return True
 
 
 def ceil(x: int, align: int) -> int:
