@@ -33,6 +33,21 @@ def gemm(r: Ring | None = None, producer=None, consumer=None, persistent=True, c
                                consumer=consumer or good.consumer)
 
 
+def test_protocols_are_frozen_hashable_values():
+    """The classes take ``frozen=True``'s guards from ``Frozen``: a protocol is immutable, equal
+    protocols hash alike (mbarrier caches checks by protocol) and the repr is the dataclass one
+    (it keys the verdicts on disk)."""
+    a, b = gemm(), gemm()
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != gemm(persistent=False)
+    for change in (lambda: setattr(a, "consumers", 3), lambda: setattr(a.rings[0], "extra", 1),
+                   lambda: delattr(a.rings[0], "stages")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            change()
+    assert repr(Wait(K, "full")) == "Wait(ring='k', bar='full', flip=0)"
+    assert repr(a).startswith("Protocol(kernel='gemm', consumers=2, persistent=True, rings=(Ring(name='k', ")
+
+
 def attention():
     q = Ring("q", 1, (Load("q", 49152),), 49152, 3, one_shot=True)
     kv = Ring("kv", 2, (Load("k", 32768), Load("v", 32768)), 65536, 3)

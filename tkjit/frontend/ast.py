@@ -4,31 +4,25 @@ The parser (``parser.py``) builds these from lark's tree; the lowering (``lower.
 Nothing here checks meaning: names, types, shapes and constants are the lowering's business.
 
 Every class is declared ``@dataclass(eq=False, repr=False)`` and takes its repr and its
-frozenness from ``Node``: ``frozen=True`` and a repr per class would make each class generate
-three more methods at import, which took 70% of this module's import time (a cold compile's).
+frozenness from ``Node`` (and ``Node`` from ``tkjit/frozen.py``): ``frozen=True`` and a repr per
+class would make each class generate three more methods at import, which took 70% of this
+module's import time (a cold compile's).
 """
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Optional, Union
 
+from ..frozen import Frozen
 from ..source import Span
 
 
 @dataclass(eq=False, repr=False)
-class Node:
+class Node(Frozen):
     """As a frozen dataclass: each field is set once, by ``__init__`` (``dataclasses.replace``
-    makes a changed copy), and the repr is the dataclass repr."""
+    makes a changed copy; ``Frozen`` refuses the rest), and the repr is the dataclass repr."""
 
     span: Span
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in self.__dict__ or name not in self.__dataclass_fields__:
-            raise FrozenInstanceError(f"cannot assign to field {name!r}")
-        object.__setattr__(self, name, value)
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)

@@ -42,23 +42,32 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
     TurnPass()             ping-pong: bar.arrive on the next consumer's turn barrier
     StagingBegin(ring)     the epilogue writes its staging tile over every stage of the ring
     StagingEnd(ring)       ... and its TMA store has read it (cp.async.bulk.wait_group.read 0)
+
+Every class is ``@dataclass(unsafe_hash=True)`` over ``Frozen`` (tkjit/frozen.py): protocols are
+compared, hashed (``mbarrier``'s cache of checks) and keyed by their repr (the verdicts kept on
+disk), so they compare, hash and print as frozen dataclasses do; ``frozen=True`` itself would
+generate two more methods per class when this module is imported by every Hopper compile.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Union
 
+from ..frozen import Frozen
 
-@dataclass(frozen=True)
-class Load:
+
+@dataclass(unsafe_hash=True)
+class Load(Frozen):
     """One TMA box that lands in every fill of a ring stage."""
 
     name: str
     nbytes: int
 
 
-@dataclass(frozen=True)
-class Ring:
+@dataclass(unsafe_hash=True)
+class Ring(Frozen):
+    """A ring of mbarrier-guarded stages in shared memory (one per pipelined loop or one-shot load)."""
+
     name: str
     stages: int
     loads: tuple[Load, ...]
@@ -90,8 +99,10 @@ class Ring:
 
 
 # -- events (leaves of a program) -------------------------------------------------------------
-@dataclass(frozen=True)
-class Wait:
+@dataclass(unsafe_hash=True)
+class Wait(Frozen):
+    """Spin on ``bar[s]`` ("full" or "empty") with parity ``ph ^ flip``."""
+
     ring: str
     bar: str  # "full" | "empty"
     flip: int = 0
@@ -100,8 +111,10 @@ class Wait:
         return f"wait {self.bar}[{self.ring}.s] parity ph{'^1' if self.flip else ''}"
 
 
-@dataclass(frozen=True)
-class ExpectTx:
+@dataclass(unsafe_hash=True)
+class ExpectTx(Frozen):
+    """``mbarrier.arrive.expect_tx`` on ``full[s]``: arm it with the stage's bytes."""
+
     ring: str
     nbytes: int
 
@@ -109,8 +122,10 @@ class ExpectTx:
         return f"arrive.expect_tx full[{self.ring}.s] {self.nbytes} B"
 
 
-@dataclass(frozen=True)
-class TmaLoad:
+@dataclass(unsafe_hash=True)
+class TmaLoad(Frozen):
+    """``cp.async.bulk.tensor`` of one load into stage ``s``, completing on ``full[s]``."""
+
     ring: str
     load: str
 
@@ -118,24 +133,30 @@ class TmaLoad:
         return f"tma_load {self.load} -> {self.ring}.s (complete_tx on full[{self.ring}.s])"
 
 
-@dataclass(frozen=True)
-class Mma:
+@dataclass(unsafe_hash=True)
+class Mma(Frozen):
+    """One committed wgmma group reading stage ``s`` of each ring named."""
+
     rings: tuple[str, ...]
 
     def text(self) -> str:
         return "mma reading " + ", ".join(f"{r}.s" for r in self.rings) + "; commit_group"
 
 
-@dataclass(frozen=True)
-class MmaWait:
+@dataclass(unsafe_hash=True)
+class MmaWait(Frozen):
+    """``wgmma.wait_group pending``."""
+
     pending: int
 
     def text(self) -> str:
         return f"mma_wait {self.pending}"
 
 
-@dataclass(frozen=True)
-class Release:
+@dataclass(unsafe_hash=True)
+class Release(Frozen):
+    """Arrive on ``empty[s]`` ("cur") or on the previous stage's ("prev")."""
+
     ring: str
     which: str = "cur"  # "cur" | "prev"
 
@@ -144,8 +165,10 @@ class Release:
         return f"release: arrive empty[{self.ring}.{stage}]"
 
 
-@dataclass(frozen=True)
-class Advance:
+@dataclass(unsafe_hash=True)
+class Advance(Frozen):
+    """Next stage; flip ``ph`` on wrap-around ("wrap"; "iteration" is a known bug)."""
+
     ring: str
     per: str = "wrap"  # "wrap" (correct) | "iteration" (flips the phase every trip)
 
@@ -154,52 +177,66 @@ class Advance:
         return f"advance {self.ring}: s = s+1 mod stages, flip ph {flip}"
 
 
-@dataclass(frozen=True)
-class Reset:
+@dataclass(unsafe_hash=True)
+class Reset(Frozen):
+    """``s = 0, ph = 0`` (a known bug when the barriers carry on)."""
+
     ring: str
 
     def text(self) -> str:
         return f"reset {self.ring}: s = 0, ph = 0"
 
 
-@dataclass(frozen=True)
-class ConsumerSync:
+@dataclass(unsafe_hash=True)
+class ConsumerSync(Frozen):
+    """``bar.sync`` on a named barrier of all consumer warpgroups."""
+
     def text(self) -> str:
         return "bar.sync: all consumer warpgroups meet"
 
 
-@dataclass(frozen=True)
-class StagingBegin:
+@dataclass(unsafe_hash=True)
+class StagingBegin(Frozen):
+    """The epilogue writes its staging tile over every stage of the ring."""
+
     ring: str
 
     def text(self) -> str:
         return f"epilogue: write the staging tile over ring {self.ring}"
 
 
-@dataclass(frozen=True)
-class StagingEnd:
+@dataclass(unsafe_hash=True)
+class StagingEnd(Frozen):
+    """The epilogue's TMA store has read its staging tile (``cp.async.bulk.wait_group.read 0``)."""
+
     ring: str
 
     def text(self) -> str:
         return f"epilogue: TMA store has read the staging tile (ring {self.ring} free again)"
 
 
-@dataclass(frozen=True)
-class SkipTrips:
+@dataclass(unsafe_hash=True)
+class SkipTrips(Frozen):
+    """Advance the ring past the previous tile's trips (ping-pong: the other consumer's stages)."""
+
     ring: str
 
     def text(self) -> str:
         return f"skip {self.ring}: advance by the previous tile's trips (the other consumer's stages)"
 
 
-@dataclass(frozen=True)
-class TurnWait:
+@dataclass(unsafe_hash=True)
+class TurnWait(Frozen):
+    """Ping-pong: ``bar.sync`` on this consumer's turn barrier."""
+
     def text(self) -> str:
         return "bar.sync turn[c]: wait for this consumer's turn on the tensor cores"
 
 
-@dataclass(frozen=True)
-class TurnPass:
+@dataclass(unsafe_hash=True)
+class TurnPass(Frozen):
+    """Ping-pong: ``bar.arrive`` on the next consumer's turn barrier."""
+
     def text(self) -> str:
         return "bar.arrive turn[next consumer]: hand the tensor cores on"
 
@@ -209,8 +246,10 @@ Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, Co
 
 
 # -- structure --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Tiles:
+@dataclass(unsafe_hash=True)
+class Tiles(Frozen):
+    """The block loop: once per tile this CTA handles."""
+
     body: tuple["Step", ...]
     alternate: bool = False
     """Consumers take turns: consumer c of N runs the body for the CTA's tiles c, c + N, ...
@@ -221,16 +260,20 @@ class Tiles:
             else "for each tile"
 
 
-@dataclass(frozen=True)
-class IfPrevTile:
+@dataclass(unsafe_hash=True)
+class IfPrevTile(Frozen):
+    """Only when the CTA handled a tile before this one."""
+
     body: tuple["Step", ...]
 
     def head(self) -> str:
         return "if the CTA handled a tile before this one"
 
 
-@dataclass(frozen=True)
-class IfNextTile:
+@dataclass(unsafe_hash=True)
+class IfNextTile(Frozen):
+    """Only when the CTA has a tile after this one."""
+
     body: tuple["Step", ...]
 
     def head(self) -> str:
@@ -243,8 +286,10 @@ PART_HEADS = {"all": "", "own": " over this consumer's own trips (a prefix of th
               "rest": " over the tile's trips after this consumer's own"}
 
 
-@dataclass(frozen=True)
-class Loop:
+@dataclass(unsafe_hash=True)
+class Loop(Frozen):
+    """The ring's loop; its trip count comes from the tile (``min_trips``: do-while)."""
+
     ring: str
     body: tuple["Step", ...]
     min_trips: int = 0
@@ -256,8 +301,10 @@ class Loop:
         return f"loop {self.ring}{PART_HEADS[self.part]}{form}"
 
 
-@dataclass(frozen=True)
-class IfTrips:
+@dataclass(unsafe_hash=True)
+class IfTrips(Frozen):
+    """Only when the ring's loop runs at least once this tile."""
+
     ring: str
     body: tuple["Step", ...]
     orelse: tuple["Step", ...] = ()
@@ -269,8 +316,10 @@ class IfTrips:
         return f"if {self.ring}.{'own ' if self.part == 'own' else ''}trips > 0"
 
 
-@dataclass(frozen=True)
-class NotFirst:
+@dataclass(unsafe_hash=True)
+class NotFirst(Frozen):
+    """Only from the loop's second trip on."""
+
     body: tuple["Step", ...]
 
     def head(self) -> str:
@@ -297,8 +346,10 @@ def program_lines(steps: tuple[Step, ...], depth: int = 1) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class Protocol:
+@dataclass(unsafe_hash=True)
+class Protocol(Frozen):
+    """One kernel's rings and the programs of its producer and of each consumer warpgroup."""
+
     kernel: str
     consumers: int
     persistent: bool
@@ -339,8 +390,8 @@ class Protocol:
 
 
 # -- the standard programs --------------------------------------------------------------------
-@dataclass(frozen=True)
-class LoopPlan:
+@dataclass(unsafe_hash=True)
+class LoopPlan(Frozen):
     """A pipelined loop: ``mmas`` = the rings each wgmma of a trip reads, in program order
     (empty: the stage is read by ordinary loads, not by wgmma)."""
 
@@ -348,15 +399,15 @@ class LoopPlan:
     mmas: tuple[tuple[str, ...], ...]
 
 
-@dataclass(frozen=True)
-class OneShotUse:
+@dataclass(unsafe_hash=True)
+class OneShotUse(Frozen):
     """A tile loaded once per tile, at this point of the tile."""
 
     ring: str
 
 
-@dataclass(frozen=True)
-class StagingReuse:
+@dataclass(unsafe_hash=True)
+class StagingReuse(Frozen):
     """An epilogue whose staging tile reuses the bytes of these rings."""
 
     rings: tuple[str, ...]
