@@ -257,3 +257,26 @@ def test_a_wrong_kernel_meets_no_target():
     row.update(status="ok")
     targets.attach(row)
     assert row["meets_target"] is True
+
+
+def test_pair_timing_alternates_the_sides(monkeypatch):
+    """tkjit and its reference are timed in alternating rounds (A B, B A, ...), so that a clock
+    drift over the pair's time does not fall on whichever side is timed second."""
+    from types import SimpleNamespace
+
+    from tkbench import timing
+    order = []
+
+    def fake_times(fn, warmup_ms, rep_ms):
+        order.append((fn(), warmup_ms > 0))
+        return [1.0 if fn() == "a" else 2.0] * 3
+
+    monkeypatch.setattr(timing, "_cuda_events_times", fake_times)
+    ctx = SimpleNamespace(cuda=True, have_triton=False, warmup_ms=25.0, rep_ms=80.0)
+    a, b = timing.measure_pair(lambda: "a", lambda: "b", ctx)
+    assert order[:2] == [("a", True), ("b", True)]          # each side warmed up once
+    rounds = [side for side, warm in order[2:]]
+    assert not any(warm for _, warm in order[2:])
+    assert rounds[:4] == ["a", "b", "b", "a"] and len(rounds) == 2 * timing.PAIR_ROUNDS
+    assert (a.median_ms, b.median_ms) == (1.0, 2.0) and a.runs == b.runs == 3 * timing.PAIR_ROUNDS
+    assert "interleaved" in a.method

@@ -6,21 +6,36 @@ from __future__ import annotations
 from typing import Callable
 
 from .rows import ERROR, UNSUPPORTED, Row, first_line
-from .timing import Rotation, measure
+from .timing import Rotation, measure, measure_pair
 
 
 def time_pair(row: Row, ctx, rotation: Rotation, tkjit_call: Callable | None, ref_call: Callable | None) -> Row:
-    """``tkjit_call(*inputs)`` and ``ref_call(*inputs)``, each timed on the rotation's input sets."""
+    """``tkjit_call(*inputs)`` and ``ref_call(*inputs)``, each timed on the rotation's input sets:
+    in alternating rounds when both run (``measure_pair``), alone when only one does."""
     row.rotation_sets = len(rotation)
+    sides = {}
     if tkjit_call is not None and row.status not in (ERROR, UNSUPPORTED):
+        sides["tkjit"] = lambda: tkjit_call(*rotation.next())
+    if ref_call is not None and row.ref_error is None:
+        sides["ref"] = lambda: ref_call(*rotation.next())
+    if len(sides) == 2:
         try:
-            timing = measure(lambda: tkjit_call(*rotation.next()), ctx)
+            tkjit, ref = measure_pair(sides["tkjit"], sides["ref"], ctx)
+        except Exception:  # noqa: BLE001 - time them apart, so that the row says which one failed
+            pass
+        else:
+            row.tkjit_ms, row.tkjit_timing = tkjit.median_ms, tkjit.to_json()
+            row.ref_ms, row.ref_timing = ref.median_ms, ref.to_json()
+            return row.finish()
+    if "tkjit" in sides:
+        try:
+            timing = measure(sides["tkjit"], ctx)
             row.tkjit_ms, row.tkjit_timing = timing.median_ms, timing.to_json()
         except Exception as exc:  # noqa: BLE001 - the row says what happened
             row.fail(exc)
-    if ref_call is not None and row.ref_error is None:
+    if "ref" in sides:
         try:
-            timing = measure(lambda: ref_call(*rotation.next()), ctx)
+            timing = measure(sides["ref"], ctx)
             row.ref_ms, row.ref_timing = timing.median_ms, timing.to_json()
         except Exception as exc:  # noqa: BLE001
             row.ref_error = first_line(exc)

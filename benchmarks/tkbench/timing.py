@@ -1,8 +1,13 @@
-"""Timing one callable: device events around each call, warm-up first, the median of many runs.
+"""Timing callables: device events around each call, warm-up first, the median of many runs.
 
 On a GPU with Triton, ``triton.testing.do_bench`` does it (events per call, and it clears the L2
 between calls); without Triton, CUDA events directly. On the CPU (the dry run) a host clock
 times a few calls: those numbers only show that the script works.
+
+``measure_pair`` times tkjit and its reference in alternating rounds (A B, B A, A B, ...). A GPU
+running one heavy kernel for a second heats up and lowers its clock (on an H200, tkjit's D=128
+attention read 3-8% slower when timed again after cuDNN, in the same row of the session-6 run),
+so whichever side is timed second would be handicapped; alternating puts the drift on both sides.
 
 ``Rotation`` holds several independent input sets when one set fits in L2, so that consecutive
 calls do not find their inputs in the cache.
@@ -43,6 +48,38 @@ def measure(fn: Callable[[], object], ctx) -> Timing:
     return _cuda_events(fn, ctx.warmup_ms, ctx.rep_ms)
 
 
+PAIR_ROUNDS = 8
+"""Rounds of ``measure_pair``: each side gets ``rep_ms / PAIR_ROUNDS`` per round."""
+
+
+def measure_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], ctx) -> tuple[Timing, Timing]:
+    """Time ``fn_a`` and ``fn_b`` in alternating rounds, each side warmed up once first; the
+    medians are over all of a side's calls. An exception from either propagates."""
+    if not ctx.cuda:
+        return _host_clock(fn_a), _host_clock(fn_b)
+    timer = _do_bench_all if ctx.have_triton else _cuda_events_all
+    fns = (fn_a, fn_b)
+    for fn in fns:
+        timer(fn, ctx.warmup_ms, 0.0)
+    times: tuple[list[float], list[float]] = ([], [])
+    share = ctx.rep_ms / PAIR_ROUNDS
+    for r in range(PAIR_ROUNDS):
+        for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+            times[side].extend(timer(fns[side], 0.0, share))
+    method = ("triton.testing.do_bench" if ctx.have_triton else "torch.cuda.Event") + \
+        f", interleaved with the other side in {PAIR_ROUNDS} rounds"
+    return _summary(times[0], method), _summary(times[1], method)
+
+
+def _do_bench_all(fn, warmup_ms: float, rep_ms: float) -> list[float]:
+    from triton.testing import do_bench
+    return [float(t) for t in do_bench(fn, warmup=warmup_ms, rep=max(rep_ms, 1e-3), return_mode="all")]
+
+
+def _cuda_events_all(fn, warmup_ms: float, rep_ms: float) -> list[float]:
+    return _cuda_events_times(fn, warmup_ms, rep_ms)
+
+
 def _summary(times_ms: list[float], method: str) -> Timing:
     ordered = sorted(times_ms)
     if len(ordered) >= 5:
@@ -68,6 +105,10 @@ def _do_bench(fn, warmup_ms: float, rep_ms: float) -> Timing:
 
 
 def _cuda_events(fn, warmup_ms: float, rep_ms: float) -> Timing:
+    return _summary(_cuda_events_times(fn, warmup_ms, rep_ms), "torch.cuda.Event")
+
+
+def _cuda_events_times(fn, warmup_ms: float, rep_ms: float) -> list[float]:
     import torch
     fn()
     torch.cuda.synchronize()
@@ -88,7 +129,7 @@ def _cuda_events(fn, warmup_ms: float, rep_ms: float) -> Timing:
         fn()
         finish.record()
     torch.cuda.synchronize()
-    return _summary([b.elapsed_time(f) for b, f in zip(starts, ends)], "torch.cuda.Event")
+    return [b.elapsed_time(f) for b, f in zip(starts, ends)]
 
 
 def _host_clock(fn, runs: int = 3) -> Timing:
