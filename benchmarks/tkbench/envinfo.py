@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from .context import REPO
+from .timing import PAIR_ROUNDS
 
 SMI_FIELDS = ("name", "driver_version", "pstate", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem",
               "power.draw", "power.limit", "temperature.gpu", "memory.total", "memory.used")
@@ -76,8 +77,9 @@ def torch_environment(ctx) -> dict:
     import torch
     env = {"device": ctx.device, "python": sys.version.split()[0], "platform": platform.platform(),
            "torch": torch.__version__, "torch_cuda": torch.version.cuda, "l2_bytes": ctx.l2_bytes,
-           "timing": "triton.testing.do_bench" if ctx.cuda and ctx.have_triton else
-           ("torch.cuda.Event" if ctx.cuda else "host clock (CPU dry run)")}
+           "timing": ("triton.testing.do_bench" if ctx.cuda and ctx.have_triton else
+                      ("torch.cuda.Event" if ctx.cuda else "host clock (CPU dry run)"))
+           + (f", tkjit and the reference alternated in {PAIR_ROUNDS} rounds" if ctx.cuda else "")}
     env.update(_versions())
     if ctx.cuda:
         props = torch.cuda.get_device_properties(0)
