@@ -44,6 +44,8 @@ class StageNotAvailableError(NotAvailableError, KeyError):
 
 @dataclass
 class CompileResult:
+    """One compilation's stages so far: the texts in ``asm``, the cubin, its metadata and decisions."""
+
     source: str
     filename: str
     options: CompileOptions

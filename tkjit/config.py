@@ -5,6 +5,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .frozen import Frozen
+
 
 TOOL_VARIABLES = ("TKJIT_PTXAS", "TKJIT_CUOBJDUMP", "TKJIT_NVDISASM")
 
@@ -13,8 +15,10 @@ def _flag(env: dict[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-@dataclass(frozen=True)
-class Config:
+@dataclass(unsafe_hash=True)
+class Config(Frozen):
+    """The environment's switches, read once (``Config.from_env()``; ``get_config()`` keeps one)."""
+
     cache_dir: Path
     """TKJIT_CACHE_DIR, else the platform's user cache directory."""
     dump_dir: Path | None = None

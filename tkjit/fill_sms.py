@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import TkError
+from .frozen import Frozen
 
 if TYPE_CHECKING:
     from .kernel import CompiledKernel
@@ -67,8 +68,10 @@ SM_BANDWIDTH = 1.0e11
 M = 128 (64 CTAs, 1.57 MB each) ran in 15.7 us on the H200 (2026-11-21)."""
 
 
-@dataclass(frozen=True)
-class Candidate:
+@dataclass(unsafe_hash=True)
+class Candidate(Frozen):
+    """One variant of a ``@fill_sms`` kernel's tile constants, at one launch shape."""
+
     constants: tuple[tuple[str, int], ...]
     """(name, value) of every named constant, in the annotation's order."""
     tiles: int

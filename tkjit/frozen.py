@@ -1,11 +1,14 @@
 """``Frozen``: what ``@dataclass(frozen=True)`` adds to a class, as a mixin.
 
 A frozen dataclass generates ``__setattr__``, ``__delattr__`` (and, with ``eq``, ``__hash__``) for
-every class, each compiled separately when its module is imported; modules that declare many
-small immutable records (the AST, the sync protocol's steps) take these two from here instead and
-declare their classes ``@dataclass(unsafe_hash=True)`` (hashable, compared and printed as a frozen
-dataclass is) or ``@dataclass(eq=False, repr=False)``. A field is set once, by ``__init__``;
-``dataclasses.replace`` makes a changed copy.
+every class, each compiled separately when its module is imported (a cold compile imports about a
+hundred dataclasses). tkjit's immutable records (the AST, the IR's types, the sync protocol's
+steps, options, matches, ...) take these two from here instead and are declared
+``@dataclass(unsafe_hash=True)`` (compared, hashed and printed as a frozen dataclass is) or with
+``eq=False`` where a frozen one had it. A field is set once, by ``__init__``;
+``dataclasses.replace`` makes a changed copy. (Passes stay ``frozen=True``: the pass registry
+asks for it.) A dataclass without a docstring also costs an ``inspect.signature`` call at import,
+to make one: give every dataclass a docstring.
 """
 from __future__ import annotations
 

@@ -12,13 +12,16 @@ from typing import Mapping
 
 from .config import Config, get_config
 from .errors import TkError
+from .frozen import Frozen
 
 BACKENDS = ("gpu", "interpret")
 ConstantValue = int | float | bool
 
 
-@dataclass(frozen=True)
-class CompileOptions:
+@dataclass(unsafe_hash=True)
+class CompileOptions(Frozen):
+    """What one compilation was asked for (``resolve()`` fills in the rest from ``Config``)."""
+
     constants: tuple[tuple[str, ConstantValue], ...] = ()
     """Overrides of the kernel's ``<NAME = default>`` constants, sorted by name."""
     pipeline: str | None = None

@@ -4,9 +4,11 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from .frozen import Frozen
 
-@dataclass(frozen=True, eq=False)
-class Source:
+
+@dataclass(eq=False)
+class Source(Frozen):
     """A kernel's text and the name it is reported under (a file name or ``<string>``)."""
 
     text: str
@@ -35,8 +37,8 @@ class Source:
         return Span(self, start, start + 1 if end is None else end)
 
 
-@dataclass(frozen=True)
-class Span:
+@dataclass(unsafe_hash=True)
+class Span(Frozen):
     """A half-open character range [start, end) of a Source."""
 
     source: Source

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import DiagnosticError
+from ..frozen import Frozen
 from . import ast
 from .scope import did_you_mean
 
 
-@dataclass(frozen=True)
-class Rule:
+@dataclass(unsafe_hash=True)
+class Rule(Frozen):
+    """Where an annotation may be written and the parameters it takes."""
+
     place: str
     """'kernel', 'for' or 'st' (a shared tile declaration)."""
     params: tuple[str, ...]

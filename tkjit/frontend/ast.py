@@ -40,11 +40,15 @@ class Num(Node):
 
 @dataclass(eq=False, repr=False)
 class Bool(Node):
+    """``true`` or ``false``."""
+
     value: bool
 
 
 @dataclass(eq=False, repr=False)
 class Name(Node):
+    """A name used as a value."""
+
     name: str
 
 
@@ -133,6 +137,8 @@ class Annotation(Node):
 
 @dataclass(eq=False, repr=False)
 class Stmt(Node):
+    """Base of the statements: each carries the annotations written above it."""
+
     annotations: tuple[Annotation, ...] = field(default=(), kw_only=True)
 
 
@@ -239,6 +245,8 @@ class Param(Node):
 
 @dataclass(eq=False, repr=False)
 class Kernel(Node):
+    """``kernel name<consts>(params) { body }``: the whole kernel."""
+
     name: str
     name_span: Span
     annotations: tuple[Annotation, ...]

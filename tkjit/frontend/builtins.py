@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..errors import DiagnosticError
+from ..frozen import Frozen
 from ..ir import ops
 from ..ir.core import Value
 from ..ir.types import BOOL, DTYPES, F32, I32, TileType, Type, VectorType
@@ -17,8 +18,10 @@ from .fold import fold_math, fold_minmax, is_const, show, to_float
 from .scope import did_you_mean
 
 
-@dataclass(frozen=True)
-class Builtin:
+@dataclass(unsafe_hash=True)
+class Builtin(Frozen):
+    """A builtin function: how it lowers, how many arguments it takes and its signature as shown."""
+
     lower: Callable
     min_args: int
     max_args: int

@@ -13,9 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from ..frozen import Frozen
 
-@dataclass(frozen=True)
-class DType:
+
+@dataclass(unsafe_hash=True)
+class DType(Frozen):
+    """An element type: its name as printed, its width in bits and whether it is a float."""
+
     name: str
     bits: int
     is_float: bool
@@ -63,16 +67,20 @@ class Type:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
-class ScalarType(Type):
+@dataclass(unsafe_hash=True)
+class ScalarType(Type, Frozen):
+    """A scalar value of one dtype (``f32``, ``i32``, ``bool``)."""
+
     dtype: DType
 
     def __str__(self) -> str:
         return self.dtype.name
 
 
-@dataclass(frozen=True)
-class GlobalType(Type):
+@dataclass(unsafe_hash=True)
+class GlobalType(Type, Frozen):
+    """A global tensor, ``gl<dtype>[dims]``: ints are fixed, names bind at launch."""
+
     dtype: DType
     dims: tuple[Union[int, str], ...]
 
@@ -84,8 +92,8 @@ class GlobalType(Type):
         return len(self.dims)
 
 
-@dataclass(frozen=True)
-class TileType(Type):
+@dataclass(unsafe_hash=True)
+class TileType(Type, Frozen):
     """A 2-D tile in shared memory (``space='st'``) or registers (``space='rt'``)."""
 
     space: str
@@ -124,8 +132,8 @@ class TileType(Type):
         return TileType(space, self.dtype, self.rows, self.cols, ())
 
 
-@dataclass(frozen=True)
-class VectorType(Type):
+@dataclass(unsafe_hash=True)
+class VectorType(Type, Frozen):
     """``cv``: one value per tile row (length = rows); ``rv``: one value per tile column."""
 
     kind: str

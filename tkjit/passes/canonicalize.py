@@ -89,6 +89,8 @@ def fold_value(op: Op, args: list[Scalar]) -> Scalar | None:
 
 @dataclass
 class _Counts:
+    """What one run of the pass rewrote, for its decision."""
+
     folded: int = 0
     ifs: int = 0
     selects: int = 0
@@ -104,6 +106,9 @@ class _Counts:
 @register_pass
 @dataclass(frozen=True)
 class Canonicalize(Pass):
+    """The ``canonicalize`` pass: fold constants, inline constant ifs, merge duplicate const/dim
+    ops, remove dead code."""
+
     name = "canonicalize"
     summary = "fold constants, inline constant ifs, merge duplicate const/dim ops, remove dead code"
 

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TkError
+from ..frozen import Frozen
 from ..ir.core import Op, Value
 
 
-@dataclass(frozen=True)
-class Decision:
+@dataclass(unsafe_hash=True)
+class Decision(Frozen):
+    """One decision of a pass: about what, what was decided, why, and its data."""
+
     pass_name: str
     subject: str
     """What the decision is about: ``@gemm``, ``%a``, ``for at gemm.tk:8:5``."""

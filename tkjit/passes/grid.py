@@ -83,6 +83,9 @@ def launch_grid(kernel: Kernel) -> list:
 @register_pass
 @dataclass(frozen=True)
 class Grid(Pass):
+    """The ``grid`` pass: persistent grid over the SM count and grouped tile order, or one CTA per
+    tile."""
+
     name = "grid"
     summary = "persistent grid over the SM count and grouped tile order, or one CTA per tile"
     target_specific = True

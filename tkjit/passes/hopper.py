@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..errors import PassError
+from ..frozen import Frozen
 from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import Blocks, Copy, For, If, Load, Store, Yield
 from ..ir.types import TileType
@@ -161,8 +162,8 @@ def carried_groups(kernel: Kernel) -> list[list[Value]]:
     return list(groups.values())
 
 
-@dataclass(frozen=True)
-class Position:
+@dataclass(unsafe_hash=True)
+class Position(Frozen):
     """Where an op sits in the block body's program order: [start, end] covers its regions."""
 
     start: int

@@ -74,6 +74,9 @@ def _all_values(kernel: Kernel):
 @register_pass
 @dataclass(frozen=True)
 class Layout(Pass):
+    """The ``layout`` pass: shared-tile swizzles, mma operand major-ness, wgmma register fragment
+    layouts."""
+
     name = "layout"
     summary = "shared-tile swizzles, mma operand major-ness, wgmma register fragment layouts"
     target_specific = True

@@ -49,6 +49,8 @@ def fragment_registers(t: Type, consumers: int) -> int:
 
 @dataclass
 class Pressure:
+    """Register pressure of a consumer thread: the peak, where it is and what is live there."""
+
     peak: int
     """Fragment registers per consumer thread at the busiest op."""
     at: Op | None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Protocol
 
 from ..errors import PassError, TkError, VerifyError
+from ..frozen import Frozen
 from ..ir.core import Kernel
 from ..ir.printer import print_kernel
 from ..ir.verify import verify_kernel
@@ -165,8 +166,10 @@ def _convert(cls: type[Pass], key: str, text: str, span: Span) -> tuple[str, Any
 
 # ---------------------------------------------------------------- pipeline strings
 
-@dataclass(frozen=True)
-class Pipeline:
+@dataclass(unsafe_hash=True)
+class Pipeline(Frozen):
+    """Passes in the order they run (``Pipeline.parse`` reads a pipeline string)."""
+
     passes: tuple[Pass, ...] = ()
 
     @staticmethod

@@ -146,6 +146,9 @@ def _explore(proto: Protocol, cases: list[tuple[int, ...]]) -> CheckReport:
 @register_pass
 @dataclass(frozen=True)
 class Mbarrier(Pass):
+    """The ``mbarrier`` pass: full/empty mbarrier rings, one-shot barriers, the producer/consumer
+    protocol, checked."""
+
     name = "mbarrier"
     summary = "full/empty mbarrier rings, one-shot barriers, the producer/consumer protocol, checked"
     target_specific = True

@@ -30,6 +30,8 @@ MAX_PINNABLE = 8
 @register_pass
 @dataclass(frozen=True)
 class PipelineStages(Pass):
+    """The ``pipeline`` pass: stage count of every loop's loads from the shared-memory budget."""
+
     name = "pipeline"
     summary = "stage count of every loop's loads from the shared-memory budget"
     target_specific = True

@@ -26,6 +26,9 @@ PRODUCER_DEFAULT = 40
 @register_pass
 @dataclass(frozen=True)
 class RegBudget(Pass):
+    """The ``reg-budget`` pass: setmaxnreg split between producer and consumers from a live-register
+    estimate."""
+
     name = "reg-budget"
     summary = "setmaxnreg split between producer and consumers from a live-register estimate"
     target_specific = True

@@ -32,6 +32,8 @@ CHUNK_ROWS, CHUNK_ROW_BYTES = 64, 128
 
 @dataclass
 class Buffer:
+    """One shared-memory buffer to place: its size, alignment and lifetime (in op order)."""
+
     kind: str            # "ring" | "tile" | "staging"
     op: Op               # the For, Load, Copy or Store it belongs to
     size: int

@@ -33,6 +33,8 @@ EPILOGUES = ("auto", "tile", "chunks")
 
 @dataclass
 class Placement:
+    """A buffer at its byte offset in shared memory."""
+
     buffer: Buffer
     offset: int
 
@@ -61,6 +63,9 @@ def place(bufs: list[Buffer], reuse: bool) -> list[Placement]:
 @register_pass
 @dataclass(frozen=True)
 class SmemPlan(Pass):
+    """The ``smem-plan`` pass: offsets of every shared buffer, dead-buffer reuse, mbarrier words,
+    the 227 KB limit."""
+
     name = "smem-plan"
     summary = "offsets of every shared buffer, dead-buffer reuse, mbarrier words, the 227 KB limit"
     target_specific = True

@@ -10,6 +10,8 @@ from .sync_protocol import Protocol
 
 @dataclass
 class CaseResult:
+    """One trip-count case the checker explored: the states it visited and whether it saw all of them."""
+
     case: tuple[int, ...]
     states: int
     exhaustive: bool
@@ -17,6 +19,8 @@ class CaseResult:
 
 @dataclass
 class CheckReport:
+    """A protocol that passed the check, with its cases."""
+
     protocol: Protocol
     results: list[CaseResult] = field(default_factory=list)
 

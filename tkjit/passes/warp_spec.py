@@ -63,6 +63,9 @@ def pingpong_by_default(kernel: Kernel, accs) -> tuple[bool, str]:
 @register_pass
 @dataclass(frozen=True)
 class WarpSpec(Pass):
+    """The ``warp-spec`` pass: producer warpgroup + N consumer warpgroups; register tiles split by
+    64-row slabs."""
+
     name = "warp-spec"
     summary = "producer warpgroup + N consumer warpgroups; register tiles split by 64-row slabs"
     target_specific = True

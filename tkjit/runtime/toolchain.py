@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ToolchainError
+from ..frozen import Frozen
 from .tool_paths import find_tool
 
 _TIMEOUT_S = 600
@@ -43,8 +44,8 @@ def ptxas_version() -> str:
 
 # ---------------------------------------------------------------- ptxas's report
 
-@dataclass(frozen=True)
-class FunctionReport:
+@dataclass(unsafe_hash=True)
+class FunctionReport(Frozen):
     """What ptxas says about one function (``-v``)."""
 
     name: str
@@ -57,8 +58,8 @@ class FunctionReport:
     """Static shared memory (``.shared`` declarations); dynamic shared memory is not counted."""
 
 
-@dataclass(frozen=True)
-class PtxasMessage:
+@dataclass(unsafe_hash=True)
+class PtxasMessage(Frozen):
     """One ``ptxas info|warning|error`` line that is not routine bookkeeping."""
 
     level: str
@@ -70,8 +71,8 @@ class PtxasMessage:
     """The PTX line an error points at."""
 
 
-@dataclass(frozen=True)
-class PtxasReport:
+@dataclass(unsafe_hash=True)
+class PtxasReport(Frozen):
     """The parsed ``ptxas -v`` log: per-function resources, the coded messages, the raw text."""
 
     functions: tuple[FunctionReport, ...] = ()

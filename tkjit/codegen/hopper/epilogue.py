@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...frozen import Frozen
 from .builder import Builder
 
 PACK = {"bf16": "cvt.rn.bf16x2.f32", "f16": "cvt.rn.f16x2.f32"}
 ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 
 
-@dataclass(frozen=True)
-class Fragment:
+@dataclass(unsafe_hash=True)
+class Fragment(Frozen):
     """One consumer accumulator: 64 rows from ``row`` and ``n`` columns from ``col`` (registers
     holding the thread's first row and first column), ``regs`` its n/2 f32 registers."""
 
@@ -94,8 +95,8 @@ PANEL_COLS, PANEL_BYTES = 64, 64 * 128
 TMA box of 64 x 64 with CU_TENSOR_MAP_SWIZZLE_128B reads)."""
 
 
-@dataclass(frozen=True)
-class Staging:
+@dataclass(unsafe_hash=True)
+class Staging(Frozen):
     """One consumer's staging tiles: ``cols`` columns of each of its 64-row slabs per round,
     64-column panels one after another (slab-major). ``lanes[q]`` is this thread's stmatrix
     address for the q-th 16-column chunk of a panel (row 16w + l%8 + 8((l>>3)&1), chunk 2q + l/16,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import NotAvailableError
+from ...frozen import Frozen
 from ...ir.core import Kernel, Op, Value
 from ...ir.ops import Blocks, Const, Cvt, For, Load, MmaAB, MmaABt, Store, Yield, Zeros
 from ...ir.types import BF16, F16, F32, GlobalType, ScalarType, TileType
@@ -32,8 +33,10 @@ class NoMatch(Exception):
     """Why a kernel is not the GEMM pattern (internal: match_gemm returns the message)."""
 
 
-@dataclass(frozen=True)
-class GemmMatch:
+@dataclass(unsafe_hash=True)
+class GemmMatch(Frozen):
+    """A kernel matched as the GEMM pattern: its ops, parameters, tile sizes and dtypes."""
+
     kernel: Kernel
     blocks: Blocks
     loop: For

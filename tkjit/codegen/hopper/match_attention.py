@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...frozen import Frozen
 from ...ir.core import Kernel, Op, Value
 from ...ir.ops import Blocks, Cvt, For, If, Load, MmaAB, MmaABt, Store, Yield, Zeros
 from ...ir.ops.elementwise import Add, CausalMask, Exp2, Fill, Log2, Max, Mul, Sub
@@ -46,8 +47,10 @@ RowMax, RowSum = _op_named("row_max"), _op_named("row_sum")
 SubRow, MulRow, DivRow = _op_named("sub_row"), _op_named("mul_row"), _op_named("div_row")
 
 
-@dataclass(frozen=True)
-class AttentionMatch:
+@dataclass(unsafe_hash=True)
+class AttentionMatch(Frozen):
+    """A kernel matched as the online-softmax attention: its ops, scalars, parameters and blocks."""
+
     kernel: Kernel
     blocks: Blocks
     loop: For

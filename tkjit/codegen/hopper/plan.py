@@ -53,6 +53,8 @@ def consumer_registers(consumers: int, producer: int) -> int:
 
 @dataclass
 class Plan:
+    """How the GEMM is emitted: operand spans, consumers, registers, stages and shared-memory layout."""
+
     span_a: int
     span_b: int
     consumers: int

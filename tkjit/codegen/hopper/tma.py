@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...frozen import Frozen
+
 MAX_BOX = 256
 """Each box dimension is at most 256 elements."""
 
 
-@dataclass(frozen=True)
-class TensorMap:
+@dataclass(unsafe_hash=True)
+class TensorMap(Frozen):
     """One tensor map: the kernel parameter ``param`` (its index in the argument list) seen in
     boxes of ``box`` elements (innermost first) with ``swizzle``-byte swizzling."""
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...frozen import Frozen
+
 SWIZZLE_CODES = {128: 1, 64: 2, 32: 3}
 """The descriptor's swizzle field (note: the reverse of the TMA enum's order)."""
 ADDRESS_MASK = 0x3FFFF
@@ -46,8 +48,8 @@ def descriptor_constant(lbo: int, sbo: int, swizzle: int) -> int:
     return (encode_field(lbo) << 16) | (encode_field(sbo) << 32) | (SWIZZLE_CODES[swizzle] << 62)
 
 
-@dataclass(frozen=True)
-class Operand:
+@dataclass(unsafe_hash=True)
+class Operand(Frozen):
     """How one wgmma operand lies in a stage: ``rows`` x ``cols`` elements (rows along M/N for
     K-major, along K for MN-major), ``span``-byte panels, ``major`` "K" or "MN"."""
 
