@@ -179,6 +179,30 @@ def test_kept_target_passes_report_their_snapshots_and_decisions(test_passes):
     assert [d.decision for d in log.for_pass("test-annotate")] == ["annotated"]
 
 
+def test_held_snapshots_are_the_ir_after_each_target_pass(test_passes):
+    """The manager holds printed IR for IRSnapshots (it only prints) and copies of the IR for an
+    instrument that takes kernels: both see the IR as it was after each pass."""
+    class Kernels:
+        def __init__(self):
+            self.texts = []
+
+        def after_pass(self, index, pass_, kernel):
+            self.texts.append(print_kernel(kernel))
+
+    def snapshots_with(*others):
+        snapshots = IRSnapshots()
+        manager = PassManager("canonicalize,test-annotate", instruments=[snapshots, *others],
+                              tentative_target=True)
+        out = manager.run(BY_NAME["scalars"].kernel(), PassContext(CompileOptions.resolve(), DecisionLog()))
+        return out, [text for _, text in snapshots.snapshots]
+
+    out, as_text = snapshots_with()
+    kernels = Kernels()
+    _, as_copies = snapshots_with(kernels)
+    assert as_text == as_copies == kernels.texts and as_text[-1] == print_kernel(out)
+    assert "threads" not in as_text[0] and "threads" in as_text[1]
+
+
 def test_a_refusal_drops_the_target_passes_work(test_passes):
     out, log, labels = run_tentatively("canonicalize,test-annotate,test-refuse")
     assert "threads" not in out.attrs and labels == ["after:canonicalize"]

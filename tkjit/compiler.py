@@ -325,6 +325,12 @@ class _KeepPortable:
             from .passes.rewrite import clone_kernel
             self.result._portable_ir = clone_kernel(kernel)
 
+    def after_pass_text(self, index, pass_, text: str) -> None:
+        """The manager holds text for the passes it runs tentatively, the target-specific ones:
+        they come after the point this instrument keeps, so there is nothing to do."""
+        if self.first_target is not None and index == self.first_target - 1:
+            raise AssertionError("the IR before the first target-specific pass came as text")
+
 
 def _optimize(result: CompileResult) -> None:
     from .ir.printer import print_kernel

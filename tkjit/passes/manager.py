@@ -278,6 +278,10 @@ class _PipelineParser:
 # ---------------------------------------------------------------- running passes
 
 class Instrument(Protocol):
+    """Called after every pass. An instrument that only prints the IR may also have
+    ``after_pass_text(index, pass_, text)``, given the printed IR instead: for the passes run
+    tentatively, the manager then holds that text until they are kept, not a copy of the IR."""
+
     def after_pass(self, index: int, pass_: Pass, kernel: Kernel) -> None: ...
 
 
@@ -290,9 +294,11 @@ class IRSnapshots:
         self.on_snapshot = on_snapshot
 
     def after_pass(self, index: int, pass_: Pass, kernel: Kernel) -> None:
+        self.after_pass_text(index, pass_, print_kernel(kernel))
+
+    def after_pass_text(self, index: int, pass_: Pass, text: str) -> None:
         seen = sum(1 for label, _ in self.snapshots if label.split("#")[0] == f"after:{pass_.name}")
         label = f"after:{pass_.name}" + (f"#{seen + 1}" if seen else "")
-        text = print_kernel(kernel)
         self.snapshots.append((label, text))
         if self.on_snapshot is not None:
             self.on_snapshot(label, text)
@@ -344,7 +350,7 @@ class PassManager:
     def _run_tentatively(self, passes: list[Pass], first: int, kernel: Kernel, ctx: PassContext) -> Kernel:
         from .rewrite import clone_kernel
         untouched, outer, tentative = clone_kernel(kernel), ctx.log, DecisionLog()
-        held = _Held()
+        held = _Held(self.instruments)
         ctx.log = tentative
         index = first
         try:
@@ -358,9 +364,7 @@ class PassManager:
             return untouched
         finally:
             ctx.log = outer
-        for index, p, snapshot in held.calls:
-            for instrument in self.instruments:
-                instrument.after_pass(index, p, snapshot)
+        held.replay()
         for d in tentative:
             outer.record(d.pass_name, d.subject, d.decision, d.reason, **d.data)
         return kernel
@@ -399,14 +403,32 @@ class PassManager:
 
 
 class _Held:
-    """An instrument that holds a copy of the IR after each pass until the passes are kept."""
+    """An instrument that holds what ``instruments`` are owed after each pass until the passes are
+    kept (``replay``): the printed IR when they all take text (``after_pass_text``, as IRSnapshots
+    does), else a copy of the IR; nothing when there are none. (Copying the IR after each of the
+    Hopper passes only to print it later was about 2 ms of a cold compile.)"""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, Pass, Kernel]] = []
+    def __init__(self, instruments: list[Instrument]) -> None:
+        self.instruments = instruments
+        self.as_text = all(hasattr(i, "after_pass_text") for i in instruments)
+        self.calls: list[tuple[int, Pass, Kernel | str]] = []
 
     def after_pass(self, index: int, pass_: Pass, kernel: Kernel) -> None:
-        from .rewrite import clone_kernel
-        self.calls.append((index, pass_, clone_kernel(kernel)))
+        if not self.instruments:
+            return
+        if self.as_text:
+            self.calls.append((index, pass_, print_kernel(kernel)))
+        else:
+            from .rewrite import clone_kernel
+            self.calls.append((index, pass_, clone_kernel(kernel)))
+
+    def replay(self) -> None:
+        for index, p, snapshot in self.calls:
+            for instrument in self.instruments:
+                if self.as_text:
+                    instrument.after_pass_text(index, p, snapshot)
+                else:
+                    instrument.after_pass(index, p, snapshot)
 
 
 def _reproducer(p: Pass, before: str | None) -> list[str]:
