@@ -57,7 +57,7 @@ def measure_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], ctx) ->
     medians are over all of a side's calls. An exception from either propagates."""
     if not ctx.cuda:
         return _host_clock(fn_a), _host_clock(fn_b)
-    timer = _do_bench_all if ctx.have_triton else _cuda_events_all
+    timer = _do_bench_all if ctx.have_triton else _cuda_events_times
     fns = (fn_a, fn_b)
     for fn in fns:
         timer(fn, ctx.warmup_ms, 0.0)
@@ -72,12 +72,13 @@ def measure_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], ctx) ->
 
 
 def _do_bench_all(fn, warmup_ms: float, rep_ms: float) -> list[float]:
+    """Every call's time, or (an older Triton without return_mode="all") the round's median."""
     from triton.testing import do_bench
-    return [float(t) for t in do_bench(fn, warmup=warmup_ms, rep=max(rep_ms, 1e-3), return_mode="all")]
-
-
-def _cuda_events_all(fn, warmup_ms: float, rep_ms: float) -> list[float]:
-    return _cuda_events_times(fn, warmup_ms, rep_ms)
+    rep_ms = max(rep_ms, 1e-3)
+    try:
+        return [float(t) for t in do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")]
+    except (AssertionError, TypeError, ValueError):
+        return [float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))]
 
 
 def _summary(times_ms: list[float], method: str) -> Timing:
