@@ -37,6 +37,24 @@ def ir_of(d: int = 128, causal: bool = False, source: str = SOURCE, pipeline: st
     return compile_source(source, opts, filename="attention.tk").ir
 
 
+def test_a_gemm_compile_imports_none_of_the_attention_path():
+    """The attention matcher, plan and kernel are imported only when a kernel is not a GEMM
+    (package ``__getattr__``); ``match_attention`` is still the function, not its module."""
+    import json
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[1]
+    attention = ["tkjit.codegen.hopper.attention_match", "tkjit.codegen.hopper.attention_plan",
+                 "tkjit.codegen.hopper.attention", "tkjit.codegen.hopper.scalars"]
+    code = ("import sys, json, tkjit; k = tkjit.compile(open('examples/gemm.tk').read(), cache=False); "
+            "assert 'wgmma' in k.asm['ptx']; loaded = [m for m in %r if m in sys.modules]; "
+            "from tkjit.codegen.hopper import match_attention; "
+            "print(json.dumps([loaded, match_attention.__module__, callable(match_attention)]))" % attention)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == [[], "tkjit.codegen.hopper.attention_match", True]
+
+
 @pytest.mark.parametrize("d, causal", VARIANTS)
 def test_the_example_matches(d, causal):
     m = match_attention(ir_of(d, causal))

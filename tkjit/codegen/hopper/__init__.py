@@ -3,7 +3,7 @@
     out = emit_hopper_ptx(kernel, options=None, decisions=None)   # (ptx, metadata) or None
 
 It compiles the kernels whose pattern it knows (the GEMM of match.py, with mma_AB or mma_ABt;
-the online-softmax attention of match_attention.py) into a warp-specialized kernel (gemm.py,
+the online-softmax attention of attention_match.py) into a warp-specialized kernel (gemm.py,
 attention.py; their decisions: plan.py, attention_plan.py, which use the scheduling passes'
 annotations) and returns None for every other kernel, so
 the caller falls back to the register-tile backend; the reason is appended to ``decisions``
@@ -22,13 +22,15 @@ from __future__ import annotations
 from ...ir.core import Kernel
 from .gemm import GemmKernel, gemm_protocol
 from .match import GemmMatch, NoMatch, match_gemm
-from .match_attention import match_attention  # eager: a lazy import would rebind the name to the module
 from .plan import Plan, make_plan
 
-# The attention kernel and its plan are imported when a kernel is not a GEMM (lazily: they are
-# about half of this package's import, which a GEMM's cold compile would otherwise pay).
+# The attention matcher, kernel and plan are imported when a kernel is not a GEMM (lazily: they are
+# about half of this package's import, which a GEMM's cold compile would otherwise pay). The
+# matcher's module is attention_match.py, not match_attention.py: a submodule named like the
+# function would, once imported, rebind the package attribute `match_attention` to the module.
 _LAZY = {"attention_protocol": ".attention", "AttentionKernel": ".attention",
-         "make_attention_plan": ".attention_plan"}
+         "make_attention_plan": ".attention_plan", "match_attention": ".attention_match",
+         "AttentionMatch": ".attention_match"}
 
 
 def __getattr__(name: str):
@@ -65,6 +67,7 @@ def plan_gemm(kernel: Kernel, options: dict | None = None) -> tuple[GemmMatch, P
 
 def plan_attention(kernel: Kernel):
     """The matched attention kernel and its plan, or why it is not one this path compiles."""
+    from .attention_match import match_attention
     from .attention_plan import make_attention_plan
     m = match_attention(kernel)
     if isinstance(m, str):

@@ -42,10 +42,10 @@ from ...passes.sync_protocol import (Advance, IfPrevTile, IfTrips, Load, Loop, L
                                      standard_protocol)
 from ..abi import param_entries
 from . import mbarrier, tma, wgmma
+from .attention_match import AttentionMatch
 from .attention_plan import L2_BUDGET, AttentionPlan, launch_grid, operand_k, operand_q, operand_v
 from .attention_softmax import NEG_INF, SoftmaxEmitter
 from .builder import Builder
-from .match_attention import AttentionMatch
 from .program import ARCH, SMEM_SYMBOL, RingRegs, RoleEmitter, module_text
 from .scalars import ScalarEmitter
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from ...ir.ops.elementwise import Mul
 from ...ir.types import ScalarType
+from .attention_match import AttentionMatch
 from .match import NoMatch, const_value
-from .match_attention import AttentionMatch
 from ...passes.hopper import SMEM_LIMIT, consumer_registers
 from ...passes.reg_budget import PRODUCER_DEFAULT
 from .plan import ALIGN_SLACK
