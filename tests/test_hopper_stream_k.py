@@ -29,6 +29,20 @@ def decision(plan, what: str) -> dict:
     return next(d for d in plan.decisions if d["decision"] == what)
 
 
+def test_a_gemm_that_asks_for_none_imports_neither_stream_k_nor_split_k_nor_multicast():
+    """streamk.py, reduce.py (split-K) and multicast.py are imported where a plan asks for them;
+    the example at its defaults asks for none."""
+    import json
+    import subprocess
+    import sys
+    unused = ["tkjit.codegen.hopper.streamk", "tkjit.codegen.hopper.reduce", "tkjit.codegen.hopper.multicast"]
+    code = ("import sys, json, tkjit; k = tkjit.compile(open('examples/gemm.tk').read(), cache=False); "
+            f"assert 'wgmma' in k.asm['ptx']; print(json.dumps([m for m in {unused!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=EXAMPLES.parent, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == []
+
+
 def test_off_unless_the_grid_pass_asks():
     _, (_, plan) = planned(default_pipeline("sm_90a"))
     assert not plan.stream_k and "not asked for" in decision(plan, "stream-K")["why"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 from ...passes.sync_protocol import (Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, pingpong_consumer,
                                      producer_fill)
 from ..abi import param_entries
-from . import copy, mbarrier, multicast, reduce, streamk, tma, wgmma
+from . import copy, mbarrier, tma, wgmma  # multicast, reduce, streamk: where a plan asks for them
 from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, pack_tile, packed_registers, staging_lanes, store_fragment, store_staged
 from .match import GemmMatch
@@ -155,6 +155,7 @@ class GemmKernel:
             b(f"mov.u32 {self.first}, %ctaid.x;", f"mov.u32 {self.grid_step}, %nctaid.x;")
         self.sk = None
         if plan.stream_k:  # the tail's K trips split over every CTA (streamk.py), decided at run time
+            from . import streamk
             self.sk = streamk.Split(b, self.tile_count, lambda: self.fresh(g.trips))
         self.tma_ok = self.rows_aligned(g.a, g.b)
         self.c_tma_ok = self.rows_aligned(g.c) if plan.staging is not None else None
@@ -214,6 +215,7 @@ class GemmKernel:
         b(mbarrier.INIT_FENCE)
         b.place(done)
         if plan.multicast > 1:  # the peer arrives here and multicasts into this CTA from now on
+            from . import multicast
             multicast.cluster_sync(b)
         else:
             b("bar.sync 0;")
@@ -253,9 +255,10 @@ class GemmKernel:
 
     # -- text -----------------------------------------------------------------------------
     def module_text(self) -> str:
-        plan = self.plan
-        decls = streamk.declarations(self.g.kernel.name, streamk_slot_bytes(self.g, plan), plan.consumers) \
-            if plan.stream_k else ()
+        plan, decls = self.plan, ()
+        if plan.stream_k:
+            from . import streamk
+            decls = streamk.declarations(self.g.kernel.name, streamk_slot_bytes(self.g, plan), plan.consumers)
         return module_text("GEMM", self.g.kernel.name, self.entries, self.maps.values(), plan, self.b.body(),
                            cluster=plan.split if plan.split > 1 else plan.multicast, globals_=decls)
 
@@ -439,6 +442,7 @@ class Producer(GemmRole):
         """This CTA's half of B's stage, into both CTAs of the pair (multicast.py): MN-major B
         in half of its panels (this CTA's rank-th half), K-major B as the rank-th half of its
         rows in every panel (the map's box is BN/2 rows)."""
+        from . import multicast
         g, b, rank = self.k.g, self.b, self.k.pair_rank
         if g.b_major == "MN":
             panels = g.bn // op.panel_cols // 2
@@ -524,6 +528,7 @@ class Consumer(GemmRole):
         if self.staging is not None:  # the CTA's shared memory must outlive the last TMA store
             b(f"@{leader} {tma.store_wait(0, read_only=False)}")
         if plan.multicast > 1:  # the peer's consumers may still arrive on this CTA's barriers
+            from . import multicast
             multicast.cluster_sync(b)
 
     def staging_setup(self, index: str, leader: str) -> Staging:
@@ -652,6 +657,7 @@ class Consumer(GemmRole):
     def stream_k_fixup(self, stored: str) -> None:
         """A stream-K unit (streamk.py): a contribution stores its accumulators to the workspace
         and skips the tile's store (to ``stored``); an owned unit adds the contributions first."""
+        from . import streamk
         k, b, plan = self.k, self.b, self.k.plan
         regs = [r for slab in self.acc for piece in slab for r in piece]
         owned, whole, p = b.label("streamk_owned"), b.label("streamk_whole"), b.pred()
@@ -669,6 +675,7 @@ class Consumer(GemmRole):
     def store_split_part(self, row0: str, col0: str, dim_m: str, dim_n: str) -> None:
         """Add the cluster's partials of this CTA's part (reduce.py) and store that part to C
         from registers (the part is whole 8-column groups of one slab and wgmma piece each)."""
+        from . import reduce
         k, g, plan, b = self.k, self.k.g, self.k.plan, self.b
         flat = [(slab, piece, i) for slab, pieces in enumerate(self.acc)
                 for piece, regs in enumerate(pieces) for i in range(len(regs))]
