@@ -282,7 +282,8 @@ class GemmKernel:
                 | ({"multicast": plan.multicast} if plan.multicast > 1 else {})
                 | ({"pingpong": True} if plan.pingpong else {})
                 | ({"stream_k": True} if plan.stream_k else {})} \
-            | ({"assumes_aligned_rows": True} if self.assumed_aligned else {})
+            | ({"assumes_aligned_rows": True} if self.assumed_aligned else {}) \
+            | ({"serial_launches": True} if plan.stream_k else {})  # the module's workspace (launcher.py)
 
 
     def row_decision(self) -> list[dict]:
