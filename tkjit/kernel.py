@@ -12,7 +12,10 @@ interpreter when they are CPU tensors or numpy arrays (or when the backend is fo
 the launcher's generated fast path; whatever that path refuses comes back to the kernel
 (``_refused``), which picks the interpreter, another device's launcher, or the launcher's checker.
 A kernel annotated ``@fill_sms`` launches on the GPU through ``fill_sms.ShapeDispatch`` instead:
-per argument shapes, a variant compiled with the tile constants chosen for them.
+per argument shapes, a variant compiled with the tile constants chosen for them. A kernel whose
+metadata says ``serial_launches`` (stream-K's workspace is the loaded module's) gets a launcher
+that orders its launches across streams (runtime/launcher.py, ``LaunchOrder``); each variant and
+each device has a module, hence a launcher and an order, of its own.
 """
 from __future__ import annotations
 
@@ -155,6 +158,9 @@ class CompiledKernel:
         if self._launchers:  # launched on a GPU: which fast path its calls take
             from .runtime import native
             footer += f"launch: {native.status()}\n"
+            if self._result.metadata.get("serial_launches"):
+                footer += ("launch: ordered across streams, one at a time (serial_launches: the launches "
+                           "share the module's state), through the generated Python function\n")
         return header + self._result.decisions.render() + footer
 
     def __repr__(self) -> str:
@@ -300,8 +306,9 @@ class CompiledKernel:
         function = module.get_function(meta.get("entry", self.name))
         smem = int(meta.get("smem_bytes", 0))
         driver.set_dynamic_smem(function, smem, module.device)
+        serial = {"serial_launches": True} if meta.get("serial_launches") else {}  # the module's state
         return Launcher(function, meta["params"], meta["grid"], meta["block"], smem, name=self.name,
-                        device=module.device, on_refusal=self._refused)
+                        device=module.device, on_refusal=self._refused, **serial)
 
 
 def _calling(fast) -> type:

@@ -34,15 +34,29 @@ can make (a prepared C call of the same symbol), 1.45x; cuda-python's raw call i
 is left is torch: five attribute reads per tensor (~45 ns each in torch's bindings) plus the
 current device and stream.
 
-The driver calls are injected (``launch``, ``current_device``, ``current_stream``, ``num_sms``)
-so the checking and packing can be tested without a GPU. The caller sets the function's dynamic
-shared memory limit first (``driver.set_dynamic_smem``) when ``smem_bytes`` exceeds 48 KB.
+A kernel whose metadata says ``serial_launches`` (the stream-K GEMM: its partial tiles go
+through a workspace and flags in module-scope ``.global`` memory, codegen/hopper/streamk.py) must
+never have two launches running at once, on two streams. Its Launcher (one per loaded module and
+device) orders them (``LaunchOrder``): each launch on a stream other than the previous launch's
+first waits for an event recorded after that launch, so the kernel's launches run one after
+another in the order they were made; inside a CUDA graph capture, only the capture's own launches
+are ordered (LaunchOrder says why and what orders the rest). Its fast path is the generated
+function with those calls around the launch (a capture query and an event record per launch, a
+stream wait when the stream changes), also where the native path is the launch API (the
+generated function then calls the same cuLaunchKernel from C); kernels without the flag keep the
+paths above unchanged, with no added work.
+
+The driver calls are injected (``launch``, ``current_device``, ``current_stream``, ``num_sms``,
+and ``cu`` for the ordering's event calls) so the checking and packing can be tested without a
+GPU. The caller sets the function's dynamic shared memory limit first
+(``driver.set_dynamic_smem``) when ``smem_bytes`` exceeds 48 KB.
 """
 from __future__ import annotations
 
 import ctypes
 import numbers
 import struct
+import threading
 from dataclasses import dataclass
 
 from ..errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
@@ -162,12 +176,14 @@ class Launcher:
     function, ints and the parameter block's address and returns ``(CUresult, ...)``.
     ``on_refusal(args, stream, checked)`` replaces the slow path when the fast path refuses the
     arguments (the kernel object routes CPU tensors to the interpreter there); it must end in
-    ``launcher.slow`` for anything it does not handle itself."""
+    ``launcher.slow`` for anything it does not handle itself. ``serial_launches`` (the kernel's
+    metadata entry) orders the launches across streams through ``order``, a LaunchOrder that
+    makes its driver calls through ``cu`` (default: cuda-python's ``cuda.bindings.driver``)."""
 
     def __init__(self, function, signature: list[dict], grid_exprs: list, block, smem_bytes: int = 0, *,
                  name: str = "kernel", device: int | None = None, num_sms: int | None = None,
                  launch=None, current_device=None, current_stream=None, launch_api: str | None = None,
-                 on_refusal=None, encode_map=None):
+                 on_refusal=None, encode_map=None, serial_launches: bool = False, cu=None):
         import torch
         self.name, self.function, self.device, self.smem_bytes = name, function, device, int(smem_bytes)
         self.params = parse_signature(signature)
@@ -198,8 +214,10 @@ class Launcher:
             num_sms = _driver().num_sms(device)
         self.num_sms = num_sms
         self.grid = compile_grid(self.grid_exprs, self.dims, num_sms)
+        self.order = LaunchOrder(name, cu) if serial_launches else None
+        """The launches' ordering across streams (None: the kernel's launches may run at once)."""
         self._prepare_param_block()
-        if self.launch_api == "native":
+        if self.launch_api == "native" and self.order is None:
             self.source = None
             self.fast = self._native_fast_path(on_refusal or self.slow)
         else:
@@ -208,7 +226,9 @@ class Launcher:
             exec(compile(self.source, f"<tkjit launcher {name}>", "exec"), scope)
             self.fast = scope["fast"]
         """The fast path, ``fast(*args, stream=None)``: the generated function (``source``), or
-        with the native launch API the C object that does the same (fastlaunch.c)."""
+        with the native launch API the C object that does the same (fastlaunch.c), except for a
+        kernel whose launches are ordered (``order``): the generated function, calling the native
+        API's cuLaunchKernel from C."""
         self.__class__ = _calling(self.fast)
 
     def __call__(self, *args, stream=None):
@@ -243,7 +263,9 @@ class Launcher:
         """Python source of the per-call function: checks, dim binding, grid, pack, launch.
 
         The checks are grouped by kind (every tensor's type, then every dtype, device, contiguity,
-        shape, pointer) so that each group is one ``if``; any failure hands the call to ``slow``."""
+        shape, pointer) so that each group is one ``if``; any failure hands the call to ``slow``.
+        With ``order``, the launch is made holding its lock, between ``order.before`` and
+        ``order.after`` (a launch that fails records nothing)."""
         names = [f"a{i}" for i in range(len(self.params))]
         tensors = [i for i, p in enumerate(self.params) if p.is_tensor]
         slow = "return slow(args, stream, checked)"
@@ -270,7 +292,12 @@ class Launcher:
         bx, by, bz = self.block
         handle = "(cstream(stream) if stream else None)" if self.launch_api == "ctypes" else "stream"
         gx, gy, gz = (str(e) if isinstance(e, int) else f"g{axis}" for axis, e in zip("xyz", self._grid3()))
-        call = f"launch(fn, {gx}, {gy}, {gz}, {bx}, {by}, {bz}, {self.smem_bytes}, {handle}, params, {_NO_EXTRA[self.launch_api]})"
+        sizes = f"{gx}, {gy}, {gz}, {bx}, {by}, {bz}, {self.smem_bytes}"
+        if self.launch_api == "native":  # only for ordered launches: native.module().launch, a CUresult
+            call = f"launch(address, fn, {sizes}, stream, params)"
+        else:
+            call = f"launch(fn, {sizes}, {handle}, params, {_NO_EXTRA[self.launch_api]})"
+        call += "" if self.launch_api in ("ctypes", "native") else "[0]"
         shapes = {i: [d if isinstance(d, int) else f"d_{d}" for d in p.dims]
                   for i, p in enumerate(self.params) if p.is_tensor}
         map_lookups, map_stores, self._map_scope = fast_path_lines(self.maps, shapes, self._n_slots)
@@ -279,9 +306,12 @@ class Launcher:
                  "slots, params, ptrs = block", *map_stores,
                  "try:", f"    pack(slots, 0{''.join(', ' + v for v in values)})",
                  "except (OverflowError, StructError):", "    give(block)", f"    {slow}",
-                 "try:", f"    err = {call}{'' if self.launch_api == 'ctypes' else '[0]'}",
-                 f"    if err: launch_failed(err, {gx}, {gy}, {gz}, stream, params)",
-                 "finally:", "    give(block)"]
+                 "try:"]
+        launch = [f"err = {call}", f"if err: launch_failed(err, {gx}, {gy}, {gz}, stream, params)"]
+        if self.order is not None:
+            launch = ["with order.lock:", "    key = order.before(stream)", *("    " + line for line in launch),
+                      "    order.after(stream, key)"]
+        body += [*("    " + line for line in launch), "finally:", "    give(block)"]
         return "def fast(*args, stream=None, checked=False):\n" + "".join(f"    {b}\n" for b in body)
 
     def _native_fast_path(self, slow):
@@ -347,14 +377,20 @@ class Launcher:
 
     def _fast_path_scope(self, slow) -> dict:
         scope = {f"T{i}": self._torch_dtypes[p.dtype] for i, p in enumerate(self.params) if p.is_tensor}
-        fn = self.function
+        fn, launch = self.function, self._launch
         if self.launch_api == "ctypes":
             fn = ctypes.c_void_p(int(fn))
+        if self.launch_api == "native":
+            from . import native
+            fn, launch = int(fn), native.module().launch
+            scope.update(address=self._launch)
+        if self.order is not None:
+            scope.update(order=self.order)
         scope.update(Tensor=self._torch.Tensor, current_device=self._current_device, slow=slow,
                      current_stream=self._current_stream, stream_handle=self._stream_handle,
                      grid_out_of_range=self._grid_out_of_range, pack=self._pack, StructError=struct.error,
                      take=self._pool.pop, give=self._pool.append, new_block=self._new_param_block,
-                     launch=self._launch, fn=fn, cstream=ctypes.c_void_p, launch_failed=self._launch_failed,
+                     launch=launch, fn=fn, cstream=ctypes.c_void_p, launch_failed=self._launch_failed,
                      num_sms=self.num_sms, **self._map_scope)
         return scope
 
@@ -487,6 +523,117 @@ class Launcher:
             return self._launch(ctypes.c_void_p(int(self.function)), gx, gy, gz, *self.block, self.smem_bytes,
                                 ctypes.c_void_p(stream) if stream else None, params, None)
         return self._launch(self.function, gx, gy, gz, *self.block, self.smem_bytes, stream, params, 0)[0]
+
+
+# ---------------------------------------------------------------- ordering launches across streams
+
+_NOT_CAPTURING, _CAPTURE_ACTIVE = 0, 1
+"""CUstreamCaptureStatus values (CU_STREAM_CAPTURE_STATUS_NONE, _ACTIVE; 2 is _INVALIDATED)."""
+_EVENT_DISABLE_TIMING = 2
+"""CU_EVENT_DISABLE_TIMING: the events only order (no timestamp to take)."""
+_INVALIDATED = object()
+"""``before``'s answer for a stream whose capture an error invalidated: the launch fails with the
+capture's own error, and nothing is ordered or recorded."""
+MAX_CAPTURES = 8
+"""Capture sequences a LaunchOrder remembers, each with an event of its own: the most recent ones
+(a capture is forgotten once eight others have launched the kernel since it last did; were it
+still open, its next launch on another of its streams would not be ordered)."""
+
+
+class LaunchOrder:
+    """Orders the launches of one kernel through one Launcher (one loaded module, one device)
+    across streams: the kernel's metadata says ``serial_launches`` when its launches share module
+    state (stream-K's workspace and flags, codegen/hopper/streamk.py), so that two of them running
+    at once would compute wrong results.
+
+    The Launcher calls ``before(stream)`` and ``after(stream, key)`` around the launch, holding
+    ``lock`` (so that the three are one step for every thread launching the kernel). Outside any
+    stream capture, ``after`` records an event (CU_EVENT_DISABLE_TIMING) on the launch's stream
+    and remembers the stream; ``before`` makes a launch on another stream wait for that event
+    (cuStreamWaitEvent) first, and a launch on the same stream waits for nothing (stream order).
+    Each launch thus follows the previous one, which followed the one before it: the launches run
+    one at a time, in the order the host made them.
+
+    Inside a capture (cuStreamIsCapturing; the capture's id from cuStreamGetCaptureInfo), CUDA
+    forbids a capturing stream to wait for an event recorded outside the capture, and any stream
+    outside it to wait for an event recorded inside. So a capture's launches are ordered among
+    themselves only, through an event of that capture: a launch on another stream of the same
+    capture (a fork of it) waits for the capture's previous launch, which makes a dependency of
+    the graph (its replays run those kernels one at a time). A captured launch neither waits for
+    launches made outside the capture nor delays them (it runs when the graph is launched, not
+    now), and launches outside captures are ordered against each other only. What orders a
+    graph's replays against launches outside it, or against other graphs or replays holding the
+    kernel, is the stream each is launched on, as for any graph: launch them on one stream, or
+    order them with events. (``torch.cuda.graph`` synchronizes the device when a capture begins.)
+
+    ``cu`` is the driver's bindings (``cuda.bindings.driver``; tests inject a fake that records
+    the calls); calls return ``(CUresult, values...)``."""
+
+    def __init__(self, name: str, cu=None):
+        self.name = name
+        self._cu = cu if cu is not None else _driver().cu()
+        self.lock = threading.RLock()
+        """Held around before, the launch and after (reentrant: a launch function may launch)."""
+        self.stream: int | None = None
+        """The stream of the last launch outside any capture (None before the first)."""
+        self.event = None
+        """The event recorded after that launch."""
+        self.captures: dict[int, tuple[int, object]] = {}
+        """Per capture id: the stream of the capture's last launch and the event recorded after it
+        (the most recent capture last; at most MAX_CAPTURES, the oldest's event reused)."""
+
+    def before(self, stream: int):
+        """Make ``stream`` wait for the previous launch where it must; the key ``after`` takes
+        (None outside any capture, else the capture's id)."""
+        status = int(self._call("cuStreamIsCapturing", stream, stream=stream))
+        if status == _NOT_CAPTURING:
+            if self.stream is not None and stream != self.stream:
+                self._call("cuStreamWaitEvent", stream, self.event, 0, stream=stream, previous=self.stream)
+            return None
+        if status != _CAPTURE_ACTIVE:
+            return _INVALIDATED
+        status, capture = self._call("cuStreamGetCaptureInfo", stream, stream=stream)[:2]
+        if int(status) != _CAPTURE_ACTIVE:  # ended by another thread since: the launch says so
+            return _INVALIDATED
+        capture = int(capture)
+        last = self.captures.get(capture)
+        if last is not None and stream != last[0]:
+            self._call("cuStreamWaitEvent", stream, last[1], 0, stream=stream, previous=last[0])
+        return capture
+
+    def after(self, stream: int, key) -> None:
+        """Record the event after the launch just made on ``stream`` (in its capture, if any)."""
+        if key is None:
+            if self.event is None:
+                self.event = self._call("cuEventCreate", _EVENT_DISABLE_TIMING, stream=stream)
+            self._call("cuEventRecord", self.event, stream, stream=stream)
+            self.stream = stream
+            return
+        if key is _INVALIDATED:
+            return
+        last = self.captures.pop(key, None)
+        if last is not None:
+            event = last[1]
+        elif len(self.captures) >= MAX_CAPTURES:  # the oldest capture is forgotten; its event reused
+            event = self.captures.pop(next(iter(self.captures)))[1]
+        else:
+            event = self._call("cuEventCreate", _EVENT_DISABLE_TIMING, stream=stream)
+        self._call("cuEventRecord", event, stream, stream=stream)
+        self.captures[key] = (stream, event)
+
+    def _call(self, function: str, *args, stream: int, previous: int | None = None):
+        """One driver call, checked: its value(s). Retried once after making a context current
+        where this thread had none (as a launch is); a DriverError names the call and its reason."""
+        drv = _driver()
+        result = getattr(self._cu, function)(*args)
+        if result[0] and drv.error_name(result[0]) == "CUDA_ERROR_INVALID_CONTEXT":
+            drv.ensure_context()
+            result = getattr(self._cu, function)(*args)
+        if not result[0]:
+            return result[1] if len(result) == 2 else result[1:]
+        after = f" after the previous one on stream {previous}" if previous is not None else ""
+        raise drv.driver_error(result[0], f"{function} of '{self.name}' (ordering its launch on stream {stream}"
+                                          f"{after}: the launches share the module's state, serial_launches)")
 
 
 def _any_fails(conditions: list[str], slow: str) -> list[str]:

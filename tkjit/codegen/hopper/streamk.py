@@ -28,9 +28,20 @@ No wait can close a cycle: a contribution is its CTA's first stream-K unit, prec
 whole tiles, and owners wait on later CTAs only; every CTA of the persistent grid (one per SM)
 is resident. Each flag is set once and reset once per launch, by the kernel: they are zero when
 a launch starts (zero-initialised module ``.global`` memory, then left as found), so a CUDA
-graph replays the kernel with no memset, and neither the launch ABI nor the launchers change.
-The workspace belongs to the loaded module: launches of one kernel *running concurrently* (on
-two streams at once) would share it and must not be made; launches in stream order are fine.
+graph replays the kernel with no memset, and the launch ABI does not change.
+
+The workspace and the flags belong to the loaded module: two launches of the kernel *running at
+once* (on two streams) would share them and compute wrong tiles, or hang an owner whose flag the
+other launch's owner reset. So the kernel's metadata says ``serial_launches`` and its launcher
+(one per loaded module and device, runtime/launcher.py, ``LaunchOrder``) orders the launches: a
+launch on a stream other than the previous launch's first waits for an event recorded after that
+launch (cuStreamWaitEvent), so the launches run one at a time, in the order they were made, on
+any streams and from any threads. Within one CUDA graph capture the capture's launches are
+ordered the same way (the wait becomes an edge of the graph), but CUDA lets a capture wait for
+nothing recorded outside it: what orders a graph's replays against launches outside the graph,
+or against other graphs holding the kernel, is the streams they are launched on (the caller's,
+as for any graph). Launches of the kernel through another module (another kernel object, a
+``@fill_sms`` variant, another device) have a workspace of their own and need no order.
 
 The CPU sync checker (passes/sync_check.py) explores one CTA's mbarrier rings; these
 cross-CTA flags are outside its model (the ring protocol it checks is the same for whole
