@@ -43,8 +43,10 @@ another in the order they were made; inside a CUDA graph capture, only the captu
 are ordered (LaunchOrder says why and what orders the rest). Its fast path is the generated
 function with those calls around the launch (a capture query and an event record per launch, a
 stream wait when the stream changes), also where the native path is the launch API (the
-generated function then calls the same cuLaunchKernel from C); kernels without the flag keep the
-paths above unchanged, with no added work.
+generated function then calls the same cuLaunchKernel from C): on an H200 (2026-11-21) a launch of
+the one-tile stream-K GEMM costs the host 10.7 µs on one stream and 12.4 µs alternating between
+two, against 5.6 µs through the native path unordered. Kernels without the flag keep the paths
+above unchanged, with no added work.
 
 The driver calls are injected (``launch``, ``current_device``, ``current_stream``, ``num_sms``,
 and ``cu`` for the ordering's event calls) so the checking and packing can be tested without a
