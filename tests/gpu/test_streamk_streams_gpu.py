@@ -22,7 +22,8 @@ makes the second stream wait for the first launch, so every output is right; the
 build the same launcher with the ordering off and expect the clash (they skip, saying so, should
 the unordered launches happen to come out right on some run). On an H200 (2026-11-21) the
 ordered cases passed and both controls hung (an owner waiting for a flag the other launch
-consumed), eager and captured alike.
+consumed), eager and captured alike. The controls hang the GPU on purpose, so they run only with
+TKJIT_GPU_CONTROLS=1 (the suite's default run skips them, saying so).
 """
 from __future__ import annotations
 
@@ -217,6 +218,9 @@ def test_a_graph_whose_capture_forks_orders_its_launches():
     assert result["wrong"] == [], f"graph: rounds with wrong outputs [round, relative error]: {result['wrong']}"
 
 
+@pytest.mark.skipif(os.environ.get("TKJIT_GPU_CONTROLS") != "1",
+                    reason="the control hangs the GPU on purpose (about a deadline's worth each): "
+                           "run it with TKJIT_GPU_CONTROLS=1")
 @pytest.mark.parametrize("mode", ["unordered", "graph-unordered"])
 def test_control_without_the_ordering_the_same_launches_clash(mode):
     """The control: the same launches (eager on two streams, or captured on a fork) through a
