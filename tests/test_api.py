@@ -218,7 +218,7 @@ def test_the_gpu_path_builds_a_launcher_from_the_metadata(kernel, monkeypatch):
             return "fn"
 
     class Launcher:
-        def __init__(self, fn, params, grid, block, smem, name, device, on_refusal):
+        def __init__(self, fn, params, grid, block, smem, name, device, on_refusal, serial_launches=False):
             calls.append(("launcher", fn, params, grid, block, smem, name, device))
 
         def fast(self, *args, stream=None):

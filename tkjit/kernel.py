@@ -306,9 +306,9 @@ class CompiledKernel:
         function = module.get_function(meta.get("entry", self.name))
         smem = int(meta.get("smem_bytes", 0))
         driver.set_dynamic_smem(function, smem, module.device)
-        serial = {"serial_launches": True} if meta.get("serial_launches") else {}  # the module's state
         return Launcher(function, meta["params"], meta["grid"], meta["block"], smem, name=self.name,
-                        device=module.device, on_refusal=self._refused, **serial)
+                        device=module.device, on_refusal=self._refused,
+                        serial_launches=bool(meta.get("serial_launches")))  # the module's state
 
 
 def _calling(fast) -> type:

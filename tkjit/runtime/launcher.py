@@ -631,11 +631,9 @@ class LaunchOrder:
         if result[0] and drv.error_name(result[0]) == "CUDA_ERROR_INVALID_CONTEXT":
             drv.ensure_context()
             result = getattr(self._cu, function)(*args)
-        if not result[0]:
-            return result[1] if len(result) == 2 else result[1:]
         after = f" after the previous one on stream {previous}" if previous is not None else ""
-        raise drv.driver_error(result[0], f"{function} of '{self.name}' (ordering its launch on stream {stream}"
-                                          f"{after}: the launches share the module's state, serial_launches)")
+        return drv.check(result, f"{function} of '{self.name}' (ordering its launch on stream {stream}"
+                                 f"{after}: the launches share the module's state, serial_launches)")
 
 
 def _any_fails(conditions: list[str], slow: str) -> list[str]:
