@@ -378,9 +378,12 @@ def _run_pipeline(manager: "PassManager", kernel: "Kernel", ctx) -> "Kernel":
 def _emit_ptx(result: CompileResult) -> None:
     emit_ptx = require("tkjit.codegen", "emit_ptx", "the PTX backend")
     emit_hopper = getattr(require_module("tkjit.codegen", "the PTX backend"), "emit_hopper_ptx", None)
-    declined: list[dict] = []  # why the Hopper path (the warp-specialized GEMM) does not apply
-    options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows}
+    declined: list[dict] = []  # why the Hopper path does not apply
+    options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows,
+               "lowering": result.options.lowering}
     hopper = emit_hopper(result.ir, options, declined) if emit_hopper else None
+    if hopper is None:
+        _refused_hopper(result, next((d.pop("refusal") for d in declined if "refusal" in d), None), declined)
     # The register-tile backend takes the IR before the Hopper scheduling passes: their
     # decisions (stages, swizzles, ...) are not its own (docs/hopper-schedule.md).
     ptx, metadata = hopper if hopper is not None else emit_ptx(result.portable_ir, {})
@@ -393,6 +396,28 @@ def _emit_ptx(result: CompileResult) -> None:
     if fill_sms:  # @fill_sms: the launch picks these constants per shape (tkjit/fill_sms.py)
         from .fill_sms import constants_of
         result.metadata["fill_sms"] = constants_of(fill_sms)
+
+
+def _refused_hopper(result: CompileResult, refusal, declined: list[dict]) -> None:
+    """No silent cliffs: with ``require_hopper`` (option or ``@require_hopper``) a kernel the
+    Hopper path cannot lower is an error at the op that stops it; otherwise a kernel with a
+    matrix product gets a warning naming that op (it runs on the register-tile backend)."""
+    from .ir.ops import MMA_OPS
+    if result.options.arch != "sm_90a":
+        return
+    why = declined[0]["why"] if declined else "the Hopper path does not apply"
+    if declined and "consumers" in result.ir.attrs:  # explain() must not describe a schedule that never runs
+        declined.append({"decision": "schedule dropped", "why": "the register-tile backend takes the IR "
+                         "from before the Hopper passes: their roles, rings, stages, protocol and "
+                         "register split above describe no emitted code"})
+    required = result.options.require_hopper or bool(result.ir.attrs.get("require_hopper"))
+    if required:
+        span = refusal.op.span if refusal is not None and refusal.op is not None else result.ir.span
+        raise NotAvailableError(f"kernel '{result.name}' must take the Hopper path (require_hopper), "
+                                f"but {why}", span)
+    if any(isinstance(op, MMA_OPS) for op in result.ir.walk()):
+        warnings.warn(f"tkjit: kernel '{result.name}' runs on the mma.sync register-tile backend, far "
+                      f"slower than wgmma: {why}", RuntimeWarning, stacklevel=4)
 
 
 def _record_backend_decision(result: CompileResult, entry: dict) -> None:

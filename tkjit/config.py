@@ -38,6 +38,10 @@ class Config(Frozen):
     ``auto`` (default) where that variant is in the disk cache, else the C one while it is built
     in the background for the next process; ``build`` (TKJIT_NATIVE_LAUNCH=torch) builds it now,
     before the first launch; ``no`` (TKJIT_NATIVE_LAUNCH=c) keeps to the C one."""
+    lowering: str = "auto"
+    """TKJIT_LOWERING=auto|general|template: how the Hopper backend lowers kernels (options.LOWERINGS)."""
+    require_hopper: bool = False
+    """TKJIT_REQUIRE_HOPPER=1: a kernel the Hopper path cannot lower is an error, not a warning."""
     tools: tuple[tuple[str, str], ...] = ()
     """TKJIT_PTXAS / TKJIT_CUOBJDUMP / TKJIT_NVDISASM: explicit paths of NVIDIA's tools, as
     (variable, path) pairs; tools not named here are looked for in the CUDA wheels, then PATH."""
@@ -59,6 +63,8 @@ class Config(Frozen):
             arch=env.get("TKJIT_ARCH") or "sm_90a",
             native_launch=env.get("TKJIT_NATIVE_LAUNCH", "1").strip().lower() not in ("0", "false", "no", "off"),
             native_torch={"torch": "build", "c": "no"}.get(env.get("TKJIT_NATIVE_LAUNCH", "").strip().lower(), "auto"),
+            lowering=(env.get("TKJIT_LOWERING") or "auto").strip().lower(),
+            require_hopper=_flag(env, "TKJIT_REQUIRE_HOPPER"),
             tools=tuple((var, env[var]) for var in TOOL_VARIABLES if env.get(var)),
         )
 

@@ -133,7 +133,7 @@ def emit_causal_mask(ctx, op) -> list[str]:
     out.append(f"sub.s32 {d}, {d}, {ctx.col_base(layout.cols)};")
     res = {}
     for (b, j, i), x in _elements(ctx, tile, out).items():
-        k = 8 * j + (i & 1) - 16 * b - 8 * (i >> 1)
+        k = 8 * j + (i & 1) - layout.rows.unit_offset(b, 16) - 8 * (i >> 1)
         p, r = ctx.new("pred"), ctx.new("f32")
         out.append(f"setp.lt.s32 {p}, {d}, {k};")
         out.append(f"selp.f32 {r}, {fill}, {x}, {p};")
