@@ -85,6 +85,22 @@ kernel linear(X: gl<bf16>[M, K], W: gl<bf16>[N, K], Y: gl<f32>[M, N]) {
 }
 """
 
+# 128 x 128 tiles on a persistent grid: the warp-spec pass picks ping-pong consumers
+GEMM_BIAS_PINGPONG = """
+kernel gemm_bias_pingpong(A: gl<bf16>[M, K], B: gl<bf16>[K, N], bias: gl<f32>[N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) schedule(persistent, group = 8) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[64, 128] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    bv: rv<f32>[128] = bias.tile(n)
+    C.tile(m, n) = cvt<bf16>(add_col(acc, bv))
+  }
+}
+"""
+
 # one consumer, f16, a loop that starts at 1 (skips the first K block), a scalar epilogue
 SKIP_FIRST = """
 kernel skip_first(A: gl<f16>[M, K], B: gl<f16>[K, N], C: gl<f32>[M, N]) {
@@ -152,6 +168,11 @@ CASES = [
                        torch.randn(s["N"], device=d), _nan(s["M"], s["N"], device=d)],
          lambda a: [torch.relu(a[0].float() @ a[1].float() + a[2])], (3,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520), _mk(100, 200, 72)], _mk(300, 520, 200)),
+    Case("gemm_bias_pingpong", GEMM_BIAS_PINGPONG,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       torch.randn(s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [a[0].float() @ a[1].float() + a[2]], (3,),
+         [_mk(4096, 4096, 1024), _mk(1000, 3000, 520), _mk(64, 64, 64)], _mk(300, 520, 200)),
     Case("bmm", BMM,
          lambda s, d: [_randn(s["B"], s["M"], s["K"], device=d), _randn(s["B"], s["K"], s["N"], device=d),
                        _nan(s["B"], s["M"], s["N"], device=d)],

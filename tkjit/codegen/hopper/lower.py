@@ -64,10 +64,14 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     if not kernel.attrs.get("producer"):
         return Refusal(None, "it loads no shared tile, so there is no producer to fill rings; kernels "
                              "without TMA loads are not lowered here yet")
-    if kernel.attrs.get("pingpong"):
-        return Refusal(None, "ping-pong consumers (whole tiles in turn) are not an option of the "
-                             "general lowering yet")
     blocks = block_loop(kernel)
+    if kernel.attrs.get("pingpong"):
+        for loop in pipelined_loops(kernel):
+            for v in loop.operands[:3]:
+                if _depends_on(v, set(blocks.regions[0].args)):
+                    return Refusal(loop, "ping-pong consumers skip the other consumer's trips, so "
+                                         "every tile must have the same trip count; this loop's "
+                                         "bounds depend on the block indices")
     if int(blocks.attrs.get("split", 1)) > 1:
         return Refusal(blocks, "split-K over clusters is not an option of the general lowering yet")
     if int(kernel.attrs.get("multicast", 1) or 1) > 1 or int(kernel.attrs.get("stream_k", 0) or 0) > 0:
@@ -145,6 +149,15 @@ def _producer_scalar(v, depth: int = 0) -> str:
     return ""
 
 
+def _depends_on(v, args: set, depth: int = 0) -> bool:
+    if v in args:
+        return True
+    op = v.owner
+    if not isinstance(op, Op) or depth > 64:
+        return False
+    return any(_depends_on(x, args, depth + 1) for x in op.operands)
+
+
 def _swizzle(t: TileType) -> int:
     value = str(t.attr("swizzle", "none"))
     return 0 if value in ("none", "0B", "0") else int(value.rstrip("B"))
@@ -191,6 +204,18 @@ class LoweredKernel:
                 return m
         m = tma.TensorMap(f"{self.kernel.name}_tmap_{len(self.maps)}", index, param.hint,
                           param.type.dtype.name, box, span, fallback=False)
+        self.maps[len(self.maps)] = m
+        return m
+
+    def store_map(self, param) -> tma.TensorMap:
+        """The tensor map a staged epilogue stores ``param`` through: 64 x 64 boxes, 128B swizzle."""
+        index = self.kernel.params.index(param)
+        box = (64, 64) + (1,) * (len(param.type.dims) - 2)
+        for m in self.maps.values():
+            if (m.param, m.box, m.swizzle) == (index, box, 128):
+                return m
+        m = tma.TensorMap(f"{self.kernel.name}_tmap_{len(self.maps)}", index, param.hint,
+                          param.type.dtype.name, box, 128, fallback=False)
         self.maps[len(self.maps)] = m
         return m
 

@@ -39,7 +39,10 @@ from .lower_producer import (bind_block_indices, bind_loop_index, load_stage_str
 from .program import RingRegs, RoleEmitter
 
 CONSUMER_BARRIER = 1
-"""The named barrier of all consumer warpgroups (``ConsumerSync``); 0 is the CTA's."""
+"""The named barrier of all consumer warpgroups (``ConsumerSync``); 0 is the CTA's, 2 + c
+consumer c's staging (lower_epilogue.py)."""
+FIRST_TURN_BARRIER = 6
+"""Ping-pong: named barrier 6 + c is consumer c's turn on the tensor cores (at most 2 consumers)."""
 WGMMA_N = (256, 192, 128, 96, 64, 32, 16, 8)
 
 
@@ -160,7 +163,10 @@ class ConsumerRole(RoleEmitter):
         super().__init__(k.b, k.proto)
         self.k = k
         self.users = users_of(k.kernel)
-        self.ctx = role_ctx(k, 4 * k.consumers, slab_warps=4, pads=analyze_padding(k.kernel))
+        self.pingpong = k.proto.pingpong
+        self.owners = 1 if self.pingpong else k.consumers
+        """Consumers sharing each tile's rows: all of them, or one (ping-pong: whole tiles each)."""
+        self.ctx = role_ctx(k, 4 * self.owners, slab_warps=4, pads=analyze_padding(k.kernel))
         self.ctx.label = k.b.label
         self.ctx.role = self
         self.ctx.emitters = consumer_table()
@@ -174,7 +180,13 @@ class ConsumerRole(RoleEmitter):
         k, b, ctx = self.k, self.b, self.ctx
         b(f"setmaxnreg.inc.sync.aligned.u32 {k.regs[1]};")
         ctid, self.index = b.reg(), b.reg()
-        b(f"sub.u32 {ctid}, {k.tid}, 128;", f"sub.u32 {self.index}, {k.wg}, 1;")
+        b(f"sub.u32 {self.index}, {k.wg}, 1;")
+        if self.pingpong:  # each consumer alone over its tiles' rows
+            b(f"mov.u32 {ctid}, {k.tid_wg};")
+        else:
+            b(f"sub.u32 {ctid}, {k.tid}, 128;")
+        self.share = b.mov(0) if self.pingpong else self.index
+        """Which share of a tile's rows this consumer computes."""
         ctx._cache[("tid", "tid")] = ctid
         self.leader = b.pred()
         b(f"setp.eq.u32 {self.leader}, {k.tid_wg}, 0;")
@@ -185,6 +197,8 @@ class ConsumerRole(RoleEmitter):
             self.rings[ring.name] = RingRegs(ring, full, empty, b.mov(0), b.mov(0), b.mov(1))
         self.tile, self.tile_count = b.reg(), b.reg()
         self.emit(k.proto.consumer)
+        from .lower_epilogue import drain
+        b(*drain(self))
         b.lines[start:start] = ctx.prologue
 
     # -- the tile walk --------------------------------------------------------------------
@@ -197,11 +211,24 @@ class ConsumerRole(RoleEmitter):
     def tiles(self, step) -> None:
         top, end = self.b.label("tile"), self.b.label("tiles_done")
         self.first_tile()
+        if step.alternate:  # consumer c takes the CTA's tiles c, c + N, ...
+            self.cta_first, self.grid_step = self.b.reg(), self.b.reg()
+            self.b(f"mov.u32 {self.grid_step}, %nctaid.x;", f"mov.u32 {self.cta_first}, {self.tile};",
+                   f"mad.lo.u32 {self.tile}, {self.index}, {self.grid_step}, {self.tile};")
         self.b.place(top)
         done = self.b.pred()
         self.b(f"setp.ge.s32 {done}, {self.tile}, {self.tile_count};", f"@{done} bra {end};")
         bind_block_indices(self)
+        self.bound: set[int] = set()  # ops emitted ahead of the walk this tile
+        self.trips_ready: set[str] = set()
+        if step.alternate:  # SkipTrips comes before the loop: its trip count first (the same every tile)
+            self.ahead(list(self.k.blocks.regions[0].ops))
         self.walk(list(self.k.blocks.regions[0].ops), step.body, self.top_level_anchor)
+        if step.alternate:
+            self.b(f"mad.lo.u32 {self.tile}, {self.grid_step}, {self.k.consumers}, {self.tile};")
+            self.b(f"bra.uni {top};")
+            self.b.place(end)
+            return
         self.next_tile()
         self.b(f"bra.uni {top};")
         self.b.place(end)
@@ -240,9 +267,20 @@ class ConsumerRole(RoleEmitter):
             i = j + 1
         self.ops(ops[i:])
 
+    def ahead(self, ops: list[Op]) -> None:
+        """The block body's scalars and every ring loop's trip count, before the walk."""
+        from .lower_producer import is_scalar_op
+        for op in ops:
+            if is_scalar_op(op) and all(id(x) in self.ctx.values for x in op.operands):
+                self.b(*self.ctx.emit_op(op))
+                self.bound.add(id(op))
+        for ring, loop in self.loop_of.items():
+            self.rings[ring].trips = trip_count(self.ctx, self.b, loop)
+            self.trips_ready.add(ring)
+
     def ops(self, ops: list[Op]) -> None:
         for op in ops:
-            if isinstance(op, Yield):
+            if isinstance(op, Yield) or id(op) in self.bound:
                 continue
             if isinstance(op, Load) and is_shared(op.result):
                 self.shared[id(op.result)] = op
@@ -275,7 +313,8 @@ class ConsumerRole(RoleEmitter):
             ctx.bind(arg, rep)
             carried.append(rep)
         self.carried = carried
-        self.rings[step.ring].trips = trip_count(ctx, b, loop)
+        if step.ring not in self.trips_ready:
+            self.rings[step.ring].trips = trip_count(ctx, b, loop)
         self.emit((step,))
         for res, rep in zip(loop.results, carried):
             ctx.bind(res, rep)
@@ -313,7 +352,7 @@ class ConsumerRole(RoleEmitter):
         ctx, b, k = self.ctx, self.b, self.k
         t: TileType = op.result.type
         op_a, op_b = _a_operand(op), _b_operand(op)
-        slabs = t.rows // 64 // k.consumers
+        slabs = t.rows // 64 // self.owners
         n = _wgmma_n(t.cols, op_b.panel_cols if op_b.major == "MN" else 8)
         if len(op.operands) > 2:
             acc = ctx.get(op.operands[2])
@@ -324,10 +363,10 @@ class ConsumerRole(RoleEmitter):
         a_addr = self.stage_address(self.shared[id(op.operands[0])])
         b_addr = self.stage_address(self.shared[id(op.operands[1])])
         if op_a.major == "K":
-            b(f"mad.lo.u32 {a_addr}, {self.index}, {slabs * 64 * op_a.span}, {a_addr};")
+            b(f"mad.lo.u32 {a_addr}, {self.share}, {slabs * 64 * op_a.span}, {a_addr};")
         else:
             per = slabs * 64 // op_a.panel_cols * op_a.panel_bytes
-            b(f"mad.lo.u32 {a_addr}, {self.index}, {per}, {a_addr};")
+            b(f"mad.lo.u32 {a_addr}, {self.share}, {per}, {a_addr};")
         desc_a, desc_b = self.descriptor(a_addr, op_a), self.descriptor(b_addr, op_b)
         ta, tb = int(op_a.major == "MN"), int(op_b.major == "MN")
         k_steps = op.operands[0].type.cols // 16 if op_a.major == "K" else op.operands[0].type.rows // 16
@@ -349,6 +388,26 @@ class ConsumerRole(RoleEmitter):
     def consumer_sync(self, step) -> None:
         self.b(f"bar.sync {CONSUMER_BARRIER}, {128 * self.k.consumers};")
 
+    def turn_wait(self, step) -> None:
+        """Ping-pong: this consumer's turn on the tensor cores (named barrier FIRST_TURN + c)."""
+        own = self.b.reg()
+        self.b(f"add.u32 {own}, {self.index}, {FIRST_TURN_BARRIER};", f"bar.sync {own}, 256;")
+
+    def turn_pass(self, step) -> None:
+        nxt = self.b.reg()
+        self.b(f"xor.b32 {nxt}, {self.index}, 1;", f"add.u32 {nxt}, {nxt}, {FIRST_TURN_BARRIER};",
+               f"bar.arrive {nxt}, 256;")
+
+    def has_prev_tile(self) -> str:
+        p = self.b.pred()
+        self.b(f"setp.ne.s32 {p}, {self.tile}, {self.cta_first};")  # the CTA's first tile has none
+        return p
+
+    def has_next_tile(self) -> str:
+        p, after = self.b.pred(), self.b.reg()
+        self.b(f"add.s32 {after}, {self.tile}, {self.grid_step};", f"setp.lt.s32 {p}, {after}, {self.tile_count};")
+        return p
+
 
 # -- register tiles to and from global memory ----------------------------------------------------
 def _fragment_rows(ctx, layout):
@@ -360,9 +419,13 @@ def _fragment_rows(ctx, layout):
 
 
 def emit_store(ctx, op) -> list[str]:
+    from .lower_epilogue import emit_staged, staging_columns
     rep = ctx.get(op.operands[1])
     if not isinstance(rep, RegTile):
         return rt_emit_store(ctx, op)
+    cols = staging_columns(op, ctx.role.owners, ctx.role.pingpong) if not rep.layout.rows.replicated else 0
+    if cols:
+        return emit_staged(ctx.role, ctx, op, rep, cols)
     return _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=True)
 
 
