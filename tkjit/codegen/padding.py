@@ -23,12 +23,12 @@ import operator
 from dataclasses import dataclass, field
 
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, Const, Copy, Cvt, Fill, For, If, Load, Mma,
-                      Neg, Reduce, Relu, Sin, Sqrt, Tanh, Unary, Yield, Zeros)
+from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, Const, Copy, Cvt, Fill, For, Gelu, GeluTanh, If,
+                      Load, Mma, Neg, Reduce, Relu, Silu, Sin, Sqrt, Tanh, Unary, Yield, Zeros)
 from ..ir.ops import Add, Binary, CDiv, Div, FloorDiv, Max, Min, Mod, Mul, Sub
 from ..ir.types import GlobalType, ScalarType, TileType
 
-ZERO_PRESERVING = (Neg, Abs, Relu, Sqrt, Sin, Tanh)
+ZERO_PRESERVING = (Neg, Abs, Relu, Sqrt, Sin, Tanh, Gelu, GeluTanh, Silu)
 """Maps with f(0) == 0: clean padding stays clean."""
 
 

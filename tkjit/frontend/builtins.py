@@ -29,7 +29,7 @@ class Builtin(Frozen):
 
 
 def _map(lw, call: ast.Call, want) -> object:
-    """exp, exp2, log, log2, abs, relu, sqrt, rsqrt, sin, cos, tanh."""
+    """exp, exp2, log, log2, abs, relu, sqrt, rsqrt, sin, cos, tanh and the activations."""
     x = lw.expr(call.args[0])
     if is_const(x):
         return fold_math(call.func, x, call.span)
@@ -145,6 +145,7 @@ def _register(names, lower, lo: int, hi: int, signature: str) -> None:
 
 _register(("exp", "exp2", "log", "log2", "abs", "relu", "sqrt", "rsqrt", "sin", "cos", "tanh"),
           _map, 1, 1, "NAME(x)")
+_register(tuple(cls.NAME for cls in ops.ACTIVATION_OPS), _map, 1, 1, "NAME(x)")
 _register(("max", "min"), _minmax, 2, 2, "NAME(a, b)")
 _register(("cvt",), _cvt, 1, 1, "cvt<T>(x)")
 _register(("zeros",), _zeros, 0, 0, "zeros()")

@@ -94,7 +94,35 @@ Neg, Abs, Relu = _unary("neg", True), _unary("abs", True), _unary("relu", True)
 Not = _unary("not", True)
 Exp, Exp2, Log, Log2 = _unary("exp"), _unary("exp2"), _unary("log"), _unary("log2")
 Sqrt, Rsqrt, Sin, Cos, Tanh = (_unary(n) for n in ("sqrt", "rsqrt", "sin", "cos", "tanh"))
-UNARY_OPS = (Neg, Abs, Relu, Not, Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Sin, Cos, Tanh)
+
+
+class Gelu(Unary):
+    """``%r = gelu %x``: x·Φ(x), Φ the standard normal CDF (the erf form, torch's default gelu)."""
+
+    NAME = "gelu"
+
+
+class GeluTanh(Unary):
+    """``%r = gelu_tanh %x``: the tanh approximation x·½(1 + tanh(√(2/π)(x + 0.044715x³)))
+    (torch's ``gelu(x, approximate="tanh")``)."""
+
+    NAME = "gelu_tanh"
+
+
+class Silu(Unary):
+    """``%r = silu %x``: x·sigmoid(x)."""
+
+    NAME = "silu"
+
+
+class Sigmoid(Unary):
+    """``%r = sigmoid %x``: 1 / (1 + e^-x)."""
+
+    NAME = "sigmoid"
+
+
+ACTIVATION_OPS = (Gelu, GeluTanh, Silu, Sigmoid)
+UNARY_OPS = (Neg, Abs, Relu, Not, Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Sin, Cos, Tanh, *ACTIVATION_OPS)
 
 
 class Cvt(Op):
