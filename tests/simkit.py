@@ -38,10 +38,11 @@ def dims_for(kernel, args) -> dict:
     return dims
 
 
-def simulate(kernel, args: list, outputs: list[int], max_ctas: int = 64) -> list[torch.Tensor]:
+def simulate(kernel, args: list, outputs: list[int], max_ctas: int = 64,
+             inout: tuple[int, ...] = ()) -> list[torch.Tensor]:
     """Emit the register-tile PTX of ``kernel`` and run it on the simulator; returns the outputs
-    (``args[i]`` for i in ``outputs``, NaN-poisoned before the launch); asserts nothing outside
-    them was written."""
+    (``args[i]`` for i in ``outputs``, NaN-poisoned before the launch unless listed in ``inout``,
+    read and written); asserts nothing outside them was written."""
     from tkjit.codegen import emit_ptx
     ptx, meta = emit_ptx(kernel)
     mem = Memory(1 << 24)
@@ -51,6 +52,8 @@ def simulate(kernel, args: list, outputs: list[int], max_ctas: int = 64) -> list
             addrs.append(v)
         elif i in outputs:
             poison = torch.full((v.numel() + 2 * PAD,), float("nan"), dtype=v.dtype)
+            if i in inout:
+                poison[PAD:PAD + v.numel()] = v.reshape(-1)
             addr = mem.alloc(_raw(poison))
             addrs.append(addr + PAD * v.element_size())
             outs[i] = (addr, poison, v)
