@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .checks import check_row, poisoned, rel_err, sync
+from .checks import check_row, rel_err, sync
 from .compare import time_pair
 from .rows import Row, first_line
 from .timing import Rotation
