@@ -159,7 +159,7 @@ def emit_iota(ctx, op) -> list[str]:
     index = {}
     for u in range(units):
         for h in (0, 1):
-            step = 16 * u + 8 * h if row else 8 * u + h
+            step = layout.rows.unit_offset(u, 16) + 8 * h if row else 8 * u + h
             n, f = ctx.new("b32"), ctx.new("f32")
             out.append(f"add.s32 {n}, {base}, {step};")
             out.append(f"cvt.rn.f32.s32 {f}, {n};")

@@ -120,7 +120,8 @@ class _Builder:
 
 
 def in_flight(loop: For) -> bool:
-    """Whether the trip's last product can stay in flight into the next trip: it is read only
+    """Whether the trip's last product can stay in flight into the next trip: its A operand is a
+    shared tile (a register A must not change while the wgmma reads it), its result is read only
     by the yield, and the loop argument it is carried into only as the accumulator of that same
     product (so nothing but the next wgmma touches the registers a wgmma still writes)."""
     body = loop.regions[0]
@@ -128,6 +129,8 @@ def in_flight(loop: For) -> bool:
     if not mmas:
         return True
     last = mmas[-1]
+    if not is_shared(last.operands[0]):  # its A registers must not change while it runs
+        return False
     term = body.terminator
     if not isinstance(term, Yield) or len(last.operands) < 3:
         return False

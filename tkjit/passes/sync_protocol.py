@@ -439,10 +439,13 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     everything and release the current stage."""
     r = plan.ring
     body: list[Step] = [Wait(r, "full")]
-    if not plan.mmas or stages == 1 or not plan.in_flight:
-        for reads in plan.mmas or ((r,),):
-            body.append(Mma(reads))
-        body += [MmaWait(0), Release(r), Advance(r)]
+    if not plan.mmas:  # the stage is read by ordinary loads, modelled as one read
+        body += [Mma((r,)), MmaWait(0), Release(r), Advance(r)]
+        return (IfTrips(r, (Loop(r, tuple(body)),)),)
+    if stages == 1 or not plan.in_flight:  # every group drained before what follows reads it
+        for reads in plan.mmas:
+            body += [Mma(reads), MmaWait(0)]
+        body += [Release(r), Advance(r)]
         return (IfTrips(r, (Loop(r, tuple(body)),)),)
     for i, reads in enumerate(plan.mmas):
         body.append(Mma(reads))

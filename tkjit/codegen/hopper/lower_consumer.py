@@ -95,10 +95,13 @@ def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, li
         return Refusal(op, "a matrix product outside the loop that streams its operands (its wgmma "
                            "would not be a protocol step)")
     a, b = op.operands[0], op.operands[1]
-    if not (is_shared(a) and is_shared(b)):
-        return Refusal(op, "an operand in registers (wgmma's RS form is not lowered yet)")
-    if a.owner is None or not isinstance(a.owner, Load) or b.owner is None or not isinstance(b.owner, Load):
-        return Refusal(op, "operands must be tiles the producer loads")
+    if not is_shared(b) or not isinstance(b.owner, Load):
+        return Refusal(op, "B must be a shared tile the producer loads (wgmma reads B from shared memory)")
+    if is_shared(a) and not isinstance(a.owner, Load):
+        return Refusal(op, "A must be a shared tile the producer loads, or a register tile")
+    if not is_shared(a) and op.NAME not in ("mma_AB", "mma_ABt"):
+        return Refusal(op, f"{op.NAME} with A in registers: wgmma's register A is [M, K] (mma_AB, "
+                           "mma_ABt)")
     if a.type.dtype != b.type.dtype or a.type.dtype not in MMA_DTYPES:
         return Refusal(op, f"{a.type.dtype} x {b.type.dtype} products: the general lowering emits "
                            "bf16 and f16 wgmma (fp8 needs k32 and K-major operands, not lowered yet)")
@@ -360,26 +363,38 @@ class ConsumerRole(RoleEmitter):
         else:
             acc = fresh(ctx, t)
             scale = "0"
-        a_addr = self.stage_address(self.shared[id(op.operands[0])])
+        in_regs = not is_shared(op.operands[0])  # RS: A is a packed 16-bit register tile
         b_addr = self.stage_address(self.shared[id(op.operands[1])])
-        if op_a.major == "K":
-            b(f"mad.lo.u32 {a_addr}, {self.share}, {slabs * 64 * op_a.span}, {a_addr};")
+        desc_b = self.descriptor(b_addr, op_b)
+        if in_regs:
+            a_tile = ctx.get(op.operands[0])
+            if not a_tile.packed:
+                raise NotAvailableError(f"{op.NAME}: a register A operand must be a 16-bit tile "
+                                        "(cvt<bf16>(...))", op.span)
         else:
-            per = slabs * 64 // op_a.panel_cols * op_a.panel_bytes
-            b(f"mad.lo.u32 {a_addr}, {self.share}, {per}, {a_addr};")
-        desc_a, desc_b = self.descriptor(a_addr, op_a), self.descriptor(b_addr, op_b)
+            a_addr = self.stage_address(self.shared[id(op.operands[0])])
+            if op_a.major == "K":
+                b(f"mad.lo.u32 {a_addr}, {self.share}, {slabs * 64 * op_a.span}, {a_addr};")
+            else:
+                per = slabs * 64 // op_a.panel_cols * op_a.panel_bytes
+                b(f"mad.lo.u32 {a_addr}, {self.share}, {per}, {a_addr};")
+            desc_a = self.descriptor(a_addr, op_a)
         ta, tb = int(op_a.major == "MN"), int(op_b.major == "MN")
         k_steps = op.operands[0].type.cols // 16 if op_a.major == "K" else op.operands[0].type.rows // 16
         lines = [wgmma.FENCE]
-        dtype = op.operands[0].type.dtype.name
+        dtype = op.operands[1].type.dtype.name
         for ks in range(k_steps):
-            a_descs = [self.at(desc_a, op_a.offset(ks, 64 * slab)) for slab in range(slabs)]
             b_descs = [self.at(desc_b, op_b.offset(ks, n * piece)) for piece in range(t.cols // n)]
             for slab in range(slabs):
                 for piece in range(t.cols // n):
                     regs = [acc.regs[slab][piece * n // 8 + r // 4][r % 4] for r in range(n // 2)]
-                    lines.append(wgmma.mma_instruction(n, dtype, regs, a_descs[slab], b_descs[piece], tb,
-                                                       scale if ks == 0 else "1", ta=ta))
+                    first = scale if ks == 0 else "1"
+                    if in_regs:  # the A fragment of k16 step ks: chunks 2ks, 2ks+1, rows g and g+8
+                        a_regs = [a_tile.regs[slab][2 * ks + c][h] for c in (0, 1) for h in (0, 1)]
+                        lines.append(wgmma.mma_rs_instruction(n, dtype, regs, a_regs, b_descs[piece], tb, first))
+                    else:
+                        lines.append(wgmma.mma_instruction(n, dtype, regs, self.at(desc_a, op_a.offset(ks, 64 * slab)),
+                                                           b_descs[piece], tb, first, ta=ta))
         lines.append(wgmma.COMMIT)
         b(*lines)
         ctx.bind(op.result, acc)
