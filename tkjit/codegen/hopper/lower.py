@@ -181,6 +181,9 @@ class LoweredKernel:
         self.entries = param_entries(kernel)
         self.maps: dict[int, tma.TensorMap] = {}
         self.ring_bars: dict[str, tuple[int, int]] = {}  # ring -> (full offset, stages)
+        self.decisions: list[dict] = [{"decision": "backend", "value": "wgmma",
+                                       "why": "the general sm_90a lowering: TMA producer, wgmma consumers, "
+                                              "the mbarrier pass's protocol, every IR op by its emitter"}]
         self._ring_offsets()
 
     def _ring_offsets(self) -> None:
@@ -301,9 +304,7 @@ class LoweredKernel:
                 "smem_bytes": self.smem_bytes + 1024, "num_warps": self.threads // 32,
                 "registers": list(self.regs), "protocol": self.proto.text(),
                 "assumes_aligned_rows": True,  # TMA: a launch with other rows recompiles (kernel.py)
-                "decisions": [{"decision": "backend", "value": "wgmma",
-                               "why": "the general sm_90a lowering: TMA producer, wgmma consumers, "
-                                      "the mbarrier pass's protocol, every IR op by its emitter"}]}
+                "decisions": list(self.decisions)}
 
 
 def lower_kernel(kernel: Kernel, options: dict | None = None) -> tuple[str, dict]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ...errors import NotAvailableError
 from ...ir.core import Op, Value
 from ...ir.ops import MMA_OPS, REDUCE_OPS, Copy, For, If, Load, Store, Yield
-from ...ir.types import BF16, F16, F32, TileType, VectorType
+from ...ir.types import BF16, F16, F32, TileType, VectorType  # noqa: F401
 from ...passes.hopper import is_shared
 from ...passes.sync_protocol import ConsumerSync, IfTrips, Loop, Mma, StagingBegin, StagingEnd, Wait
 from ..emit_control import fresh, moves
@@ -199,10 +199,47 @@ class ConsumerRole(RoleEmitter):
             full, empty = k.bar_base(ring.name)
             self.rings[ring.name] = RingRegs(ring, full, empty, b.mov(0), b.mov(0), b.mov(1))
         self.tile, self.tile_count = b.reg(), b.reg()
+        self.stagings = self.plan_stagings()
+        self.deferred = self.choose_deferral()
         self.emit(k.proto.consumer)
         from .lower_epilogue import drain
+        if self.deferred is not None:
+            b(*self.deferred.flush(ctx))
         b(*drain(self))
         b.lines[start:start] = ctx.prologue
+
+    def plan_stagings(self) -> dict:
+        """The staging of every register-tile store smem-plan staged (lower_epilogue), set up once."""
+        from .lower_epilogue import staging_columns, staging_for
+        out = {}
+        for op in self.k.blocks.walk():
+            if isinstance(op, Store) and isinstance(op.operands[1].type, TileType) \
+                    and op.operands[1].type.space == "rt":
+                cols = staging_columns(op, self.owners, self.pingpong)
+                if cols:
+                    out[op] = staging_for(self, op, cols)
+        return out
+
+    def choose_deferral(self):
+        """The deferred epilogue (lower_epilogue.Deferred) when the tile ends in a staged store
+        of a 16-bit tile, after a ring loop with a wgmma, and it fits; the choice is logged."""
+        from .lower_epilogue import Deferred, defer_choice
+        ops = [op for op in self.k.blocks.regions[0].ops if not isinstance(op, Yield)]
+        last = ops[-1] if ops else None
+        if not isinstance(last, Store) or not isinstance(last.operands[1].type, TileType):
+            return None
+        if not any(isinstance(op, MMA_OPS) for loop in self.loop_of.values() for op in loop.regions[0].ops):
+            return None
+        if not any(op in self.loop_of.values() for op in ops):
+            return None
+        t = last.operands[1].type
+        if last not in self.stagings or t.dtype.bits != 16:
+            return None
+        ok, why = defer_choice(self, last, self.stagings[last].cols)
+        self.k.decisions.append({"decision": "epilogue overlap",
+                                 "value": "deferred to the next tile's first wgmma group" if ok else "none",
+                                 "why": why})
+        return Deferred(self, last, self.stagings[last]) if ok else None
 
     # -- the tile walk --------------------------------------------------------------------
     def first_tile(self) -> None:
@@ -298,6 +335,8 @@ class ConsumerRole(RoleEmitter):
             self.ring_loop(op, step)
         elif isinstance(step, Mma):
             self.wgmma(op)
+            if self.deferred is not None:  # the last tile's stores run under this group
+                self.b(*self.deferred.flush(self.ctx))
         else:                            # ConsumerSync before a store staged over the ring
             self.emit((step,))
             self.ops([op])
@@ -319,6 +358,8 @@ class ConsumerRole(RoleEmitter):
         if step.ring not in self.trips_ready:
             self.rings[step.ring].trips = trip_count(ctx, b, loop)
         self.emit((step,))
+        if self.deferred is not None:  # a tile without trips issued no wgmma: flush here, before
+            b(*self.deferred.flush(ctx))  # the epilogue makes the next tile's values
         for res, rep in zip(loop.results, carried):
             ctx.bind(res, rep)
 
@@ -434,13 +475,16 @@ def _fragment_rows(ctx, layout):
 
 
 def emit_store(ctx, op) -> list[str]:
-    from .lower_epilogue import emit_staged, staging_columns
+    from .lower_epilogue import emit_staged
     rep = ctx.get(op.operands[1])
     if not isinstance(rep, RegTile):
         return rt_emit_store(ctx, op)
-    cols = staging_columns(op, ctx.role.owners, ctx.role.pingpong) if not rep.layout.rows.replicated else 0
-    if cols:
-        return emit_staged(ctx.role, ctx, op, rep, cols)
+    staging = ctx.role.stagings.get(op) if not rep.layout.rows.replicated else None
+    deferred = ctx.role.deferred
+    if staging is not None and deferred is not None and deferred.op is op:
+        return deferred.hold(ctx, rep)
+    if staging is not None:
+        return emit_staged(ctx.role, ctx, op, rep, staging)
     return _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=True)
 
 
