@@ -9,7 +9,7 @@ stops after a stage and ``advance()`` runs the later ones on demand. A stage who
 tkjit is missing raises NotAvailableError saying so.
 
 The binary stages (ptx, cubin and their metadata together) go through the disk cache unless
-``options.cache`` is off. The key is made from the input itself (the normalized text, the file
+``options.cache`` is off. The key is made from the input itself (the text as given, the file
 name, the options, the arch, tkjit's source hash and the ptxas version), so ``load_or_compile``
 (what ``tkjit.compile`` uses) looks the entry up before the front end runs: on a hit the result
 has its binary stages, metadata and decision log from the entry, and the IR stages are made only
