@@ -23,6 +23,9 @@ def lower_source(text: str, filename: str = "<string>", constants: Optional[dict
     try:
         kernel = lower(tree, constants)
         verify_kernel(kernel)
+        if "fill_sms" in kernel.attrs:
+            from .fill_sms_check import check_fill_sms
+            check_fill_sms(tree, kernel, constants)
     except RecursionError:
         raise too_deep(tree.span.source) from None
     return kernel
