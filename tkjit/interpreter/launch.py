@@ -18,6 +18,7 @@ from ..errors import LaunchError
 from ..ir.core import Kernel, Value
 from ..ir.ops import Store
 from ..ir.types import BF16, BOOL, E4M3, E5M2, F16, F32, I32, DType, GlobalType, ScalarType
+from ..runtime.overlap import Extent, overlap_error
 from .numerics import round_scalar
 from .values import GlobalValue
 
@@ -51,14 +52,20 @@ def bind(kernel: Kernel, args: list, constants: dict[str, int] | None = None) ->
     stored = {id(op.operands[0]) for op in kernel.walk() if isinstance(op, Store)}
     launch = Launch()
     first_seen: dict[str, str] = {}
+    extents: list[Extent] = []
     for i, (param, arg) in enumerate(zip(kernel.params, args)):
         where = f"argument {i} ({param.hint})"
         if isinstance(param.type, GlobalType):
             memory = _tensor_memory(arg, param.type, where, writes=id(param) in stored)
             _bind_dims(param.type, memory.shape, where, launch.dims, first_seen, constants)
             launch.params[param] = GlobalValue(param.hint or f"arg{i}", param.type, memory)
+            extents.append(Extent(i, param.hint or f"arg{i}", memory.__array_interface__["data"][0],
+                                  memory.nbytes, id(param) in stored))
         else:
             launch.params[param] = _scalar(arg, param.type, where)
+    overlap = overlap_error(kernel.name, extents)
+    if overlap is not None:
+        raise LaunchError(overlap)
     for name, value in constants.items():
         launch.dims.setdefault(name, value)
     return launch

@@ -58,6 +58,8 @@ typedef struct {
     int scalar_type;                 /* its at::ScalarType (TKJIT_TORCH_READER only) */
     int rank;
     long long dims[MAX_RANK];        /* >= 0: a constant; < 0: named dim -(d + 1) */
+    int itemsize;                    /* bytes per element (a tensor) */
+    int writes;                      /* the kernel stores into it: nothing may overlap it (overlap.py) */
 } Param;
 
 typedef struct {
@@ -178,6 +180,32 @@ static int read_tensor(Launch *self, const Param *p, PyObject *a, long dev, uint
     *ptr = PyLong_AsUnsignedLongLong(v);
     Py_DECREF(v);
     return !PyErr_Occurred();
+}
+
+/* 1 when a written tensor's bytes overlap another tensor's (overlap.py's rule and pairs). */
+static int overlapping(const Launch *self, const uint64_t *ptrs, long long shapes[][MAX_RANK]) {
+    uint64_t ends[MAX_PARAMS];
+    for (int i = 0; i < self->nparams; i++) {
+        const Param *p = &self->params[i];
+        if (p->kind != P_TENSOR)
+            continue;
+        uint64_t n = (uint64_t)p->itemsize;
+        for (int j = 0; j < p->rank; j++)
+            n *= (uint64_t)shapes[i][j];
+        ends[i] = ptrs[i] + n;
+    }
+    for (int o = 0; o < self->nparams; o++) {
+        if (self->params[o].kind != P_TENSOR || !self->params[o].writes)
+            continue;
+        for (int t = 0; t < self->nparams; t++) {
+            const Param *q = &self->params[t];
+            if (t == o || q->kind != P_TENSOR || (q->writes && t < o))
+                continue;
+            if (ptrs[o] < ends[t] && ptrs[t] < ends[o])
+                return 1;
+        }
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ the grid */
@@ -354,6 +382,8 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
     }
     if (align & 15)
         return refuse(self, args, nargs, stream, checked);
+    if (overlapping(self, ptrs, shapes))
+        return refuse(self, args, nargs, stream, checked);
     for (int k = 0; k < self->ndims; k++)
         if (dims[k] % self->dim_multiple[k])
             return refuse(self, args, nargs, stream, checked);
@@ -495,7 +525,9 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     for (int i = 0; i < self->nparams; i++) {
         PyObject *entry = PyList_GET_ITEM(params, i), *dims = NULL;
         Param *p = &self->params[i];
-        if (!PyArg_ParseTuple(entry, "iOO", &p->kind, &p->dtype, &dims)) return -1;
+        p->itemsize = 0;
+        p->writes = 0;
+        if (!PyArg_ParseTuple(entry, "iOO|ii", &p->kind, &p->dtype, &dims, &p->itemsize, &p->writes)) return -1;
         if (p->kind == P_TENSOR) {
 #ifdef TKJIT_TORCH_READER
             p->scalar_type = tkjit_torch_scalar_type(p->dtype);

@@ -62,6 +62,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
+from .overlap import ITEMSIZE, Extent, overlap_error, overlap_pairs
 from .tensormap import fast_path_lines, row_multiples, rows_not_aligned, tensor_map_encoders
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "e4m3": "float8_e4m3fn",
@@ -83,6 +84,8 @@ class Param:
     name: str
     dtype: str
     dims: tuple[str | int, ...] | None = None
+    writes: bool = False
+    """A tensor the kernel stores into: no other argument may share its memory (overlap.py)."""
 
     @property
     def is_tensor(self) -> bool:
@@ -106,7 +109,7 @@ def parse_signature(signature: list[dict]) -> tuple[Param, ...]:
             for d in dims:
                 if not (isinstance(d, int) and d >= 0 or isinstance(d, str) and d.isidentifier()):
                     raise TkError(f"kernel metadata: parameter '{name}' has a bad dimension {d!r}")
-            params.append(Param(name, dtype, dims))
+            params.append(Param(name, dtype, dims, bool(entry.get("writes", False))))
         elif kind == "scalar":
             if dtype not in _SCALAR_SLOTS:
                 raise TkError(f"kernel metadata: scalar '{name}' has unsupported dtype {dtype!r}")
@@ -216,6 +219,8 @@ class Launcher:
             num_sms = _driver().num_sms(device)
         self.num_sms = num_sms
         self.grid = compile_grid(self.grid_exprs, self.dims, num_sms)
+        self.overlaps = overlap_pairs([p.writes if p.is_tensor else None for p in self.params])
+        """(output, other) tensor argument pairs whose memory must not overlap (overlap.py)."""
         self.order = LaunchOrder(name, cu) if serial_launches else None
         """The launches' ordering across streams (None: the kernel's launches may run at once)."""
         self._prepare_param_block()
@@ -286,6 +291,7 @@ class Launcher:
             body += self._shape_checks(slow)
             body += [f"p{i} = a{i}.data_ptr()" for i in tensors]
             body.append(f"if ({' | '.join(f'p{i}' for i in tensors)}) & 15: {slow}")
+            body += self._overlap_lines(slow)
         body += self._grid_lines()
         body += ["if stream is None: stream = current_stream(dev)",
                  "elif type(stream) is not int or stream < 0: stream = stream_handle(stream, dev)"]
@@ -315,6 +321,15 @@ class Launcher:
                       "    order.after(stream, key)"]
         body += [*("    " + line for line in launch), "finally:", "    give(block)"]
         return "def fast(*args, stream=None, checked=False):\n" + "".join(f"    {b}\n" for b in body)
+
+    def _overlap_lines(self, slow: str) -> list[str]:
+        """Each tensor's end address, and one check that no output overlaps another tensor."""
+        if not self.overlaps:
+            return []
+        used = sorted({i for pair in self.overlaps for i in pair})
+        lines = [f"e{i} = p{i} + {' * '.join([str(ITEMSIZE[self.params[i].dtype])] + [str(d) if isinstance(d, int) else f'd_{d}' for d in self.params[i].dims])}"
+                 for i in used]
+        return lines + _any_fails([f"(p{o} < e{t} and p{t} < e{o})" for o, t in self.overlaps], slow)
 
     def _native_fast_path(self, slow):
         """The native path's Launch object (fastlaunch.c): the same checks, pack and launch as the
@@ -427,6 +442,12 @@ class Launcher:
                 fixed.append(a)
             else:
                 fixed.append(self._check_scalar(i, p, a))
+        if self.overlaps:
+            extents = [Extent(i, p.name, a.data_ptr(), a.numel() * a.element_size(), p.writes)
+                       for i, (p, a) in enumerate(zip(self.params, args)) if p.is_tensor]
+            overlap = overlap_error(self.name, extents)
+            if overlap is not None:
+                raise LaunchError(overlap)
         for d, (multiple, i) in self.row_multiples.items():
             if bound[d][0] % multiple:
                 raise RowsNotAligned(rows_not_aligned(self._where(i), tuple(args[i].shape), self.params[i].dtype))

@@ -399,11 +399,12 @@ def launch_spec(*, launch: int, function: int, params, dims: tuple[str, ...], dt
                 block, smem: int, device: int | None, num_sms: int | None, maps, callbacks: dict,
                 row_multiples: dict | None = None) -> dict:
     """The dict ``Launch(spec)`` takes (fastlaunch.c, Launch_init)."""
+    from .overlap import ITEMSIZE
     entries = []
     for p in params:
         if p.is_tensor:
             codes = tuple(d if isinstance(d, int) else -1 - dims.index(d) for d in p.dims)
-            entries.append((P_TENSOR, dtypes[p.dtype], codes))
+            entries.append((P_TENSOR, dtypes[p.dtype], codes, ITEMSIZE[p.dtype], int(p.writes)))
         else:
             entries.append((P_F32 if p.dtype == "f32" else P_I32, None, ()))
     exprs = list(grid_exprs) + [1] * (3 - len(grid_exprs))
