@@ -9,6 +9,7 @@ does not verify is corruption: ``get`` treats it as a miss (logged at debug leve
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -87,7 +88,12 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     ``limit`` bytes, else None; OSError when it cannot be opened. Opened without following a link
     and without blocking, so that a FIFO or a link to /dev/zero in the cache cannot hang or
     exhaust its reader."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # a symbolic link (O_NOFOLLOW)
+            return None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
@@ -127,7 +133,10 @@ def _memo_write(path: Path, key: str, value: str) -> None:
         os.replace(tmp, path)
     except OSError as e:
         _debug("could not write %s: %s", path, e)
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _memoized(memo_path: Path, key: str, compute: Callable[[], str], store: bool = True) -> str:

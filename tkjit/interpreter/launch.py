@@ -18,6 +18,8 @@ from ..errors import LaunchError
 from ..ir.core import Kernel, Value
 from ..ir.ops import Store
 from ..ir.types import BF16, BOOL, E4M3, E5M2, F16, F32, I32, DType, GlobalType, ScalarType
+from ..runtime.launch_checks import f32_value
+from ..runtime.launch_checks import where as launch_where
 from ..runtime.overlap import Extent, overlap_error
 from .numerics import round_scalar
 from .values import GlobalValue
@@ -62,7 +64,8 @@ def bind(kernel: Kernel, args: list, constants: dict[str, int] | None = None) ->
             extents.append(Extent(i, param.hint or f"arg{i}", memory.__array_interface__["data"][0],
                                   memory.nbytes, id(param) in stored))
         else:
-            launch.params[param] = _scalar(arg, param.type, where)
+            launch.params[param] = _scalar(arg, param.type, where,
+                                           launch_where(kernel.name, i, param.hint or f"arg{i}"))
     overlap = overlap_error(kernel.name, extents)
     if overlap is not None:
         raise LaunchError(overlap)
@@ -135,7 +138,7 @@ def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str) -> np.ndarray
     return arg.numpy()
 
 
-def _scalar(arg: Any, t: ScalarType, where: str) -> Any:
+def _scalar(arg: Any, t: ScalarType, where: str, shared_where: str) -> Any:
     dt: DType = t.dtype
     if dt == BOOL:
         if not isinstance(arg, (bool, np.bool_)):
@@ -149,4 +152,6 @@ def _scalar(arg: Any, t: ScalarType, where: str) -> Any:
         if not -2**31 <= int(arg) < 2**31:
             raise LaunchError(f"{where}: {arg} does not fit in i32")
         return int(arg)
+    if dt == F32:  # the GPU launcher's check and message (launch_checks.py)
+        return round_scalar(f32_value(arg, shared_where), dt)
     return round_scalar(float(arg), dt)

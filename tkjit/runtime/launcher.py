@@ -62,6 +62,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
+from .launch_checks import f32_value
 from .overlap import ITEMSIZE, Extent, overlap_error, overlap_pairs
 from .tensormap import fast_path_lines, row_multiples, rows_not_aligned, tensor_map_encoders
 
@@ -497,12 +498,7 @@ class Launcher:
             return value
         if isinstance(a, bool) or not isinstance(a, numbers.Real):
             raise LaunchError(f"{where}: expected a Python float (f32), got {type(a).__name__}")
-        value = float(a)
-        try:
-            struct.pack("<f", value)
-        except OverflowError:
-            raise LaunchError(f"{where}: {value} does not fit in f32") from None
-        return value
+        return f32_value(a, where)
 
     def _stream_handle(self, stream, dev: int) -> int:
         handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream, torch.cuda.ExternalStream
