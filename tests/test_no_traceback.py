@@ -209,3 +209,24 @@ def test_a_fifo_or_a_link_to_dev_zero_in_an_entry_does_not_hang(tmp_path, plant)
     assert cache.get(key) is None
     assert time.monotonic() - start < 5
     assert not isinstance(cache.entries(), TkError)
+
+
+def _nested_ir(n: int) -> str:
+    lines = ["kernel @k(%X: gl<f32>[N, 64], %Y: gl<f32>[N, 64]) {", '  %N = dim {name = "N"} : i32',
+             "  %c16 = const {value = 16} : i32", "  %0 = cdiv %N, %c16 : i32",
+             '  blocks {schedule = "grid"} %0 {', "  ^(%i: i32):", "    %c0 = const {value = 0} : i32",
+             "    %c1 = const {value = 1} : i32"]
+    for d in range(n):
+        lines += ["    for %c0, %c1, %c1 {", f"    ^(%j{d}: i32):"]
+    lines += ["      yield", "    }"] * n + ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_ir_regions_nested_a_thousand_deep_are_refused_where_they_go_too_deep():
+    with pytest.raises(DiagnosticError) as err:
+        tkjit.compile(_nested_ir(1000), filename="deep.tkir", cache=False)
+    assert err.value.render().startswith("deep.tkir:207:23: error: regions nested more than 100 deep")
+
+
+def test_ir_regions_nested_under_the_limit_compile():
+    assert tkjit.compile(_nested_ir(95), filename="deep.tkir", cache=False).asm["ptx"]
