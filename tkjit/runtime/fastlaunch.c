@@ -30,6 +30,7 @@
 #define MAX_DIMS 32
 #define MAX_MAPS 16
 #define MAX_GRID_OPS 64
+#define MAX_CHECKS 16                /* launch-time divisors that must not be 0 (launch_checks.py) */
 #define I32_LIMIT 2147483648LL
 
 #ifdef TKJIT_TORCH_READER
@@ -75,12 +76,14 @@ typedef struct {
     long long dim_multiple[MAX_DIMS]; /* a named dim must be a multiple of this (TMA-only rows), else refused */
     Param params[MAX_PARAMS];
     int map_param[MAX_MAPS];          /* which argument each tensor map describes */
-    int grid_len[3];
-    long long grid_ops[3][MAX_GRID_OPS];
+    int grid_len[3 + MAX_CHECKS];
+    long long grid_ops[3 + MAX_CHECKS][MAX_GRID_OPS]; /* the grid's 3 programs, then the checks' */
+    int nchecks;
     long long num_sms;
     PyObject *spec;                   /* keeps the dtypes and callables alive */
     PyObject *tensor_type, *current_device, *current_stream, *stream_handle, *slow;
     PyObject *grid_out_of_range, *grid_exact, *launch_failed, *maps;
+    PyObject *checks_exact;           /* (*dims) -> whether every check holds, in Python's arithmetic */
     /* torch.Tensor's own descriptors, read once: for an instance of exactly torch.Tensor (no
      * subclass can override them) they are called without the attribute lookup. */
     PyObject *d_dtype, *d_get_device, *d_is_contiguous, *d_shape, *d_data_ptr;
@@ -387,6 +390,26 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
     for (int k = 0; k < self->ndims; k++)
         if (dims[k] % self->dim_multiple[k])
             return refuse(self, args, nargs, stream, checked);
+    if (self->nchecks) {
+        int exact = 1;
+        for (int k = 0; k < self->nchecks && exact; k++) {
+            long long value;
+            exact = eval_grid(self, 3 + k, dims, &value);
+            if (exact && value == 0)
+                return refuse(self, args, nargs, stream, checked);
+        }
+        if (!exact) {  /* negative or big numbers: Python's arithmetic decides */
+            PyObject *t = dims_tuple(self, dims);
+            PyObject *ok = t ? PyObject_Call(self->checks_exact, t, NULL) : NULL;
+            Py_XDECREF(t);
+            int truth = ok ? PyObject_IsTrue(ok) : -1;
+            Py_XDECREF(ok);
+            if (truth < 0)
+                return NULL;
+            if (!truth)
+                return refuse(self, args, nargs, stream, checked);
+        }
+    }
 
     long long grid[3];
     PyObject *result = NULL;
@@ -484,6 +507,36 @@ static int bad_spec(const char *what) {
     return -1;
 }
 
+/* A grid program (or a check's: the same postfix code) into grid_ops[axis]. */
+static int parse_program(Launch *self, PyObject *ops, int axis) {
+    if (!PyTuple_Check(ops) || PyTuple_GET_SIZE(ops) > MAX_GRID_OPS || PyTuple_GET_SIZE(ops) == 0)
+        return bad_spec("grid program");
+    self->grid_len[axis] = (int)PyTuple_GET_SIZE(ops);
+    int depth = 0;
+    for (int i = 0; i < self->grid_len[axis]; i++) {
+        long long op = PyLong_AsLongLong(PyTuple_GET_ITEM(ops, i));
+        if (PyErr_Occurred()) return -1;
+        self->grid_ops[axis][i] = op;
+        if (op == G_CONST || op == G_DIM) {
+            if (++i >= self->grid_len[axis]) return bad_spec("grid operand missing");
+            long long arg = PyLong_AsLongLong(PyTuple_GET_ITEM(ops, i));
+            if (PyErr_Occurred()) return -1;
+            if (op == G_DIM && (arg < 0 || arg >= self->ndims)) return bad_spec("grid dim index");
+            self->grid_ops[axis][i] = arg;
+            depth++;
+        } else if (op == G_NUM_SMS) {
+            depth++;
+        } else if (op >= G_CDIV && op <= G_GT) {
+            if (depth < 2) return bad_spec("grid operator without operands");
+            depth--;
+        } else {
+            return bad_spec("grid opcode");
+        }
+    }
+    if (depth != 1) return bad_spec("grid program leaves more than one value");
+    return 0;
+}
+
 /* Launch(spec): spec is the dict native.launch_spec() makes. */
 static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     PyObject *spec;
@@ -545,33 +598,17 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     }
     PyObject *grid = get_obj(spec, "grid");
     if (!grid || !PyTuple_Check(grid) || PyTuple_GET_SIZE(grid) != 3) return grid ? bad_spec("grid") : -1;
-    for (int axis = 0; axis < 3; axis++) {
-        PyObject *ops = PyTuple_GET_ITEM(grid, axis);
-        if (!PyTuple_Check(ops) || PyTuple_GET_SIZE(ops) > MAX_GRID_OPS || PyTuple_GET_SIZE(ops) == 0)
-            return bad_spec("grid program");
-        self->grid_len[axis] = (int)PyTuple_GET_SIZE(ops);
-        int depth = 0;
-        for (int i = 0; i < self->grid_len[axis]; i++) {
-            long long op = PyLong_AsLongLong(PyTuple_GET_ITEM(ops, i));
-            if (PyErr_Occurred()) return -1;
-            self->grid_ops[axis][i] = op;
-            if (op == G_CONST || op == G_DIM) {
-                if (++i >= self->grid_len[axis]) return bad_spec("grid operand missing");
-                long long arg = PyLong_AsLongLong(PyTuple_GET_ITEM(ops, i));
-                if (PyErr_Occurred()) return -1;
-                if (op == G_DIM && (arg < 0 || arg >= self->ndims)) return bad_spec("grid dim index");
-                self->grid_ops[axis][i] = arg;
-                depth++;
-            } else if (op == G_NUM_SMS) {
-                depth++;
-            } else if (op >= G_CDIV && op <= G_GT) {
-                if (depth < 2) return bad_spec("grid operator without operands");
-                depth--;
-            } else {
-                return bad_spec("grid opcode");
-            }
-        }
-        if (depth != 1) return bad_spec("grid program leaves more than one value");
+    for (int axis = 0; axis < 3; axis++)
+        if (parse_program(self, PyTuple_GET_ITEM(grid, axis), axis) < 0) return -1;
+    PyObject *checks = PyDict_GetItemString(spec, "checks");  /* optional */
+    self->nchecks = 0;
+    if (checks) {
+        if (!PyTuple_Check(checks) || PyTuple_GET_SIZE(checks) > MAX_CHECKS) return bad_spec("checks");
+        self->nchecks = (int)PyTuple_GET_SIZE(checks);
+        for (int k = 0; k < self->nchecks; k++)
+            if (parse_program(self, PyTuple_GET_ITEM(checks, k), 3 + k) < 0) return -1;
+        self->checks_exact = get_obj(spec, "checks_exact");  /* borrowed: the spec holds it */
+        if (!self->checks_exact) return -1;
     }
     PyObject *maps = get_obj(spec, "maps");
     if (!maps || !PyList_Check(maps) || PyList_GET_SIZE(maps) > MAX_MAPS) return maps ? bad_spec("maps") : -1;

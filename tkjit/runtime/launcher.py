@@ -62,7 +62,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
-from .launch_checks import f32_value
+from .launch_checks import divisor_error, evaluate, f32_value
 from .overlap import ITEMSIZE, Extent, overlap_error, overlap_pairs
 from .tensormap import fast_path_lines, row_multiples, rows_not_aligned, tensor_map_encoders
 
@@ -189,7 +189,8 @@ class Launcher:
     def __init__(self, function, signature: list[dict], grid_exprs: list, block, smem_bytes: int = 0, *,
                  name: str = "kernel", device: int | None = None, num_sms: int | None = None,
                  launch=None, current_device=None, current_stream=None, launch_api: str | None = None,
-                 on_refusal=None, encode_map=None, serial_launches: bool = False, cu=None):
+                 on_refusal=None, encode_map=None, serial_launches: bool = False, cu=None,
+                 divisors=()):
         import torch
         self.name, self.function, self.device, self.smem_bytes = name, function, device, int(smem_bytes)
         self.params = parse_signature(signature)
@@ -220,12 +221,16 @@ class Launcher:
             num_sms = _driver().num_sms(device)
         self.num_sms = num_sms
         self.grid = compile_grid(self.grid_exprs, self.dims, num_sms)
+        self.divisors = [dict(c) for c in divisors]
+        """Launch-time divisors that must not be 0 (the kernel's metadata "divisors", launch_checks.py)."""
+        for c in self.divisors:
+            grid_expr_source(c["expr"], self.dims)  # validates it as the grid's expressions are
         self.overlaps = overlap_pairs([p.writes if p.is_tensor else None for p in self.params])
         """(output, other) tensor argument pairs whose memory must not overlap (overlap.py)."""
         self.order = LaunchOrder(name, cu) if serial_launches else None
         """The launches' ordering across streams (None: the kernel's launches may run at once)."""
         self._prepare_param_block()
-        if self.launch_api == "native" and self.order is None:
+        if self.launch_api == "native" and self.order is None and len(self.divisors) <= 16:
             self.source = None
             self.fast = self._native_fast_path(on_refusal or self.slow)
         else:
@@ -293,6 +298,8 @@ class Launcher:
             body += [f"p{i} = a{i}.data_ptr()" for i in tensors]
             body.append(f"if ({' | '.join(f'p{i}' for i in tensors)}) & 15: {slow}")
             body += self._overlap_lines(slow)
+        body += _any_fails([f"({grid_expr_source(c['expr'], self.dims)}) == 0" for c in self.divisors], slow) \
+            if self.divisors else []
         body += self._grid_lines()
         body += ["if stream is None: stream = current_stream(dev)",
                  "elif type(stream) is not int or stream < 0: stream = stream_handle(stream, dev)"]
@@ -342,12 +349,14 @@ class Launcher:
         callbacks = dict(tensor_type=self._torch.Tensor, current_device=self._current_device,
                          current_stream=self._current_stream, stream_handle=self._stream_handle, slow=slow,
                          grid_out_of_range=self._grid_out_of_range, launch_failed=self._launch_failed,
-                         grid_exact=lambda *values: grid(**dict(zip(dims, values))))
+                         grid_exact=lambda *values: grid(**dict(zip(dims, values))),
+                         checks_exact=lambda *values: all(evaluate(c["expr"], dict(zip(dims, values)))
+                                                          for c in self.divisors))
         spec = native.launch_spec(launch=self._launch, function=int(self.function), params=self.params,
                                   dims=self.dims, dtypes=self._torch_dtypes, grid_exprs=self.grid_exprs,
                                   block=self.block, smem=self.smem_bytes, device=self.device,
                                   num_sms=self.num_sms, maps=self.maps, row_multiples=self.row_multiples,
-                                  callbacks=callbacks)
+                                  callbacks=callbacks, checks=[c["expr"] for c in self.divisors])
         return native.module().Launch(spec)
 
     def _grid3(self) -> list:
@@ -449,6 +458,10 @@ class Launcher:
             overlap = overlap_error(self.name, extents)
             if overlap is not None:
                 raise LaunchError(overlap)
+        if self.divisors:
+            zero = divisor_error(self.name, self.divisors, {k: v[0] for k, v in bound.items()})
+            if zero is not None:
+                raise LaunchError(zero)
         for d, (multiple, i) in self.row_multiples.items():
             if bound[d][0] % multiple:
                 raise RowsNotAligned(rows_not_aligned(self._where(i), tuple(args[i].shape), self.params[i].dtype))

@@ -397,7 +397,7 @@ def grid_program(expr, names: tuple[str, ...]) -> tuple[int, ...]:
 
 def launch_spec(*, launch: int, function: int, params, dims: tuple[str, ...], dtypes: dict, grid_exprs,
                 block, smem: int, device: int | None, num_sms: int | None, maps, callbacks: dict,
-                row_multiples: dict | None = None) -> dict:
+                row_multiples: dict | None = None, checks=()) -> dict:
     """The dict ``Launch(spec)`` takes (fastlaunch.c, Launch_init)."""
     from .overlap import ITEMSIZE
     entries = []
@@ -412,7 +412,8 @@ def launch_spec(*, launch: int, function: int, params, dims: tuple[str, ...], dt
             "grid": tuple(grid_program(e, dims) for e in exprs), "block": tuple(block), "smem": smem,
             "dim_multiples": tuple((row_multiples or {}).get(d, (1,))[0] for d in dims),
             "device": device, "num_sms": num_sms if num_sms is not None else 0,
-            "maps": list(maps), "map_params": tuple(m.spec.param for m in maps), **callbacks}
+            "maps": list(maps), "map_params": tuple(m.spec.param for m in maps),
+            "checks": tuple(grid_program(e, dims) for e in checks), **callbacks}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--build-torch"]:
