@@ -15,7 +15,7 @@ from support import fake_cuda_tensor_class
 from tkjit.errors import LaunchError
 from tkjit.frontend import lower_source
 from tkjit.runtime import native
-from tkjit.runtime.launch_checks import divisor_checks
+from tkjit.runtime.launch_checks import divisor_checks, launch_checks
 from tkjit.runtime.launcher import Launcher
 
 ATTENTION = (Path(__file__).resolve().parent.parent / "examples" / "attention.tk").read_text()
@@ -59,7 +59,7 @@ def gpu(h, hkv, api):
     launcher = Launcher(0xF00D, signature, [["dim", "H"]], 128, 0, name="gqa",
                         launch=(lambda *a: (0,)) if api == "bindings" else None, launch_api=api,
                         current_device=lambda: 0, current_stream=lambda dev: 1,
-                        divisors=divisor_checks(kernel))
+                        checks=launch_checks(kernel))
     tensors = []
     for t in args(h, hkv):
         t = t.as_subclass(FakeCuda)
@@ -97,9 +97,72 @@ def test_the_native_launcher_refuses_it_too(shape, monkeypatch):
 def test_the_compiled_kernel_carries_its_divisors():
     kernel = tkjit.compile(ATTENTION, filename="attention.tk", constants={"D": 64}, cache=False)
     kernel.asm["ptx"]  # noqa: B018 - the stage that writes the metadata
-    assert [c["divisor"] for c in kernel._result.metadata["divisors"]] == ["HKV", "H // HKV"]
+    checks = kernel._result.metadata["launch_checks"]
+    assert [c.get("divisor") for c in checks[:2]] == ["HKV", "H // HKV"]
+    assert [(c["tensor"], c["axis"], c["side"]) for c in checks[2:]] == [("K", 1, "high"), ("V", 1, "high")]
 
 
 def test_constant_divisors_and_run_time_divisors_are_not_launch_checks():
     src = GQA.replace("g = h // (H // HKV)", "g = (h // 2) // (h + 1)")
     assert divisor_checks(lower_source(src, "gqa.tk")) == []
+
+
+COORDINATES = {  # (H, HKV) -> the refusal: g = h // (H // HKV) reaches HKV when H % HKV != 0
+    (3, 2): "gqa: at gqa.tk:6:26, index 0 of K (`h // (H // HKV)`) reaches 2 at this launch, but K has "
+            "2 entries along dimension 0 (HKV = 2)",
+    (6, 4): "gqa: at gqa.tk:6:26, index 0 of K (`h // (H // HKV)`) reaches 5 at this launch, but K has "
+            "4 entries along dimension 0 (HKV = 4)",
+    (8, 4): None,
+    (0, 2): None,  # an empty grid runs nothing: nothing to refuse
+    (0, 0): None,
+}
+
+
+@pytest.mark.parametrize("shape", list(COORDINATES))
+def test_a_block_index_coordinate_leaving_its_tensor_is_refused_alike(shape, monkeypatch):
+    expected = COORDINATES[shape]
+    assert interpreter(*shape) == expected
+    assert gpu(*shape, "bindings") == expected
+    if native.module() is not None:
+        import ctypes
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                                 ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+        callback = proto(lambda *a: 0)
+        monkeypatch.setattr("tkjit.runtime.launcher._native_launch_address",
+                            lambda launch: ctypes.cast(callback, ctypes.c_void_p).value)
+        assert gpu(*shape, "native") == expected
+
+
+@pytest.mark.parametrize("coordinate, refusal", [
+    ("X.tile(i - 1, 0)", "k: at <string>:3:26, tile coordinate 0 of X (`i - 1`) goes down to -1 at "
+                         "this launch; it must be at least 0"),
+    ("X.tile(5, 0)", "k: at <string>:3:26, tile coordinate 0 of X (`5`) reaches 5 at this launch, but X "
+                     "has 2 tiles of 16 rows along dimension 0 (N = 32)"),
+    ("X.tile(i, 0)", None),
+])
+def test_coordinates_from_block_indices_and_constants(coordinate, refusal):
+    src = ("kernel k(X: gl<f32>[N, 64], Y: gl<f32>[N, 64]) {\n  for i in blocks(N / 16) {\n"
+           f"    x: rt<f32>[16, 64] = {coordinate}\n    Y.tile(i, 0) = x\n  }}\n}}\n")
+    kernel = tkjit.compile(src, cache=False)
+    try:
+        kernel(torch.zeros(32, 64), torch.zeros(32, 64))
+        got = None
+    except LaunchError as e:
+        got = e.message
+    assert got == refusal
+
+
+def test_a_negative_constant_coordinate_is_a_compile_time_diagnostic():
+    from tkjit.errors import DiagnosticError
+    src = ("kernel k(X: gl<f32>[N, 64], Y: gl<f32>[N, 64]) {\n  for i in blocks(N / 16) {\n"
+           "    x: rt<f32>[16, 64] = X.tile(-1, 0)\n    Y.tile(i, 0) = x\n  }\n}\n")
+    with pytest.raises(DiagnosticError) as err:
+        tkjit.compile(src, cache=False)
+    assert err.value.render().startswith("<string>:3:33: error: tile coordinate 0 is -1")
+
+
+def test_a_coordinate_under_an_if_is_not_checked_at_launch():
+    src = ("kernel k(X: gl<f32>[N, 64], Y: gl<f32>[N, 64]) {\n  for i in blocks(N / 16) {\n"
+           "    x: rt<f32>[16, 64] = X.tile(i, 0)\n    if i > 0 {\n      p: rt<f32>[16, 64] = X.tile(i - 1, 0)\n"
+           "      x = x + p\n    }\n    Y.tile(i, 0) = x\n  }\n}\n")
+    tkjit.compile(src, cache=False)(torch.ones(32, 64), torch.zeros(32, 64))

@@ -389,10 +389,10 @@ def _emit_ptx(result: CompileResult) -> None:
         _record_backend_decision(result, entry)
     result.asm["ptx"] = ptx
     result.metadata.update(metadata)
-    from .runtime.launch_checks import divisor_checks
-    divisors = divisor_checks(result.tkir)
-    if divisors:  # checked before every launch, as the interpreter checks them
-        result.metadata["divisors"] = divisors
+    from .runtime.launch_checks import launch_checks
+    checks = launch_checks(result.tkir)
+    if checks:  # checked before every launch, as the interpreter checks them
+        result.metadata["launch_checks"] = checks
     fill_sms = result.tkir.attrs.get("fill_sms")
     if fill_sms:  # @fill_sms: the launch picks these constants per shape (tkjit/fill_sms.py)
         from .fill_sms import constants_of

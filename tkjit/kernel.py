@@ -309,7 +309,7 @@ class CompiledKernel:
         return Launcher(function, meta["params"], meta["grid"], meta["block"], smem, name=self.name,
                         device=module.device, on_refusal=self._refused,
                         serial_launches=bool(meta.get("serial_launches")),  # the module's state
-                        **({"divisors": meta["divisors"]} if meta.get("divisors") else {}))
+                        **({"checks": meta["launch_checks"]} if meta.get("launch_checks") else {}))
 
 
 def _calling(fast) -> type:

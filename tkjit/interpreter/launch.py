@@ -18,7 +18,7 @@ from ..errors import LaunchError
 from ..ir.core import Kernel, Value
 from ..ir.ops import Store
 from ..ir.types import BF16, BOOL, E4M3, E5M2, F16, F32, I32, DType, GlobalType, ScalarType
-from ..runtime.launch_checks import divisor_checks, divisor_error, f32_value
+from ..runtime.launch_checks import f32_value, launch_checks, launch_error
 from ..runtime.launch_checks import where as launch_where
 from ..runtime.overlap import Extent, overlap_error
 from .numerics import round_scalar
@@ -69,9 +69,9 @@ def bind(kernel: Kernel, args: list, constants: dict[str, int] | None = None) ->
     overlap = overlap_error(kernel.name, extents)
     if overlap is not None:
         raise LaunchError(overlap)
-    zero = divisor_error(kernel.name, divisor_checks(kernel), {**constants, **launch.dims})
-    if zero is not None:
-        raise LaunchError(zero)
+    refused = launch_error(kernel.name, launch_checks(kernel), {**constants, **launch.dims})
+    if refused is not None:
+        raise LaunchError(refused)
     for name, value in constants.items():
         launch.dims.setdefault(name, value)
     return launch

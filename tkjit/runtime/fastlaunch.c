@@ -51,7 +51,7 @@ typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigne
 enum { P_TENSOR = 0, P_F32 = 1, P_I32 = 2 };
 /* Grid programs are postfix: a constant or a dim pushes, an operator pops two. */
 enum { G_CONST = 0, G_DIM = 1, G_NUM_SMS = 2, G_CDIV = 3, G_MUL = 4, G_ADD = 5, G_MIN = 6, G_MAX = 7,
-       G_GT = 8 /* 1 where a > b, else 0 */ };
+       G_GT = 8 /* 1 where a > b, else 0 */, G_SUB = 9, G_FDIV = 10 /* launch checks' a - b, a // b */ };
 
 typedef struct {
     int kind;
@@ -240,6 +240,8 @@ static int eval_grid(const Launch *self, int axis, const long long *dims, long l
         case G_MIN: r = a < b ? a : b; break;
         case G_MAX: r = a > b ? a : b; break;
         case G_GT: r = a > b; break;
+        case G_SUB: r = a - b; break;  /* both >= 0: no overflow; a negative result goes to Python */
+        case G_FDIV: if (b == 0) return 0; r = a / b; break;
         default: return 0;
         }
         stack[top++] = r;
@@ -526,7 +528,7 @@ static int parse_program(Launch *self, PyObject *ops, int axis) {
             depth++;
         } else if (op == G_NUM_SMS) {
             depth++;
-        } else if (op >= G_CDIV && op <= G_GT) {
+        } else if (op >= G_CDIV && op <= G_FDIV) {
             if (depth < 2) return bad_spec("grid operator without operands");
             depth--;
         } else {

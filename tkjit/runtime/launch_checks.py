@@ -48,23 +48,23 @@ def divisor_checks(kernel) -> list[dict]:
     """``{"expr": <grid-style expression>, "at": "file:line:col", "op": text, "divisor": text}``
     for every integer ``/``, ``//`` and ``%`` of ``kernel`` (tile IR) whose divisor is a launch-time
     value that is not a constant; inner divisions first. JSON: kept in the kernel's metadata."""
-    from ..codegen.abi import grid_expr
-    from ..errors import TkError
     from ..ir.ops import CDiv, FloorDiv, Mod
     checks, seen = [], set()
     for op in kernel.walk():
         if not isinstance(op, (CDiv, FloorDiv, Mod)) or len(op.operands) != 2:
             continue
         divisor = op.operands[1]
-        try:
-            expr = grid_expr(divisor, op)
-        except TkError:
+        found = _bounds(divisor, {})  # no block index: only dims and constants
+        if found is None or found[0][0] != found[0][1]:
             continue  # computed at run time: not a launch check
+        expr = _fold(found[0][0])
         key = repr(expr)
         if isinstance(expr, int) or key in seen:
             continue
         seen.add(key)
-        checks.append({"expr": expr, "at": op.span.location() if op.span else kernel.name,
+        empty = _empty_grid(kernel)  # nothing runs: nothing to refuse
+        checks.append({"expr": expr if empty is None else ["max", expr, empty], "divides_by": expr,
+                       "at": op.span.location() if op.span else kernel.name,
                        "op": _text(op.span, op.NAME), "divisor": _text(getattr(divisor.owner, "span", None),
                                                                      divisor.hint or "its divisor")})
     return checks
@@ -87,7 +87,10 @@ def evaluate(expr, dims: dict[str, int]) -> int:
     a, b = (evaluate(x, dims) for x in args)
     if op == "cdiv":  # as the launcher's generated source computes it (launcher.grid_expr_source)
         return (a + b - 1) // b if b else 0
-    return {"add": a + b, "mul": a * b, "min": min(a, b), "max": max(a, b), "gt": int(a > b)}[op]
+    if op == "fdiv":
+        return a // b if b else 0
+    return {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b),
+            "gt": int(a > b)}[op]
 
 
 def _dims_of(expr) -> list[str]:
@@ -98,11 +101,211 @@ def _dims_of(expr) -> list[str]:
     return []
 
 
-def divisor_error(kernel: str, checks: list[dict], dims: dict[str, int]) -> str | None:
-    """The refusal of the first check whose divisor is 0 with these dims, or None."""
+def launch_checks(kernel) -> list[dict]:
+    """Every check of a launch's dims: the divisors, then the coordinates (kept in the metadata
+    as "launch_checks"; the interpreter makes them from the IR it runs)."""
+    return divisor_checks(kernel) + coordinate_checks(kernel)
+
+
+def launch_error(kernel: str, checks: list[dict], dims: dict[str, int]) -> str | None:
+    """The refusal of the first check (a divisor, then a coordinate: launch_checks) that fails
+    with these dims, or None."""
     for check in checks:
-        if evaluate(check["expr"], dims) == 0:
-            used = ", ".join(f"{d} = {dims[d]}" for d in dict.fromkeys(_dims_of(check["expr"])))
-            return (f"{kernel}: at {check['at']}, `{check['op']}` divides by `{check['divisor']}`, "
-                    f"which is 0 at this launch ({used})")
+        if evaluate(check["expr"], dims) != 0:
+            continue
+        if check.get("kind") == "coordinate":
+            return _coordinate_error(kernel, check, dims)
+        used = ", ".join(f"{d} = {dims[d]}" for d in dict.fromkeys(_dims_of(check.get("divides_by", check["expr"]))))
+        return (f"{kernel}: at {check['at']}, `{check['op']}` divides by `{check['divisor']}`, "
+                f"which is 0 at this launch ({used})")
     return None
+
+
+def _coordinate_error(kernel: str, c: dict, dims: dict[str, int]) -> str:
+    value = evaluate(c["value"], dims)
+    size = dims.get(c["dim"], c["dim"])
+    where = f"along dimension {c['axis']} ({c['dim']} = {size})" if c["dim"] in dims else \
+        f"along dimension {c['axis']} ({size})"
+    what = "index" if c["lead"] else "tile coordinate"
+    if c["side"] == "low":
+        return (f"{kernel}: at {c['at']}, {what} {c['axis']} of {c['tensor']} (`{c['text']}`) goes down "
+                f"to {value} at this launch; it must be at least 0")
+    count = evaluate(c["count"], dims)
+    has = (f"{count} {'entry' if count == 1 else 'entries'}" if c["lead"] else
+           f"{count} {'tile' if count == 1 else 'tiles'} of {c['extent']} {c.get('unit', '')}".rstrip())
+    return (f"{kernel}: at {c['at']}, {what} {c['axis']} of {c['tensor']} (`{c['text']}`) reaches "
+            f"{value} at this launch, but {c['tensor']} has {has} {where}")
+
+
+# --- tile coordinates known at launch ---------------------------------------------------------
+#
+# A load's or store's tile coordinate computed from block indices, dims and constants only (``g``
+# in ``K.tile(b, g, j, 0)``, with ``g = h // (H // HKV)``) takes its extreme values at the corners
+# of the block grid when each block index appears in it once and every step is monotone (+, -, *
+# by a launch value, // and / by a positive launch value, min, max). Those extremes are launch-time
+# expressions, so a coordinate that leaves its tensor (``H % HKV != 0`` makes g reach HKV) is
+# refused before the launch on both backends, where the GPU read or wrote out of bounds. Loads and
+# stores under an ``if`` are left out (the condition may be what keeps them in range), as are
+# coordinates that depend on loop indices or data: those need the device-side checked mode.
+
+def coordinate_checks(kernel) -> list[dict]:
+    """``{"expr", "at", "kind": "coordinate", ...}`` for each such coordinate bound: ``expr`` is 1
+    when the coordinate stays in range (or the grid is empty), 0 when it leaves. JSON."""
+    from ..ir.ops import If, Load, Store
+    from ..ir.types import GlobalType, TileType
+    blocks, counts = _block_counts(kernel)
+    if counts is None:
+        return []
+    indices = {id(a): (k, c) for k, (a, c) in enumerate(zip(blocks.regions[0].args, counts))}
+    empty = _empty_grid(kernel)
+    checks: list[dict] = []
+
+    def visit(block, in_loop: bool) -> None:
+        for op in block.ops:
+            if isinstance(op, If):
+                continue
+            if isinstance(op, (Load, Store)):
+                checks.extend(_op_checks(op, indices, empty, GlobalType, TileType, in_loop))
+            for region in op.regions:
+                visit(region, True)
+
+    visit(blocks.regions[0], False)
+    return checks
+
+
+def _block_counts(kernel):
+    """(the block loop, its counts as launch-time expressions), or (.., None)."""
+    from ..ir.ops import Blocks
+    blocks = next((op for op in kernel.body.ops if isinstance(op, Blocks)), None)
+    if blocks is None or not blocks.regions:
+        return blocks, None
+    counts = []
+    for v in blocks.variadic():
+        found = _bounds(v, {})
+        if found is None or found[0][0] != found[0][1]:
+            return blocks, None
+        counts.append(_fold(found[0][0]))
+    return blocks, counts
+
+
+def _empty_grid(kernel):
+    """An expression that is 1 when the launch's grid has no block (nothing runs), else 0."""
+    _, counts = _block_counts(kernel)
+    return None if counts is None else ["gt", 1, _product(counts)]
+
+
+def _product(counts: list):
+    out = counts[0]
+    for c in counts[1:]:
+        out = ["mul", out, c]
+    return out
+
+
+def _op_checks(op, indices, empty, GlobalType, TileType, in_loop: bool) -> list[dict]:
+    """A loop may run no trip: inside one, only coordinates that use a block index are checked
+    (those run whenever their block's loop does; a constant one might never run)."""
+    from ..ir.ops import Load
+    g = op.operands[0]
+    if not isinstance(g.type, GlobalType):
+        return []
+    t = op.results[0].type if isinstance(op, Load) else op.operands[1].type
+    shape = (t.rows, t.cols) if isinstance(t, TileType) else (t.length,)
+    coords = op.variadic()
+    lead = len(coords) - len(shape)
+    out = []
+    for axis, c in enumerate(coords):
+        found = _bounds(c, indices)
+        if found is None:
+            continue
+        (lo, hi), used = found
+        if not used and in_loop:
+            continue
+        lo, hi = _fold(lo), _fold(hi)
+        dim = g.type.dims[axis]
+        size = dim if isinstance(dim, int) else ["dim", dim]
+        extent = 1 if axis < lead else shape[axis - lead]
+        count = _fold(size if extent == 1 else ["cdiv", size, extent])
+        low = not _nonneg(lo)  # else it cannot go below 0
+        high = not (hi == ["sub", count, 1] or isinstance(hi, int) and isinstance(count, int) and hi < count)
+        if not (low or high):
+            continue  # the block count is the tensor's tile count: in range by construction
+        label = dim if isinstance(dim, str) else str(dim)
+        units = ("rows", "columns") if len(shape) == 2 else ("elements",)
+        common = {"kind": "coordinate", "at": op.span.location() if op.span else "?",
+                  "unit": "" if axis < lead else units[axis - lead],
+                  "tensor": g.hint or "?", "axis": axis, "extent": extent, "lead": axis < lead,
+                  "dim": label, "text": _text(getattr(c.owner, "span", None), c.hint or f"coordinate {axis}")}
+        if low:
+            out.append({**common, "side": "low", "value": _encode(lo),
+                        "expr": ["max", ["gt", ["add", _encode(lo), 1], 0], empty]})
+        if high:
+            out.append({**common, "side": "high", "value": _encode(hi), "count": _encode(count),
+                        "expr": ["max", ["gt", _encode(count), _encode(hi)], empty]})
+    return out
+
+
+def _bounds(v, indices):
+    """((lo, hi), block indices used) of a launch-time i32 value, or None (not analyzable, or a
+    block index used twice: the corners would not be its extremes)."""
+    from ..ir.ops import Add, CDiv, Const, Dim, FloorDiv, Max, Min, Mul, Sub
+    from ..ir.types import I32, ScalarType
+    if id(v) in indices:
+        k, count = indices[id(v)]
+        return (0, ["sub", count, 1]), [k]
+    op = v.owner
+    if op is None or not isinstance(getattr(v, "type", None), ScalarType) or v.type.dtype != I32:
+        return None
+    if isinstance(op, Const) and isinstance(op.attrs.get("value"), int) and not isinstance(op.attrs["value"], bool):
+        return (op.attrs["value"], op.attrs["value"]), []
+    if isinstance(op, Dim):
+        return (["dim", op.attrs["name"]], ["dim", op.attrs["name"]]), []
+    if not isinstance(op, (Add, Sub, Mul, CDiv, FloorDiv, Min, Max)) or len(op.operands) != 2:
+        return None
+    a, b = (_bounds(x, indices) for x in op.operands)
+    if a is None or b is None:
+        return None
+    (alo, ahi), au = a
+    (blo, bhi), bu = b
+    used = au + bu
+    if len(set(used)) != len(used):
+        return None
+    if isinstance(op, Add):
+        return (["add", alo, blo], ["add", ahi, bhi]), used
+    if isinstance(op, Sub):
+        return (["sub", alo, bhi], ["sub", ahi, blo]), used
+    if isinstance(op, (Min, Max)):
+        return ([op.NAME, alo, blo], [op.NAME, ahi, bhi]), used
+    if bu or not _nonneg(blo):
+        return None  # a factor or divisor that varies, or may be negative
+    if isinstance(op, Mul):
+        return (["mul", alo, blo], ["mul", ahi, blo]), used
+    name = "cdiv" if isinstance(op, CDiv) else "fdiv"
+    return ([name, alo, blo], [name, ahi, blo]), used
+
+
+_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+         "cdiv": lambda a, b: -(-a // b), "fdiv": lambda a, b: a // b, "min": min, "max": max}
+
+
+def _fold(e):
+    """Constant subexpressions folded (divisions by zero left alone)."""
+    if isinstance(e, int) or e[0] == "dim":
+        return e
+    a, b = (_fold(x) for x in e[1:])
+    if isinstance(a, int) and isinstance(b, int) and not (e[0] in ("cdiv", "fdiv") and b == 0):
+        return _FOLD[e[0]](a, b)
+    return [e[0], a, b]
+
+
+def _nonneg(e) -> bool:
+    if isinstance(e, int):
+        return e >= 0
+    if e[0] == "dim":
+        return True
+    return e[0] in ("add", "mul", "cdiv", "fdiv", "min", "max") and all(_nonneg(x) for x in e[1:])
+
+
+def _encode(e):
+    """The internal form in the launcher's grid language, which has ``sub`` and ``fdiv`` for
+    these checks (the C path evaluates them without leaving non-negative numbers)."""
+    return e

@@ -62,7 +62,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
-from .launch_checks import divisor_error, evaluate, f32_value
+from .launch_checks import evaluate, f32_value, launch_error
 from .overlap import ITEMSIZE, Extent, overlap_error, overlap_pairs
 from .tensormap import fast_path_lines, row_multiples, rows_not_aligned, tensor_map_encoders
 
@@ -71,9 +71,12 @@ _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "e4m3":
 _SCALAR_SLOTS = {"f32": "f4x", "i32": "i4x"}
 _I32_LIMIT = 2**31
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
+_NATIVE_MAX_CHECKS = 16
+"""fastlaunch.c's MAX_CHECKS: a kernel with more launch checks takes the generated Python path."""
 _NO_EXTRA = {"bindings": "0", "ctypes": "None"}
 """The launch APIs, and how each spells cuLaunchKernel's ``extra=NULL``."""
-_GRID_OPS = {"cdiv": 2, "mul": 2, "add": 2, "min": 2, "max": 2, "gt": 2, "dim": 1, "num_sms": 0}
+_GRID_OPS = {"cdiv": 2, "mul": 2, "add": 2, "min": 2, "max": 2, "gt": 2, "dim": 1, "num_sms": 0,
+             "sub": 2, "fdiv": 2}
 """Grid expression operators and their operand counts (``gt``: 1 where a > b, else 0, so that a
 grid can choose between two sizes by a launch dim: the causal attention grid does)."""
 
@@ -135,8 +138,9 @@ def named_dims(params: tuple[Param, ...]) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------- grid expressions
 
-def grid_expr_source(expr, names: tuple[str, ...]) -> str:
-    """A grid expression (``["cdiv", ["dim", "M"], 128]``) as Python source over ``d_<name>``, ``num_sms``."""
+def grid_expr_source(expr, names: tuple[str, ...], safe: bool = False) -> str:
+    """A grid expression (``["cdiv", ["dim", "M"], 128]``) as Python source over ``d_<name>``, ``num_sms``.
+    ``safe`` (a launch check's): a division by zero gives 0, as launch_checks.evaluate does."""
     if isinstance(expr, int) and not isinstance(expr, bool):
         return str(expr)
     if not (isinstance(expr, (list, tuple)) and expr and expr[0] in _GRID_OPS
@@ -149,9 +153,13 @@ def grid_expr_source(expr, names: tuple[str, ...]) -> str:
         return f"d_{operands[0]}"
     if op == "num_sms":
         return "num_sms"
-    a, b = (grid_expr_source(x, names) for x in operands)
+    a, b = (grid_expr_source(x, names, safe) for x in operands)
+    if safe and op in ("cdiv", "fdiv"):
+        top = f"({a}) + ({b}) - 1" if op == "cdiv" else a
+        return f"(({top}) // ({b}) if ({b}) else 0)"
     return {"cdiv": f"(({a}) + ({b}) - 1) // ({b})", "mul": f"({a}) * ({b})", "add": f"({a}) + ({b})",
-            "min": f"min({a}, {b})", "max": f"max({a}, {b})", "gt": f"int(({a}) > ({b}))"}[op]
+            "min": f"min({a}, {b})", "max": f"max({a}, {b})", "gt": f"int(({a}) > ({b}))",
+            "sub": f"({a}) - ({b})", "fdiv": f"({a}) // ({b})"}[op]
 
 
 def _uses_num_sms(expr) -> bool:
@@ -190,7 +198,7 @@ class Launcher:
                  name: str = "kernel", device: int | None = None, num_sms: int | None = None,
                  launch=None, current_device=None, current_stream=None, launch_api: str | None = None,
                  on_refusal=None, encode_map=None, serial_launches: bool = False, cu=None,
-                 divisors=()):
+                 checks=()):
         import torch
         self.name, self.function, self.device, self.smem_bytes = name, function, device, int(smem_bytes)
         self.params = parse_signature(signature)
@@ -221,16 +229,17 @@ class Launcher:
             num_sms = _driver().num_sms(device)
         self.num_sms = num_sms
         self.grid = compile_grid(self.grid_exprs, self.dims, num_sms)
-        self.divisors = [dict(c) for c in divisors]
-        """Launch-time divisors that must not be 0 (the kernel's metadata "divisors", launch_checks.py)."""
-        for c in self.divisors:
+        self.checks = [dict(c) for c in checks]
+        """Checks of the launch's dims, each an expression that must not be 0: divisors, tile
+        coordinates (the kernel's metadata "launch_checks", launch_checks.py)."""
+        for c in self.checks:
             grid_expr_source(c["expr"], self.dims)  # validates it as the grid's expressions are
         self.overlaps = overlap_pairs([p.writes if p.is_tensor else None for p in self.params])
         """(output, other) tensor argument pairs whose memory must not overlap (overlap.py)."""
         self.order = LaunchOrder(name, cu) if serial_launches else None
         """The launches' ordering across streams (None: the kernel's launches may run at once)."""
         self._prepare_param_block()
-        if self.launch_api == "native" and self.order is None and len(self.divisors) <= 16:
+        if self.launch_api == "native" and self.order is None and len(self.checks) <= _NATIVE_MAX_CHECKS:
             self.source = None
             self.fast = self._native_fast_path(on_refusal or self.slow)
         else:
@@ -298,8 +307,8 @@ class Launcher:
             body += [f"p{i} = a{i}.data_ptr()" for i in tensors]
             body.append(f"if ({' | '.join(f'p{i}' for i in tensors)}) & 15: {slow}")
             body += self._overlap_lines(slow)
-        body += _any_fails([f"({grid_expr_source(c['expr'], self.dims)}) == 0" for c in self.divisors], slow) \
-            if self.divisors else []
+        body += _any_fails([f"({grid_expr_source(c['expr'], self.dims, True)}) == 0" for c in self.checks], slow) \
+            if self.checks else []
         body += self._grid_lines()
         body += ["if stream is None: stream = current_stream(dev)",
                  "elif type(stream) is not int or stream < 0: stream = stream_handle(stream, dev)"]
@@ -351,12 +360,12 @@ class Launcher:
                          grid_out_of_range=self._grid_out_of_range, launch_failed=self._launch_failed,
                          grid_exact=lambda *values: grid(**dict(zip(dims, values))),
                          checks_exact=lambda *values: all(evaluate(c["expr"], dict(zip(dims, values)))
-                                                          for c in self.divisors))
+                                                          for c in self.checks))
         spec = native.launch_spec(launch=self._launch, function=int(self.function), params=self.params,
                                   dims=self.dims, dtypes=self._torch_dtypes, grid_exprs=self.grid_exprs,
                                   block=self.block, smem=self.smem_bytes, device=self.device,
                                   num_sms=self.num_sms, maps=self.maps, row_multiples=self.row_multiples,
-                                  callbacks=callbacks, checks=[c["expr"] for c in self.divisors])
+                                  callbacks=callbacks, checks=[c["expr"] for c in self.checks])
         return native.module().Launch(spec)
 
     def _grid3(self) -> list:
@@ -458,10 +467,10 @@ class Launcher:
             overlap = overlap_error(self.name, extents)
             if overlap is not None:
                 raise LaunchError(overlap)
-        if self.divisors:
-            zero = divisor_error(self.name, self.divisors, {k: v[0] for k, v in bound.items()})
-            if zero is not None:
-                raise LaunchError(zero)
+        if self.checks:
+            refused = launch_error(self.name, self.checks, {k: v[0] for k, v in bound.items()})
+            if refused is not None:
+                raise LaunchError(refused)
         for d, (multiple, i) in self.row_multiples.items():
             if bound[d][0] % multiple:
                 raise RowsNotAligned(rows_not_aligned(self._where(i), tuple(args[i].shape), self.params[i].dtype))

@@ -55,8 +55,9 @@ _state: dict = {}
 ``torch_module`` (each variant or None), once looked up."""
 
 # Opcodes of fastlaunch.c's grid programs.
-G_CONST, G_DIM, G_NUM_SMS, G_CDIV, G_MUL, G_ADD, G_MIN, G_MAX, G_GT = range(9)
-_BINARY = {"cdiv": G_CDIV, "mul": G_MUL, "add": G_ADD, "min": G_MIN, "max": G_MAX, "gt": G_GT}
+G_CONST, G_DIM, G_NUM_SMS, G_CDIV, G_MUL, G_ADD, G_MIN, G_MAX, G_GT, G_SUB, G_FDIV = range(11)
+_BINARY = {"cdiv": G_CDIV, "mul": G_MUL, "add": G_ADD, "min": G_MIN, "max": G_MAX, "gt": G_GT,
+           "sub": G_SUB, "fdiv": G_FDIV}
 P_TENSOR, P_F32, P_I32 = 0, 1, 2
 
 
