@@ -1,6 +1,8 @@
 """Launch checks that the interpreter and the GPU launcher share, so that both refuse the same
-arguments with the same message (issue 20). The rest of each backend's checks are its own
-(interpreter/launch.py, runtime/launcher.py); outputs that share memory are in overlap.py."""
+arguments with the same message (issue 20): the argument count, dtypes, ranks, fixed and named
+dims, contiguity, scalars (i32, f32 range), divisors and tile coordinates known at launch; outputs
+that share memory are in overlap.py. What only one backend has stays its own: the device and the
+alignment on the GPU, numpy arrays and bool scalars on the interpreter."""
 from __future__ import annotations
 
 import math
@@ -13,6 +15,66 @@ from ..errors import LaunchError
 def where(kernel: str, index: int, name: str | None) -> str:
     """How a launch error names an argument: ``add: argument 2 ('O')``."""
     return f"{kernel}: argument {index} ('{name}')"
+
+
+def arity(kernel: str, params: list[tuple[str, str]], got: int) -> None:
+    """``params``: (name, description) of every parameter (``x: f32 tensor [N]``)."""
+    if got != len(params):
+        expected = ", ".join(f"{name}: {what}" for name, what in params)
+        raise LaunchError(f"{kernel}: expected {len(params)} arguments ({expected}), got {got}")
+
+
+def describe_param(dtype: str, dims) -> str:
+    """``f32 tensor [N, 64]`` (dims given) or ``f32 scalar``."""
+    return f"{dtype} scalar" if dims is None else f"{dtype} tensor [{', '.join(str(d) for d in dims)}]"
+
+
+def dtype(at: str, want: str, want_torch, got) -> None:
+    """The tensor's dtype ``got`` (a torch or numpy dtype) is ``want`` (tkjit's name)."""
+    raise LaunchError(f"{at}: expected dtype {want} ({want_torch}), got {got}")
+
+
+def shape(at: str, index: int, dims, sizes, bound: dict, where_of) -> None:
+    """Check a tensor's ``sizes`` against the parameter's ``dims`` (ints: required; names: bound
+    at first sight, in ``bound`` as name -> (size, argument index, axis)); ``where_of(i)`` names
+    argument ``i``. Binds the new names into ``bound``."""
+    sizes = tuple(sizes)
+    if len(sizes) != len(dims):
+        raise LaunchError(f"{at}: expected {len(dims)} dimensions [{', '.join(map(str, dims))}], "
+                          f"got {len(sizes)} (shape {list(sizes)})")
+    for axis, (d, size) in enumerate(zip(dims, sizes)):
+        if size >= 2**31:
+            raise LaunchError(f"{at}: dim {axis} is {size}; dimensions must be below 2^31")
+        if isinstance(d, int) and size != d:
+            raise LaunchError(f"{at}: dim {axis} is {size} but the kernel requires {d}")
+        if isinstance(d, str) and d in bound and bound[d][0] != size:
+            value, j, other_axis = bound[d]
+            raise LaunchError(f"{at}: dim {axis} ({d}) is {size} but {where_of(j)} dim "
+                              f"{other_axis} set {d} = {value}")
+        if isinstance(d, str):
+            bound.setdefault(d, (size, index, axis))
+
+
+def not_contiguous(at: str, strides, sizes) -> None:
+    raise LaunchError(f"{at}: the tensor must be contiguous (row-major); got strides "
+                      f"{tuple(strides)} for shape {tuple(sizes)}; call .contiguous()")
+
+
+def i32_value(value, at: str) -> int:
+    """An i32 scalar argument: an integer (not a bool) that fits."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise LaunchError(f"{at}: expected a Python int (i32), got {type(value).__name__}")
+    value = int(value)
+    if not -2**31 <= value < 2**31:
+        raise LaunchError(f"{at}: {value} does not fit in i32")
+    return value
+
+
+def f32_argument(value, at: str) -> float:
+    """An f32 scalar argument: a real number (not a bool) that f32 holds (``f32_value``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise LaunchError(f"{at}: expected a Python float (f32), got {type(value).__name__}")
+    return f32_value(value, at)
 
 
 def _show(value) -> str:

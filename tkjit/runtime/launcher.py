@@ -56,13 +56,13 @@ GPU. The caller sets the function's dynamic shared memory limit first
 from __future__ import annotations
 
 import ctypes
-import numbers
 import struct
 import threading
 from dataclasses import dataclass
 
 from ..errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
-from .launch_checks import evaluate, f32_value, launch_error
+from . import launch_checks as shared
+from .launch_checks import evaluate, launch_error
 from .overlap import ITEMSIZE, Extent, overlap_error, overlap_pairs
 from .tensormap import fast_path_lines, row_multiples, rows_not_aligned, tensor_map_encoders
 
@@ -96,9 +96,7 @@ class Param:
         return self.dims is not None
 
     def describe(self) -> str:
-        if not self.is_tensor:
-            return f"{self.dtype} scalar"
-        return f"{self.dtype} tensor [{', '.join(str(d) for d in self.dims)}]"
+        return shared.describe_param(self.dtype, self.dims)
 
 
 def parse_signature(signature: list[dict]) -> tuple[Param, ...]:
@@ -442,13 +440,11 @@ class Launcher:
         return self.fast(*fixed, stream=stream, checked=True)
 
     def _where(self, i: int) -> str:
-        return f"{self.name}: argument {i} ('{self.params[i].name}')"
+        return shared.where(self.name, i, self.params[i].name)
 
     def check_args(self, args) -> tuple[tuple, dict[str, int]]:
         """Check every argument; return the (normalized) arguments and the bound dims, or raise LaunchError."""
-        if len(args) != len(self.params):
-            expected = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
-            raise LaunchError(f"{self.name}: expected {len(self.params)} arguments ({expected}), got {len(args)}")
+        shared.arity(self.name, [(p.name, p.describe()) for p in self.params], len(args))
         dev = self._current_device()
         if self.device is not None and dev >= 0 and dev != self.device:
             raise LaunchError(f"{self.name}: the kernel was loaded on cuda:{self.device} but the current "
@@ -483,44 +479,21 @@ class Launcher:
         if not isinstance(a, torch.Tensor):
             raise LaunchError(f"{where}: expected a torch.Tensor ({p.describe()}), got {type(a).__name__}")
         if a.dtype is not self._torch_dtypes[p.dtype]:
-            raise LaunchError(f"{where}: expected dtype {p.dtype} ({self._torch_dtypes[p.dtype]}), got {a.dtype}")
+            shared.dtype(where, p.dtype, self._torch_dtypes[p.dtype], a.dtype)
         if not a.is_cuda:
             raise LaunchError(f"{where}: the tensor is on {a.device}, not on a CUDA device")
         if a.get_device() != dev:
             raise LaunchError(f"{where}: the tensor is on {a.device} but the current device is cuda:{dev}")
-        if a.dim() != len(p.dims):
-            raise LaunchError(f"{where}: expected {len(p.dims)} dimensions [{', '.join(map(str, p.dims))}], "
-                              f"got {a.dim()} (shape {list(a.shape)})")
-        for axis, (d, size) in enumerate(zip(p.dims, a.shape)):
-            if size >= _I32_LIMIT:
-                raise LaunchError(f"{where}: dim {axis} is {size}; dimensions must be below 2^31")
-            if isinstance(d, int) and size != d:
-                raise LaunchError(f"{where}: dim {axis} is {size} but the kernel requires {d}")
-            if isinstance(d, str) and d in bound and bound[d][0] != size:
-                value, j, other_axis = bound[d]
-                raise LaunchError(f"{where}: dim {axis} ({d}) is {size} but {self._where(j)} dim "
-                                  f"{other_axis} set {d} = {value}")
-            if isinstance(d, str):
-                bound.setdefault(d, (size, i, axis))
+        shared.shape(where, i, p.dims, a.shape, bound, self._where)
         if not a.is_contiguous():
-            raise LaunchError(f"{where}: the tensor must be contiguous (row-major); got strides "
-                              f"{tuple(a.stride())} for shape {tuple(a.shape)}; call .contiguous()")
+            shared.not_contiguous(where, a.stride(), a.shape)
         if a.data_ptr() % 16:
             raise LaunchError(f"{where}: the data pointer {a.data_ptr():#x} is not 16-byte aligned "
                               "(a view with an offset?); pass an aligned tensor or .clone() it")
 
     def _check_scalar(self, i: int, p: Param, a):
         where = self._where(i)
-        if p.dtype == "i32":
-            if isinstance(a, bool) or not isinstance(a, numbers.Integral):
-                raise LaunchError(f"{where}: expected a Python int (i32), got {type(a).__name__}")
-            value = int(a)
-            if not -_I32_LIMIT <= value < _I32_LIMIT:
-                raise LaunchError(f"{where}: {value} does not fit in i32")
-            return value
-        if isinstance(a, bool) or not isinstance(a, numbers.Real):
-            raise LaunchError(f"{where}: expected a Python float (f32), got {type(a).__name__}")
-        return f32_value(a, where)
+        return shared.i32_value(a, where) if p.dtype == "i32" else shared.f32_argument(a, where)
 
     def _stream_handle(self, stream, dev: int) -> int:
         handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream, torch.cuda.ExternalStream
