@@ -48,6 +48,14 @@ the one-tile stream-K GEMM costs the host 10.7 µs on one stream and 12.4 µs al
 two, against 5.6 µs through the native path unordered. Kernels without the flag keep the paths
 above unchanged, with no added work.
 
+Two more checks run on the fast paths when a kernel has them (issue 20, docs/reliability.md):
+an output tensor must not share memory with another tensor argument (each tensor's end address
+from its shape, then two comparisons per output/other pair: ``overlap.py``), and the kernel's
+launch checks (metadata ``launch_checks``: divisors and tile coordinates known at launch, each an
+expression of the named dims that must not be 0) are evaluated inline, or as postfix programs in
+C. Their refusals go to ``slow`` like the rest, where ``check_args`` words them as the interpreter
+does (``launch_checks.py``). Not measured on a GPU yet: a few comparisons per launch.
+
 The driver calls are injected (``launch``, ``current_device``, ``current_stream``, ``num_sms``,
 and ``cu`` for the ordering's event calls) so the checking and packing can be tested without a
 GPU. The caller sets the function's dynamic shared memory limit first
