@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tkjit.errors import InterpreterError
+from tkjit.errors import InterpreterError, LaunchError
 from tkjit.frontend import lower_source
 from tkjit.interpreter import run
 
@@ -264,12 +264,14 @@ def test_an_out_of_range_tile_points_at_the_example_line():
 
 
 def test_a_division_by_zero_points_at_the_example_line():
+    """Refused at launch, as the GPU launcher refuses it (runtime/launch_checks.py)."""
     kernel = lower_source((EXAMPLES / "attention.tk").read_text(), "attention.tk", {"D": 64})
     q, kv = _bf16(1, 1, 64, 64), _bf16(1, 2, 64, 64)  # HKV > H: H // HKV is 0
-    with pytest.raises(InterpreterError) as err:
+    with pytest.raises(LaunchError) as err:
         run(kernel, [q, kv, kv, _nan(1, 1, 64, 64), _nan(1, 1, 64, dtype=torch.float32), 0.125])
-    assert err.value.render().startswith(
-        "attention.tk:22:9: error: floordiv: integer division by zero (0 // 0)")
+    assert err.value.render() == (
+        "error: attention: at attention.tk:22:9, `h // (H // HKV)` divides by `H // HKV`, which is 0 "
+        "at this launch (H = 1, HKV = 2)")
 
 
 def test_speed_of_the_gemm_and_attention_examples():

@@ -9,7 +9,7 @@ stops after a stage and ``advance()`` runs the later ones on demand. A stage who
 tkjit is missing raises NotAvailableError saying so.
 
 The binary stages (ptx, cubin and their metadata together) go through the disk cache unless
-``options.cache`` is off. The key is made from the input itself (the normalized text, the file
+``options.cache`` is off. The key is made from the input itself (the text as given, the file
 name, the options, the arch, tkjit's source hash and the ptxas version), so ``load_or_compile``
 (what ``tkjit.compile`` uses) looks the entry up before the front end runs: on a hit the result
 has its binary stages, metadata and decision log from the entry, and the IR stages are made only
@@ -392,6 +392,10 @@ def _emit_ptx(result: CompileResult) -> None:
         _record_backend_decision(result, entry)
     result.asm["ptx"] = ptx
     result.metadata.update(metadata)
+    from .runtime.launch_checks import launch_checks
+    checks = launch_checks(result.tkir)
+    if checks:  # checked before every launch, as the interpreter checks them
+        result.metadata["launch_checks"] = checks
     fill_sms = result.tkir.attrs.get("fill_sms")
     if fill_sms:  # @fill_sms: the launch picks these constants per shape (tkjit/fill_sms.py)
         from .fill_sms import constants_of

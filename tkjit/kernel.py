@@ -308,7 +308,8 @@ class CompiledKernel:
         driver.set_dynamic_smem(function, smem, module.device)
         return Launcher(function, meta["params"], meta["grid"], meta["block"], smem, name=self.name,
                         device=module.device, on_refusal=self._refused,
-                        serial_launches=bool(meta.get("serial_launches")))  # the module's state
+                        serial_launches=bool(meta.get("serial_launches")),  # the module's state
+                        **({"checks": meta["launch_checks"]} if meta.get("launch_checks") else {}))
 
 
 def _calling(fast) -> type:

@@ -5,6 +5,8 @@ The compiler and the passes read options only from this object (never from the e
 """
 from __future__ import annotations
 
+import math
+
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +83,8 @@ class CompileOptions(Frozen):
         """The options that change compiled output, as JSON (arch is keyed separately). The default
         pipeline is keyed as null: what it is is tkjit source, which the key hashes anyway (and so
         the key needs no import of the passes)."""
-        key = {"constants": [[name, value] for name, value in self.constants], "pipeline": self.pipeline}
+        key = {"constants": [[name, _keyable(value)] for name, value in self.constants],
+               "pipeline": self.pipeline}
         if self.unaligned_rows:
             key["unaligned_rows"] = True
         if self.lowering != "auto":
@@ -89,6 +92,14 @@ class CompileOptions(Frozen):
         if self.require_hopper:
             key["require_hopper"] = True
         return key
+
+
+def _keyable(value: ConstantValue):
+    """JSON has no NaN or infinity: such a float is keyed by its repr (the front end refuses it,
+    with a location; the key must only not crash first)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}
+    return value
 
 
 def _check_constants(constants: Mapping[str, ConstantValue]) -> tuple[tuple[str, ConstantValue], ...]:
