@@ -101,6 +101,20 @@ kernel gemm_bias_pingpong(A: gl<bf16>[M, K], B: gl<bf16>[K, N], bias: gl<f32>[N]
 }
 """
 
+FP8 = """
+kernel gemm_fp8_scaled(A: gl<e4m3>[M, K], B: gl<e4m3>[N, K], C: gl<bf16>[M, N], sa: f32, sb: f32) {
+  for (m, n) in blocks(M / 128, N / 256) schedule(persistent, group = 8) {
+    acc: rt<f32>[128, 256] = zeros()
+    for k in 0 .. K / 128 {
+      a: st<e4m3>[128, 128] = A.tile(m, k)
+      b: st<e4m3>[256, 128] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc * (sa * sb))
+  }
+}
+"""
+
 # one consumer, f16, a loop that starts at 1 (skips the first K block), a scalar epilogue
 SKIP_FIRST = """
 kernel skip_first(A: gl<f16>[M, K], B: gl<f16>[K, N], C: gl<f32>[M, N]) {
@@ -194,6 +208,12 @@ CASES = [
                        _nan(s["M"], s["N"], dtype=torch.float32, device=d)],
          lambda a: [a[0].float() @ a[1].float().t()], (2,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_fp8_scaled", FP8,
+         lambda s, d: [_randn(s["M"], s["K"], dtype=torch.float8_e4m3fn, device=d),
+                       _randn(s["N"], s["K"], dtype=torch.float8_e4m3fn, device=d),
+                       _nan(s["M"], s["N"], device=d), 0.5, 0.25],
+         lambda a: [(a[0].float() @ a[1].float().t()) * 0.125], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 528)], _mk(200, 304, 256)),
     Case("skip_first", SKIP_FIRST,
          lambda s, d: [_randn(s["M"], s["K"], dtype=torch.float16, device=d),
                        _randn(s["K"], s["N"], dtype=torch.float16, device=d),

@@ -2,7 +2,7 @@
 each one's PTX at its default constants assembles under ptxas for sm_90a without spills or
 local memory, and runs on the PTX simulator (tests/ptxsim.py) at a small ragged shape with
 smaller tiles, outputs poisoned, against the same float64 torch reference as the interpreter
-test (tests/test_examples_interpreter.py). gemm_fp8 has no backend yet: the register-tile
+test (tests/test_examples_interpreter.py). gemm_fp8 takes the general Hopper lowering (tests/test_general_lowering.py); the register-tile
 backend refuses it with a diagnostic at the product."""
 from __future__ import annotations
 

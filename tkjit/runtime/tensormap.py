@@ -27,7 +27,7 @@ from ..errors import LaunchError, RowsNotAligned, TkError
 
 MAP_BYTES = 128
 MAP_ALIGN = 64
-ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
 SWIZZLES = (0, 32, 64, 128)
 MAX_BOX = 256
 CACHE_ENTRIES = 256
@@ -78,7 +78,9 @@ def _driver_encode(spec: MapSpec, ptr: int, dims: tuple[int, ...], strides: tupl
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t
     dtypes = {"bf16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
               "f16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-              "f32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
+              "f32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+              "e4m3": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,   # TMA moves bytes
+              "e5m2": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8}
     swizzles = {0: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
                 32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
                 64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ...ir.core import Kernel, Op
 from ...ir.ops import MMA_OPS, Blocks, Copy, For, If, Load, Store, Yield
-from ...ir.types import BF16, F16, F32, GlobalType, ScalarType, TileType, VectorType
+from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, TileType, VectorType
 from ...passes.hopper import block_loop, is_shared, pipelined_loops
 from ...passes.mbarrier import Schedule, schedule_of
 from ..abi import param_entries
@@ -36,9 +36,9 @@ from . import mbarrier, tma
 from .builder import Builder
 from .program import ARCH, SMEM_SYMBOL, module_text
 
-MMA_DTYPES = (BF16, F16)
-"""Operand dtypes of the wgmma this lowering emits (fp8 comes with k32 and K-major operands)."""
-TILE_DTYPES = (BF16, F16, F32)
+MMA_DTYPES = (BF16, F16, E4M3, E5M2)
+"""Operand dtypes of the wgmma this lowering emits (fp8: k32, both operands K-major)."""
+TILE_DTYPES = (BF16, F16, F32, E4M3, E5M2)
 
 
 @dataclass

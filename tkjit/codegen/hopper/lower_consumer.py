@@ -104,7 +104,11 @@ def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, li
                            "mma_ABt)")
     if a.type.dtype != b.type.dtype or a.type.dtype not in MMA_DTYPES:
         return Refusal(op, f"{a.type.dtype} x {b.type.dtype} products: the general lowering emits "
-                           "bf16 and f16 wgmma (fp8 needs k32 and K-major operands, not lowered yet)")
+                           "wgmma of two bf16, f16, e4m3 or e5m2 operands")
+    if a.type.dtype.name in wgmma.FP8 and (op.NAME != "mma_ABt" or not is_shared(a)):
+        return Refusal(op, f"{op.NAME} of fp8 tiles: fp8 wgmma reads both operands K-major from "
+                           "shared memory, so write mma_ABt with B stored [N, K] (transposes for "
+                           "the other forms are not arranged yet)")
     t = op.result.type
     if t.dtype != F32:
         return Refusal(op, "accumulators other than f32 are not lowered yet")
@@ -425,7 +429,8 @@ class ConsumerRole(RoleEmitter):
                 b(f"mad.lo.u32 {a_addr}, {self.share}, {per}, {a_addr};")
             desc_a = self.descriptor(a_addr, op_a)
         ta, tb = int(op_a.major == "MN"), int(op_b.major == "MN")
-        k_steps = op.operands[0].type.cols // 16 if op_a.major == "K" else op.operands[0].type.rows // 16
+        k_elems = 32 if op.operands[1].type.dtype.name in wgmma.FP8 else 16  # one K_STEP_BYTES step
+        k_steps = (op.operands[0].type.cols if op_a.major == "K" else op.operands[0].type.rows) // k_elems
         lines = [wgmma.FENCE]
         dtype = op.operands[1].type.dtype.name
         for ks in range(k_steps):

@@ -41,7 +41,7 @@ class TensorMap(Frozen):
 
     @property
     def box_bytes(self) -> int:
-        n = 2 if self.dtype in ("bf16", "f16") else 4
+        n = {"bf16": 2, "f16": 2, "e4m3": 1, "e5m2": 1}.get(self.dtype, 4)
         for b in self.box:
             n *= b
         return n

@@ -28,7 +28,10 @@ SWIZZLE_CODES = {128: 1, 64: 2, 32: 3}
 ADDRESS_MASK = 0x3FFFF
 K_STEP_BYTES = 32
 """One k16 step of a 16-bit type along a K-major row."""
-WGMMA_TYPES = {"bf16": "bf16", "f16": "f16"}
+WGMMA_TYPES = {"bf16": "bf16", "f16": "f16", "e4m3": "e4m3", "e5m2": "e5m2"}
+FP8 = ("e4m3", "e5m2")
+"""fp8 wgmma: k32 (32 bytes of K, as a k16 step of a 16-bit type), both operands K-major, and no
+transpose immediates."""
 
 
 def encode_field(nbytes: int) -> int:
@@ -97,6 +100,11 @@ def mma_instruction(n: int, dtype: str, acc: list[str], desc_a: str, desc_b: str
     """``wgmma.mma_async`` SS form, f32 accumulators, m64nNk16; A K-major (tA = 0) unless ``ta``."""
     regs = ", ".join(acc)
     t = WGMMA_TYPES[dtype]
+    if dtype in FP8:
+        if ta or tb:
+            raise ValueError("fp8 wgmma reads both operands K-major (no transpose)")
+        return (f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{t}.{t} {{{regs}}}, {desc_a}, {desc_b}, "
+                f"{scale_d}, 1, 1;")
     return (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, {desc_a}, {desc_b}, "
             f"{scale_d}, 1, 1, {ta}, {tb};")
 
