@@ -115,6 +115,65 @@ kernel gemm_fp8_scaled(A: gl<e4m3>[M, K], B: gl<e4m3>[N, K], C: gl<bf16>[M, N], 
 }
 """
 
+# two ring loops in one tile: C = A1 B1 + A2 B2 (a ring each, one after the other)
+TWO_LOOPS = """
+kernel two_loops(A1: gl<bf16>[M, K1], B1: gl<bf16>[K1, N], A2: gl<bf16>[M, K2], B2: gl<bf16>[K2, N],
+                 C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) schedule(persistent, group = 4) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K1 / 64 {
+      a: st<bf16>[128, 64] = A1.tile(m, k)
+      b: st<bf16>[64, 128] = B1.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    for k2 in 0 .. K2 / 64 {
+      a2: st<bf16>[128, 64] = A2.tile(m, k2)
+      b2: st<bf16>[64, 128] = B2.tile(k2, n)
+      acc = mma_AB(a2, b2, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+
+# grouped heads on 4-D tensors: head h reads weight group h // (H / G); a lower-triangular K
+# range (the loop starts at a computed block, so trip counts differ per tile)
+GROUPED_4D = """
+kernel grouped(X: gl<bf16>[B, H, M, K], W: gl<bf16>[B, G, K, N], Y: gl<bf16>[B, H, M, N]) {
+  for (b, h, m) in blocks(B, H, M / 128) schedule(persistent) {
+    g = h // (H / G)
+    acc: rt<f32>[128, 128] = zeros()
+    for k in m .. K / 64 {
+      x: st<bf16>[128, 64] = X.tile(b, h, m, k)
+      w: st<bf16>[64, 128] = W.tile(b, g, k, 0)
+      acc = mma_AB(x, w, acc)
+    }
+    Y.tile(b, h, m, 0) = cvt<bf16>(acc)
+  }
+}
+"""
+
+# a runtime choice in the epilogue (if/else on an i32 argument) and a row vector carried out of it
+BRANCHY = """
+kernel branchy(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<f32>[M, N], act: i32) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[64, 128] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    out: rt<f32>[128, 128] = zeros()
+    if act > 0 {
+      out = sigmoid(acc)
+    } else {
+      out = acc * 2.0
+    }
+    C.tile(m, n) = out
+  }
+}
+"""
+
 # one consumer, f16, a loop that starts at 1 (skips the first K block), a scalar epilogue
 SKIP_FIRST = """
 kernel skip_first(A: gl<f16>[M, K], B: gl<f16>[K, N], C: gl<f32>[M, N]) {
@@ -214,6 +273,24 @@ CASES = [
                        _nan(s["M"], s["N"], device=d), 0.5, 0.25],
          lambda a: [(a[0].float() @ a[1].float().t()) * 0.125], (2,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 528)], _mk(200, 304, 256)),
+    Case("two_loops", TWO_LOOPS,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _randn(s["M"], s["K2"], device=d), _randn(s["K2"], s["N"], device=d),
+                       _nan(s["M"], s["N"], device=d)],
+         lambda a: [a[0].float() @ a[1].float() + a[2].float() @ a[3].float()], (4,),
+         [{"M": 2048, "N": 2048, "K": 1024, "K2": 512}, {"M": 1000, "N": 600, "K": 520, "K2": 72}],
+         {"M": 200, "N": 264, "K": 136, "K2": 72}),
+    Case("grouped", GROUPED_4D,
+         lambda s, d: [_randn(s["B"], s["H"], s["M"], s["K"], device=d),
+                       _randn(s["B"], s["G"], s["K"], 128, device=d),
+                       _nan(s["B"], s["H"], s["M"], 128, device=d)],
+         None, (2,), [{"B": 2, "H": 8, "G": 2, "M": 2048, "K": 2048}, {"B": 2, "H": 6, "G": 3, "M": 1000, "K": 1000}],
+         {"B": 1, "H": 4, "G": 2, "M": 200, "K": 264}),
+    Case("branchy", BRANCHY,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _nan(s["M"], s["N"], dtype=torch.float32, device=d), 1],
+         lambda a: [torch.sigmoid(a[0].float() @ a[1].float())], (2,),
+         [_mk(2048, 2048, 1024), _mk(1000, 600, 520)], _mk(200, 264, 136)),
     Case("skip_first", SKIP_FIRST,
          lambda s, d: [_randn(s["M"], s["K"], dtype=torch.float16, device=d),
                        _randn(s["K"], s["N"], dtype=torch.float16, device=d),
@@ -238,5 +315,18 @@ def row_centered_reference(args):
     return [out]
 
 
+def grouped_reference(args):
+    x, w = args[0].float(), args[1].float()
+    b, h, m, k = x.shape
+    g = w.shape[1]
+    out = torch.zeros(b, h, m, w.shape[-1], device=x.device)
+    for i in range(0, m, 128):
+        k0 = (i // 128) * 64       # the loop starts at K block m
+        wi = w.repeat_interleave(h // g, dim=1)
+        out[:, :, i:i + 128] = x[:, :, i:i + 128, k0:] @ wi[:, :, k0:, :]
+    return [out]
+
+
 CASES[-1].reference = row_centered_reference
 BY_NAME = {c.name: c for c in CASES}
+BY_NAME["grouped"].reference = grouped_reference

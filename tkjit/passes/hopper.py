@@ -128,6 +128,16 @@ def check_supported_loads(kernel: Kernel) -> None:
                             "one is inside an if or a nested region", op.span)
 
 
+def depends_on(v: Value, values: set, depth: int = 0) -> bool:
+    """Whether ``v`` is computed from any of ``values`` (through the ops that define it)."""
+    if v in values:
+        return True
+    op = v.owner
+    if depth > 64 or not isinstance(op, Op):
+        return False
+    return any(depends_on(x, values, depth + 1) for x in op.operands)
+
+
 def carried_groups(kernel: Kernel) -> list[list[Value]]:
     """Values that must share one type because control flow carries one into another: a loop's
     init, body argument, yielded value and result; an if's yielded values and result."""

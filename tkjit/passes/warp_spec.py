@@ -27,7 +27,7 @@ from ..ir.ops import MMA_OPS
 from ..ir.types import TileType
 from .decisions import subject_of
 from .hopper import (MAX_THREADS, SETMAXNREG_MIN, WARPGROUP, block_loop, consumer_registers,
-                     has_producer, threads_for)
+                     depends_on, has_producer, pipelined_loops, threads_for)
 from .liveness import CONSUMER_OVERHEAD, consumer_pressure
 from .manager import Pass, PassContext, register_pass
 
@@ -140,6 +140,11 @@ class WarpSpec(Pass):
             return "the block loop is not persistent (a CTA has one tile, nothing to alternate)"
         if int(blocks.attrs.get("split", 1)) > 1:
             return "split-K gives each tile a cluster of its own (one tile per CTA)"
+        indices = set(blocks.regions[0].args)
+        for loop in pipelined_loops(kernel):
+            if any(depends_on(v, indices) for v in loop.operands[:3]):
+                return ("a streamed loop's trip count depends on the block indices (a consumer skips "
+                        "the other's trips by its own count, so every tile must have the same)")
         need = consumer_pressure(kernel, 1).peak + CONSUMER_OVERHEAD
         room = consumer_registers(PINGPONG_CONSUMERS, SETMAXNREG_MIN)
         if need > room:

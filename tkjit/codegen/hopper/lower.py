@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ...ir.core import Kernel, Op
 from ...ir.ops import MMA_OPS, Blocks, Copy, For, If, Load, Store, Yield
 from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, TileType, VectorType
-from ...passes.hopper import block_loop, is_shared, pipelined_loops
+from ...passes.hopper import block_loop, depends_on, is_shared, pipelined_loops
 from ...passes.mbarrier import Schedule, schedule_of
 from ..abi import param_entries
 from . import mbarrier, tma
@@ -68,7 +68,7 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     if kernel.attrs.get("pingpong"):
         for loop in pipelined_loops(kernel):
             for v in loop.operands[:3]:
-                if _depends_on(v, set(blocks.regions[0].args)):
+                if depends_on(v, set(blocks.regions[0].args)):
                     return Refusal(loop, "ping-pong consumers skip the other consumer's trips, so "
                                          "every tile must have the same trip count; this loop's "
                                          "bounds depend on the block indices")
@@ -147,15 +147,6 @@ def _producer_scalar(v, depth: int = 0) -> str:
         if why:
             return why
     return ""
-
-
-def _depends_on(v, args: set, depth: int = 0) -> bool:
-    if v in args:
-        return True
-    op = v.owner
-    if not isinstance(op, Op) or depth > 64:
-        return False
-    return any(_depends_on(x, args, depth + 1) for x in op.operands)
 
 
 def _swizzle(t: TileType) -> int:
