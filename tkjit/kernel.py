@@ -163,6 +163,15 @@ class CompiledKernel:
                            "share the module's state), through the generated Python function\n")
         return header + self._result.decisions.render() + footer
 
+    def torch_op(self, name: str, outputs: Any, *, dims: dict | None = None, dim_args: Any = ()):
+        """Register this kernel as the PyTorch custom op ``name`` (``"mylib::gemm"``) that takes
+        every parameter not in ``outputs`` and returns the outputs, allocated from the ``gl``
+        shapes and dtypes; ``torch.compile(fullgraph=True)`` and ``torch.export`` trace through it.
+        A dimension of an output that no input binds is fixed by ``dims={"N": 64}`` or made an
+        int argument of the op by ``dim_args=["N"]``. See ``tkjit/torch_op.py``."""
+        from .torch_op import register
+        return register(self, name, outputs, dims=dims, dim_args=dim_args)
+
     def __repr__(self) -> str:
         params = ", ".join(f"{name}: {type_}" for name, type_ in self._result.signature())
         return f"<tkjit kernel {self.name}({params})>"
