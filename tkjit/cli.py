@@ -7,6 +7,7 @@
     tkjit cache ls|verify|clear
     tkjit demo
     tkjit bench [ARGS ...]
+    tkjit --version
 
 FILE may be ``-`` for standard input. Every tkjit error is printed as its diagnostic on stderr
 with exit status 1 (a traceback too when TKJIT_DEBUG=1).
@@ -26,7 +27,9 @@ EMIT_CHOICES = "tkir, opt, ptx, cubin, sass or after:<pass>"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     parser = argparse.ArgumentParser(prog="tkjit", description="tkjit: a tile-language JIT for Hopper GPUs")
+    parser.add_argument("--version", action="version", version=f"tkjit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("compile", help="compile a kernel file to any stage")
