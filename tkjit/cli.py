@@ -234,10 +234,23 @@ BENCH_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
 
 def _bench(args) -> int:
+    """benchmarks/run.py of a source checkout, on a GPU. Without one it stops before anything runs
+    or is written (``--dry-run``, which tests the script on the CPU interpreter, goes through)."""
     if not BENCH_SCRIPT.is_file():
-        raise NotAvailableError(f"the benchmarks are not written yet: they will be {BENCH_SCRIPT} "
-                                "(run on a Hopper GPU: `tkjit bench` or `python benchmarks/run.py`)")
+        raise NotAvailableError(f"tkjit bench runs benchmarks/run.py from a source checkout of tkjit, and "
+                                f"this install has none (looked for {BENCH_SCRIPT})")
+    if "--dry-run" not in args.args and not _gpu_here():
+        raise NotAvailableError("tkjit bench needs a CUDA GPU (a Hopper, with a CUDA build of torch) and none "
+                                "is usable here; `tkjit bench --dry-run` checks the script on the CPU")
     return subprocess.call([sys.executable, str(BENCH_SCRIPT), *args.args])
+
+
+def _gpu_here() -> bool:
+    try:
+        from .runtime.driver import gpu_available
+        return gpu_available()
+    except Exception:  # noqa: BLE001 - no cuda-python, no torch: no GPU
+        return False
 
 
 if __name__ == "__main__":
