@@ -220,9 +220,10 @@ def _passes(args) -> int:
 
 
 def _cache(args) -> int:
-    from .cache import DiskCache, cache_command
-    print(cache_command(args.action, DiskCache.default()))
-    return 0
+    from .cache import DiskCache, cache_command_status
+    text, status = cache_command_status(args.action, DiskCache.default())
+    print(text)
+    return status
 
 
 def _demo(args) -> int:

@@ -412,7 +412,8 @@ def _assemble(result: CompileResult) -> None:
         cubin, report = toolchain.assemble(result.asm["ptx"], result.options.arch, name=result.name)
         metadata = {"name": result.name, **result.metadata, "ptxas": report.to_dict(),
                     "decisions": result.decisions.to_json(),
-                    "signature": [list(param) for param in result.signature()]}
+                    "signature": [list(param) for param in result.signature()],
+                    "options": result.options.key()}  # what `tkjit cache ls` tells entries apart by
         return {"kernel.cubin": cubin, "kernel.ptx": result.asm["ptx"].encode()}, metadata
 
     if result.options.cache:
