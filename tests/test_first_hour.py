@@ -106,3 +106,27 @@ def test_demo_finds_the_examples_in_a_regular_install(installed, tmp_path):
     where, count = proc.stdout.split()
     assert Path(where) == site / "tkjit" / "examples"
     assert int(count) == len(list((REPO / "examples").glob("*.tk")))
+
+
+# -- the test suite and the user's cache -------------------------------------------------------
+
+def test_the_suite_never_writes_to_the_users_cache_even_while_collecting(tmp_path):
+    """A test module that compiles a kernel at import (during collection), run under this suite's
+    conftest with no TKJIT_CACHE_DIR set: nothing may appear in the user's cache directory."""
+    home = tmp_path / "home"
+    (home / ".cache").mkdir(parents=True)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "test_probe.py").write_text(
+        "import os, pathlib, tkjit\n"
+        "tkjit.compile(pathlib.Path(os.environ['SOFTMAX']).read_text())  # at collection\n"
+        "def test_nothing():\n"
+        "    tkjit.compile(pathlib.Path(os.environ['SOFTMAX']).read_text(), constants={'C': 64})\n")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TKJIT_")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), SOFTMAX=str(REPO / "examples" / "softmax.tk"),
+               PYTHONPATH=f"{REPO}{__import__('os').pathsep}{REPO / 'tests'}")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+                           str(probe / "test_probe.py")], capture_output=True, text=True, timeout=120,
+                          cwd=probe, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list((home / ".cache").iterdir()) == []
