@@ -130,3 +130,44 @@ def test_the_suite_never_writes_to_the_users_cache_even_while_collecting(tmp_pat
                           cwd=probe, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert list((home / ".cache").iterdir()) == []
+
+
+# -- what a user sees when something is wrong --------------------------------------------------
+
+BAD_NAME = '''
+import tkjit
+tkjit.compile("""
+kernel k(X: gl<f32>[R, 16], Y: gl<f32>[R, 16]) {
+  for i in blocks(R / 16) {
+    x: rt<f32>[16, 16] = X.tile(i, 0)
+    Y.tile(i, 0) = x + q
+  }
+}""")
+'''
+BAD_LAUNCH = '''
+import numpy as np, tkjit
+k = tkjit.compile("""
+kernel k(X: gl<f32>[R, 16], Y: gl<f32>[R, 16]) {
+  for i in blocks(R / 16) {
+    x: rt<f32>[16, 16] = X.tile(i, 0)
+    Y.tile(i, 0) = x
+  }
+}""")
+k(np.zeros((16, 8), np.float32), np.zeros((16, 16), np.float32))
+'''
+
+
+@pytest.mark.parametrize("script, message", [(BAD_NAME, "unknown name 'q'"),
+                                             (BAD_LAUNCH, "dimension 1 must be 16, got 8")])
+def test_an_error_shows_the_diagnostic_not_tkjits_frames(script, message, tmp_path):
+    import os
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TKJIT_CACHE_DIR": str(tmp_path)}
+    env.pop("TKJIT_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    frames = [line for line in proc.stderr.splitlines() if line.lstrip().startswith("File ")]
+    assert proc.returncode == 1 and message in proc.stderr
+    assert len(frames) <= 2, proc.stderr  # the user's line, and the entry point that cut the rest
+    assert proc.stderr.count("error:") == 1
+    env["TKJIT_DEBUG"] = "1"  # the whole traceback, for tkjit's developers
+    debug = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert len([line for line in debug.stderr.splitlines() if line.lstrip().startswith("File ")]) > 4

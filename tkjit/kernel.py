@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import compiler
 from .compiler import CompileResult, StageNotAvailableError
-from .errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
+from .errors import LaunchError, NotAvailableError, RowsNotAligned, TkError, user_facing
 from .options import CompileOptions
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class AsmView(Mapping):
     def __init__(self, result: CompileResult):
         self._result = result
 
+    @user_facing
     def __getitem__(self, stage: str) -> str:
         asm = self._result.asm
         if stage in asm:
@@ -128,6 +129,7 @@ class CompiledKernel:
         return self._result.options
 
     @property
+    @user_facing
     def binary(self) -> bytes:
         """The cubin (assembled on first access)."""
         try:
@@ -146,6 +148,7 @@ class CompiledKernel:
         """The decision log itself (``explain()`` renders it)."""
         return self._result.decisions
 
+    @user_facing
     def explain(self) -> str:
         """Every decision the passes and the code generator made, and why. (Makes the PTX, if
         the backend is here, so that the code generator's decisions are included.)"""
@@ -163,6 +166,7 @@ class CompiledKernel:
                            "share the module's state), through the generated Python function\n")
         return header + self._result.decisions.render() + footer
 
+    @user_facing
     def torch_op(self, name: str, outputs: Any, *, dims: dict | None = None, dim_args: Any = ()):
         """Register this kernel as the PyTorch custom op ``name`` (``"mylib::gemm"``) that takes
         every parameter not in ``outputs`` and returns the outputs, allocated from the ``gl``
@@ -177,6 +181,7 @@ class CompiledKernel:
         return f"<tkjit kernel {self.name}({params})>"
 
     # -- running it ---------------------------------------------------------------------
+    @user_facing
     def __call__(self, *args: Any, stream: Any = None) -> None:
         """Run the kernel; ``stream=`` (a torch.cuda.Stream or a raw CUstream handle) for a GPU
         launch, else torch's current stream."""
@@ -185,6 +190,7 @@ class CompiledKernel:
             return fast(*args, stream=stream)
         return self._refused(args, stream, False)
 
+    @user_facing  # the GPU fast paths' refusals come here, not through __call__
     def _refused(self, args: tuple, stream: Any, checked: bool) -> None:
         """A call the GPU fast path did not take (or one before it existed): the interpreter for
         host arrays, the current device's launcher (made on first use), or that launcher's
@@ -336,6 +342,7 @@ def _is_host_tensor(a: Any) -> bool:
 
 # ---------------------------------------------------------------- the API
 
+@user_facing
 def compile(source: str, *, constants: dict | None = None, filename: str = "<string>",
             pipeline: str | None = None, debug: bool | None = None, cache: bool | None = None,
             backend: str | None = None) -> CompiledKernel:
@@ -356,6 +363,7 @@ def compile(source: str, *, constants: dict | None = None, filename: str = "<str
     return CompiledKernel(result)
 
 
+@user_facing
 def load(path: str | Path, **options: Any) -> CompiledKernel:
     """Compile the kernel in a file (``.tk`` kernel language, or ``.tkir`` textual IR)."""
     path = Path(path)
