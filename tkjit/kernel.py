@@ -182,19 +182,27 @@ class CompiledKernel:
 
     # -- running it ---------------------------------------------------------------------
     @user_facing
-    def __call__(self, *args: Any, stream: Any = None) -> None:
-        """Run the kernel; ``stream=`` (a torch.cuda.Stream or a raw CUstream handle) for a GPU
-        launch, else torch's current stream."""
+    def __call__(self, *args: Any, stream: Any = None, **named: Any) -> None:
+        """Run the kernel on its arguments, by position or by parameter name (``k(X=x, Y=y)``);
+        ``stream=`` (a torch.cuda.Stream or a raw CUstream handle) for a GPU launch, else torch's
+        current stream."""
+        if named:
+            return self._refused(args, stream, False, named)
         fast = self._gpu_fast
         if fast is not None:
             return fast(*args, stream=stream)
         return self._refused(args, stream, False)
 
     @user_facing  # the GPU fast paths' refusals come here, not through __call__
-    def _refused(self, args: tuple, stream: Any, checked: bool) -> None:
+    def _refused(self, args: tuple, stream: Any, checked: bool, named: dict | None = None) -> None:
         """A call the GPU fast path did not take (or one before it existed): the interpreter for
         host arrays, the current device's launcher (made on first use), or that launcher's
-        checker, which says what is wrong with the arguments."""
+        checker, which says what is wrong with the arguments. A call with arguments by name comes
+        here too: bound to positions, it is made again."""
+        if named:
+            from .arguments import bind_by_name
+            names = [name for name, _ in self._result.signature()]
+            return self(*bind_by_name(self.name, names, args, named), stream=stream)
         backend = self.options.backend or self._backend_for(args)
         if backend == "interpret":
             return self._interpret(args, stream)
