@@ -30,6 +30,7 @@ from .errors import LaunchError, NotAvailableError, RowsNotAligned, TkError, use
 from .options import CompileOptions
 
 if TYPE_CHECKING:
+    from .explanation import Explanation
     from .ir.core import Kernel as IRKernel
     from .passes import DecisionLog
 
@@ -149,22 +150,28 @@ class CompiledKernel:
         return self._result.decisions
 
     @user_facing
-    def explain(self) -> str:
+    def explain(self) -> "Explanation":
         """Every decision the passes and the code generator made, and why. (Makes the PTX, if
-        the backend is here, so that the code generator's decisions are included.)"""
+        the backend is here, so that the code generator's decisions are included.) The text, as a
+        ``str`` that also prints well at a prompt, renders as a table in a notebook and gives the
+        decisions as JSON (``.to_json()``): see tkjit/explanation.py."""
+        from .explanation import Explanation
         header = f"kernel '{self.name}', pipeline '{self._result.pipeline}'\n"
-        footer = ""
+        notes = []
         try:
             compiler.advance(self._result, "ptx")
         except TkError as e:
-            footer = f"(the code generator did not run: {e.message})\n"
+            notes.append(f"(the code generator did not run: {e.message})")
         if self._launchers:  # launched on a GPU: which fast path its calls take
             from .runtime import native
-            footer += f"launch: {native.status()}\n"
+            notes.append(f"launch: {native.status()}")
             if self._result.metadata.get("serial_launches"):
-                footer += ("launch: ordered across streams, one at a time (serial_launches: the launches "
-                           "share the module's state), through the generated Python function\n")
-        return header + self._result.decisions.render() + footer
+                notes.append("launch: ordered across streams, one at a time (serial_launches: the launches "
+                             "share the module's state), through the generated Python function")
+        log = self._result.decisions
+        text = header + log.render() + "".join(note + "\n" for note in notes)
+        return Explanation(text, kernel=self.name, pipeline=str(self._result.pipeline),
+                           decisions=log.to_json(), notes=notes)
 
     @user_facing
     def torch_op(self, name: str, outputs: Any, *, dims: dict | None = None, dim_args: Any = ()):
