@@ -385,7 +385,10 @@ def _gemm_args(**change):
                                                     r"argument 0 \(A\) has K = 32"),
     (_gemm_args(C=torch.zeros(64, 48, 1).bfloat16()), r"argument 2 \(C\): expected a tensor of rank 2 "
                                                        r"\[M, N\], got shape \(64, 48, 1\)"),
-    (_gemm_args(A=torch.zeros(32, 64).bfloat16().T), r"argument 0 \(A\): the tensor must be row-major"),
+    (_gemm_args(A=torch.zeros(32, 64).bfloat16().T), r"argument 0 \(A\): the last dimension must be "
+                                                       r"contiguous \(stride 1\), got stride 64"),
+    (_gemm_args(C=torch.zeros(1, 48).bfloat16().expand(64, 48)), r"argument 2 \(C\): the kernel stores into "
+                                                                  r"it, but its elements overlap"),
     (_gemm_args(A=3.0), r"argument 0 \(A\): expected a tensor for gl<bf16>\[M, K\], got float"),
     (_gemm_args(C=np.zeros((64, 48), np.float16)), r"argument 2 \(C\): expected a bf16 array, got numpy float16"),
     (_gemm_args()[:2], r"gemm takes 3 arguments \(A, B, C\), got 2"),

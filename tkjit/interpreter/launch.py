@@ -1,7 +1,10 @@
 """Binding a launch's arguments to a kernel's parameters, with the GPU launcher's checks.
 
 Arguments come in kernel parameter order: a torch CPU tensor or a numpy array for each global
-(row-major contiguous; outputs are written in place), a Python number for each scalar. Every
+(outputs are written in place), a Python number for each scalar. A global may be strided (a
+transpose of leading dimensions, a slice, a view of a fused projection) as long as its last
+dimension is contiguous; the interpreter reads and writes through the strides. A tensor the
+kernel writes must not overlap itself (a broadcast, stride 0). Every
 named dimension binds from the first tensor that has it; later uses of the name must agree, and
 a dimension written as an integer (or named by a constant) must match it. Anything else is a
 ``LaunchError`` naming the argument.
@@ -95,20 +98,47 @@ def _tensor_memory(arg: Any, t: GlobalType, where: str, writes: bool) -> np.ndar
     """A numpy view of the caller's storage (no copy), checked against ``t``'s dtype."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(arg, torch.Tensor):
-        return _torch_memory(torch, arg, t, where)
+        return _torch_memory(torch, arg, t, where, writes)
     if isinstance(arg, np.ndarray):
         dt = _NUMPY_DTYPE_NAMES.get(arg.dtype.name)
         if dt != t.dtype:
             raise LaunchError(f"{where}: expected {_a(t.dtype)} array, got numpy {arg.dtype.name}")
-        if not arg.flags.c_contiguous:
-            raise LaunchError(f"{where}: the array must be row-major contiguous")
+        itemsize = arg.itemsize
+        _check_strides(where, arg.shape, tuple(st // itemsize if st % itemsize == 0 else st / itemsize
+                                              for st in arg.strides), writes, "array")
         if writes and not arg.flags.writeable:
             raise LaunchError(f"{where}: the kernel stores into it, but the array is read-only")
         return arg.view(_BIT_VIEWS[dt]) if dt in _BIT_VIEWS else arg
     raise LaunchError(f"{where}: expected a tensor for {t}, got {type(arg).__name__}")
 
 
-def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str) -> np.ndarray:
+def _check_strides(where: str, shape: tuple, strides: tuple, writes: bool, what: str) -> None:
+    """Strides in elements: the last dimension's must be 1 (any other strides are read through);
+    a tensor the kernel writes must not overlap itself."""
+    if shape and shape[-1] > 1 and strides[-1] != 1:
+        raise LaunchError(f"{where}: the last dimension must be contiguous (stride 1), got stride {strides[-1]} "
+                          f"(shape {tuple(shape)}, strides {tuple(strides)}); other dimensions may have any "
+                          f"strides; .contiguous() copies the {what}")
+    if writes and _overlaps_itself(shape, strides):
+        raise LaunchError(f"{where}: the kernel stores into it, but its elements overlap (shape {tuple(shape)}, "
+                          f"strides {tuple(strides)}: a broadcast or expanded view); pass a tensor of its own")
+
+
+def _overlaps_itself(shape: tuple, strides: tuple) -> bool:
+    """Whether two indices reach one element: dims of more than one element, by stride, each
+    stride at least the span of the dims inside it (a sufficient test; torch's own is the same)."""
+    if any(n == 0 for n in shape):
+        return False
+    dims = sorted((abs(st), n) for st, n in zip(strides, shape) if n > 1)
+    span = 1
+    for st, n in dims:
+        if st < span:
+            return True
+        span = st * (n - 1) + span
+    return False
+
+
+def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str, writes: bool = False) -> np.ndarray:
     name = str(arg.dtype).removeprefix("torch.")
     dt = _TORCH_DTYPE_NAMES.get(name)
     if dt != t.dtype:
@@ -117,9 +147,7 @@ def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str) -> np.ndarray
         raise LaunchError(f"{where}: expected {_a(t.dtype)} tensor{hint}, got {arg.dtype}")
     if arg.device.type != "cpu":
         raise LaunchError(f"{where}: the interpreter runs on the CPU; got a tensor on {arg.device}")
-    if not arg.is_contiguous():
-        raise LaunchError(f"{where}: the tensor must be row-major contiguous "
-                          f"(shape {tuple(arg.shape)}, strides {arg.stride()})")
+    _check_strides(where, tuple(arg.shape), tuple(arg.stride()), writes, "tensor")
     arg = arg.detach()
     if dt == BF16:
         return arg.view(torch.int16).numpy().view(np.uint16)

@@ -465,8 +465,10 @@ class Launcher:
             if isinstance(d, str):
                 bound.setdefault(d, (size, i, axis))
         if not a.is_contiguous():
-            raise LaunchError(f"{where}: the tensor must be contiguous (row-major); got strides "
-                              f"{tuple(a.stride())} for shape {tuple(a.shape)}; call .contiguous()")
+            raise LaunchError(f"{where}: the tensor must be contiguous (row-major) on the GPU: "
+                              f"{_first_strided(tuple(a.shape), tuple(a.stride()))}; got strides "
+                              f"{tuple(a.stride())} for shape {tuple(a.shape)}; call .contiguous() (the CPU "
+                              "interpreter reads any strides whose last dimension is contiguous)")
         if a.data_ptr() % 16:
             raise LaunchError(f"{where}: the data pointer {a.data_ptr():#x} is not 16-byte aligned "
                               "(a view with an offset?); pass an aligned tensor or .clone() it")
@@ -697,6 +699,17 @@ def _default_current_device(torch):
     if get is None or not torch.cuda.is_available():
         return lambda: _NO_DEVICE
     return get
+
+
+def _first_strided(shape: tuple, strides: tuple) -> str:
+    """Which dimension of a non-contiguous tensor breaks row-major order, e.g. 'dim 0 has stride 96,
+    row-major needs 64'."""
+    want = 1
+    for axis in reversed(range(len(shape))):
+        if shape[axis] != 1 and strides[axis] != want:
+            return f"dim {axis} has stride {strides[axis]}, row-major needs {want}"
+        want *= shape[axis]
+    return "its strides are not row-major"
 
 
 def _default_current_stream(torch):
