@@ -12,8 +12,8 @@ after the kernel's arguments); otherwise registration is refused.
 The fake (meta) implementation computes the same shapes from the symbolic sizes of its inputs,
 so ``torch.compile(fullgraph=True)`` and ``torch.export`` trace through the op without a graph
 break. The real implementation calls the kernel: on CPU tensors the interpreter, on CUDA tensors
-the compiled kernel on torch's current stream (the kernel's default when no ``stream=`` is
-given, so CUDA graph capture records it on the capturing stream). Inputs that are not
+the compiled kernel on torch's current stream of the inputs' device (the kernel's default when
+no ``stream=`` is given, so CUDA graph capture records it on the capturing stream). Inputs that are not
 contiguous are copied to contiguous tensors first (``Tensor.contiguous()``, a no-op otherwise),
 so a strided view never gives a wrong answer.
 
@@ -232,7 +232,12 @@ def register(kernel: "CompiledKernel", qualname: str, outputs: Sequence[str], *,
             full[i] = a.contiguous() if isinstance(a, torch.Tensor) else a
         for out, i in zip(outs, sig.outputs):
             full[i] = out
-        kernel(*full)  # CUDA: torch's current stream; CPU: the interpreter; dim args only size outputs
+        device = outs[0].device
+        if device.type == "cuda" and device.index != torch.cuda.current_device():
+            with torch.cuda.device(device):  # the launcher launches on the current device's stream
+                kernel(*full)
+        else:
+            kernel(*full)  # CUDA: torch's current stream; CPU: the interpreter; dim args only size outputs
         return returned(outs)
 
     def fake(*args):
