@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from tkbench.plots import write_plots
         plots = write_plots(rows, path)
+    from tkbench.generality import generality_table
+    general = generality_table(rows)
+    if general:  # the README's generality table, before the summary (which ends the output)
+        print("generality (kernel, the backend it took, ratio = reference time / tkjit time):\n" + general + "\n")
     print(headline(report, path, plots))
     print(table.render(rows))
     return 0

@@ -77,9 +77,26 @@ def _jit_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _generality_table(rows: list[dict]) -> list[str]:
+    """The examples written as a new user would: which backend each took, and its ratio."""
+    lines = ["| kernel | shape | backend | reference | tkjit | reference time | ratio | rate | rel err | target "
+             "| status |", "|---|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+    for row in rows:
+        extra = row.get("extra") or {}
+        rate = _tflops(row.get("tkjit_tflops")) if row.get("flops") else \
+            _gbps(row.get("tkjit_gbps"), row.get("frac_of_copy"))
+        lines.append(f"| {extra.get('kernel', row['what'])} | {row['shape']} | {extra.get('backend', '?')} | "
+                     f"{row['ref_name']} | {fmt_time(row.get('tkjit_ms'))} | {fmt_time(row.get('ref_ms'))} | "
+                     f"{fmt_ratio(row.get('ratio'))} | {rate} | {fmt_err(row.get('rel_err'))} | {_target(row)} | "
+                     f"{_status(row)} |")
+    return lines
+
+
 SECTIONS = (("bf16 GEMM vs torch.matmul (cuBLAS)", ("gemm",), _compute_table),
             ("Attention forward vs PyTorch SDPA", ("attention",), _compute_table),
             ("Memory-bound kernels vs eager PyTorch", ("copy", "layernorm", "softmax", "rotary"), _memory_table),
+            ("Generality: examples written as a new user would, and the backend each took", ("generality",),
+             _generality_table),
             ("JIT costs", ("jit",), _jit_table),
             ("Self-test rows (dry run)", ("selftest",), _jit_table))
 """(heading, the families it holds, the table maker), in the order they are written."""

@@ -40,7 +40,8 @@ def test_dry_run_writes_every_family(dry_run):
     assert report["mode"]["dry_run"] and report["environment"]["device"] == "cpu"
     assert report["tests"] == {"ran": False, "why": "--no-tests"}
     families = {row["family"] for row in report["rows"]}
-    assert families == {"gemm", "attention", "copy", "layernorm", "softmax", "rotary", "jit", "selftest"}
+    assert families == {"gemm", "attention", "copy", "layernorm", "softmax", "rotary", "generality", "jit",
+                        "selftest"}
     assert report["workers"] == 1
 
 
@@ -55,6 +56,50 @@ def test_dry_run_checks_the_kernels_against_float64(dry_run):
     gemm = rows_of(report, "gemm")[0]
     assert gemm["ratio"] == pytest.approx(gemm["ref_ms"] / gemm["tkjit_ms"])
     assert gemm["tkjit_tflops"] == pytest.approx(gemm["flops"] / gemm["tkjit_ms"] / 1e9)
+
+
+def test_dry_run_generality_rows(dry_run):
+    """Each generality row names its kernel's backend and reference; the kernels are checked
+    (two outputs, C read and written, attention on two heads) and the README table is printed."""
+    proc, report, _ = dry_run
+    rows = rows_of(report, "generality")
+    assert {row["extra"]["kernel"] for row in rows} == {"gemm_bias_gelu", "gemm_alpha_beta",
+                                                        "residual_layernorm", "attention_window"}
+    for row in rows:
+        assert row["status"] == "ok" and row["extra"]["backend"] == "interpreter", row
+        assert row["unwritten"] == 0 and 1e-5 < row["rel_err"] < 1e-2 and row["tkjit_ms"] > 0
+    baseline = next(row for row in rows if row["ref_name"] == "cuBLAS matmul (no epilogue)")
+    assert baseline["ref_rel_err"] is None and baseline["target"] == "≥ 0.97× cuBLAS matmul"
+    norm = next(row for row in rows if row["extra"]["kernel"] == "residual_layernorm")
+    assert norm["frac_of_copy"] is not None and norm["target"] == "≥ 85% of copy bandwidth"
+    assert "| attention_window | B=1 H=2 N=100 D=64 window=40 | interpreter | FlexAttention" in proc.stdout
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("kernel", ["gemm_bias_gelu", "gemm_bias_silu", "bmm", "gemm_alpha_beta", "gemm_atb",
+                                    "gemm_fp8", "mlp", "rmsnorm", "residual_layernorm", "attention_nol",
+                                    "attention_window", "attention_softcap", "attention_alibi"])
+def test_generality_references_compute_what_the_kernel_does(kernel):
+    """Every generality reference (FlexAttention's score_mod/block_mask, torch.compile's
+    expression run eagerly here, the cuBLAS calls) matches the float64 truth the kernel is
+    checked against, on the CPU at the dry run's shape: the ratios compare like with like."""
+    from tkbench import generality
+    from tkbench.context import Context, Mode
+    ctx = Context(Mode(dry_run=True), "cpu", 1 << 18, 1 << 30, False, 0.0, 0.0)
+    p = dict(kernel=kernel, **generality.DRY[kernel])
+    spec = generality.SPECS[kernel]
+    args = spec.make(p, "cpu")
+    truth = spec.exact(p, args)
+    for name, ref in spec.refs(p, ctx):
+        if name in generality.BASELINES:
+            continue
+        try:
+            err = generality.reference_error(ref, args, p, spec, truth)
+        except RuntimeError as exc:  # a CPU build: no cuDNN attention, no fp8 matmul
+            assert "SDPA cuDNN" in name or "_scaled_mm" in name, exc
+            continue
+        assert err < 1e-2, (name, err)
+    assert generality.shape_of(p) and (spec.flops or spec.bytes)(p) > 0
 
 
 def test_dry_run_reference_failures_are_recorded_not_fatal(dry_run):
@@ -118,9 +163,11 @@ def test_summarize_turns_the_json_into_markdown(dry_run, tmp_path):
     text = md.read_text()
     assert text.startswith(f"## {report['date'][:10]} — cpu (dry run)\n")
     for title in ("### bf16 GEMM vs torch.matmul (cuBLAS)", "### Attention forward vs PyTorch SDPA",
-                  "### Memory-bound kernels vs eager PyTorch", "### JIT costs"):
+                  "### Memory-bound kernels vs eager PyTorch", "### JIT costs",
+                  "### Generality: examples written as a new user would, and the backend each took"):
         assert title in text
     assert "| gemm bf16 vs torch.matmul | M=N=K=128 |" in text
+    assert "| gemm_alpha_beta | M=96 N=80 K=64 | interpreter | cuBLAS addmm_ (in place) |" in text
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "summarize.py"), str(bad)],

@@ -67,9 +67,38 @@ def test_key_changes_with_what_changes_output(change):
     "kernel k(a: gl<f32, M>):\r\n    x = load(a)\r\n",                      # CRLF
     "\n\n  \nkernel k(a: gl<f32, M>):\n    x = load(a)\n\n   \n",           # blank lines around
     "kernel k(a: gl<f32, M>):\n    x = load(a)",                            # no final newline
+    "kernel k(a: gl<f32, M>):\r    x = load(a)\n",                         # a lone CR: a blank
 ])
-def test_key_ignores_whitespace_that_normalization_removes(text):
-    assert cache_key(**{**BASE, "kernel_text": text}) == KEY
+def test_key_is_the_text_exactly_as_the_lexer_sees_it(text):
+    """No normalization: one that disagrees with the lexer gives two kernels one key, and a
+    shifted text's hit would report the first text's line:col."""
+    assert cache_key(**{**BASE, "kernel_text": text}) != KEY
+
+
+def test_a_lone_carriage_return_in_a_comment_is_another_kernel():
+    """The lexer reads a lone CR as a blank, so the comment runs on over the store."""
+    stored = "y = x * 2.0 # note\n    Y.tile(i, 0) = y\n"
+    commented_out = stored.replace("# note\n", "# note\r")
+    assert cache_key(**{**BASE, "kernel_text": stored}) != cache_key(**{**BASE, "kernel_text": commented_out})
+
+
+def test_key_has_the_python_lark_and_numpy_versions(monkeypatch):
+    versions = C.runtime_versions()
+    assert set(versions) == {"python", "lark", "numpy"} and sys.version.split()[0] in versions["python"]
+    import lark
+    import numpy
+    assert versions["lark"] == lark.__version__ and versions["numpy"] == numpy.__version__
+    monkeypatch.setattr(C, "_runtime_versions", {**versions, "numpy": "0.0.1"})
+    assert cache_key(**BASE) != KEY
+
+
+def test_library_versions_are_read_without_importing(monkeypatch):
+    monkeypatch.delitem(sys.modules, "lark")
+    import lark as real_lark
+    monkeypatch.delitem(sys.modules, "lark")
+    assert C._library_version("lark", *C._VERSION_FILES["lark"]) == real_lark.__version__
+    assert "lark" not in sys.modules
+    monkeypatch.setitem(sys.modules, "lark", real_lark)
 
 
 def test_key_ignores_option_order():
@@ -100,7 +129,7 @@ def test_source_hash_covers_py_and_lark_files_by_path_and_contents(tmp_path):
     assert C._hash_source_tree(pkg) != h
 
 
-def test_source_hash_is_of_the_tkjit_package_and_memoized(monkeypatch):
+def test_source_hash_is_of_the_tkjit_package_once_per_process(monkeypatch):
     monkeypatch.setattr(C, "_source_hashes", {})  # this process's: the checkout may have changed since
     assert C.tkjit_source_hash() == C._hash_source_tree(REPO / "tkjit")
 
@@ -118,39 +147,19 @@ def _package(root: Path) -> Path:
     return pkg
 
 
-def test_source_hash_memo_skips_reading_until_a_source_changes(tmp_path, monkeypatch):
+def test_source_hash_sees_an_edit_that_keeps_size_and_mtime(tmp_path):
+    """`cp -p`, `rsync -a` or a same-size fix: the hash is of the contents, across processes too
+    (the memo directory that used to key it by size and mtime is not consulted)."""
     pkg, memo = _package(tmp_path), tmp_path / "memo"
-    content = C._hash_source_tree(pkg)
-    assert C.source_hash_of(pkg, memo) == content
-    assert json.loads((memo / C.SOURCE_MEMO).read_text()) == {C._stat_key(pkg): content}
-    reads = []
-    real = C._hash_source_tree
-
-    def counted(package_dir):
-        reads.append(package_dir)
-        return real(package_dir)
-    monkeypatch.setattr(C, "_hash_source_tree", counted)
-    assert C.source_hash_of(pkg, memo) == content and reads == []  # the memo answered
+    before = C.source_hash_of(pkg, memo)
     a = pkg / "a.py"
-    a.write_text("x = 2\n")  # same size: the mtime changes the pre-key
-    os.utime(a, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns + 1_000_000))
-    changed = C.source_hash_of(pkg, memo)
-    assert changed != content and changed == real(pkg) and len(reads) == 1
-    (pkg / "sub" / "new.py").write_text("")
-    assert C.source_hash_of(pkg, memo) not in (content, changed) and len(reads) == 2
-    (pkg / "sub" / "new.py").unlink()
-    os.utime(a)  # touched, contents as before: a new pre-key, the same content hash
-    assert C.source_hash_of(pkg, memo) == changed and len(reads) == 3
-
-
-def test_source_hash_memo_survives_a_damaged_file(tmp_path):
-    pkg, memo = _package(tmp_path), tmp_path / "memo"
-    memo.mkdir()
-    (memo / C.SOURCE_MEMO).write_text("{not json")
-    assert C.source_hash_of(pkg, memo) == C._hash_source_tree(pkg)
-    (memo / C.SOURCE_MEMO).write_text('["a list"]')
-    assert C.source_hash_of(pkg, memo) == C._hash_source_tree(pkg)
-    assert [p.name for p in memo.iterdir()] == [C.SOURCE_MEMO]  # no temporary files left
+    st = a.stat()
+    a.write_text("x = 2\n")
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert a.stat().st_size == st.st_size and a.stat().st_mtime_ns == st.st_mtime_ns
+    after = C.source_hash_of(pkg, memo)
+    assert after != before and after == C._hash_source_tree(pkg)
+    assert not memo.exists() or not (memo / C.SOURCE_MEMO).exists()
 
 
 FAKE_PTXAS = """#!/bin/sh
@@ -160,7 +169,7 @@ echo "Cuda compilation tools, release 13.0, {version}"
 """
 
 
-def test_assembler_version_runs_ptxas_once_per_binary(tmp_path, monkeypatch):
+def _fake_ptxas(tmp_path, monkeypatch):
     from tkjit.runtime import toolchain
     runs, ptxas = tmp_path / "runs", tmp_path / "ptxas"
     ptxas.write_text(FAKE_PTXAS.format(runs=runs, version="V13.0.88"))
@@ -168,16 +177,36 @@ def test_assembler_version_runs_ptxas_once_per_binary(tmp_path, monkeypatch):
     monkeypatch.setenv("TKJIT_PTXAS", str(ptxas))
     reset_config()  # the environment is read once, into the Config
     toolchain._tool_version.cache_clear()
+    return runs, ptxas, toolchain._tool_version.cache_clear
+
+
+def test_assembler_version_runs_ptxas_once_per_binary(tmp_path, monkeypatch):
+    runs, ptxas, fresh_process = _fake_ptxas(tmp_path, monkeypatch)
+    monkeypatch.setattr(C, "RACY_SECONDS", 0.0)  # the binary counts as settled at once
     memo = tmp_path / "memo"
     assert C.assembler_version(memo) == "13.0.88"
-    toolchain._tool_version.cache_clear()  # as in a fresh process
+    fresh_process()
     assert C.assembler_version(memo) == "13.0.88"
     assert runs.read_text().count("run") == 1
-    ptxas.write_text(FAKE_PTXAS.format(runs=runs, version="V13.1.2"))  # an upgrade in place
-    toolchain._tool_version.cache_clear()
-    assert C.assembler_version(memo) == "13.1.2"
+    time.sleep(0.05)  # past the clock's granularity (the racy rule keeps this out of real use)
+    st = ptxas.stat()
+    ptxas.write_text(FAKE_PTXAS.format(runs=runs, version="V13.0.89"))  # an edit in place ...
+    os.utime(ptxas, ns=(st.st_atime_ns, st.st_mtime_ns))                # ... keeping size and mtime
+    assert ptxas.stat().st_size == st.st_size and ptxas.stat().st_mtime_ns == st.st_mtime_ns
+    fresh_process()
+    assert C.assembler_version(memo) == "13.0.89"
     assert runs.read_text().count("run") == 2
-    toolchain._tool_version.cache_clear()
+    fresh_process()
+
+
+def test_assembler_version_is_not_memoized_for_a_binary_that_just_changed(tmp_path, monkeypatch):
+    runs, ptxas, fresh_process = _fake_ptxas(tmp_path, monkeypatch)
+    memo = tmp_path / "memo"
+    assert C.assembler_version(memo) == "13.0.88"
+    fresh_process()
+    assert C.assembler_version(memo) == "13.0.88"
+    assert runs.read_text().count("run") == 2 and not (memo / C.ASSEMBLER_MEMO).exists()
+    fresh_process()
 
 
 # --- put / get ----------------------------------------------------------------------------------

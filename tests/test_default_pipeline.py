@@ -21,7 +21,9 @@ from tkjit.passes import (DEFAULT_PIPELINE, DecisionLog, IRSnapshots, Pass, Pass
                           default_pipeline, register_pass, unregister_pass)
 from tkjit.passes.hopper import HOPPER_PIPELINE
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.tk"))
+NO_BACKEND_YET = {"gemm_fp8"}  # fp8 products: neither backend emits them yet (issue 17)
+ALL_EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.tk"))
+EXAMPLES = [p for p in ALL_EXAMPLES if p.stem not in NO_BACKEND_YET]
 BY_NAME = {case.name: case for case in [*CASES, *EXAMPLE_CASES]}
 
 
@@ -47,6 +49,17 @@ def test_every_example_has_the_ir_after_each_pass_and_the_ptx_of_canonicalize_al
     else:
         assert scheduled.asm["ptx"] == plain.asm["ptx"]  # the passes agree with the local rules
     assert print_kernel(scheduled.portable_ir) == scheduled.asm["after:canonicalize"]
+
+
+@pytest.mark.parametrize("example", [p for p in ALL_EXAMPLES if p.stem in NO_BACKEND_YET], ids=lambda p: p.stem)
+def test_an_example_no_backend_emits_yet_goes_through_the_passes_and_says_why(example):
+    from tkjit.errors import NotAvailableError
+    text = example.read_text()
+    scheduled = compile(text, CompileOptions.resolve(), filename=example.name, until="opt")
+    assert [k for k in scheduled.asm if k.startswith("after:")] == [
+        f"after:{name}" for name in DEFAULT_PIPELINE.split(",")]
+    with pytest.raises(NotAvailableError, match="products are not supported by the mma.sync backend"):
+        ptx_of(text, example.name)
 
 
 def test_the_hopper_emitter_takes_its_decisions_from_the_passes():

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tkjit.errors import InterpreterError
+from tkjit.errors import InterpreterError, LaunchError
 from tkjit.frontend import lower_source
 from tkjit.interpreter import run
 
@@ -91,6 +91,111 @@ def make_softmax(shape, constants):
     return [x, y], [y], [torch.softmax(x.double(), dim=1)]
 
 
+def make_gemm_epilogue(act):
+    def make(shape, constants):
+        m, n, k = shape
+        a, b, bias, c = _bf16(m, k), _bf16(k, n), _bf16(n), _nan(m, n)
+        return [a, b, bias, c], [c], [act(a.double() @ b.double() + bias.double())]
+    return make
+
+
+def make_bmm(shape, constants):
+    bt, m, n, k = shape
+    a, b, c = _bf16(bt, m, k), _bf16(bt, k, n), _nan(bt, m, n)
+    return [a, b, c], [c], [a.double() @ b.double()]
+
+
+def make_gemm_alpha_beta(shape, constants):
+    m, n, k = shape
+    a, b, c = _bf16(m, k), _bf16(k, n), _bf16(m, n)
+    ref = 1.5 * (a.double() @ b.double()) - 0.5 * c.double()
+    return [a, b, c, 1.5, -0.5], [c], [ref]
+
+
+def make_gemm_atb(shape, constants):
+    m, n, k = shape
+    a, b, c = _bf16(k, m), _bf16(k, n), _nan(m, n)
+    return [a, b, c], [c], [a.double().T @ b.double()]
+
+
+def make_mlp(shape, constants):
+    m, f = shape
+    d = constants.get("D", 128)
+    x, w1, w2, y = _bf16(m, d), _bf16(d, f, scale=d ** -0.5), _bf16(f, d, scale=f ** -0.5), _nan(m, d)
+    h = F.gelu(x.double() @ w1.double(), approximate="tanh")
+    return [x, w1, w2, y], [y], [h @ w2.double()]
+
+
+def make_gemm_fp8(shape, constants):
+    m, n, k = shape
+    a = (torch.randn(m, k) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k) * 2).to(torch.float8_e4m3fn)
+    c = _nan(m, n)
+    return [a, b, c, 0.5, 0.25], [c], [0.125 * (a.double() @ b.double().T)]
+
+
+def make_rmsnorm(shape, constants):
+    (rows,) = shape
+    d = constants.get("D", 1024)
+    x, w, y = _bf16(rows, d, scale=2.0, shift=0.5), _bf16(d), _nan(rows, d)
+    xd = x.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+    return [x, w, y, 1e-6], [y], [ref]
+
+
+def make_residual_layernorm(shape, constants):
+    (rows,) = shape
+    d = constants.get("D", 1024)
+    x, res, w, bias = _bf16(rows, d, scale=2.0, shift=0.5), _bf16(rows, d), _bf16(d), _bf16(d)
+    h, y = _nan(rows, d), _nan(rows, d)
+    hs = x.double() + res.double()
+    ref = F.layer_norm(hs, (d,), w.double(), bias.double(), eps=1e-5)
+    return [x, res, w, bias, h, y, 1e-5], [h, y], [hs, ref]
+
+
+def _attention_inputs(shape, constants):
+    bsz, h, hkv, n = shape
+    d = constants.get("D", 128)
+    q, k, v = _bf16(bsz, h, n, d), _bf16(bsz, hkv, n, d), _bf16(bsz, hkv, n, d)
+    kr = k.double().repeat_interleave(h // hkv, dim=1)
+    vr = v.double().repeat_interleave(h // hkv, dim=1)
+    return q, k, v, kr, vr, _nan(bsz, h, n, d), d ** -0.5
+
+
+def make_attention_nol(shape, constants):
+    q, k, v, kr, vr, o, scale = _attention_inputs(shape, constants)
+    causal = constants.get("CAUSAL", False)
+    ref = F.scaled_dot_product_attention(q.double(), kr, vr, is_causal=causal, scale=scale)
+    return [q, k, v, o, scale], [o], [ref]
+
+
+def make_attention_window(shape, constants, window=100):
+    q, k, v, kr, vr, o, scale = _attention_inputs(shape, constants)
+    n = q.shape[2]
+    pos = torch.arange(n)
+    dist = pos[:, None] - pos[None, :]
+    visible = (dist >= 0) & (dist < window)
+    ref = F.scaled_dot_product_attention(q.double(), kr, vr, attn_mask=visible, scale=scale)
+    return [q, k, v, o, scale, window], [o], [ref]
+
+
+def make_attention_softcap(shape, constants, cap=5.0):
+    q, k, v, kr, vr, o, scale = _attention_inputs(shape, constants)
+    s = cap * torch.tanh(scale * (q.double() @ kr.transpose(-1, -2)) / cap)
+    return [q, k, v, o, scale, cap], [o], [torch.softmax(s, -1) @ vr]
+
+
+def make_attention_alibi(shape, constants):
+    q, k, v, kr, vr, o, scale = _attention_inputs(shape, constants)
+    h, n = q.shape[1], q.shape[2]
+    slopes = 2.0 ** (-8.0 * torch.arange(1, h + 1, dtype=torch.float64) / h)
+    pos = torch.arange(n, dtype=torch.float64)
+    dist = pos[:, None] - pos[None, :]
+    bias = (-slopes[:, None, None] * dist).masked_fill(dist < 0, float("-inf"))
+    ref = F.scaled_dot_product_attention(q.double(), kr, vr, attn_mask=bias, scale=scale)
+    return [q, k, v, o, scale], [o], [ref]
+
+
 CASES = {
     "gemm": Case([{}], [(256, 512, 128), (200, 300, 100), (129, 257, 65)], make_gemm),
     "attention": Case(
@@ -100,6 +205,23 @@ CASES = {
     "layernorm": Case([{}, {"D": 256}], [(32,), (50,), (3,)], make_layernorm),
     "rotary": Case([{}, {"D": 64, "BN": 32}], [(1, 2, 128), (2, 3, 100)], make_rotary),
     "softmax": Case([{}, {"C": 256, "BR": 32}], [(16,), (50,)], make_softmax),
+    "gemm_bias_gelu": Case([{"BM": 64, "BN": 64}], [(128, 192, 128), (70, 100, 72)],
+                           make_gemm_epilogue(F.gelu)),
+    "gemm_bias_silu": Case([{"BM": 64, "BN": 64}], [(70, 100, 72)], make_gemm_epilogue(F.silu)),
+    "bmm": Case([{"BM": 64, "BN": 64}], [(3, 70, 100, 72)], make_bmm),
+    "gemm_alpha_beta": Case([{"BM": 64, "BN": 64}], [(70, 100, 72)], make_gemm_alpha_beta),
+    "gemm_atb": Case([{"BM": 64, "BN": 64}], [(70, 100, 72)], make_gemm_atb),
+    "mlp": Case([{}, {"D": 64, "BF": 32}], [(70, 200), (64, 64)], make_mlp),
+    "gemm_fp8": Case([{"BM": 64, "BN": 64, "BK": 64}], [(70, 100, 136)], make_gemm_fp8),
+    "rmsnorm": Case([{}, {"D": 256}], [(20,), (3,)], make_rmsnorm),
+    "residual_layernorm": Case([{}, {"D": 256}], [(20,)], make_residual_layernorm),
+    "attention_nol": Case([{"D": 64, "BQ": 64, "BKV": 64}, {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}],
+                          [(1, 2, 1, 150)], make_attention_nol),
+    "attention_window": Case([{"D": 64, "BQ": 64, "BKV": 32}, {"D": 64, "BQ": 32, "BKV": 64}],
+                             [(1, 2, 1, 300), (1, 1, 1, 50)], make_attention_window),
+    "attention_softcap": Case([{"D": 64, "BQ": 64, "BKV": 64}], [(1, 2, 1, 150)], make_attention_softcap),
+    "attention_alibi": Case([{"D": 64, "BQ": 64, "BKV": 64}, {"D": 64, "BQ": 32, "BKV": 64}],
+                            [(1, 4, 2, 150)], make_attention_alibi),
 }
 
 
@@ -142,12 +264,14 @@ def test_an_out_of_range_tile_points_at_the_example_line():
 
 
 def test_a_division_by_zero_points_at_the_example_line():
+    """Refused at launch, as the GPU launcher refuses it (runtime/launch_checks.py)."""
     kernel = lower_source((EXAMPLES / "attention.tk").read_text(), "attention.tk", {"D": 64})
     q, kv = _bf16(1, 1, 64, 64), _bf16(1, 2, 64, 64)  # HKV > H: H // HKV is 0
-    with pytest.raises(InterpreterError) as err:
+    with pytest.raises(LaunchError) as err:
         run(kernel, [q, kv, kv, _nan(1, 1, 64, 64), _nan(1, 1, 64, dtype=torch.float32), 0.125])
-    assert err.value.render().startswith(
-        "attention.tk:22:9: error: floordiv: integer division by zero (0 // 0)")
+    assert err.value.render() == (
+        "error: attention: at attention.tk:22:9, `h // (H // HKV)` divides by `H // HKV`, which is 0 "
+        "at this launch (H = 1, HKV = 2)")
 
 
 def test_speed_of_the_gemm_and_attention_examples():

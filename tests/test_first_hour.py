@@ -165,7 +165,7 @@ k(np.zeros((16, 8), np.float32), np.zeros((16, 16), np.float32))
 
 
 @pytest.mark.parametrize("script, message", [(BAD_NAME, "unknown name 'q'"),
-                                             (BAD_LAUNCH, "dimension 1 must be 16, got 8")])
+                                             (BAD_LAUNCH, "dim 1 is 8 but the kernel requires 16")])
 def test_an_error_shows_the_diagnostic_not_tkjits_frames(script, message, tmp_path):
     import os
     env = {**os.environ, "PYTHONPATH": str(REPO), "TKJIT_CACHE_DIR": str(tmp_path)}

@@ -42,7 +42,7 @@ def built_and_loaded(tmp_path_factory):
     cache = tmp_path_factory.mktemp("grammars")
     built = kernel_parser(cache)
     (path,) = (cache / "grammars").iterdir()
-    loaded = lark_cache._load(path.read_bytes(), frontend_parser._Newlines())
+    loaded = lark_cache._load(lark_cache._verified(path), frontend_parser._Newlines())
     return built, loaded
 
 
@@ -80,7 +80,35 @@ def test_a_damaged_file_is_rebuilt(tmp_path):
     (path,) = (tmp_path / "grammars").iterdir()
     path.write_text('{"data": {"parser": 1}, "memo": {}}')
     assert outcome(kernel_parser(tmp_path), "kernel k() {}")[0] == "tree"
-    assert outcome(lark_cache._load(path.read_bytes(), frontend_parser._Newlines()), "kernel k() {}")[0] == "tree"
+    assert outcome(lark_cache._load(lark_cache._verified(path), frontend_parser._Newlines()), "kernel k() {}")[0] == "tree"
+
+
+def test_one_changed_number_in_the_tables_is_caught_and_rebuilt(tmp_path):
+    """The tables still load after such a change, and then misparse every kernel: the sha256 on
+    the first line refuses them, and they are built again and rewritten."""
+    import re
+    kernel_parser(tmp_path)
+    (path,) = (tmp_path / "grammars").iterdir()
+    good = path.read_bytes()
+    digest, _, body = good.partition(b"\n")
+    match = re.search(rb"(?<=[\[,])(\d+)(?=[,\]])", body[len(body) // 2:])
+    start = len(body) // 2 + match.start()
+    changed = body[:start] + str(int(match.group()) + 1).encode() + body[start + len(match.group()):]
+    path.write_bytes(digest + b"\n" + changed)
+    with pytest.raises(ValueError, match="sha256"):
+        lark_cache._verified(path)
+    assert outcome(kernel_parser(tmp_path), "kernel k() {}")[0] == "tree"
+    assert lark_cache._verified(path) and path.read_bytes() != digest + b"\n" + changed  # rewritten
+
+
+def test_a_fifo_in_place_of_the_tables_does_not_hang(tmp_path):
+    import os
+    kernel_parser(tmp_path)
+    (path,) = (tmp_path / "grammars").iterdir()
+    path.unlink()
+    os.mkfifo(path)
+    assert outcome(kernel_parser(tmp_path), "kernel k() {}")[0] == "tree"
+    assert path.is_file()
 
 
 def test_the_key_follows_the_grammar_and_options(tmp_path):
@@ -104,10 +132,10 @@ def test_the_ir_grammar_round_trips_too(tmp_path):
     options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True)
     built = lark_cache.cached_lark(grammar, cache_dir=tmp_path, **options)
     (path,) = (tmp_path / "grammars").iterdir()
-    loaded = lark_cache._load(path.read_bytes(), None)
+    loaded = lark_cache._load(lark_cache._verified(path), None)
     text = (ROOT / "tests" / "codegen_kernels" / "gemm.tkir").read_text()
     assert outcome(loaded, text) == outcome(built, text) and outcome(built, text)[0] == "tree"
-    json.loads(path.read_text())  # plain JSON
+    json.loads(lark_cache._verified(path))  # plain JSON after the sha256 line
 
 
 def test_only_lalr_parsers():

@@ -48,6 +48,19 @@ def test_a_damaged_verdict_is_explored_again(tmp_path):
     assert check.calls == 2
 
 
+def test_a_verdict_changed_in_one_number_is_explored_again(tmp_path):
+    """It would still parse: the sha256 on its first line catches it."""
+    proto, check = protocol(), Counting()
+    cases = tuple(default_cases(proto))
+    sync_verdicts.checked(proto, cases, check)
+    from tkjit.config import get_config
+    (f,) = (get_config().cache_dir / "sync-verdicts").glob("*.json")
+    digest, _, body = f.read_bytes().partition(b"\n")
+    f.write_bytes(digest + b"\n" + body.replace(b'"states": ', b'"states": 1', 1))
+    sync_verdicts.checked(proto, cases, check)
+    assert check.calls == 2
+
+
 @pytest.mark.parametrize("how", ["explore", "no-cache"])
 def test_debug_mode_and_the_cache_switch_always_explore(how, monkeypatch):
     if how == "no-cache":

@@ -9,11 +9,14 @@ does not verify is corruption: ``get`` treats it as a miss (logged at debug leve
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
+import sys
 import time
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -67,26 +70,51 @@ def _hash_source_tree(package_dir: Path) -> str:
     return h.hexdigest()
 
 
-def _stat_key(package_dir: Path) -> str:
-    """A cheap stand-in for the content hash: the package's path and every source file's relative
-    path, size and mtime (ns). Editing, adding, removing or renaming a file changes it."""
-    h = hashlib.sha256(str(Path(package_dir).resolve()).encode())
-    for rel, path in _source_files(package_dir):
-        st = os.stat(path)
-        h.update(f"\0{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode())
-    return h.hexdigest()
-
-
 SOURCE_MEMO, ASSEMBLER_MEMO = "memo-source-hash.json", "memo-assembler-version.json"
-"""Small JSON files in the cache root: a cheap pre-key → the value it stands for."""
+"""Small JSON files in the cache root: a pre-key → the value it stands for. tkjit's own sources
+are no longer memoized (they are hashed by content, about 1 ms per process: a memo keyed by sizes
+and mtimes went stale on an edit that kept both, as ``cp -p`` and ``rsync -a`` do); SOURCE_MEMO
+is the name older versions wrote."""
 _MEMO_ENTRIES = 32
+_MEMO_LIMIT = 1 << 20
+RACY_SECONDS = 2.0
+"""A binary whose mtime or ctime is this recent may still be changing within the clock's
+granularity: no memo entry is written for it (git's "racy" rule)."""
 _source_hashes: dict[str, str] = {}
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file (not a link, a FIFO or a device) of at most
+    ``limit`` bytes, else None; OSError when it cannot be opened. Opened without following a link
+    and without blocking, so that a FIFO or a link to /dev/zero in the cache cannot hang or
+    exhaust its reader."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # a symbolic link (O_NOFOLLOW)
+            return None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        return data if len(data) <= limit else None
+    finally:
+        os.close(fd)
 
 
 def _memo_read(path: Path) -> dict:
     try:
-        with open(path, "rb") as f:
-            memo = json.loads(f.read())
+        data = read_regular(path, _MEMO_LIMIT)
+        memo = json.loads(data) if data is not None else {}
     except (OSError, ValueError):
         return {}
     return memo if isinstance(memo, dict) else {}
@@ -105,47 +133,58 @@ def _memo_write(path: Path, key: str, value: str) -> None:
         os.replace(tmp, path)
     except OSError as e:
         _debug("could not write %s: %s", path, e)
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
-def _memoized(memo_path: Path, key: str, compute: Callable[[], str]) -> str:
+def _memoized(memo_path: Path, key: str, compute: Callable[[], str], store: bool = True) -> str:
     value = _memo_read(memo_path).get(key)
     if isinstance(value, str) and value:
         return value
     value = compute()
-    _memo_write(memo_path, key, value)
+    if store:
+        _memo_write(memo_path, key, value)
     return value
 
 
 def source_hash_of(package_dir: Path, memo_dir: Path | None = None) -> str:
-    """The content hash of a package's sources. With ``memo_dir``: looked up by the stat pre-key in
-    ``memo_dir/memo-source-hash.json`` first (a few stat calls instead of reading every file)."""
-    if memo_dir is None:
-        return _hash_source_tree(package_dir)
-    return _memoized(Path(memo_dir) / SOURCE_MEMO, _stat_key(package_dir),
-                     lambda: _hash_source_tree(package_dir))
+    """The content hash of a package's sources (``memo_dir`` is accepted for old callers and not
+    used: see SOURCE_MEMO)."""
+    return _hash_source_tree(package_dir)
 
 
 def tkjit_source_hash(memo_dir: Path | None = None) -> str:
-    """sha256 over every .py and .lark file of the installed tkjit package, once per process (and
-    with ``memo_dir``, once per change of the sources: see ``source_hash_of``)."""
+    """sha256 over every .py and .lark file of the installed tkjit package, by content, once per
+    process (about 1 ms)."""
     found = _source_hashes.get("tkjit")
     if found is None:
-        found = _source_hashes["tkjit"] = source_hash_of(Path(tkjit.__file__).parent, memo_dir)
+        found = _source_hashes["tkjit"] = _hash_source_tree(Path(tkjit.__file__).parent)
     return found
+
+
+def file_identity(path: str) -> tuple[str, bool]:
+    """A memo's pre-key for a binary: its real path, device, inode, size, mtime and ctime (ns).
+    Replacing the file changes the inode or the ctime, and an in-place edit changes the ctime even
+    when it puts size and mtime back (the kernel sets the ctime; ``utime`` cannot). The flag says
+    whether the file is settled (RACY_SECONDS old) so that a memo entry may be written for it."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = f"{real}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+    return key, time.time() - max(st.st_mtime, st.st_ctime) > RACY_SECONDS
 
 
 def assembler_version(memo_dir: Path | None = None) -> str:
     """ptxas's version (part of the key). ``ptxas --version`` is a subprocess: with ``memo_dir``,
-    its answer is kept in ``memo_dir/memo-assembler-version.json`` under the binary's path, size
-    and mtime, so a process that finds it there runs no subprocess (nor imports toolchain.py)."""
+    its answer is kept in ``memo_dir/memo-assembler-version.json`` under the binary's identity
+    (``file_identity``), so a process that finds it there runs no subprocess (nor imports
+    toolchain.py). Hashing the binary instead (37 MB) would cost ten times the subprocess."""
     if memo_dir is None:
         return _ptxas_version()
     from .runtime.tool_paths import find_tool
-    path = find_tool("ptxas")
-    st = os.stat(path)
-    return _memoized(Path(memo_dir) / ASSEMBLER_MEMO, f"{path}\0{st.st_size}\0{st.st_mtime_ns}",
-                     _ptxas_version)
+    key, settled = file_identity(find_tool("ptxas"))
+    return _memoized(Path(memo_dir) / ASSEMBLER_MEMO, key, _ptxas_version, store=settled)
 
 
 def _ptxas_version() -> str:
@@ -153,21 +192,51 @@ def _ptxas_version() -> str:
     return toolchain.ptxas_version()
 
 
-def normalize_kernel_text(text: str) -> str:
-    """Newlines → \\n, trailing whitespace of each line and leading/trailing blank lines removed.
-    Comments and indentation are kept: only whitespace that cannot change meaning goes."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return "\n".join(line.rstrip() for line in lines).strip("\n")
+_VERSION_FILES = {"lark": ("__init__.py", r"__version__\s*(?::\s*str\s*)?=\s*[\"']([^\"']+)"),
+                  "numpy": ("version.py", r"^version\s*=\s*[\"']([^\"']+)")}
+_runtime_versions: dict[str, str] = {}
+
+
+def runtime_versions() -> dict[str, str]:
+    """The versions of what shapes a compiled kernel besides tkjit and ptxas: Python, lark (the
+    parse) and numpy (constant folding). Read without importing lark or numpy, which a cached load
+    never imports: from the module when it is loaded, else from its version file."""
+    if not _runtime_versions:
+        found = {"python": f"{sys.implementation.name}-{sys.version.split()[0]}"}
+        for name, (file, pattern) in _VERSION_FILES.items():
+            found[name] = _library_version(name, file, pattern)
+        _runtime_versions.update(found)
+    return dict(_runtime_versions)
+
+
+def _library_version(name: str, file: str, pattern: str) -> str:
+    version = getattr(sys.modules.get(name), "__version__", None)
+    if isinstance(version, str):
+        return version
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin:
+            return "absent"
+        text = (Path(spec.origin).parent / file).read_text(errors="replace")
+    except (ImportError, OSError, ValueError):
+        return "unknown"
+    match = re.search(pattern, text, re.MULTILINE)
+    return match.group(1) if match else "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def cache_key(*, kernel_text: str, options: dict, arch: str, assembler_version: str,
               extra: dict | None = None, source_hash: str | None = None) -> str:
     """The key of everything that changes a compiled kernel. ``options``/``extra`` must be JSON.
-    ``source_hash`` is tkjit's (default: ``tkjit_source_hash()``)."""
+    ``source_hash`` is tkjit's (default: ``tkjit_source_hash()``).
+
+    The kernel text goes in exactly as given: a normalization (of newlines, of trailing blanks)
+    can disagree with the lexer (a lone carriage return is a blank to it, so a ``#`` comment runs
+    on past one), and shifts the line:col that a hit's decision log reports."""
     return hashlib.sha256(_json_bytes({
         "tkjit": tkjit.__version__, "source": source_hash or tkjit_source_hash(),
-        "kernel": normalize_kernel_text(kernel_text), "options": options, "arch": arch,
-        "assembler": assembler_version, "extra": extra or {},
+        "kernel": kernel_text, "options": options, "arch": arch,
+        "assembler": assembler_version, "extra": extra or {}, "runtime": runtime_versions(),
     })).hexdigest()
 
 
@@ -208,6 +277,17 @@ def _check(cond: bool, reason: str) -> None:
 
 def _reason(e: Exception) -> str:
     return str(e) if isinstance(e, _Corrupt) else f"{type(e).__name__}: {e}"
+
+
+MAX_FILE = 1 << 30
+"""The largest file an entry may list (a cubin is a few MB)."""
+
+
+def _read_file(path: Path, limit: int, name: str) -> bytes:
+    """An entry's file, read only if it is a regular file of at most ``limit`` bytes."""
+    data = read_regular(path, limit)
+    _check(data is not None, f"{name}: not a regular file of at most {limit} bytes")
+    return data
 
 
 def _valid_name(name: object) -> bool:
@@ -252,7 +332,7 @@ class DiskCache:
 
     def _read(self, key: str, path: Path) -> CacheEntry:
         """The verified entry at ``path``; raises _Corrupt (a ValueError) or OSError."""
-        manifest = json.loads((path / MANIFEST).read_bytes())
+        manifest = json.loads(_read_file(path / MANIFEST, _MEMO_LIMIT, MANIFEST))
         _check(isinstance(manifest, dict) and manifest.get("format") == FORMAT, "unknown format")
         _check(manifest.get("key") == key, "manifest names another key")
         listed = manifest.get("files")
@@ -260,8 +340,9 @@ class DiskCache:
         files = {}
         for name, info in listed.items():
             _check(_valid_name(name) and isinstance(info, dict), f"bad manifest entry {name!r}")
-            data = (path / name).read_bytes()
             size = info.get("size")
+            _check(isinstance(size, int) and 0 <= size <= MAX_FILE, f"{name}: bad size {size!r}")
+            data = _read_file(path / name, size, name)
             _check(len(data) == size, f"{name}: {len(data)} bytes, expected {size}")
             _check(hashlib.sha256(data).hexdigest() == info.get("sha256"), f"{name}: sha256 mismatch")
             files[name] = data
@@ -360,11 +441,11 @@ class DiskCache:
     def entries(self) -> list[EntryInfo]:
         infos = []
         for key, path in self._entry_dirs():
-            size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+            size = sum(f.lstat().st_size for f in path.iterdir() if stat.S_ISREG(f.lstat().st_mode))
             created = name = detail = None
             try:
-                created = json.loads((path / MANIFEST).read_bytes()).get("created")
-                metadata = json.loads((path / METADATA).read_bytes())
+                created = json.loads(_read_file(path / MANIFEST, _MEMO_LIMIT, MANIFEST)).get("created")
+                metadata = json.loads(_read_file(path / METADATA, MAX_FILE, METADATA))
                 name, detail = metadata.get("name"), _detail(metadata)
             except (OSError, ValueError, AttributeError, TypeError):
                 pass

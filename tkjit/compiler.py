@@ -9,7 +9,7 @@ stops after a stage and ``advance()`` runs the later ones on demand. A stage who
 tkjit is missing raises NotAvailableError saying so.
 
 The binary stages (ptx, cubin and their metadata together) go through the disk cache unless
-``options.cache`` is off. The key is made from the input itself (the normalized text, the file
+``options.cache`` is off. The key is made from the input itself (the text as given, the file
 name, the options, the arch, tkjit's source hash and the ptxas version), so ``load_or_compile``
 (what ``tkjit.compile`` uses) looks the entry up before the front end runs: on a hit the result
 has its binary stages, metadata and decision log from the entry, and the IR stages are made only
@@ -379,9 +379,12 @@ def _run_pipeline(manager: "PassManager", kernel: "Kernel", ctx) -> "Kernel":
 def _emit_ptx(result: CompileResult) -> None:
     emit_ptx = require("tkjit.codegen", "emit_ptx", "the PTX backend")
     emit_hopper = getattr(require_module("tkjit.codegen", "the PTX backend"), "emit_hopper_ptx", None)
-    declined: list[dict] = []  # why the Hopper path (the warp-specialized GEMM) does not apply
-    options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows}
+    declined: list[dict] = []  # why the Hopper path does not apply
+    options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows,
+               "lowering": result.options.lowering}
     hopper = emit_hopper(result.ir, options, declined) if emit_hopper else None
+    if hopper is None:
+        _refused_hopper(result, next((d.pop("refusal") for d in declined if "refusal" in d), None), declined)
     # The register-tile backend takes the IR before the Hopper scheduling passes: their
     # decisions (stages, swizzles, ...) are not its own (docs/hopper-schedule.md).
     ptx, metadata = hopper if hopper is not None else emit_ptx(result.portable_ir, {})
@@ -390,10 +393,36 @@ def _emit_ptx(result: CompileResult) -> None:
         _record_backend_decision(result, entry)
     result.asm["ptx"] = ptx
     result.metadata.update(metadata)
+    from .runtime.launch_checks import launch_checks
+    checks = launch_checks(result.tkir)
+    if checks:  # checked before every launch, as the interpreter checks them
+        result.metadata["launch_checks"] = checks
     fill_sms = result.tkir.attrs.get("fill_sms")
     if fill_sms:  # @fill_sms: the launch picks these constants per shape (tkjit/fill_sms.py)
         from .fill_sms import constants_of
         result.metadata["fill_sms"] = constants_of(fill_sms)
+
+
+def _refused_hopper(result: CompileResult, refusal, declined: list[dict]) -> None:
+    """No silent cliffs: with ``require_hopper`` (option or ``@require_hopper``) a kernel the
+    Hopper path cannot lower is an error at the op that stops it; otherwise a kernel with a
+    matrix product gets a warning naming that op (it runs on the register-tile backend)."""
+    from .ir.ops import MMA_OPS
+    if result.options.arch != "sm_90a":
+        return
+    why = declined[0]["why"] if declined else "the Hopper path does not apply"
+    if declined and "consumers" in result.ir.attrs:  # explain() must not describe a schedule that never runs
+        declined.append({"decision": "schedule dropped", "why": "the register-tile backend takes the IR "
+                         "from before the Hopper passes: their roles, rings, stages, protocol and "
+                         "register split above describe no emitted code"})
+    required = result.options.require_hopper or bool(result.ir.attrs.get("require_hopper"))
+    if required:
+        span = refusal.op.span if refusal is not None and refusal.op is not None else result.ir.span
+        raise NotAvailableError(f"kernel '{result.name}' must take the Hopper path (require_hopper), "
+                                f"but {why}", span)
+    if any(isinstance(op, MMA_OPS) for op in result.ir.walk()):
+        warnings.warn(f"tkjit: kernel '{result.name}' runs on the mma.sync register-tile backend, far "
+                      f"slower than wgmma: {why}", RuntimeWarning, stacklevel=4)
 
 
 def _record_backend_decision(result: CompileResult, entry: dict) -> None:

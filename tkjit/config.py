@@ -38,6 +38,10 @@ class Config(Frozen):
     ``auto`` (default) where that variant is in the disk cache, else the C one while it is built
     in the background for the next process; ``build`` (TKJIT_NATIVE_LAUNCH=torch) builds it now,
     before the first launch; ``no`` (TKJIT_NATIVE_LAUNCH=c) keeps to the C one."""
+    lowering: str = "auto"
+    """TKJIT_LOWERING=auto|general|template: how the Hopper backend lowers kernels (options.LOWERINGS)."""
+    require_hopper: bool = False
+    """TKJIT_REQUIRE_HOPPER=1: a kernel the Hopper path cannot lower is an error, not a warning."""
     tools: tuple[tuple[str, str], ...] = ()
     """TKJIT_PTXAS / TKJIT_CUOBJDUMP / TKJIT_NVDISASM: explicit paths of NVIDIA's tools, as
     (variable, path) pairs; tools not named here are looked for in the CUDA wheels, then PATH."""
@@ -50,17 +54,48 @@ class Config(Frozen):
             import platformdirs
             cache = platformdirs.user_cache_dir("tkjit", appauthor=False)
         dump = env.get("TKJIT_DUMP") or None
+        cache_dir = Path(cache).expanduser()
+        no_cache = _flag(env, "TKJIT_NO_CACHE")
+        problem = None if no_cache else cache_dir_problem(cache_dir)
+        if problem is not None:
+            import warnings
+            warnings.warn(f"tkjit: {problem}; the disk cache is off (set TKJIT_CACHE_DIR to a "
+                          "directory of your own)", RuntimeWarning, stacklevel=2)
+            no_cache = True
         return Config(
-            cache_dir=Path(cache).expanduser(),
+            cache_dir=cache_dir,
             dump_dir=Path(dump).expanduser() if dump else None,
             debug=_flag(env, "TKJIT_DEBUG"),
-            no_cache=_flag(env, "TKJIT_NO_CACHE"),
+            no_cache=no_cache,
             backend=(env.get("TKJIT_BACKEND") or None),
             arch=env.get("TKJIT_ARCH") or "sm_90a",
             native_launch=env.get("TKJIT_NATIVE_LAUNCH", "1").strip().lower() not in ("0", "false", "no", "off"),
             native_torch={"torch": "build", "c": "no"}.get(env.get("TKJIT_NATIVE_LAUNCH", "").strip().lower(), "auto"),
+            lowering=(env.get("TKJIT_LOWERING") or "auto").strip().lower(),
+            require_hopper=_flag(env, "TKJIT_REQUIRE_HOPPER"),
             tools=tuple((var, env[var]) for var in TOOL_VARIABLES if env.get(var)),
         )
+
+
+def cache_dir_problem(path: Path) -> str | None:
+    """Why an existing cache directory cannot be trusted, or None (a missing one is made 0700):
+    not a directory, another user's, or writable by everyone -- anyone who can write there can
+    plant a binary that tkjit would launch (pip and ccache refuse such a directory too).
+    Group-writable is allowed: a umask of 002 makes every directory so."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"the cache directory {path} cannot be read ({e.strerror})"
+    import stat
+    if not stat.S_ISDIR(st.st_mode):
+        return f"the cache directory {path} is not a directory"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"the cache directory {path} belongs to another user (uid {st.st_uid})"
+    if st.st_mode & stat.S_IWOTH:
+        return f"the cache directory {path} is writable by every user (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 _current: Config | None = None

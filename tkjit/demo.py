@@ -59,7 +59,8 @@ def backend_here() -> str:
 TOLERANCE = 1e-2  # relative error allowed against the reference (bf16 inputs and outputs)
 
 # Extra configurations a driver is run with beyond its defaults (keyword arguments of check()).
-VARIANTS = {"attention": [{}, {"causal": True}, {"causal": True, "d": 64}]}
+VARIANTS = {"attention": [{}, {"causal": True}, {"causal": True, "d": 64}],
+            "attention_nol": [{}, {"causal": True}]}
 
 
 def run_example(path: Path, backend: str) -> list[tuple[str, str, str]]:

@@ -338,7 +338,8 @@ class CompiledKernel:
         driver.set_dynamic_smem(function, smem, module.device)
         return Launcher(function, meta["params"], meta["grid"], meta["block"], smem, name=self.name,
                         device=module.device, on_refusal=self._refused,
-                        serial_launches=bool(meta.get("serial_launches")))  # the module's state
+                        serial_launches=bool(meta.get("serial_launches")),  # the module's state
+                        **({"checks": meta["launch_checks"]} if meta.get("launch_checks") else {}))
 
 
 def _calling(fast) -> type:
@@ -360,18 +361,22 @@ def _is_host_tensor(a: Any) -> bool:
 @user_facing
 def compile(source: str, *, constants: dict | None = None, filename: str = "<string>",
             pipeline: str | None = None, debug: bool | None = None, cache: bool | None = None,
-            backend: str | None = None) -> CompiledKernel:
+            backend: str | None = None, lowering: str | None = None,
+            require_hopper: bool | None = None) -> CompiledKernel:
     """Compile a kernel string (kernel language, or textual tile IR) into a kernel object.
 
     ``constants`` override the kernel's ``<NAME = default>`` constants; ``pipeline`` replaces the
     default pass pipeline; ``debug`` verifies the IR after every pass; ``cache=False`` bypasses
-    the disk cache; ``backend`` is ``"gpu"`` or ``"interpret"``. Unset arguments come from the
-    environment (TKJIT_DEBUG, TKJIT_NO_CACHE, TKJIT_BACKEND, TKJIT_DUMP)."""
+    the disk cache; ``backend`` is ``"gpu"`` or ``"interpret"``; ``lowering`` is how the Hopper
+    backend lowers it (``auto``: a template where one matches, else the general lowering;
+    ``general``; ``template``); ``require_hopper=True`` makes a kernel the Hopper path cannot
+    lower an error at the op that stops it. Unset arguments come from the environment
+    (TKJIT_DEBUG, TKJIT_NO_CACHE, TKJIT_BACKEND, TKJIT_DUMP, TKJIT_LOWERING, TKJIT_REQUIRE_HOPPER)."""
     if not isinstance(source, str):
         hint = "; use tkjit.load(path) for a file" if isinstance(source, Path) else ""
         raise TkError(f"tkjit.compile takes the kernel's text (a str), got {type(source).__name__}{hint}")
     options = CompileOptions.resolve(constants=constants, pipeline=pipeline, debug=debug, cache=cache,
-                                     backend=backend)
+                                     backend=backend, lowering=lowering, require_hopper=require_hopper)
     result = compiler.load_or_compile(source, options, filename=filename)
     if options.dump_dir is not None:
         compiler.dump_all(result)

@@ -6,8 +6,9 @@ every fresh process; loading the same tables from JSON takes about 5 ms. The fil
 class and lark's version, so any change builds a new one. The tables are lark's own
 serialization (``memo_serialize``, what lark's standalone generator writes), kept as JSON, not
 pickle: dicts with non-string keys and tuples are tagged so that they come back as they were.
-A file that cannot be read or loaded is rebuilt and rewritten; ``TKJIT_NO_CACHE`` builds without
-reading or writing it.
+The file's first line is the sha256 of the JSON after it: a file that does not verify (one
+changed number would load and misparse every kernel), cannot be read or does not load is rebuilt
+and rewritten; ``TKJIT_NO_CACHE`` builds without reading or writing it.
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def cached_lark(grammar: str, *, postlex: Any = None, cache_dir: Path | None = N
         return _build(grammar, with_postlex)
     path = Path(cache_dir or config.cache_dir) / "grammars" / f"{grammar_key(grammar, options, postlex)}.json"
     try:
-        return _load(path.read_bytes(), postlex)
+        return _load(_verified(path), postlex)
     except FileNotFoundError:
         pass
     except Exception:  # noqa: BLE001 - a damaged or foreign file: build it again
@@ -101,12 +102,35 @@ def cached_lark(grammar: str, *, postlex: Any = None, cache_dir: Path | None = N
     return parser
 
 
+MAX_TABLES = 64 << 20
+"""The largest tables file read (the kernel language's is about 100 KB)."""
+
+
+def _verified(path: Path) -> bytes:
+    """The tables' JSON, after the sha256 on the file's first line matched it: a table changed by
+    one number loads without complaint and then misparses every kernel, so it must not load.
+    Only a regular file of at most MAX_TABLES bytes is read. ValueError when it does not verify."""
+    from .cache import read_regular
+    data = read_regular(path, MAX_TABLES)
+    if data is None:
+        raise ValueError(f"{path} is not a regular file of at most {MAX_TABLES} bytes")
+    digest, _, body = data.partition(b"\n")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        raise ValueError(f"{path}: sha256 mismatch")
+    return body
+
+
 def _save(path: Path, tables: dict) -> None:
-    """Write by an atomic rename; a failure (a read-only cache) only means building next time."""
+    """Write (the sha256 of the JSON, a newline, the JSON) by an atomic rename; a failure (a
+    read-only cache) only means building next time."""
     tmp = path.with_name(f".tmp-{path.name}-{os.urandom(6).hex()}")
+    body = json.dumps(tables, separators=(",", ":")).encode()
     try:
         path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        tmp.write_text(json.dumps(tables, separators=(",", ":")))
+        tmp.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
         os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass

@@ -5,6 +5,8 @@ The compiler and the passes read options only from this object (never from the e
 """
 from __future__ import annotations
 
+import math
+
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,10 @@ from .errors import TkError
 from .frozen import Frozen
 
 BACKENDS = ("gpu", "interpret")
+LOWERINGS = ("auto", "general", "template")
+"""How the Hopper backend lowers a kernel: ``general`` (the op-by-op lowering of every tile
+program), ``template`` (the GEMM and attention templates only, as before the general lowering),
+``auto`` (a template where one matches, else the general lowering)."""
 ConstantValue = int | float | bool
 
 
@@ -39,16 +45,25 @@ class CompileOptions(Frozen):
     """Also handle tensors whose rows TMA cannot address (not a multiple of 16 bytes) with the
     copying fallback. Off, the Hopper GEMM leaves that fallback out, which makes ptxas about 40%
     faster; a kernel object compiles the variant with it at the first launch that needs it."""
+    lowering: str = "auto"
+    """``auto``, ``general`` or ``template`` (``LOWERINGS``)."""
+    require_hopper: bool = False
+    """A kernel the Hopper path cannot lower is an error at the op that stops it (else a warning
+    for a kernel with a matrix product, and the register-tile backend runs it)."""
 
     @staticmethod
     def resolve(*, constants: Mapping[str, ConstantValue] | None = None, pipeline: str | None = None,
                 debug: bool | None = None, cache: bool | None = None, backend: str | None = None,
+                lowering: str | None = None, require_hopper: bool | None = None,
                 config: Config | None = None) -> "CompileOptions":
         """Explicit arguments win; what is left unsaid comes from ``config`` (the environment)."""
         config = config or get_config()
         backend = backend if backend is not None else config.backend
         if backend is not None and backend not in BACKENDS:
             raise TkError(f"unknown backend '{backend}' (expected {' or '.join(BACKENDS)})")
+        lowering = lowering if lowering is not None else config.lowering
+        if lowering not in LOWERINGS:
+            raise TkError(f"unknown lowering '{lowering}' (expected {', '.join(LOWERINGS)})")
         if pipeline is not None:
             from .passes import Pipeline
             pipeline = str(Pipeline.parse(pipeline))  # refuse a bad pipeline now, keep it canonical
@@ -60,16 +75,31 @@ class CompileOptions(Frozen):
             cache=(not config.no_cache) if cache is None else bool(cache),
             backend=backend,
             dump_dir=config.dump_dir,
+            lowering=lowering,
+            require_hopper=config.require_hopper if require_hopper is None else bool(require_hopper),
         )
 
     def key(self) -> dict:
         """The options that change compiled output, as JSON (arch is keyed separately). The default
         pipeline is keyed as null: what it is is tkjit source, which the key hashes anyway (and so
         the key needs no import of the passes)."""
-        key = {"constants": [[name, value] for name, value in self.constants], "pipeline": self.pipeline}
+        key = {"constants": [[name, _keyable(value)] for name, value in self.constants],
+               "pipeline": self.pipeline}
         if self.unaligned_rows:
             key["unaligned_rows"] = True
+        if self.lowering != "auto":
+            key["lowering"] = self.lowering
+        if self.require_hopper:
+            key["require_hopper"] = True
         return key
+
+
+def _keyable(value: ConstantValue):
+    """JSON has no NaN or infinity: such a float is keyed by its repr (the front end refuses it,
+    with a location; the key must only not crash first)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}
+    return value
 
 
 def _check_constants(constants: Mapping[str, ConstantValue]) -> tuple[tuple[str, ConstantValue], ...]:

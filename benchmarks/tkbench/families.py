@@ -2,10 +2,11 @@
 ``cases(mode) -> [params]`` and ``run(params, ctx, kernels) -> [Row]``."""
 from __future__ import annotations
 
-from . import attention, copybw, gemm, jit, layernorm, rotary, selftest, softmax
+from . import attention, copybw, gemm, generality, jit, layernorm, rotary, selftest, softmax
 
-FAMILIES = {module.NAME: module for module in (gemm, attention, copybw, layernorm, softmax, rotary, jit, selftest)}
-NEEDS_COPY = ("layernorm", "softmax", "rotary")
+FAMILIES = {module.NAME: module for module in (gemm, attention, copybw, layernorm, softmax, rotary, generality,
+                                                jit, selftest)}
+NEEDS_COPY = ("layernorm", "softmax", "rotary", "generality")
 """The memory-bound families are reported as a fraction of the copy bandwidth: they bring it along."""
 
 

@@ -62,7 +62,27 @@ def _jit(row: dict):
     return None
 
 
-BY_FAMILY = {"gemm": _gemm, "attention": _attention, "layernorm": _memory_bound, "rotary": _memory_bound,
+def _generality(row: dict):
+    """Issue 17's and 18's targets for the examples written as a new user would."""
+    kernel, ref = (row.get("extra") or {}).get("kernel", ""), row["ref_name"]
+    if kernel.startswith("gemm_bias_"):
+        if ref.startswith("cuBLAS"):
+            return "≥ 0.97× cuBLAS matmul", _ratio_at_least(0.97)
+        return "≥ 1.0× torch.compile", _ratio_at_least(1.0)
+    if kernel == "bmm":
+        return "≥ 0.98× torch.bmm", _ratio_at_least(0.98)
+    if kernel in ("gemm_atb", "gemm_alpha_beta"):
+        return "≥ 0.95× cuBLAS", _ratio_at_least(0.95)
+    if kernel in ("rmsnorm", "residual_layernorm"):
+        return "≥ 85% of copy bandwidth", _copy_share_at_least(0.85)
+    if kernel.startswith("attention_") and ref.startswith("FlexAttention"):
+        return "≥ 1.2× FlexAttention", _ratio_at_least(1.2)
+    if kernel == "attention_nol" and "cuDNN" in ref and row["params"].get("N", 0) >= 4096:
+        return "≥ 1.0× cuDNN", _ratio_at_least(1.0)
+    return None
+
+
+BY_FAMILY = {"gemm": _gemm, "generality": _generality, "attention": _attention, "layernorm": _memory_bound, "rotary": _memory_bound,
              "jit": _jit}
 
 

@@ -38,11 +38,13 @@ def param_entries(kernel: Kernel) -> list[tuple[str, str, dict, Value | None]]:
     """(PTX type, PTX name, metadata entry, IR parameter) per kernel parameter, then per named dim:
     the launch ABI every backend shares (docs/architecture.md)."""
     out = []
+    stored = {id(op.operands[0]) for op in kernel.walk() if op.NAME == "store"}
     for i, p in enumerate(kernel.params):
         name = f"{kernel.name}_param_{i}"
         if isinstance(p.type, GlobalType):
+            writes = {"writes": True} if id(p) in stored else {}  # the launch refuses overlaps of it
             out.append((".u64", name, {"kind": "global", "name": p.hint, "dtype": p.type.dtype.name,
-                                       "dims": list(p.type.dims)}, p))
+                                       "dims": list(p.type.dims), **writes}, p))
         elif p.type.dtype in (F32, I32):
             ptx = ".f32" if p.type.dtype == F32 else ".s32"
             out.append((ptx, name, {"kind": "scalar", "name": p.hint, "dtype": p.type.dtype.name}, p))

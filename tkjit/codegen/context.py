@@ -101,12 +101,15 @@ class AxisMask:
     """``mask[key]`` emits ``setp`` for one element position and returns the predicate; making
     them at the point of use keeps few predicates live (there are only 7 hardware ones)."""
 
-    def __init__(self, ctx: "Ctx", rel: str, which: str, out: list[str]):
-        self.ctx, self.rel, self.which, self.out = ctx, rel, which, out
+    def __init__(self, ctx: "Ctx", rel: str, which: str, out: list[str], split: AxisSplit | None = None):
+        self.ctx, self.rel, self.which, self.out, self.split = ctx, rel, which, out, split
 
     def __getitem__(self, key: tuple[int, int]) -> str:
         unit, k = key
-        offset = 16 * unit + 8 * k if self.which == "rows" else 8 * unit + k
+        if self.which == "rows":
+            offset = (self.split.unit_offset(unit, 16) if self.split else 16 * unit) + 8 * k
+        else:
+            offset = 8 * unit + k
         p = self.ctx.new("pred")
         self.out.append(f"setp.gt.s32 {p}, {self.rel}, {offset};")
         return p
@@ -216,8 +219,18 @@ class Ctx:
         return self.imm_expr(("group", axis, split.groups), f"rem.u32 {{r}}, {warp_idx}, {split.groups};")
 
     def row_base(self, split: AxisSplit) -> str:
-        """Row of the thread's element (band 0, half 0): group*bands*16 + g."""
+        """Row of the thread's element (band 0, half 0): group*bands*16 + g; interleaved (a
+        warpgroup's slabs), 16*(group % k) + 16*k*bands*(group / k) + g."""
         q = self.group(split, "row")
+        k = split.interleave
+        if k and split.per_warp > 1:
+            def build(out):
+                r, s = self.new("b32"), self.new("b32")
+                out += [f"and.b32 {r}, {q}, {k - 1};", f"mad.lo.u32 {r}, {r}, 16, {self.tid('g')};",
+                        f"shr.u32 {s}, {q}, {k.bit_length() - 1};",
+                        f"mad.lo.u32 {r}, {s}, {16 * k * split.per_warp}, {r};"]
+                return r
+            return self.cached(("row_base", split.groups, split.per_warp, k), build)
         return self.imm_expr(("row_base", split.groups, split.per_warp),
                              f"mad.lo.u32 {{r}}, {q}, {16 * split.per_warp}, {self.tid('g')};")
 
@@ -360,7 +373,7 @@ class Ctx:
         rel = self.new("b32")
         base = self.row_base(split) if which == "rows" else self.col_base(split)
         out.append(f"sub.s32 {rel}, {count}, {base};")
-        return AxisMask(self, rel, which, out)
+        return AxisMask(self, rel, which, out, split)
 
     # -- element access ------------------------------------------------------------------------
     def tile_f32(self, tile: RegTile, b: int, j: int, i: int, out: list[str]) -> str:

@@ -141,7 +141,7 @@ def emit_if(ctx, op: If) -> list[str]:
     return out
 
 
-def _decompose(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) -> list[str]:
+def block_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) -> list[str]:
     """Block indices from the linear block number (last index fastest, optional grouping)."""
     n = len(counts)
     group = op.attrs.get("group", 1)
@@ -198,7 +198,7 @@ def emit_blocks(ctx, op: Blocks) -> list[str]:
     out.append(f"setp.ge.u32 {p}, {lin}, {total};")
     out.append(f"@{p} bra.uni {done};")
     ctx.sync.assume_anything()
-    for arg, reg in zip(body.args, _decompose(ctx, op, lin, counts, out)):
+    for arg, reg in zip(body.args, block_indices(ctx, op, lin, counts, out)):
         ctx.bind(arg, Scalar(reg, I32))
     out += ctx.emit_block(body)
     if persistent:

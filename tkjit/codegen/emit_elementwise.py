@@ -1,5 +1,6 @@
 """Emitters for elementwise ops on register tiles and vectors: zeros/fill, maps, arithmetic with
-tiles, vectors or broadcast scalars, dtype conversion, row/column broadcasts and the causal mask.
+tiles, vectors or broadcast scalars, dtype conversion, row/column broadcasts, the causal mask, index
+tiles (iota) and the elementwise compare-and-select.
 
 All of them work element by element in the fragment layout, so no data moves between threads.
 bf16/f16 tiles are unpacked to f32, computed in f32 and rounded back (round to nearest even) once
@@ -7,7 +8,7 @@ per op; a scalar combined with a tile is first rounded to the tile's dtype.
 """
 from __future__ import annotations
 
-from ..ir.ops import BROADCAST_OPS, BINARY_OPS, UNARY_OPS, CausalMask, Cvt, Fill, Zeros
+from ..ir.ops import BROADCAST_OPS, BINARY_OPS, UNARY_OPS, CausalMask, CmpSelect, Cvt, Fill, Iota, Zeros
 from ..ir.types import F32, DTYPES, ScalarType, TileType
 from .mathfn import binary_f32, unary_f32
 from .ptx import f32_imm
@@ -133,7 +134,7 @@ def emit_causal_mask(ctx, op) -> list[str]:
     out.append(f"sub.s32 {d}, {d}, {ctx.col_base(layout.cols)};")
     res = {}
     for (b, j, i), x in _elements(ctx, tile, out).items():
-        k = 8 * j + (i & 1) - 16 * b - 8 * (i >> 1)
+        k = 8 * j + (i & 1) - layout.rows.unit_offset(b, 16) - 8 * (i >> 1)
         p, r = ctx.new("pred"), ctx.new("f32")
         out.append(f"setp.lt.s32 {p}, {d}, {k};")
         out.append(f"selp.f32 {r}, {fill}, {x}, {p};")
@@ -142,7 +143,68 @@ def emit_causal_mask(ctx, op) -> list[str]:
     return out
 
 
-REGISTER_EMITTERS = {Zeros: emit_fill, Fill: emit_fill, Cvt: emit_cvt, CausalMask: emit_causal_mask}
+def emit_iota(ctx, op) -> list[str]:
+    """Element (b, j, i) sits at row row_base + 16b + 8(i >> 1) and column col_base + 8j + (i & 1);
+    the distinct indices are computed once (2 per band or per chunk), then copied per element."""
+    out: list[str] = []
+    t = op.result.type
+    layout = ctx.tile_layout(t)
+    row = op.attrs["axis"] == "row"
+    base = ctx.row_base(layout.rows) if row else ctx.col_base(layout.cols)
+    if op.operands:
+        shifted = ctx.new("b32")
+        out.append(f"add.s32 {shifted}, {base}, {ctx.get(op.operands[0]).reg};")
+        base = shifted
+    units = layout.bands if row else layout.chunks
+    index = {}
+    for u in range(units):
+        for h in (0, 1):
+            step = layout.rows.unit_offset(u, 16) + 8 * h if row else 8 * u + h
+            n, f = ctx.new("b32"), ctx.new("f32")
+            out.append(f"add.s32 {n}, {base}, {step};")
+            out.append(f"cvt.rn.f32.s32 {f}, {n};")
+            index[(u, h)] = f
+    elems = {}
+    for b, j, i in layout.elements():
+        r = ctx.new("f32")
+        out.append(f"mov.f32 {r}, {index[(b, i >> 1)] if row else index[(j, i & 1)]};")
+        elems[(b, j, i)] = r
+    ctx.bind(op.result, make_value(ctx, t, elems, out))
+    return out
+
+
+SETP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "neu"}
+"""cmp_select's comparisons: ordered (false with a NaN) except ne, true with a NaN (as in C)."""
+
+
+def emit_cmp_select(ctx, op) -> list[str]:
+    """``a cmp b ? x : y`` per element: one setp and one selp. A scalar operand is rounded to its
+    partner's dtype first (a to b's, x to the result's), as the binary ops do."""
+    out: list[str] = []
+    t = op.result.type
+    vals = list(op.operands)
+    cmp_dtype = next((v.type.dtype for v in vals[:2] if not isinstance(v.type, ScalarType)), F32)
+    parts = []
+    for k, v in enumerate(vals):
+        if isinstance(v.type, ScalarType):
+            parts.append(ctx.round_f32(cmp_dtype if k < 2 else t.dtype, ctx.scalar_f32(v, out), out))
+        else:
+            parts.append(_elements(ctx, ctx.get(v), out))
+    keys = next(p for p in parts if isinstance(p, dict)).keys()
+    pick = [(lambda key, p=p: p[key]) if isinstance(p, dict) else (lambda key, p=p: p) for p in parts]
+    res = {}
+    for key in keys:
+        a, b, x, y = (f(key) for f in pick)
+        p, r = ctx.new("pred"), ctx.new("f32")
+        out.append(f"setp.{SETP[op.attrs['cmp']]}.f32 {p}, {a}, {b};")
+        out.append(f"selp.f32 {r}, {x}, {y}, {p};")
+        res[key] = r
+    ctx.bind(op.result, make_value(ctx, t, res, out))
+    return out
+
+
+REGISTER_EMITTERS = {Zeros: emit_fill, Fill: emit_fill, Cvt: emit_cvt, CausalMask: emit_causal_mask,
+                     Iota: emit_iota, CmpSelect: emit_cmp_select}
 for _cls in UNARY_OPS:
     REGISTER_EMITTERS[_cls] = emit_map
 for _cls in BINARY_OPS:

@@ -50,7 +50,7 @@ def read_fragments(ctx, st: SharedTile, t: TileType, out: list[str]) -> RegTile:
     for b in range(layout.bands):
         for j in range(layout.chunks):
             for h in (0, 1):
-                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16), out, st.dyn)
+                addr = ctx.address(pat, st.offset, layout.rows.unit_offset(b, 16) + 8 * h, j * (8 * es // 16), out, st.dyn)
                 if es == 2:
                     r = ctx.new("b32")
                     out.append(f"ld.shared.b32 {r}, {addr};")
@@ -82,7 +82,7 @@ def write_fragments(ctx, tile: RegTile, st: SharedTile, out: list[str]) -> None:
     for b in range(layout.bands):
         for j in range(layout.chunks):
             for h in (0, 1):
-                addr = ctx.address(pat, st.offset, 16 * b + 8 * h, j * (8 * es // 16), out, st.dyn)
+                addr = ctx.address(pat, st.offset, layout.rows.unit_offset(b, 16) + 8 * h, j * (8 * es // 16), out, st.dyn)
                 if es == 2:
                     if tile.packed and tile.type.dtype == dst:
                         r = tile.regs[b][j][h]
@@ -156,7 +156,7 @@ def dirty_axes(pad) -> list[tuple[str, object]]:
 def _vector_positions(ctx, t: VectorType, split: AxisSplit) -> tuple[str, dict]:
     """The thread's base index register and {(unit, k): offset} of its vector elements."""
     if t.kind == "cv":
-        return ctx.row_base(split), {(b, h): 16 * b + 8 * h for b in range(split.per_warp) for h in (0, 1)}
+        return ctx.row_base(split), {(b, h): split.unit_offset(b, 16) + 8 * h for b in range(split.per_warp) for h in (0, 1)}
     return ctx.col_base(split), {(j, c): 8 * j + c for j in range(split.per_warp) for c in (0, 1)}
 
 

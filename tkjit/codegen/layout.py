@@ -33,10 +33,19 @@ class AxisSplit:
     groups: int     # distinct groups of warps along the axis
     per_warp: int   # units held by each warp
     warp_span: int  # WR or WC: warp rows/columns of the grid (>= groups; the rest replicate)
+    interleave: int = 0
+    """0: a warp's units are a contiguous run. k > 0 (rows only): warps come in sets of k (a
+    warpgroup's four warps), and a warp's units are k apart: warp w of set s holds bands
+    k*(per_warp*s + u) + w, u = 0, 1, ... -- the wgmma accumulator of a consumer warpgroup owning
+    ``per_warp`` 64-row slabs."""
 
     @property
     def replicated(self) -> bool:
         return self.groups < self.warp_span
+
+    def unit_offset(self, u: int, size: int) -> int:
+        """Rows (columns) from the thread's first unit to its ``u``-th (units of ``size``)."""
+        return size * u * (self.interleave or 1)
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ class WarpGrid:
     warps: int
     wr: int
     wc: int
+    slab_warps: int = 0
+    """4 for the consumer warpgroups of the Hopper lowering (rows interleave by 64-row slabs,
+    AxisSplit.interleave); 0 for the register-tile backend's grids."""
 
     @property
     def threads(self) -> int:
@@ -73,7 +85,10 @@ class WarpGrid:
     def row_split(self, rows: int) -> AxisSplit:
         units = rows // BAND
         groups = gcd(units, self.wr)
-        return AxisSplit(units, groups, units // groups, self.wr)
+        per_warp = units // groups
+        if self.slab_warps and per_warp > 1 and groups == self.wr and groups % self.slab_warps == 0:
+            return AxisSplit(units, groups, per_warp, self.wr, self.slab_warps)
+        return AxisSplit(units, groups, per_warp, self.wr)
 
     def col_split(self, cols: int) -> AxisSplit:
         units = cols // CHUNK

@@ -23,12 +23,12 @@ import operator
 from dataclasses import dataclass, field
 
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, Const, Copy, Cvt, Fill, For, If, Load, Mma,
-                      Neg, Reduce, Relu, Sin, Sqrt, Tanh, Unary, Yield, Zeros)
+from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, CmpSelect, Const, Copy, Cvt, Fill, For, Gelu, GeluTanh, If,
+                      Load, Mma, Neg, Reduce, Relu, Silu, Sin, Sqrt, Tanh, Unary, Yield, Zeros)
 from ..ir.ops import Add, Binary, CDiv, Div, FloorDiv, Max, Min, Mod, Mul, Sub
 from ..ir.types import GlobalType, ScalarType, TileType
 
-ZERO_PRESERVING = (Neg, Abs, Relu, Sqrt, Sin, Tanh)
+ZERO_PRESERVING = (Neg, Abs, Relu, Sqrt, Sin, Tanh, Gelu, GeluTanh, Silu)
 """Maps with f(0) == 0: clean padding stays clean."""
 
 
@@ -283,6 +283,9 @@ class _Analysis:
             info.set(op.result, _reduce(op, ins[0]))
         elif isinstance(op, Mma):
             info.set(op.result, _mma(op, ins[0], ins[1], ins[2] if len(ins) > 2 else None))
+        elif isinstance(op, CmpSelect):  # what lands in the padding is not known to be zero
+            pads = [p for p, v in zip(ins, op.operands) if not isinstance(v.type, ScalarType)]
+            info.set(op.result, Pad(_merge_axis(pads, "rows", False), _merge_axis(pads, "cols", False)))
         elif isinstance(op, CausalMask):
             p = ins[0]
             info.set(op.result, Pad(*(None if a is None else Axis(a.limit, False) for a in (p.rows, p.cols))))

@@ -12,7 +12,7 @@ from typing import Optional
 from ..ir.core import Kernel
 from ..ir.verify import verify_kernel
 from . import ast
-from .lower import lower
+from .lower import Lowerer, lower
 from .parser import parse, too_deep
 
 
@@ -20,11 +20,15 @@ def lower_source(text: str, filename: str = "<string>", constants: Optional[dict
     """Parse ``text``, lower it to tile IR with ``constants`` overriding the kernel's ``<...>``
     constants, and verify the result."""
     tree = parse(text, filename)
+    lowerer = Lowerer(tree, constants)
     try:
-        kernel = lower(tree, constants)
+        kernel = lowerer.kernel()
         verify_kernel(kernel)
+        if "fill_sms" in kernel.attrs:
+            from .fill_sms_check import check_fill_sms
+            check_fill_sms(tree, kernel, constants)
     except RecursionError:
-        raise too_deep(tree.span.source) from None
+        raise too_deep(tree.span.source, lowerer.statement_start) from None
     return kernel
 
 

@@ -36,6 +36,7 @@ RULES: dict[str, Rule] = {
     "unroll": Rule("for", ("U",)),
     "swizzle": Rule("st", ("B",)),
     "fill_sms": Rule("kernel", ("C", "...")),
+    "require_hopper": Rule("kernel", ()),
 }
 _PLACES = {
     "kernel": "the kernel (write it before `kernel`)",
@@ -117,7 +118,9 @@ def kernel_attrs(lw, annotations: tuple[ast.Annotation, ...]) -> dict:
             attrs["fill_sms"] = _constant_names(lw, ann)
             continue
         args = _checked(lw, ann, "kernel")
-        if ann.name == "consumers":
+        if ann.name == "require_hopper":
+            attrs["require_hopper"] = True
+        elif ann.name == "consumers":
             _range(ann, args[0], 1, 4, "the number of consumer warpgroups")
             attrs["consumers"] = args[0]
         else:

@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..errors import DiagnosticError
+from ..errors import DiagnosticError, VerifyError
 from ..frozen import Frozen
 from ..ir import ops
 from ..ir.core import Value
 from ..ir.types import BOOL, DTYPES, F32, I32, TileType, Type, VectorType
 from . import ast
-from .fold import fold_math, fold_minmax, is_const, show, to_float
+from .fold import fold_binary, fold_math, fold_minmax, is_const, show, to_float
 from .scope import did_you_mean
 
 
@@ -29,7 +29,7 @@ class Builtin(Frozen):
 
 
 def _map(lw, call: ast.Call, want) -> object:
-    """exp, exp2, log, log2, abs, relu, sqrt, rsqrt, sin, cos, tanh."""
+    """exp, exp2, log, log2, abs, relu, sqrt, rsqrt, sin, cos, tanh and the activations."""
     x = lw.expr(call.args[0])
     if is_const(x):
         return fold_math(call.func, x, call.span)
@@ -115,9 +115,58 @@ def _causal_mask(lw, call: ast.Call, want) -> object:
     return lw.emit(ops.CausalMask, [t, q0, k0], span=call.span).result
 
 
+def _index_tile(lw, call: ast.Call, want) -> object:
+    """row_index([offset]) / col_index([offset]): a tile of row or column indices."""
+    if want is None:
+        raise DiagnosticError(f"{call.func}() takes its shape from a typed binding: write "
+                              f"`r: rt<f32>[64, 64] = {call.func}(q0)`", call.span)
+    if not (isinstance(want, TileType) and want.space == "rt" and want.dtype == F32):
+        raise DiagnosticError(f"{call.func}() makes f32 register tiles (indices are exact in f32 "
+                              f"below 2^24), not {want}", call.span)
+    offset = [lw.index(call.args[0], f"{call.func}'s offset")] if call.args else []
+    axis = "row" if call.func == "row_index" else "col"
+    return lw.emit(ops.Iota, offset, {"axis": axis}, [want], call.span).result
+
+
+_COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+
+
+def _shaped(v) -> bool:
+    return isinstance(v, Value) and isinstance(v.type, (TileType, VectorType))
+
+
 def _select(lw, call: ast.Call, want) -> object:
     c_node, a_node, b_node = call.args
-    c = lw.expr(c_node)
+    if isinstance(c_node, ast.Binary) and c_node.op in _COMPARE:
+        lhs, rhs = lw.expr(c_node.lhs), lw.expr(c_node.rhs)
+        if _shaped(lhs) or _shaped(rhs):
+            return _select_tiles(lw, call, lhs, rhs)
+        c = fold_binary(c_node.op, lhs, rhs, c_node.span) if is_const(lhs) and is_const(rhs) else \
+            lw.combine(c_node.op, lhs, rhs, c_node.lhs, c_node.rhs, c_node.span)
+    else:
+        c = lw.expr(c_node)
+    return _select_scalars(lw, call, c)
+
+
+def _select_tiles(lw, call: ast.Call, lhs, rhs) -> object:
+    """select(a < b, x, y) with a tile or vector compared: one cmp_select op, elementwise."""
+    c_node, a_node, b_node = call.args
+    x, y = lw.expr(a_node), lw.expr(b_node)
+    nodes = (c_node.lhs, c_node.rhs, a_node, b_node)
+    vals = [lhs, rhs, x, y]
+    shape_src = next(v for v in vals if _shaped(v))
+    for i, (v, node) in enumerate(zip(vals, nodes)):
+        lw.reject_global(v, node)
+        if is_const(v):
+            vals[i] = lw.adopt(v, shape_src.type, node, nodes[i ^ 1])
+    try:
+        return lw.emit(ops.CmpSelect, vals, {"cmp": _COMPARE[c_node.op]}, span=call.span).result
+    except VerifyError as err:
+        raise DiagnosticError(err.message.replace("cmp_select: ", "select: ", 1), call.span) from None
+
+
+def _select_scalars(lw, call: ast.Call, c) -> object:
+    c_node, a_node, b_node = call.args
     if is_const(c):
         if not isinstance(c, bool):
             raise DiagnosticError(f"select's condition must be a bool, got {show(c)}", c_node.span)
@@ -145,6 +194,7 @@ def _register(names, lower, lo: int, hi: int, signature: str) -> None:
 
 _register(("exp", "exp2", "log", "log2", "abs", "relu", "sqrt", "rsqrt", "sin", "cos", "tanh"),
           _map, 1, 1, "NAME(x)")
+_register(tuple(cls.NAME for cls in ops.ACTIVATION_OPS), _map, 1, 1, "NAME(x)")
 _register(("max", "min"), _minmax, 2, 2, "NAME(a, b)")
 _register(("cvt",), _cvt, 1, 1, "cvt<T>(x)")
 _register(("zeros",), _zeros, 0, 0, "zeros()")
@@ -154,6 +204,7 @@ _register(tuple(cls.NAME for cls in ops.BROADCAST_OPS), _op, 2, 2, "NAME(t, v)")
 _register(tuple(cls.NAME for cls in ops.MMA_OPS), _op, 2, 3, "NAME(a, b[, acc])")
 _register(("causal_mask",), _causal_mask, 3, 3, "causal_mask(t, q0, k0)")
 _register(("select",), _select, 3, 3, "select(c, a, b)")
+_register(("row_index", "col_index"), _index_tile, 0, 1, "NAME([offset])")
 
 
 def lower_call(lw, call: ast.Call, want: Optional[Type]) -> object:

@@ -140,7 +140,13 @@ def _math() -> dict[str, Callable]:
     import numpy as np
     return {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "abs": np.abs,
             "relu": lambda x: np.maximum(x, 0.0), "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
-            "sin": np.sin, "cos": np.cos, "tanh": np.tanh}
+            "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "sigmoid": _fold_sigmoid,
+            "silu": lambda x: x * _fold_sigmoid(x), "gelu": lambda x: x * 0.5 * math.erfc(-x / math.sqrt(2.0)),
+            "gelu_tanh": lambda x: x * _fold_sigmoid(2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))}
+
+
+def _fold_sigmoid(x: float) -> float:
+    return 0.0 if x < -700.0 else 1.0 / (1.0 + math.exp(-x))
 
 
 def fold_math(fn: str, x: Const, span: Span) -> Const:

@@ -8,13 +8,14 @@ compile-time constant keeps only the branch it takes.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Optional
 
 from ..errors import DiagnosticError
 from ..ir import ops
 from ..ir.core import Block, Kernel, Value
-from ..ir.types import (BOOL, I32, GlobalType, ScalarType, TileType, Type, VectorType, describe,
+from ..ir.types import (BOOL, E4M3, E5M2, I32, GlobalType, ScalarType, TileType, Type, VectorType, describe,
                         is_scalar)
 from ..source import Span
 from . import annotate, ast
@@ -34,6 +35,7 @@ class Lowerer(ExprLowering):
         self.overrides = dict(constants or {})
         self.block_loop: Optional[ast.BlockLoop] = None
         self.depth = 0  # statements nested in loops / branches
+        self.statement_start: Optional[int] = None
 
     # -- the kernel ---------------------------------------------------------------------
     def kernel(self) -> Kernel:
@@ -55,6 +57,7 @@ class Lowerer(ExprLowering):
         if self.block_loop is None:
             raise DiagnosticError(f"kernel '{k.name}' has no block loop: its work goes in "
                                   "`for (i, j) in blocks(...) { ... }`", k.name_span)
+        _refuse_fp8_registers(body)
         order = [n for n in _named_dims(params) if n in self.dim_ops]
         body.ops[0:0] = [self.dim_ops[n] for n in order]
         for op in body.ops[:len(order)]:
@@ -81,6 +84,10 @@ class Lowerer(ExprLowering):
         for p in self.ast.params:
             self.check_new_name(p.name, p.span)
             t, named = param_type(self, p.type)
+            if isinstance(t, ScalarType) and t.dtype == BOOL:
+                raise DiagnosticError(f"parameter '{p.name}': a kernel cannot take a bool scalar (the "
+                                      "launch passes f32 and i32 scalars); take an i32 and test "
+                                      f"{p.name} != 0", p.span)
             v = Value(t, p.name)
             self.scopes.define(Var(p.name, "param", p.span, t, v))
             values.append(v)
@@ -110,6 +117,7 @@ class Lowerer(ExprLowering):
 
     # -- statements ---------------------------------------------------------------------
     def stmt(self, s: ast.Stmt) -> None:
+        self.statement_start = s.span.start  # where a RecursionError is reported (lower_source)
         handler = _STATEMENTS[type(s)]
         handler(self, s)
 
@@ -404,15 +412,40 @@ def _override(c: ast.ConstParam, default: Const, value) -> Const:
     elif isinstance(value, numbers.Integral):
         value = int(value)
     elif isinstance(value, numbers.Real):
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            raise DiagnosticError(f"constants: {c.name} = {value!r} is not a finite number; a "
+                                  "constant must be finite (write inf or -inf in the kernel text "
+                                  "where one is meant)", c.span)
     else:
         raise DiagnosticError(f"constants: {c.name} must be a number or a bool, got "
                               f"{type(value).__name__} {value!r}", c.span)
     want, got = kind_of(default), kind_of(value)
     if want == got or (want == "float" and got == "int"):
+        if want == "float" and got == "int" and abs(value) > 2**128:
+            raise DiagnosticError(f"constants: {c.name} = {value} does not fit in a float", c.span)
         return float(value) if want == "float" else value
     raise DiagnosticError(f"constants: {c.name} is {'an' if want == 'int' else 'a'} {want} "
                           f"(default {show(default)}), got {show(value)}", c.span)
+
+
+def _refuse_fp8_registers(body: Block) -> None:
+    """fp8 stays in global tensors and shared tiles: neither GPU backend has fp8 register tiles or
+    vectors, so one is refused here, where it is written, rather than at the PTX stage."""
+    pending = [body]
+    while pending:
+        for op in pending.pop().ops:
+            pending += op.regions
+            for r in op.results:
+                t = r.type
+                if getattr(t, "dtype", None) in (E4M3, E5M2) and (
+                        isinstance(t, VectorType) or isinstance(t, TileType) and not t.is_shared):
+                    raise DiagnosticError(f"{t.dtype} values in registers ({t}) are not supported: "
+                                          "keep fp8 data in global tensors and shared tiles "
+                                          f"(st<{t.dtype}>), and compute in bf16 or f32", op.span)
 
 
 def _named_dims(params: list[Value]) -> list[str]:

@@ -30,7 +30,8 @@ _ARITH = {"+": ops.Add, "-": ops.Sub, "*": ops.Mul, "//": ops.FloorDiv, "%": ops
           "==": ops.Eq, "!=": ops.Ne, "<": ops.Lt, "<=": ops.Le, ">": ops.Gt, ">=": ops.Ge,
           "&&": ops.And, "||": ops.Or}
 FOLDABLE_FUNCTIONS = frozenset({"exp", "exp2", "log", "log2", "abs", "relu", "sqrt", "rsqrt",
-                                "sin", "cos", "tanh", "max", "min", "cvt", "select"})
+                                "sin", "cos", "tanh", "max", "min", "cvt", "select", "gelu",
+                                "gelu_tanh", "silu", "sigmoid"})
 I32_T, F32_T, BOOL_T = ScalarType(I32), ScalarType(F32), ScalarType(BOOL)
 
 

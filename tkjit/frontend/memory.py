@@ -29,7 +29,12 @@ def _global(lw, obj: ast.Expr, method: str, method_span) -> Value:
 
 
 def _coords(lw, args) -> list[Value]:
-    return [lw.index(a, f"tile coordinate {i}") for i, a in enumerate(args)]
+    coords = [lw.index(a, f"tile coordinate {i}") for i, a in enumerate(args)]
+    for i, (a, c) in enumerate(zip(args, coords)):
+        value = c.owner.attrs.get("value") if getattr(c.owner, "NAME", None) == "const" else None
+        if isinstance(value, int) and value < 0:  # out of range at every launch
+            raise DiagnosticError(f"tile coordinate {i} is {value}: tile coordinates start at 0", a.span)
+    return coords
 
 
 def lower_load(lw, node: ast.Method, want: Optional[Type]) -> Value:

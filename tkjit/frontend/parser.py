@@ -18,6 +18,20 @@ from . import ast
 
 _OPENERS = {"LPAR", "LSQB"}
 _CLOSERS = {"RPAR", "RSQB"}
+MAX_NESTING = 100
+"""Brackets, braces and prefix operators open at once, at most: deeper text is refused at the
+token that goes past the limit (the tree builder and the lowering recurse once per level, and
+Python's stack ends near 1,000 frames; real kernels nest about ten deep)."""
+MAX_INT_DIGITS = 100
+"""An integer literal's digits, at most (Python refuses to convert more than 4,300)."""
+
+
+class _TooDeep(Exception):
+    """Raised by the post-lexer at the token that nests past MAX_NESTING."""
+
+    def __init__(self, token: Token):
+        super().__init__()
+        self.token = token
 
 
 class _Newlines:
@@ -31,7 +45,15 @@ class _Newlines:
         in_kernel_consts = False
         recent: list[str] = []  # the types of the last two tokens passed on
         pending: Token | None = None
+        nesting = prefix = 0  # open brackets and braces; the current run of prefix operators
         for tok in stream:
+            if tok.type in ("LPAR", "LSQB", "LBRACE"):
+                nesting += 1
+            elif tok.type in ("RPAR", "RSQB", "RBRACE"):
+                nesting = max(0, nesting - 1)
+            prefix = prefix + 1 if tok.type in ("MINUS", "BANG") else 0
+            if nesting + prefix > MAX_NESTING:
+                raise _TooDeep(tok)
             if tok.type == "_NL":
                 if depth == 0 and not in_kernel_consts and pending is None:
                     pending = tok
@@ -198,7 +220,11 @@ class _Builder(Transformer):
         return _Args(children)
 
     def int_lit(self, meta, children):
-        return ast.Num(self._span(meta), int(children[0]))
+        digits = str(children[0])
+        if len(digits) > MAX_INT_DIGITS:
+            raise DiagnosticError(f"an integer literal of {len(digits)} digits: at most "
+                                  f"{MAX_INT_DIGITS} are read", self._span(meta))
+        return ast.Num(self._span(meta), int(digits))
 
     def float_lit(self, meta, children):
         return ast.Num(self._span(meta), float(children[0]))
@@ -255,6 +281,10 @@ def parse(text: str, filename: str = "<string>") -> ast.Kernel:
     parser = _lark()
     try:
         tree = parser.parse(text)
+    except _TooDeep as err:
+        tok = err.token
+        raise DiagnosticError(f"nested too deeply: more than {MAX_NESTING} brackets, braces and "
+                              "prefix operators open at once", Span(source, tok.start_pos, tok.end_pos)) from None
     except lark.exceptions.UnexpectedInput as err:
         from .syntax_errors import syntax_error  # imported by the first syntax error only
         raise syntax_error(err, source) from None
@@ -263,9 +293,32 @@ def parse(text: str, filename: str = "<string>") -> ast.Kernel:
     try:
         return _Builder(source).transform(tree)
     except RecursionError:
-        raise too_deep(source) from None
+        raise too_deep(source, _deepest_start(tree)) from None
+    except lark.exceptions.VisitError as err:  # lark wraps what a builder method raises
+        if isinstance(err.orig_exc, DiagnosticError):
+            raise err.orig_exc from None
+        if isinstance(err.orig_exc, RecursionError):
+            meta = getattr(err.obj, "meta", None)
+            start = getattr(meta, "start_pos", None) if not getattr(meta, "empty", True) else None
+            raise too_deep(source, start) from None
+        raise
 
 
-def too_deep(source: Source) -> DiagnosticError:
-    return DiagnosticError("the kernel is nested too deeply to compile (expressions or blocks "
-                           "hundreds of levels deep)", source.span(0))
+def _deepest_start(tree) -> int | None:
+    """Where the deepest node of a parse tree starts (found without recursing)."""
+    best, best_depth = None, -1
+    pending = [(tree, 0)]
+    while pending:
+        node, depth = pending.pop()
+        meta = getattr(node, "meta", None)
+        if meta is not None and not getattr(meta, "empty", True) and depth > best_depth:
+            best, best_depth = meta.start_pos, depth
+        pending += [(c, depth + 1) for c in getattr(node, "children", ()) if hasattr(c, "children")]
+    return best
+
+
+def too_deep(source: Source, start: int | None = None) -> DiagnosticError:
+    """The kernel (or, with ``start``, the expression there) recursed past Python's stack."""
+    span = source.span(0) if start is None else source.span(start)
+    return DiagnosticError("the kernel is nested too deeply to compile (an expression or blocks "
+                           "hundreds of levels deep)", span)

@@ -21,6 +21,9 @@ from ..errors import LaunchError
 from ..ir.core import Kernel, Value
 from ..ir.ops import Store
 from ..ir.types import BF16, BOOL, E4M3, E5M2, F16, F32, I32, DType, GlobalType, ScalarType
+from ..runtime import launch_checks as shared
+from ..runtime.launch_checks import launch_checks, launch_error
+from ..runtime.overlap import Extent, overlap_error
 from .numerics import round_scalar
 from .values import GlobalValue
 
@@ -44,54 +47,60 @@ class Launch:
 
 
 def bind(kernel: Kernel, args: list, constants: dict[str, int] | None = None) -> Launch:
+    """The launch's values, after the checks the GPU launcher makes too (runtime/launch_checks.py:
+    the same messages), and the interpreter's own (CPU tensors or numpy arrays, bool scalars)."""
     constants = dict(constants or {})
     if not isinstance(args, (list, tuple)):
         raise LaunchError(f"{kernel.name}: arguments must be a list, got {type(args).__name__}")
-    names = ", ".join(p.hint or "?" for p in kernel.params)
-    if len(args) != len(kernel.params):
-        raise LaunchError(f"{kernel.name} takes {len(kernel.params)} arguments ({names}), "
-                          f"got {len(args)}")
+    names = [p.hint or f"arg{i}" for i, p in enumerate(kernel.params)]
+    shared.arity(kernel.name, [(n, _describe(p.type)) for n, p in zip(names, kernel.params)], len(args))
     stored = {id(op.operands[0]) for op in kernel.walk() if isinstance(op, Store)}
     launch = Launch()
-    first_seen: dict[str, str] = {}
+    bound: dict[str, tuple[int, int, int]] = {}  # name -> (size, argument index, axis)
+    extents: list[Extent] = []
+
+    def where_of(j: int) -> str:
+        return shared.where(kernel.name, j, names[j])
+
     for i, (param, arg) in enumerate(zip(kernel.params, args)):
-        where = f"argument {i} ({param.hint})"
+        where = where_of(i)
         if isinstance(param.type, GlobalType):
             memory = _tensor_memory(arg, param.type, where, writes=id(param) in stored)
-            _bind_dims(param.type, memory.shape, where, launch.dims, first_seen, constants)
-            launch.params[param] = GlobalValue(param.hint or f"arg{i}", param.type, memory)
+            dims = tuple(constants.get(d, d) if isinstance(d, str) else d for d in param.type.dims)
+            shared.shape(where, i, dims, memory.shape, bound, where_of)
+            launch.params[param] = GlobalValue(names[i], param.type, memory)
+            extents.append(Extent(i, names[i], *_byte_span(memory), id(param) in stored))
         else:
             launch.params[param] = _scalar(arg, param.type, where)
+    launch.dims.update({name: size for name, (size, _, _) in bound.items()})
+    overlap = overlap_error(kernel.name, extents)
+    if overlap is not None:
+        raise LaunchError(overlap)
+    refused = launch_error(kernel.name, launch_checks(kernel), {**constants, **launch.dims})
+    if refused is not None:
+        raise LaunchError(refused)
     for name, value in constants.items():
         launch.dims.setdefault(name, value)
     return launch
 
 
-def _bind_dims(t: GlobalType, shape: tuple[int, ...], where: str, dims: dict[str, int],
-               first_seen: dict[str, str], constants: dict[str, int]) -> None:
-    if len(shape) != t.rank:
-        raise LaunchError(f"{where}: expected a tensor of rank {t.rank} "
-                          f"[{', '.join(map(str, t.dims))}], got shape {tuple(shape)}")
-    for axis, (d, size) in enumerate(zip(t.dims, shape)):
-        if isinstance(d, int) or d in constants:
-            want = d if isinstance(d, int) else constants[d]
-            if size != want:
-                label = f"{d} = {want}" if isinstance(d, str) else str(want)
-                raise LaunchError(f"{where}: dimension {axis} must be {label}, got {size}")
-        elif d in dims:
-            if dims[d] != size:
-                raise LaunchError(f"{where}: dimension {axis} is {d} = {size}, but {first_seen[d]} "
-                                  f"has {d} = {dims[d]}")
-        else:
-            if size > 2**31 - 1:
-                raise LaunchError(f"{where}: dimension {axis} ({d} = {size}) does not fit in i32")
-            dims[d] = size
-            first_seen[d] = where
+def _byte_span(memory: np.ndarray) -> tuple[int, int]:
+    """(first byte, bytes) of the memory a view can reach: for a strided view, from its lowest to
+    its highest element (a bound: overlap.py then refuses an output whose span meets another
+    tensor's, which is never a wrong answer, though interleaved views that do not share an element
+    are refused too)."""
+    start = memory.__array_interface__["data"][0]
+    if memory.size == 0:
+        return start, 0
+    low = sum(min(0, (n - 1) * st) for n, st in zip(memory.shape, memory.strides))
+    high = sum(max(0, (n - 1) * st) for n, st in zip(memory.shape, memory.strides))
+    return start + low, high - low + memory.itemsize
 
 
-def _a(dt: DType) -> str:
-    """'a bf16', 'an f32', 'an i32': the article as the name is spoken."""
-    return f"an {dt}" if dt.name[0] in "aefi" else f"a {dt}"
+def _describe(t) -> str:
+    if isinstance(t, GlobalType):
+        return shared.describe_param(t.dtype.name, t.dims)
+    return shared.describe_param(t.dtype.name, None)
 
 
 def _tensor_memory(arg: Any, t: GlobalType, where: str, writes: bool) -> np.ndarray:
@@ -102,23 +111,21 @@ def _tensor_memory(arg: Any, t: GlobalType, where: str, writes: bool) -> np.ndar
     if isinstance(arg, np.ndarray):
         dt = _NUMPY_DTYPE_NAMES.get(arg.dtype.name)
         if dt != t.dtype:
-            raise LaunchError(f"{where}: expected {_a(t.dtype)} array, got numpy {arg.dtype.name}")
+            shared.dtype(where, t.dtype.name, _torch_name(t.dtype), f"numpy {arg.dtype.name}")
         itemsize = arg.itemsize
         _check_strides(where, arg.shape, tuple(st // itemsize if st % itemsize == 0 else st / itemsize
-                                              for st in arg.strides), writes, "array")
+                                              for st in arg.strides), writes)
         if writes and not arg.flags.writeable:
             raise LaunchError(f"{where}: the kernel stores into it, but the array is read-only")
         return arg.view(_BIT_VIEWS[dt]) if dt in _BIT_VIEWS else arg
     raise LaunchError(f"{where}: expected a tensor for {t}, got {type(arg).__name__}")
 
 
-def _check_strides(where: str, shape: tuple, strides: tuple, writes: bool, what: str) -> None:
+def _check_strides(where: str, shape: tuple, strides: tuple, writes: bool) -> None:
     """Strides in elements: the last dimension's must be 1 (any other strides are read through);
     a tensor the kernel writes must not overlap itself."""
     if shape and shape[-1] > 1 and strides[-1] != 1:
-        raise LaunchError(f"{where}: the last dimension must be contiguous (stride 1), got stride {strides[-1]} "
-                          f"(shape {tuple(shape)}, strides {tuple(strides)}); other dimensions may have any "
-                          f"strides; .contiguous() copies the {what}")
+        shared.not_contiguous(where, strides, shape)  # the GPU launcher's words for this
     if writes and _overlaps_itself(shape, strides):
         raise LaunchError(f"{where}: the kernel stores into it, but its elements overlap (shape {tuple(shape)}, "
                           f"strides {tuple(strides)}: a broadcast or expanded view); pass a tensor of its own")
@@ -142,12 +149,10 @@ def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str, writes: bool 
     name = str(arg.dtype).removeprefix("torch.")
     dt = _TORCH_DTYPE_NAMES.get(name)
     if dt != t.dtype:
-        want = next((f"torch.{k}" for k, v in _TORCH_DTYPE_NAMES.items() if v == t.dtype), None)
-        hint = f" ({want})" if want else ""
-        raise LaunchError(f"{where}: expected {_a(t.dtype)} tensor{hint}, got {arg.dtype}")
+        shared.dtype(where, t.dtype.name, _torch_name(t.dtype), arg.dtype)
     if arg.device.type != "cpu":
         raise LaunchError(f"{where}: the interpreter runs on the CPU; got a tensor on {arg.device}")
-    _check_strides(where, tuple(arg.shape), tuple(arg.stride()), writes, "tensor")
+    _check_strides(where, tuple(arg.shape), tuple(arg.stride()), writes)
     arg = arg.detach()
     if dt == BF16:
         return arg.view(torch.int16).numpy().view(np.uint16)
@@ -156,18 +161,16 @@ def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str, writes: bool 
     return arg.numpy()
 
 
+def _torch_name(dt: DType) -> str:
+    return next((f"torch.{k}" for k, v in _TORCH_DTYPE_NAMES.items() if v == dt), str(dt))
+
+
 def _scalar(arg: Any, t: ScalarType, where: str) -> Any:
     dt: DType = t.dtype
-    if dt == BOOL:
+    if dt == BOOL:  # the interpreter's own: the front end refuses bool parameters (textual IR may have one)
         if not isinstance(arg, (bool, np.bool_)):
             raise LaunchError(f"{where}: expected a bool, got {arg!r}")
         return bool(arg)
-    if isinstance(arg, (bool, np.bool_)) or not isinstance(arg, (int, float, np.integer, np.floating)):
-        raise LaunchError(f"{where}: expected {_a(dt)} scalar, got {type(arg).__name__} {arg!r}")
     if dt == I32:
-        if not isinstance(arg, (int, np.integer)):
-            raise LaunchError(f"{where}: expected an i32 (an integer), got {arg!r}")
-        if not -2**31 <= int(arg) < 2**31:
-            raise LaunchError(f"{where}: {arg} does not fit in i32")
-        return int(arg)
-    return round_scalar(float(arg), dt)
+        return shared.i32_value(arg, where)
+    return round_scalar(shared.f32_argument(arg, where), dt)

@@ -210,6 +210,7 @@ def parse_ir(text: str, filename: str = "<ir>", verify: bool = True) -> list[Ker
         if isinstance(e, lark.exceptions.UnexpectedEOF) or (tok is not None and tok.type == "$END"):
             what, pos = "unexpected end of input", len(text)
         raise DiagnosticError(f"IR syntax error: {what}", src.span(pos)) from None
+    _check_nesting(tree, src)
     builder = _IRBuilder(src)
     kernels = [builder.kernel(k) for k in tree.children]
     if verify:
@@ -217,6 +218,26 @@ def parse_ir(text: str, filename: str = "<ir>", verify: bool = True) -> list[Ker
         for k in kernels:
             verify_kernel(k)
     return kernels
+
+
+MAX_REGION_NESTING = 100
+"""Regions inside regions, at most: the builder, the verifier, the printer and the passes recurse
+once per level (Python's stack ends near 1,000 frames)."""
+
+
+def _check_nesting(tree, src: Source) -> None:
+    """Refuse, at the region that goes past MAX_REGION_NESTING, before anything recurses."""
+    pending = [(tree, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if getattr(node, "data", None) == "region":
+            depth += 1
+            if depth > MAX_REGION_NESTING:
+                meta = node.meta
+                start = 0 if getattr(meta, "empty", True) else meta.start_pos
+                raise DiagnosticError(f"regions nested more than {MAX_REGION_NESTING} deep",
+                                      src.span(start))
+        pending += [(c, depth) for c in getattr(node, "children", ()) if hasattr(c, "children")]
 
 
 def parse_kernel(text: str, filename: str = "<ir>", verify: bool = True) -> Kernel:

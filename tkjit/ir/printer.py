@@ -44,14 +44,19 @@ class Namer:
         self.names: dict[int, str] = {}
         self.used: set[str] = set()
         self.counter = 0
+        self.suffix: dict[str, int] = {}
+        """hint → the suffix its last name took: every smaller one is taken (names are never
+        freed), so the search resumes there and n rebindings of one name cost O(n), not O(n²)."""
 
     def define(self, v: Value) -> str:
         hint = v.hint
         if hint and not hint.isdigit():
-            name, i = hint, 0
+            i = self.suffix.get(hint, 0)
+            name = f"{hint}.{i}" if i else hint
             while name in self.used:
                 i += 1
                 name = f"{hint}.{i}"
+            self.suffix[hint] = i
         else:
             while str(self.counter) in self.used:
                 self.counter += 1

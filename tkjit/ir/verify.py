@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import VerifyError
 from .core import Block, Kernel, Op
-from .ops import Blocks, Yield
+from .ops import Blocks, Dim, Yield
 from .types import ScalarType, is_scalar
 
 
@@ -39,6 +39,12 @@ class _Verifier:
             elif op.regions or not all(is_scalar(r.type) for r in op.results) or op.IS_TERMINATOR:
                 raise self.fail(op, "outside the block loop only scalar ops are allowed")
         self.block(k.body, None)
+        named = k.named_dims()
+        for op in k.walk():
+            if isinstance(op, Dim) and op.attrs.get("name") not in named:
+                raise self.fail(op, f"names no dimension of a parameter: '{op.attrs.get('name')}' "
+                                    f"is bound at launch only from a tensor's shape (the parameters' "
+                                    f"dimensions: {', '.join(named) or 'none'})")
 
     def block(self, block: Block, parent: Op | None) -> None:
         self.visible.append({id(a) for a in block.args})

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
-from ..ir.ops import (BINARY_OPS, BROADCAST_OPS, MMA_OPS, REDUCE_OPS, UNARY_OPS, CausalMask, Copy, Cvt,
-                      Mma)
+from ..ir.ops import (BINARY_OPS, BROADCAST_OPS, MMA_OPS, REDUCE_OPS, UNARY_OPS, CausalMask, CmpSelect, Copy,
+                      Cvt, Mma)
 from ..ir.types import FP8, TileType, Type, VectorType, is_register
 from .decisions import subject_of
 from .hopper import carried_groups, swizzle_for_row_bytes
@@ -29,7 +29,7 @@ from .manager import Pass, PassContext, register_pass
 
 SWIZZLE_NAMES = {128: "128B", 64: "64B", 32: "32B", 0: "none"}
 PINNED_SWIZZLES = {"128B": 128, "64B": 64, "32B": 32, "none": 0, "0B": 0}
-MAPS = (*BINARY_OPS, *UNARY_OPS, Cvt, CausalMask, Copy, *BROADCAST_OPS, *REDUCE_OPS)
+MAPS = (*BINARY_OPS, *UNARY_OPS, Cvt, CausalMask, CmpSelect, Copy, *BROADCAST_OPS, *REDUCE_OPS)
 """Ops whose register operands and results share one fragment layout."""
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
-from ..ir.ops import MMA_OPS, Copy, For, Load, Store
+from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
 from .hopper import block_loop, check_supported_loads, is_shared, nbytes, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
@@ -41,6 +41,8 @@ class _Builder:
         self.rings: list[Ring] = []
         self.items: list[Item] = []
         self.ring_of: dict[Value, str] = {}
+        self.load_of: dict[Load, tuple[str, str]] = {}  # IR load -> (ring, load name)
+        self.loop_of: dict[For, str] = {}  # pipelined loop -> its ring
         self.extent: dict[str, tuple[int, int]] = {}  # ring -> shared bytes [start, end)
         self.names: set[str] = set()
 
@@ -78,6 +80,7 @@ class _Builder:
                                one_shot=True, where=_where(op)))
         self.items.append(OneShotUse(name))
         self.ring_of[op.result] = name
+        self.load_of[op] = (name, name)
         if "smem" in op.attrs:
             self.extent[name] = (op.attrs["smem"], op.attrs["smem"] + t.nbytes)
 
@@ -92,8 +95,10 @@ class _Builder:
         expect = op.attrs.get("stage_bytes", stage_data_bytes(op))
         self.rings.append(Ring(name, op.attrs["stages"], ring_loads, expect, self.readers,
                                where=_where(op)))
-        for ld in loads:
+        for ld, ring_load in zip(loads, ring_loads):
             self.ring_of[ld.result] = name
+            self.load_of[ld] = (name, ring_load.name)
+        self.loop_of[op] = name
         if all("smem" in ld.attrs for ld in loads):
             start = min(ld.attrs["smem"] for ld in loads)
             self.extent[name] = (start, start + op.attrs["stages"] * stage_stride(op))
@@ -103,7 +108,7 @@ class _Builder:
                 rings = tuple(dict.fromkeys(self.ring_of[v] for v in inner.operands if v in self.ring_of))
                 if rings:
                     reads.append(rings)
-        self.items.append(LoopPlan(name, tuple(reads)))
+        self.items.append(LoopPlan(name, tuple(reads), in_flight(op)))
 
     def staging(self, op: Store) -> None:
         size, _ = staging_sizes(op, self.consumers, op.attrs.get("staging_cols"),
@@ -112,6 +117,49 @@ class _Builder:
         over = tuple(name for name, (a, b) in self.extent.items() if a < hi and lo < b)
         if over:
             self.items.append(StagingReuse(over))
+
+
+def in_flight(loop: For) -> bool:
+    """Whether the trip's last product can stay in flight into the next trip: its A operand is a
+    shared tile (a register A must not change while the wgmma reads it), its result is read only
+    by the yield, and the loop argument it is carried into only as the accumulator of that same
+    product (so nothing but the next wgmma touches the registers a wgmma still writes)."""
+    body = loop.regions[0]
+    mmas = [op for op in body.ops if isinstance(op, MMA_OPS)]
+    if not mmas:
+        return True
+    last = mmas[-1]
+    if not is_shared(last.operands[0]):  # its A registers must not change while it runs
+        return False
+    term = body.terminator
+    if not isinstance(term, Yield) or len(last.operands) < 3:
+        return False
+    uses = [op for op in loop.walk() if op is not loop and last.result in op.operands]
+    if uses != [term] or term.operands.count(last.result) != 1:
+        return False
+    arg = body.args[1 + list(term.operands).index(last.result)]
+    readers = [op for op in loop.walk() if op is not loop and arg in op.operands]
+    return readers == [last] and last.operands[2] is arg and list(last.operands).count(arg) == 1
+
+
+@dataclass
+class Schedule:
+    """The protocol of an annotated kernel and where its names live in the IR: the emitter
+    follows ``protocol`` (the object the pass checked) and finds each TMA load's IR op and each
+    ring's loop through these maps."""
+
+    protocol: Protocol
+    load_of: dict
+    """IR load -> (ring, load name)."""
+    loop_of: dict
+    """Pipelined IR loop -> its ring."""
+
+
+def schedule_of(kernel: Kernel) -> Schedule:
+    """``protocol_of`` with the IR ops its rings and loads come from."""
+    builder = _Builder(kernel)
+    proto = builder.build()
+    return Schedule(proto, dict(builder.load_of), dict(builder.loop_of))
 
 
 def _where(op: Op) -> str:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import (BINARY_OPS, BROADCAST_OPS, MMA_OPS, REDUCE_OPS, UNARY_OPS, CausalMask, Const,
+from ..ir.ops import (BINARY_OPS, BROADCAST_OPS, MMA_OPS, REDUCE_OPS, UNARY_OPS, CausalMask, CmpSelect,
+                      Const, Iota,
                       Copy, Cvt, Dim, Fill, For, If, Load, Select, Yield, Zeros)
 
 EFFECT_FREE_OPS: frozenset[type[Op]] = frozenset({
-    Const, Dim, *BINARY_OPS, *UNARY_OPS, Cvt, Zeros, Fill, CausalMask, Select, Load, Copy,
+    Const, Dim, *BINARY_OPS, *UNARY_OPS, Cvt, Zeros, Fill, CausalMask, Select, Iota, CmpSelect, Load, Copy,
     *REDUCE_OPS, *BROADCAST_OPS, *MMA_OPS})
 """Ops that only compute their results: unused, they may go. Listed, not derived, so that an
 op added later is kept until someone says it is free of effects."""

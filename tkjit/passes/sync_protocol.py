@@ -397,6 +397,11 @@ class LoopPlan(Frozen):
 
     ring: str
     mmas: tuple[tuple[str, ...], ...]
+    in_flight: bool = True
+    """The trip's last wgmma group may stay in flight into the next trip (wait_group 1): its
+    result only flows, through the yield, into the next trip's wgmma as the accumulator. When
+    anything else reads it (a register op in the loop, a rescaled accumulator), every group is
+    drained before the trip ends (wait_group 0) and the current stage is released at once."""
 
 
 @dataclass(unsafe_hash=True)
@@ -429,14 +434,18 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     once wait_group 1 has retired every group that read it; after the loop, drain and release.
 
     With one stage there is no previous stage to release while the next fill is awaited (the
-    producer needs this very stage back first), and with no wgmma the stage is read by ordinary
-    loads: both wait for everything and release the current stage."""
+    producer needs this very stage back first), with no wgmma the stage is read by ordinary
+    loads, and without ``in_flight`` the trip reads its own product: all of these wait for
+    everything and release the current stage."""
     r = plan.ring
     body: list[Step] = [Wait(r, "full")]
-    if not plan.mmas or stages == 1:
-        for reads in plan.mmas or ((r,),):
-            body.append(Mma(reads))
-        body += [MmaWait(0), Release(r), Advance(r)]
+    if not plan.mmas:  # the stage is read by ordinary loads, modelled as one read
+        body += [Mma((r,)), MmaWait(0), Release(r), Advance(r)]
+        return (IfTrips(r, (Loop(r, tuple(body)),)),)
+    if stages == 1 or not plan.in_flight:  # every group drained before what follows reads it
+        for reads in plan.mmas:
+            body += [Mma(reads), MmaWait(0)]
+        body += [Release(r), Advance(r)]
         return (IfTrips(r, (Loop(r, tuple(body)),)),)
     for i, reads in enumerate(plan.mmas):
         body.append(Mma(reads))

@@ -30,7 +30,7 @@ def checked(proto: Protocol, cases: tuple[tuple[int, ...], ...], check: Check, *
         return check(proto, list(cases))
     path = _path(config.cache_dir, proto, cases)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_verified(path))
         return CheckReport(proto, [CaseResult(tuple(e if isinstance(e, int) else tuple(e) for e in r["case"]),
                                               r["states"], r["exhaustive"])
                                    for r in data["results"]])
@@ -48,12 +48,30 @@ def _path(cache_dir: Path, proto: Protocol, cases: tuple[tuple[int, ...], ...]) 
     return Path(cache_dir) / "sync-verdicts" / f"{hashlib.sha256(described.encode()).hexdigest()}.json"
 
 
+def _verified(path: Path) -> bytes:
+    """The verdict's JSON once the sha256 on the file's first line matches it (only a regular
+    file of at most 1 MiB is read); ValueError when it does not verify, OSError when unreadable."""
+    from ..cache import read_regular
+    data = read_regular(path, 1 << 20)
+    if data is None:
+        raise ValueError(f"{path} is not a regular file of at most 1 MiB")
+    digest, _, body = data.partition(b"\n")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        raise ValueError(f"{path}: sha256 mismatch")
+    return body
+
+
 def _save(path: Path, verdict: dict) -> None:
-    """Written by an atomic rename; a failure (a read-only cache) only means exploring next time."""
+    """Written (the sha256 of the JSON, a newline, the JSON) by an atomic rename; a failure (a
+    read-only cache) only means exploring next time."""
     tmp = path.with_name(f".tmp-{path.name}-{os.urandom(6).hex()}")
+    body = json.dumps(verdict, sort_keys=True).encode()
     try:
         path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        tmp.write_text(json.dumps(verdict, sort_keys=True))
+        tmp.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
         os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass

@@ -151,6 +151,10 @@ class WarpSpec(Pass):
         if not isinstance(pinned, int) or isinstance(pinned, bool) or not 1 <= pinned <= MAX_CONSUMERS:
             raise PassError(f"@{kernel.name}: consumers must be 1 to {MAX_CONSUMERS} (at most "
                             f"{MAX_THREADS} threads), got {pinned!r}", kernel.span)
+        if tallest is None and pinned > 1:
+            raise PassError(f"@{kernel.name}: {pinned} consumers are pinned, but the kernel has no "
+                            "matrix product (mma) whose accumulator they could share; pin 1 or "
+                            "drop @consumers", kernel.span)
         if slabs % pinned:
             raise PassError(f"@{kernel.name}: {pinned} consumers cannot share the {slabs} "
                             f"64-row slab(s) of {subject_of(tallest)} ({tallest.type}) evenly",

@@ -30,6 +30,7 @@
 #define MAX_DIMS 32
 #define MAX_MAPS 16
 #define MAX_GRID_OPS 64
+#define MAX_CHECKS 16                /* launch-time divisors that must not be 0 (launch_checks.py) */
 #define I32_LIMIT 2147483648LL
 
 #ifdef TKJIT_TORCH_READER
@@ -50,7 +51,7 @@ typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigne
 enum { P_TENSOR = 0, P_F32 = 1, P_I32 = 2 };
 /* Grid programs are postfix: a constant or a dim pushes, an operator pops two. */
 enum { G_CONST = 0, G_DIM = 1, G_NUM_SMS = 2, G_CDIV = 3, G_MUL = 4, G_ADD = 5, G_MIN = 6, G_MAX = 7,
-       G_GT = 8 /* 1 where a > b, else 0 */ };
+       G_GT = 8 /* 1 where a > b, else 0 */, G_SUB = 9, G_FDIV = 10 /* launch checks' a - b, a // b */ };
 
 typedef struct {
     int kind;
@@ -58,6 +59,8 @@ typedef struct {
     int scalar_type;                 /* its at::ScalarType (TKJIT_TORCH_READER only) */
     int rank;
     long long dims[MAX_RANK];        /* >= 0: a constant; < 0: named dim -(d + 1) */
+    int itemsize;                    /* bytes per element (a tensor) */
+    int writes;                      /* the kernel stores into it: nothing may overlap it (overlap.py) */
 } Param;
 
 typedef struct {
@@ -73,12 +76,14 @@ typedef struct {
     long long dim_multiple[MAX_DIMS]; /* a named dim must be a multiple of this (TMA-only rows), else refused */
     Param params[MAX_PARAMS];
     int map_param[MAX_MAPS];          /* which argument each tensor map describes */
-    int grid_len[3];
-    long long grid_ops[3][MAX_GRID_OPS];
+    int grid_len[3 + MAX_CHECKS];
+    long long grid_ops[3 + MAX_CHECKS][MAX_GRID_OPS]; /* the grid's 3 programs, then the checks' */
+    int nchecks;
     long long num_sms;
     PyObject *spec;                   /* keeps the dtypes and callables alive */
     PyObject *tensor_type, *current_device, *current_stream, *stream_handle, *slow;
     PyObject *grid_out_of_range, *grid_exact, *launch_failed, *maps;
+    PyObject *checks_exact;           /* (*dims) -> whether every check holds, in Python's arithmetic */
     /* torch.Tensor's own descriptors, read once: for an instance of exactly torch.Tensor (no
      * subclass can override them) they are called without the attribute lookup. */
     PyObject *d_dtype, *d_get_device, *d_is_contiguous, *d_shape, *d_data_ptr;
@@ -197,6 +202,32 @@ static int read_tensor(Launch *self, const Param *p, PyObject *a, long dev, uint
     return !PyErr_Occurred();
 }
 
+/* 1 when a written tensor's bytes overlap another tensor's (overlap.py's rule and pairs). */
+static int overlapping(const Launch *self, const uint64_t *ptrs, long long shapes[][MAX_RANK]) {
+    uint64_t ends[MAX_PARAMS];
+    for (int i = 0; i < self->nparams; i++) {
+        const Param *p = &self->params[i];
+        if (p->kind != P_TENSOR)
+            continue;
+        uint64_t n = (uint64_t)p->itemsize;
+        for (int j = 0; j < p->rank; j++)
+            n *= (uint64_t)shapes[i][j];
+        ends[i] = ptrs[i] + n;
+    }
+    for (int o = 0; o < self->nparams; o++) {
+        if (self->params[o].kind != P_TENSOR || !self->params[o].writes)
+            continue;
+        for (int t = 0; t < self->nparams; t++) {
+            const Param *q = &self->params[t];
+            if (t == o || q->kind != P_TENSOR || (q->writes && t < o))
+                continue;
+            if (ptrs[o] < ends[t] && ptrs[t] < ends[o])
+                return 1;
+        }
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ the grid */
 
 /* 1: evaluated; 0: overflow, a zero divisor or a negative value (the exact Python grid decides). */
@@ -226,6 +257,8 @@ static int eval_grid(const Launch *self, int axis, const long long *dims, long l
         case G_MIN: r = a < b ? a : b; break;
         case G_MAX: r = a > b ? a : b; break;
         case G_GT: r = a > b; break;
+        case G_SUB: r = a - b; break;  /* both >= 0: no overflow; a negative result goes to Python */
+        case G_FDIV: if (b == 0) return 0; r = a / b; break;
         default: return 0;
         }
         stack[top++] = r;
@@ -375,9 +408,31 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
     }
     if (align & 15)
         return refuse(self, args, nargs, stream, checked);
+    if (overlapping(self, ptrs, shapes))
+        return refuse(self, args, nargs, stream, checked);
     for (int k = 0; k < self->ndims; k++)
         if (dims[k] % self->dim_multiple[k])
             return refuse(self, args, nargs, stream, checked);
+    if (self->nchecks) {
+        int exact = 1;
+        for (int k = 0; k < self->nchecks && exact; k++) {
+            long long value;
+            exact = eval_grid(self, 3 + k, dims, &value);
+            if (exact && value == 0)
+                return refuse(self, args, nargs, stream, checked);
+        }
+        if (!exact) {  /* negative or big numbers: Python's arithmetic decides */
+            PyObject *t = dims_tuple(self, dims);
+            PyObject *ok = t ? PyObject_Call(self->checks_exact, t, NULL) : NULL;
+            Py_XDECREF(t);
+            int truth = ok ? PyObject_IsTrue(ok) : -1;
+            Py_XDECREF(ok);
+            if (truth < 0)
+                return NULL;
+            if (!truth)
+                return refuse(self, args, nargs, stream, checked);
+        }
+    }
 
     long long grid[3];
     PyObject *result = NULL;
@@ -475,6 +530,36 @@ static int bad_spec(const char *what) {
     return -1;
 }
 
+/* A grid program (or a check's: the same postfix code) into grid_ops[axis]. */
+static int parse_program(Launch *self, PyObject *ops, int axis) {
+    if (!PyTuple_Check(ops) || PyTuple_GET_SIZE(ops) > MAX_GRID_OPS || PyTuple_GET_SIZE(ops) == 0)
+        return bad_spec("grid program");
+    self->grid_len[axis] = (int)PyTuple_GET_SIZE(ops);
+    int depth = 0;
+    for (int i = 0; i < self->grid_len[axis]; i++) {
+        long long op = PyLong_AsLongLong(PyTuple_GET_ITEM(ops, i));
+        if (PyErr_Occurred()) return -1;
+        self->grid_ops[axis][i] = op;
+        if (op == G_CONST || op == G_DIM) {
+            if (++i >= self->grid_len[axis]) return bad_spec("grid operand missing");
+            long long arg = PyLong_AsLongLong(PyTuple_GET_ITEM(ops, i));
+            if (PyErr_Occurred()) return -1;
+            if (op == G_DIM && (arg < 0 || arg >= self->ndims)) return bad_spec("grid dim index");
+            self->grid_ops[axis][i] = arg;
+            depth++;
+        } else if (op == G_NUM_SMS) {
+            depth++;
+        } else if (op >= G_CDIV && op <= G_FDIV) {
+            if (depth < 2) return bad_spec("grid operator without operands");
+            depth--;
+        } else {
+            return bad_spec("grid opcode");
+        }
+    }
+    if (depth != 1) return bad_spec("grid program leaves more than one value");
+    return 0;
+}
+
 /* Launch(spec): spec is the dict native.launch_spec() makes. */
 static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     PyObject *spec;
@@ -516,7 +601,9 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     for (int i = 0; i < self->nparams; i++) {
         PyObject *entry = PyList_GET_ITEM(params, i), *dims = NULL;
         Param *p = &self->params[i];
-        if (!PyArg_ParseTuple(entry, "iOO", &p->kind, &p->dtype, &dims)) return -1;
+        p->itemsize = 0;
+        p->writes = 0;
+        if (!PyArg_ParseTuple(entry, "iOO|ii", &p->kind, &p->dtype, &dims, &p->itemsize, &p->writes)) return -1;
         if (p->kind == P_TENSOR) {
 #ifdef TKJIT_TORCH_READER
             p->scalar_type = tkjit_torch_scalar_type(p->dtype);
@@ -534,33 +621,17 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     }
     PyObject *grid = get_obj(spec, "grid");
     if (!grid || !PyTuple_Check(grid) || PyTuple_GET_SIZE(grid) != 3) return grid ? bad_spec("grid") : -1;
-    for (int axis = 0; axis < 3; axis++) {
-        PyObject *ops = PyTuple_GET_ITEM(grid, axis);
-        if (!PyTuple_Check(ops) || PyTuple_GET_SIZE(ops) > MAX_GRID_OPS || PyTuple_GET_SIZE(ops) == 0)
-            return bad_spec("grid program");
-        self->grid_len[axis] = (int)PyTuple_GET_SIZE(ops);
-        int depth = 0;
-        for (int i = 0; i < self->grid_len[axis]; i++) {
-            long long op = PyLong_AsLongLong(PyTuple_GET_ITEM(ops, i));
-            if (PyErr_Occurred()) return -1;
-            self->grid_ops[axis][i] = op;
-            if (op == G_CONST || op == G_DIM) {
-                if (++i >= self->grid_len[axis]) return bad_spec("grid operand missing");
-                long long arg = PyLong_AsLongLong(PyTuple_GET_ITEM(ops, i));
-                if (PyErr_Occurred()) return -1;
-                if (op == G_DIM && (arg < 0 || arg >= self->ndims)) return bad_spec("grid dim index");
-                self->grid_ops[axis][i] = arg;
-                depth++;
-            } else if (op == G_NUM_SMS) {
-                depth++;
-            } else if (op >= G_CDIV && op <= G_GT) {
-                if (depth < 2) return bad_spec("grid operator without operands");
-                depth--;
-            } else {
-                return bad_spec("grid opcode");
-            }
-        }
-        if (depth != 1) return bad_spec("grid program leaves more than one value");
+    for (int axis = 0; axis < 3; axis++)
+        if (parse_program(self, PyTuple_GET_ITEM(grid, axis), axis) < 0) return -1;
+    PyObject *checks = PyDict_GetItemString(spec, "checks");  /* optional */
+    self->nchecks = 0;
+    if (checks) {
+        if (!PyTuple_Check(checks) || PyTuple_GET_SIZE(checks) > MAX_CHECKS) return bad_spec("checks");
+        self->nchecks = (int)PyTuple_GET_SIZE(checks);
+        for (int k = 0; k < self->nchecks; k++)
+            if (parse_program(self, PyTuple_GET_ITEM(checks, k), 3 + k) < 0) return -1;
+        self->checks_exact = get_obj(spec, "checks_exact");  /* borrowed: the spec holds it */
+        if (!self->checks_exact) return -1;
     }
     PyObject *maps = get_obj(spec, "maps");
     if (!maps || !PyList_Check(maps) || PyList_GET_SIZE(maps) > MAX_MAPS) return maps ? bad_spec("maps") : -1;

@@ -48,6 +48,14 @@ the one-tile stream-K GEMM costs the host 10.7 µs on one stream and 12.4 µs al
 two, against 5.6 µs through the native path unordered. Kernels without the flag keep the paths
 above unchanged, with no added work.
 
+Two more checks run on the fast paths when a kernel has them (issue 20, docs/reliability.md):
+an output tensor must not share memory with another tensor argument (each tensor's end address
+from its shape, then two comparisons per output/other pair: ``overlap.py``), and the kernel's
+launch checks (metadata ``launch_checks``: divisors and tile coordinates known at launch, each an
+expression of the named dims that must not be 0) are evaluated inline, or as postfix programs in
+C. Their refusals go to ``slow`` like the rest, where ``check_args`` words them as the interpreter
+does (``launch_checks.py``). Not measured on a GPU yet: a few comparisons per launch.
+
 The driver calls are injected (``launch``, ``current_device``, ``current_stream``, ``num_sms``,
 and ``cu`` for the ordering's event calls) so the checking and packing can be tested without a
 GPU. The caller sets the function's dynamic shared memory limit first
@@ -56,12 +64,14 @@ GPU. The caller sets the function's dynamic shared memory limit first
 from __future__ import annotations
 
 import ctypes
-import numbers
 import struct
 import threading
 from dataclasses import dataclass
 
 from ..errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
+from . import launch_checks as shared
+from .launch_checks import evaluate, launch_error
+from .overlap import ITEMSIZE, Extent, overlap_error, overlap_pairs
 from .tensormap import fast_path_lines, row_multiples, rows_not_aligned, tensor_map_encoders
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "e4m3": "float8_e4m3fn",
@@ -69,9 +79,12 @@ _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "e4m3":
 _SCALAR_SLOTS = {"f32": "f4x", "i32": "i4x"}
 _I32_LIMIT = 2**31
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
+_NATIVE_MAX_CHECKS = 16
+"""fastlaunch.c's MAX_CHECKS: a kernel with more launch checks takes the generated Python path."""
 _NO_EXTRA = {"bindings": "0", "ctypes": "None"}
 """The launch APIs, and how each spells cuLaunchKernel's ``extra=NULL``."""
-_GRID_OPS = {"cdiv": 2, "mul": 2, "add": 2, "min": 2, "max": 2, "gt": 2, "dim": 1, "num_sms": 0}
+_GRID_OPS = {"cdiv": 2, "mul": 2, "add": 2, "min": 2, "max": 2, "gt": 2, "dim": 1, "num_sms": 0,
+             "sub": 2, "fdiv": 2}
 """Grid expression operators and their operand counts (``gt``: 1 where a > b, else 0, so that a
 grid can choose between two sizes by a launch dim: the causal attention grid does)."""
 
@@ -83,15 +96,15 @@ class Param:
     name: str
     dtype: str
     dims: tuple[str | int, ...] | None = None
+    writes: bool = False
+    """A tensor the kernel stores into: no other argument may share its memory (overlap.py)."""
 
     @property
     def is_tensor(self) -> bool:
         return self.dims is not None
 
     def describe(self) -> str:
-        if not self.is_tensor:
-            return f"{self.dtype} scalar"
-        return f"{self.dtype} tensor [{', '.join(str(d) for d in self.dims)}]"
+        return shared.describe_param(self.dtype, self.dims)
 
 
 def parse_signature(signature: list[dict]) -> tuple[Param, ...]:
@@ -106,7 +119,7 @@ def parse_signature(signature: list[dict]) -> tuple[Param, ...]:
             for d in dims:
                 if not (isinstance(d, int) and d >= 0 or isinstance(d, str) and d.isidentifier()):
                     raise TkError(f"kernel metadata: parameter '{name}' has a bad dimension {d!r}")
-            params.append(Param(name, dtype, dims))
+            params.append(Param(name, dtype, dims, bool(entry.get("writes", False))))
         elif kind == "scalar":
             if dtype not in _SCALAR_SLOTS:
                 raise TkError(f"kernel metadata: scalar '{name}' has unsupported dtype {dtype!r}")
@@ -131,8 +144,9 @@ def named_dims(params: tuple[Param, ...]) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------- grid expressions
 
-def grid_expr_source(expr, names: tuple[str, ...]) -> str:
-    """A grid expression (``["cdiv", ["dim", "M"], 128]``) as Python source over ``d_<name>``, ``num_sms``."""
+def grid_expr_source(expr, names: tuple[str, ...], safe: bool = False) -> str:
+    """A grid expression (``["cdiv", ["dim", "M"], 128]``) as Python source over ``d_<name>``, ``num_sms``.
+    ``safe`` (a launch check's): a division by zero gives 0, as launch_checks.evaluate does."""
     if isinstance(expr, int) and not isinstance(expr, bool):
         return str(expr)
     if not (isinstance(expr, (list, tuple)) and expr and expr[0] in _GRID_OPS
@@ -145,9 +159,13 @@ def grid_expr_source(expr, names: tuple[str, ...]) -> str:
         return f"d_{operands[0]}"
     if op == "num_sms":
         return "num_sms"
-    a, b = (grid_expr_source(x, names) for x in operands)
+    a, b = (grid_expr_source(x, names, safe) for x in operands)
+    if safe and op in ("cdiv", "fdiv"):
+        top = f"({a}) + ({b}) - 1" if op == "cdiv" else a
+        return f"(({top}) // ({b}) if ({b}) else 0)"
     return {"cdiv": f"(({a}) + ({b}) - 1) // ({b})", "mul": f"({a}) * ({b})", "add": f"({a}) + ({b})",
-            "min": f"min({a}, {b})", "max": f"max({a}, {b})", "gt": f"int(({a}) > ({b}))"}[op]
+            "min": f"min({a}, {b})", "max": f"max({a}, {b})", "gt": f"int(({a}) > ({b}))",
+            "sub": f"({a}) - ({b})", "fdiv": f"({a}) // ({b})"}[op]
 
 
 def _uses_num_sms(expr) -> bool:
@@ -185,7 +203,8 @@ class Launcher:
     def __init__(self, function, signature: list[dict], grid_exprs: list, block, smem_bytes: int = 0, *,
                  name: str = "kernel", device: int | None = None, num_sms: int | None = None,
                  launch=None, current_device=None, current_stream=None, launch_api: str | None = None,
-                 on_refusal=None, encode_map=None, serial_launches: bool = False, cu=None):
+                 on_refusal=None, encode_map=None, serial_launches: bool = False, cu=None,
+                 checks=()):
         import torch
         self.name, self.function, self.device, self.smem_bytes = name, function, device, int(smem_bytes)
         self.params = parse_signature(signature)
@@ -216,10 +235,17 @@ class Launcher:
             num_sms = _driver().num_sms(device)
         self.num_sms = num_sms
         self.grid = compile_grid(self.grid_exprs, self.dims, num_sms)
+        self.checks = [dict(c) for c in checks]
+        """Checks of the launch's dims, each an expression that must not be 0: divisors, tile
+        coordinates (the kernel's metadata "launch_checks", launch_checks.py)."""
+        for c in self.checks:
+            grid_expr_source(c["expr"], self.dims)  # validates it as the grid's expressions are
+        self.overlaps = overlap_pairs([p.writes if p.is_tensor else None for p in self.params])
+        """(output, other) tensor argument pairs whose memory must not overlap (overlap.py)."""
         self.order = LaunchOrder(name, cu) if serial_launches else None
         """The launches' ordering across streams (None: the kernel's launches may run at once)."""
         self._prepare_param_block()
-        if self.launch_api == "native" and self.order is None:
+        if self.launch_api == "native" and self.order is None and len(self.checks) <= _NATIVE_MAX_CHECKS:
             self.source = None
             self.fast = self._native_fast_path(on_refusal or self.slow)
         else:
@@ -286,6 +312,9 @@ class Launcher:
             body += self._shape_checks(slow)
             body += [f"p{i} = a{i}.data_ptr()" for i in tensors]
             body.append(f"if ({' | '.join(f'p{i}' for i in tensors)}) & 15: {slow}")
+            body += self._overlap_lines(slow)
+        body += _any_fails([f"({grid_expr_source(c['expr'], self.dims, True)}) == 0" for c in self.checks], slow) \
+            if self.checks else []
         body += self._grid_lines()
         body += ["if stream is None: stream = current_stream(dev)",
                  "elif type(stream) is not int or stream < 0: stream = stream_handle(stream, dev)"]
@@ -317,6 +346,15 @@ class Launcher:
         body.insert(0, "if named: return slow(args, stream, checked, named)")  # by name: bound, then again
         return "def fast(*args, stream=None, checked=False, **named):\n" + "".join(f"    {b}\n" for b in body)
 
+    def _overlap_lines(self, slow: str) -> list[str]:
+        """Each tensor's end address, and one check that no output overlaps another tensor."""
+        if not self.overlaps:
+            return []
+        used = sorted({i for pair in self.overlaps for i in pair})
+        lines = [f"e{i} = p{i} + {' * '.join([str(ITEMSIZE[self.params[i].dtype])] + [str(d) if isinstance(d, int) else f'd_{d}' for d in self.params[i].dims])}"
+                 for i in used]
+        return lines + _any_fails([f"(p{o} < e{t} and p{t} < e{o})" for o, t in self.overlaps], slow)
+
     def _native_fast_path(self, slow):
         """The native path's Launch object (fastlaunch.c): the same checks, pack and launch as the
         generated Python function, in C; its refusals go to ``slow`` as well."""
@@ -327,12 +365,14 @@ class Launcher:
         callbacks = dict(tensor_type=self._torch.Tensor, current_device=self._current_device,
                          current_stream=self._current_stream, stream_handle=self._stream_handle, slow=slow,
                          grid_out_of_range=self._grid_out_of_range, launch_failed=self._launch_failed,
-                         grid_exact=lambda *values: grid(**dict(zip(dims, values))))
+                         grid_exact=lambda *values: grid(**dict(zip(dims, values))),
+                         checks_exact=lambda *values: all(evaluate(c["expr"], dict(zip(dims, values)))
+                                                          for c in self.checks))
         spec = native.launch_spec(launch=self._launch, function=int(self.function), params=self.params,
                                   dims=self.dims, dtypes=self._torch_dtypes, grid_exprs=self.grid_exprs,
                                   block=self.block, smem=self.smem_bytes, device=self.device,
                                   num_sms=self.num_sms, maps=self.maps, row_multiples=self.row_multiples,
-                                  callbacks=callbacks)
+                                  callbacks=callbacks, checks=[c["expr"] for c in self.checks])
         return native.module().Launch(spec)
 
     def _grid3(self) -> list:
@@ -414,13 +454,11 @@ class Launcher:
         return self.fast(*fixed, stream=stream, checked=True)
 
     def _where(self, i: int) -> str:
-        return f"{self.name}: argument {i} ('{self.params[i].name}')"
+        return shared.where(self.name, i, self.params[i].name)
 
     def check_args(self, args) -> tuple[tuple, dict[str, int]]:
         """Check every argument; return the (normalized) arguments and the bound dims, or raise LaunchError."""
-        if len(args) != len(self.params):
-            expected = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
-            raise LaunchError(f"{self.name}: expected {len(self.params)} arguments ({expected}), got {len(args)}")
+        shared.arity(self.name, [(p.name, p.describe()) for p in self.params], len(args))
         dev = self._current_device()
         if self.device is not None and dev >= 0 and dev != self.device:
             raise LaunchError(f"{self.name}: the kernel was loaded on cuda:{self.device} but the current "
@@ -433,6 +471,16 @@ class Launcher:
                 fixed.append(a)
             else:
                 fixed.append(self._check_scalar(i, p, a))
+        if self.overlaps:
+            extents = [Extent(i, p.name, a.data_ptr(), a.numel() * a.element_size(), p.writes)
+                       for i, (p, a) in enumerate(zip(self.params, args)) if p.is_tensor]
+            overlap = overlap_error(self.name, extents)
+            if overlap is not None:
+                raise LaunchError(overlap)
+        if self.checks:
+            refused = launch_error(self.name, self.checks, {k: v[0] for k, v in bound.items()})
+            if refused is not None:
+                raise LaunchError(refused)
         for d, (multiple, i) in self.row_multiples.items():
             if bound[d][0] % multiple:
                 raise RowsNotAligned(rows_not_aligned(self._where(i), tuple(args[i].shape), self.params[i].dtype))
@@ -445,51 +493,21 @@ class Launcher:
         if not isinstance(a, torch.Tensor):
             raise LaunchError(f"{where}: expected a torch.Tensor ({p.describe()}), got {type(a).__name__}")
         if a.dtype is not self._torch_dtypes[p.dtype]:
-            raise LaunchError(f"{where}: expected dtype {p.dtype} ({self._torch_dtypes[p.dtype]}), got {a.dtype}")
+            shared.dtype(where, p.dtype, self._torch_dtypes[p.dtype], a.dtype)
         if not a.is_cuda:
             raise LaunchError(f"{where}: the tensor is on {a.device}, not on a CUDA device")
         if a.get_device() != dev:
             raise LaunchError(f"{where}: the tensor is on {a.device} but the current device is cuda:{dev}")
-        if a.dim() != len(p.dims):
-            raise LaunchError(f"{where}: expected {len(p.dims)} dimensions [{', '.join(map(str, p.dims))}], "
-                              f"got {a.dim()} (shape {list(a.shape)})")
-        for axis, (d, size) in enumerate(zip(p.dims, a.shape)):
-            if size >= _I32_LIMIT:
-                raise LaunchError(f"{where}: dim {axis} is {size}; dimensions must be below 2^31")
-            if isinstance(d, int) and size != d:
-                raise LaunchError(f"{where}: dim {axis} is {size} but the kernel requires {d}")
-            if isinstance(d, str) and d in bound and bound[d][0] != size:
-                value, j, other_axis = bound[d]
-                raise LaunchError(f"{where}: dim {axis} ({d}) is {size} but {self._where(j)} dim "
-                                  f"{other_axis} set {d} = {value}")
-            if isinstance(d, str):
-                bound.setdefault(d, (size, i, axis))
+        shared.shape(where, i, p.dims, a.shape, bound, self._where)
         if not a.is_contiguous():
-            raise LaunchError(f"{where}: the tensor must be contiguous (row-major) on the GPU: "
-                              f"{_first_strided(tuple(a.shape), tuple(a.stride()))}; got strides "
-                              f"{tuple(a.stride())} for shape {tuple(a.shape)}; call .contiguous() (the CPU "
-                              "interpreter reads any strides whose last dimension is contiguous)")
+            shared.not_contiguous(where, a.stride(), a.shape)
         if a.data_ptr() % 16:
             raise LaunchError(f"{where}: the data pointer {a.data_ptr():#x} is not 16-byte aligned "
                               "(a view with an offset?); pass an aligned tensor or .clone() it")
 
     def _check_scalar(self, i: int, p: Param, a):
         where = self._where(i)
-        if p.dtype == "i32":
-            if isinstance(a, bool) or not isinstance(a, numbers.Integral):
-                raise LaunchError(f"{where}: expected a Python int (i32), got {type(a).__name__}")
-            value = int(a)
-            if not -_I32_LIMIT <= value < _I32_LIMIT:
-                raise LaunchError(f"{where}: {value} does not fit in i32")
-            return value
-        if isinstance(a, bool) or not isinstance(a, numbers.Real):
-            raise LaunchError(f"{where}: expected a Python float (f32), got {type(a).__name__}")
-        value = float(a)
-        try:
-            struct.pack("<f", value)
-        except OverflowError:
-            raise LaunchError(f"{where}: {value} does not fit in f32") from None
-        return value
+        return shared.i32_value(a, where) if p.dtype == "i32" else shared.f32_argument(a, where)
 
     def _stream_handle(self, stream, dev: int) -> int:
         handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream, torch.cuda.ExternalStream
@@ -699,17 +717,6 @@ def _default_current_device(torch):
     if get is None or not torch.cuda.is_available():
         return lambda: _NO_DEVICE
     return get
-
-
-def _first_strided(shape: tuple, strides: tuple) -> str:
-    """Which dimension of a non-contiguous tensor breaks row-major order, e.g. 'dim 0 has stride 96,
-    row-major needs 64'."""
-    want = 1
-    for axis in reversed(range(len(shape))):
-        if shape[axis] != 1 and strides[axis] != want:
-            return f"dim {axis} has stride {strides[axis]}, row-major needs {want}"
-        want *= shape[axis]
-    return "its strides are not row-major"
 
 
 def _default_current_stream(torch):

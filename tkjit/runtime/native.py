@@ -55,8 +55,9 @@ _state: dict = {}
 ``torch_module`` (each variant or None), once looked up."""
 
 # Opcodes of fastlaunch.c's grid programs.
-G_CONST, G_DIM, G_NUM_SMS, G_CDIV, G_MUL, G_ADD, G_MIN, G_MAX, G_GT = range(9)
-_BINARY = {"cdiv": G_CDIV, "mul": G_MUL, "add": G_ADD, "min": G_MIN, "max": G_MAX, "gt": G_GT}
+G_CONST, G_DIM, G_NUM_SMS, G_CDIV, G_MUL, G_ADD, G_MIN, G_MAX, G_GT, G_SUB, G_FDIV = range(11)
+_BINARY = {"cdiv": G_CDIV, "mul": G_MUL, "add": G_ADD, "min": G_MIN, "max": G_MAX, "gt": G_GT,
+           "sub": G_SUB, "fdiv": G_FDIV}
 P_TENSOR, P_F32, P_I32 = 0, 1, 2
 
 
@@ -397,13 +398,14 @@ def grid_program(expr, names: tuple[str, ...]) -> tuple[int, ...]:
 
 def launch_spec(*, launch: int, function: int, params, dims: tuple[str, ...], dtypes: dict, grid_exprs,
                 block, smem: int, device: int | None, num_sms: int | None, maps, callbacks: dict,
-                row_multiples: dict | None = None) -> dict:
+                row_multiples: dict | None = None, checks=()) -> dict:
     """The dict ``Launch(spec)`` takes (fastlaunch.c, Launch_init)."""
+    from .overlap import ITEMSIZE
     entries = []
     for p in params:
         if p.is_tensor:
             codes = tuple(d if isinstance(d, int) else -1 - dims.index(d) for d in p.dims)
-            entries.append((P_TENSOR, dtypes[p.dtype], codes))
+            entries.append((P_TENSOR, dtypes[p.dtype], codes, ITEMSIZE[p.dtype], int(p.writes)))
         else:
             entries.append((P_F32 if p.dtype == "f32" else P_I32, None, ()))
     exprs = list(grid_exprs) + [1] * (3 - len(grid_exprs))
@@ -411,7 +413,8 @@ def launch_spec(*, launch: int, function: int, params, dims: tuple[str, ...], dt
             "grid": tuple(grid_program(e, dims) for e in exprs), "block": tuple(block), "smem": smem,
             "dim_multiples": tuple((row_multiples or {}).get(d, (1,))[0] for d in dims),
             "device": device, "num_sms": num_sms if num_sms is not None else 0,
-            "maps": list(maps), "map_params": tuple(m.spec.param for m in maps), **callbacks}
+            "maps": list(maps), "map_params": tuple(m.spec.param for m in maps),
+            "checks": tuple(grid_program(e, dims) for e in checks), **callbacks}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--build-torch"]:

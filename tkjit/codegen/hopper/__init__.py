@@ -2,14 +2,17 @@
 
     out = emit_hopper_ptx(kernel, options=None, decisions=None)   # (ptx, metadata) or None
 
-It compiles the kernels whose pattern it knows (the GEMM of match.py, with mma_AB or mma_ABt;
-the online-softmax attention of attention_match.py) into a warp-specialized kernel (gemm.py,
-attention.py; their decisions: plan.py, attention_plan.py, which use the scheduling passes'
-annotations) and returns None for every other kernel, so
-the caller falls back to the register-tile backend; the reason is appended to ``decisions``
-(``{"decision": "backend", "value": "mma.sync", "why": ...}``) when a list is given.
+Two routes: the general lowering (lower.py: any block program the scheduling passes annotated,
+op by op, following the mbarrier pass's protocol) and, until it matches their speed, the two
+templates behind exact matchers (the GEMM of match.py / gemm.py, the online-softmax attention of
+attention_match.py / attention.py). For a kernel neither takes it returns None, so the caller
+falls back to the register-tile backend; the reason is appended to ``decisions``
+(``{"decision": "backend", "value": "mma.sync", "why": ..., "refusal": lower.Refusal}``) when a
+list is given.
 
-``options``: ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False: never take this path),
+``options``: ``lowering`` (``auto``: a template where one matches, else the general lowering of
+lower.py; ``general``; ``template``), ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False:
+never take this path),
 ``unaligned_rows`` (default True here; the compiler passes its option, default False: the GEMM
 then assumes rows of whole 16-byte units and leaves their fallback out).
 Metadata is the register-tile backend's (name, entry, arch, backend, params, dims, grid, block,
@@ -44,7 +47,35 @@ ARCHS = ("sm_90a",)
 
 def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
                     decisions: list | None = None) -> tuple[str, dict] | None:
-    reason = _refusal(kernel, dict(options or {}))
+    options = dict(options or {})
+    lowering = options.get("lowering", "auto")
+    template_why = general_why = None
+    if lowering in ("auto", "template"):
+        out = _template(kernel, options)
+        if not isinstance(out, str):
+            return out
+        template_why = out
+    if lowering in ("auto", "general"):
+        from .lower import lower_kernel, refusal
+        refused = refusal(kernel, options)
+        if refused is None:
+            return lower_kernel(kernel, options)
+        general_why = refused
+    if decisions is not None:
+        parts = []
+        if general_why is not None:
+            parts.append(f"the general lowering cannot take {general_why.text()}")
+        if template_why is not None:
+            parts.append(f"no template matches ({template_why})")
+        decisions.append({"decision": "backend", "value": "mma.sync",
+                          "why": f"the Hopper wgmma path does not apply: {'; '.join(parts)}",
+                          "refusal": general_why})
+    return None
+
+
+def _template(kernel: Kernel, options: dict):
+    """The GEMM or attention template's PTX and metadata, or why neither matches."""
+    reason = _refusal(kernel, options)
     if isinstance(reason, str) and " is not the GEMM pattern: " in reason:
         attention = plan_attention(kernel)
         if not isinstance(attention, str):
@@ -52,12 +83,9 @@ def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
             return AttentionKernel(*attention).emit()
         reason = f"{reason}; nor the attention pattern: {attention}"
     if isinstance(reason, str):
-        if decisions is not None:
-            decisions.append({"decision": "backend", "value": "mma.sync",
-                              "why": f"the Hopper wgmma path does not apply: {reason}"})
-        return None
+        return reason
     g, plan = reason
-    return GemmKernel(g, plan, unaligned_rows=bool((options or {}).get("unaligned_rows", True))).emit()
+    return GemmKernel(g, plan, unaligned_rows=bool(options.get("unaligned_rows", True))).emit()
 
 
 def plan_gemm(kernel: Kernel, options: dict | None = None) -> tuple[GemmMatch, Plan] | str:

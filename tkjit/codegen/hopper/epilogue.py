@@ -158,7 +158,7 @@ def pack_tile(b: Builder, acc, wgmma_n: int, c_dtype: str, packed: dict[tuple[in
 
 
 def store_staged(b: Builder, st: Staging, acc, wgmma_n: int, bn: int, row0: str, col0: str, c_dtype: str,
-                 packed: dict[tuple[int, int], list[str]] | None = None) -> None:
+                 packed: dict[tuple[int, int], list[str]] | None = None, lead: tuple[str, ...] = ()) -> None:
     """stmatrix the accumulators (``acc[slab][piece]``) into the staging panels and TMA-store
     each panel to C at rows ``row0 + 64*slab``, columns ``col0 + ...``: rows and columns outside
     C are not written (TMA clips the box). A round covers ``st.cols`` columns, or half of them in
@@ -166,7 +166,8 @@ def store_staged(b: Builder, st: Staging, acc, wgmma_n: int, bn: int, row0: str,
     the store groups that read them have finished reading (``cp.async.bulk.wait_group.read``:
     0 pending with one buffer, 1 -- the other half's -- with two; 0 at a tile's first round
     when the tile has an odd number of rounds, as the last one used the same half). ``packed``
-    (``pack_tile``) gives the chunks already packed; else each round packs its own."""
+    (``pack_tile``) gives the chunks already packed; else each round packs its own. ``lead``:
+    the store's leading coordinates (outermost last), for a C of rank above 2."""
     from . import tma
     panels = st.cols // PANEL_COLS
     halves = staging_halves(st)
@@ -192,5 +193,5 @@ def store_staged(b: Builder, st: Staging, acc, wgmma_n: int, bn: int, row0: str,
                 panel = slab * panels + half * per_round + p
                 b(f"add.s32 {inner}, {col0}, {r * cols + p * PANEL_COLS};", f"add.s32 {outer}, {row0}, {64 * slab};",
                   f"add.u32 {src}, {st.base}, {panel * PANEL_BYTES};",
-                  f"@{st.leader} {tma.store_2d(st.tmap, inner, outer, src)}")
+                  f"@{st.leader} {tma.store_nd(st.tmap, [inner, outer, *lead], src)}")
         b(f"@{st.leader} {tma.STORE_COMMIT}")

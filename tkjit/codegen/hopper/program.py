@@ -175,7 +175,7 @@ class RoleEmitter:
             skip = self.b.pred()
             self.b(f"setp.ge.s32 {skip}, {r.counter}, {r.trips};", f"@{skip} bra {end};")
         self.b.place(top)
-        self.emit(step.body)
+        self.trip(step)
         again = self.b.pred()
         self.b(f"add.s32 {r.counter}, {r.counter}, 1;", f"setp.lt.s32 {again}, {r.counter}, {r.trips};",
                f"@{again} bra {top};")
@@ -229,6 +229,10 @@ class RoleEmitter:
 
     def tile_begin(self) -> None:
         pass
+
+    def trip(self, step: Loop) -> None:
+        """One trip of ``step``'s loop (its counter in ``rings[ring].counter``): its steps."""
+        self.emit(step.body)
 
     def has_prev_tile(self) -> str:
         raise NotImplementedError("this role does not alternate tiles")

@@ -66,6 +66,13 @@ def store_2d(tmap: str, inner: str, outer: str, src: str) -> str:
     return f"cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [{tmap}, {{{inner}, {outer}}}], [{src}];"
 
 
+def store_nd(tmap: str, coords: list[str], src: str) -> str:
+    """Copy one box of a rank-``len(coords)`` map (coordinates innermost first) from shared memory
+    at ``src`` to the tensor (elements outside it are skipped)."""
+    return (f"cp.async.bulk.tensor.{len(coords)}d.global.shared::cta.tile.bulk_group "
+            f"[{tmap}, {{{', '.join(coords)}}}], [{src}];")
+
+
 STORE_COMMIT = "cp.async.bulk.commit_group;"
 
 

@@ -93,12 +93,12 @@ class Operand(Frozen):
 
 
 def mma_instruction(n: int, dtype: str, acc: list[str], desc_a: str, desc_b: str,
-                    tb: int, scale_d: str = "1") -> str:
-    """``wgmma.mma_async`` SS form, f32 accumulators, m64nNk16; A K-major (tA = 0)."""
+                    tb: int, scale_d: str = "1", ta: int = 0) -> str:
+    """``wgmma.mma_async`` SS form, f32 accumulators, m64nNk16; A K-major (tA = 0) unless ``ta``."""
     regs = ", ".join(acc)
     t = WGMMA_TYPES[dtype]
     return (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, {desc_a}, {desc_b}, "
-            f"{scale_d}, 1, 1, 0, {tb};")
+            f"{scale_d}, 1, 1, {ta}, {tb};")
 
 
 FENCE = "wgmma.fence.sync.aligned;"

@@ -1,15 +1,17 @@
-"""Handlers for elementwise ops on tiles and vectors: binary/unary maps, cvt, zeros, fill, causal_mask.
+"""Handlers for elementwise ops on tiles and vectors: binary/unary maps, cvt, zeros, fill, iota,
+causal_mask, cmp_select.
 
 Math is float32 (numpy); a result of a narrower dtype is rounded to it (RNE) after each op. A
 scalar operand is first converted to the tile's dtype. Validity: an elementwise result is valid
 where all its tile/vector operands are (rows and columns intersect); a scalar operand, ``cvt``
-and ``causal_mask`` leave validity as it is; ``zeros``/``fill`` are fully valid.
+and ``causal_mask`` leave validity as it is; ``zeros``/``fill``/``iota`` are fully valid; a
+``cmp_select`` result is valid where all its tile/vector operands are.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import TileType
+from ...ir.types import F32, TileType
 from ..numerics import round_scalar, round_to
 from ..values import TileValue, VectorValue
 from .scalar import FLOAT_BINARY, FLOAT_UNARY, scalar_binary, scalar_cvt, scalar_unary
@@ -69,3 +71,38 @@ def run_causal_mask(it, op, args):
     hidden = (k0 + np.arange(cols))[None, :] > (q0 + np.arange(rows))[:, None]
     fill = round_scalar(float(op.attrs.get("fill", -np.inf)), x.dtype)
     return [x.with_data(np.where(hidden, fill, x.data))]
+
+
+def run_iota(it, op, args):
+    """(r, c) is offset + r (axis row) or offset + c (axis col), as f32."""
+    rows, cols = op.results[0].type.shape
+    offset = args[0] if args else 0
+    if op.attrs["axis"] == "row":
+        idx = np.broadcast_to((offset + np.arange(rows, dtype=np.int64))[:, None], (rows, cols))
+    else:
+        idx = np.broadcast_to((offset + np.arange(cols, dtype=np.int64))[None, :], (rows, cols))
+    return [TileValue.full(idx.astype(np.float32), op.results[0].type.dtype)]
+
+
+CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+       "eq": np.equal, "ne": np.not_equal}
+
+
+def run_cmp_select(it, op, args):
+    """a cmp b ? x : y per element; a scalar is first rounded to the dtype of its partner."""
+    a, b, x, y = args
+    out_dtype = op.results[0].type.dtype
+
+    def data(v, partner_dtype):
+        return v.data if isinstance(v, SHAPED) else np.float32(round_scalar(float(v), partner_dtype))
+
+    # the comparison is in f32; a scalar takes its partner's dtype first (f32 if both are scalars)
+    cmp_dtype = next((v.dtype for v in (a, b) if isinstance(v, SHAPED)), F32)
+    chosen = np.where(CMP[op.attrs["cmp"]](data(a, cmp_dtype), data(b, cmp_dtype)),
+                      data(x, out_dtype), data(y, out_dtype))
+    shaped = [v for v in (a, b, x, y) if isinstance(v, SHAPED)]
+    result = shaped[0]
+    for v in shaped[1:]:
+        result = result.intersect(v, result.data)
+    chosen = np.broadcast_to(chosen, result.data.shape)
+    return [result.with_data(round_to(np.array(chosen, np.float32), out_dtype), out_dtype)]

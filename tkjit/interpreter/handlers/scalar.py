@@ -8,6 +8,7 @@ IEEE (±inf, NaN). ``max``/``min`` ignore a NaN operand (``fmax``/``fmin``, as t
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -46,9 +47,45 @@ def _rsqrt(x):
     return np.float32(1) / np.sqrt(x)
 
 
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _in_f64(fn):
+    """An activation computed in float64 and rounded once to float32 (the reference for the GPU's)."""
+    def run(x):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(np.asarray(x, np.float64)), np.float64).astype(np.float32)[()]
+    run.__name__ = fn.__name__
+    return run
+
+
+@_in_f64
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))  # exp's overflow to inf gives 0, as it should
+
+
+@_in_f64
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+@_in_f64
+def _gelu(x):
+    """x·Φ(x) = x·½·erfc(-x/√2): erfc keeps the negative tail's relative accuracy."""
+    return x * 0.5 * np.asarray(_ERFC(-x / math.sqrt(2.0)), np.float64)
+
+
+@_in_f64
+def _gelu_tanh(x):
+    """x·½(1 + tanh u) = x·sigmoid(2u), u = √(2/π)(x + 0.044715x³)."""
+    u = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+    return x / (1.0 + np.exp(-2.0 * u))  # no cancellation in 1 + tanh u for negative u
+
+
 FLOAT_UNARY = {"neg": np.negative, "abs": np.abs, "relu": _relu, "exp": np.exp, "exp2": np.exp2,
                "log": np.log, "log2": np.log2, "sqrt": np.sqrt, "rsqrt": _rsqrt, "sin": np.sin,
-               "cos": np.cos, "tanh": np.tanh}
+               "cos": np.cos, "tanh": np.tanh, "sigmoid": _sigmoid, "silu": _silu, "gelu": _gelu,
+               "gelu_tanh": _gelu_tanh}
 """Elementwise maps on float scalars, tiles and vectors (computed in float32)."""
 
 def _int_relu(a: int) -> int:

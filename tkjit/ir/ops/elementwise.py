@@ -32,6 +32,10 @@ class Binary(Op):
             if self.KIND in ("arith",) and a.dtype == BOOL:
                 raise self.error("arithmetic on bool values")
             return [ScalarType(BOOL) if self.KIND == "compare" else a]
+        if self.KIND == "compare":
+            raise self.error(f"compares scalars; tiles and vectors compare only as the condition of "
+                             f"select(a < b, x, y), which picks x or y per element (got {describe(a)} "
+                             f"and {describe(b)})")
         if self.KIND != "arith":
             raise self.error(f"needs scalar operands, got {describe(a)} and {describe(b)}")
         if isinstance(b, ScalarType):
@@ -94,7 +98,35 @@ Neg, Abs, Relu = _unary("neg", True), _unary("abs", True), _unary("relu", True)
 Not = _unary("not", True)
 Exp, Exp2, Log, Log2 = _unary("exp"), _unary("exp2"), _unary("log"), _unary("log2")
 Sqrt, Rsqrt, Sin, Cos, Tanh = (_unary(n) for n in ("sqrt", "rsqrt", "sin", "cos", "tanh"))
-UNARY_OPS = (Neg, Abs, Relu, Not, Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Sin, Cos, Tanh)
+
+
+class Gelu(Unary):
+    """``%r = gelu %x``: x·Φ(x), Φ the standard normal CDF (the erf form, torch's default gelu)."""
+
+    NAME = "gelu"
+
+
+class GeluTanh(Unary):
+    """``%r = gelu_tanh %x``: the tanh approximation x·½(1 + tanh(√(2/π)(x + 0.044715x³)))
+    (torch's ``gelu(x, approximate="tanh")``)."""
+
+    NAME = "gelu_tanh"
+
+
+class Silu(Unary):
+    """``%r = silu %x``: x·sigmoid(x)."""
+
+    NAME = "silu"
+
+
+class Sigmoid(Unary):
+    """``%r = sigmoid %x``: 1 / (1 + e^-x)."""
+
+    NAME = "sigmoid"
+
+
+ACTIVATION_OPS = (Gelu, GeluTanh, Silu, Sigmoid)
+UNARY_OPS = (Neg, Abs, Relu, Not, Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Sin, Cos, Tanh, *ACTIVATION_OPS)
 
 
 class Cvt(Op):
@@ -158,6 +190,71 @@ class CausalMask(Op):
             if s != ScalarType(I32):
                 raise self.error(f"{name} expected i32, got {describe(s)}")
         return [t]
+
+
+class Iota(_Creates):
+    """``%qi = iota {axis = "row"} %q0 : rt<f32>[64, 128]``: element (r, c) is ``q0 + r`` (axis
+    row) or ``q0 + c`` (axis col); without the offset operand, ``r`` or ``c``. Index tiles are f32
+    register tiles (exact up to 2^24), so they combine with scores and with each other."""
+
+    NAME = "iota"
+    OPERANDS = ("offset?",)
+    ATTRS = {"axis": str}
+
+    def infer(self):
+        [t] = super().infer()
+        if self.attrs["axis"] not in ("row", "col"):
+            raise self.error(f"axis must be \"row\" or \"col\", got {self.attrs['axis']!r}")
+        if not isinstance(t, TileType) or t.dtype != F32:
+            raise self.error(f"makes f32 register tiles (indices are exact in f32 below 2^24), "
+                             f"not {describe(t)}")
+        if self.operands and self.operands[0].type != ScalarType(I32):
+            raise self.error(f"the offset expected i32, got {describe(self.operands[0].type)}")
+        return [t]
+
+
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+class CmpSelect(Op):
+    """``%r = cmp_select {cmp = "lt"} %a, %b, %x, %y``: elementwise ``a cmp b ? x : y`` on register
+    tiles or vectors of one shape (scalars broadcast). The language's ``select(a < b, x, y)`` with
+    a tile on either side of the comparison: comparing and choosing are one op, so no tile of
+    booleans ever exists (tiles hold floats; a bool tile would need a layout, loads, stores and
+    conversions of its own). ``ne`` is true when either side is NaN; the others are false then."""
+
+    NAME = "cmp_select"
+    OPERANDS = ("a", "b", "x", "y")
+    ATTRS = {"cmp": str}
+
+    def infer(self):
+        if self.attrs["cmp"] not in COMPARISONS:
+            raise self.error(f"cmp must be one of {', '.join(COMPARISONS)}, got {self.attrs['cmp']!r}")
+        types = [v.type for v in self.operands]
+        for t, what in zip(types, ("a", "b", "x", "y")):
+            _need_register(self, t, f"operand {what}")
+            if t.dtype == BOOL:
+                raise self.error(f"operand {what} is a bool; compare numbers")
+        shaped = [t for t in types if not isinstance(t, ScalarType)]
+        if not shaped:
+            raise self.error("needs a tile or vector operand; on scalars use select")
+        first = shaped[0]
+        for t in shaped[1:]:
+            if type(t) is not type(first) or t.shape != first.shape \
+                    or getattr(t, "kind", None) != getattr(first, "kind", None):
+                raise self.error(f"shapes differ: {describe(first)} and {describe(t)}")
+        for pair, names in ((types[:2], "a and b"), (types[2:], "x and y")):
+            if all(not isinstance(t, ScalarType) for t in pair) and pair[0].dtype != pair[1].dtype:
+                raise self.error(f"{names} have different dtypes: {pair[0].dtype} and {pair[1].dtype}; "
+                                 "convert one with cvt<...>")
+        x, y = types[2:]
+        if not isinstance(x, ScalarType):
+            return [x]
+        if not isinstance(y, ScalarType):
+            return [y]
+        if not x.dtype.is_float or x.dtype != y.dtype:
+            raise self.error(f"with scalar x and y, both must be one float dtype, got {x} and {y}")
+        return [with_dtype(first, x.dtype)]
 
 
 class Select(Op):

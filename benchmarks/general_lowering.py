@@ -1,0 +1,161 @@
+"""The general sm_90a lowering against the templates and against torch, same run (GPU).
+
+    python3 benchmarks/general_lowering.py [--quick] [--json OUT.json]
+
+Rows:
+* the plain GEMM (examples/gemm.tk) through the general lowering and through the template, each
+  against cuBLAS (torch.matmul) in the same interleaved batches;
+* the corpus kernels users write (tests/general_corpus.py) against the torch call that computes
+  the same thing: GEMM + bias + relu against ``torch.compile`` of the expression and against
+  cuBLAS's plain matmul (the epilogue should be free), batched GEMM against torch.bmm, alpha/beta
+  GEMM against torch.addmm, Aᵀ·B against torch.matmul on the transposed view, X·Wᵀ against
+  torch.matmul.
+
+Each figure is the median of 15 batches of 20 launches (CUDA events), the batches of all sides
+interleaved so clock and power drift fall on each alike; inputs rotate over enough sets to
+exceed the 60 MB L2. Outputs are checked against float32 torch before timing. Each row also
+names the backend the kernel took.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+import tkjit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from general_corpus import BY_NAME  # noqa: E402
+
+L2_BYTES = 60 << 20
+
+
+def batch_us(fn, sets, per_batch=20) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(per_batch):
+        fn(*sets[i % len(sets)])
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / per_batch * 1e3
+
+
+def timed_together(fns: dict, sets, batches=15) -> dict[str, float]:
+    for fn in fns.values():
+        batch_us(fn, sets, 3)
+    times = {name: [] for name in fns}
+    for b in range(batches):
+        order = list(fns.items()) if b % 2 == 0 else list(reversed(fns.items()))
+        for name, fn in order:
+            times[name].append(batch_us(fn, sets))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def rotation(make, nbytes: int) -> list:
+    return [make() for _ in range(max(2, -(-2 * L2_BYTES // max(nbytes, 1))))]
+
+
+def rel_err(got, ref) -> float:
+    return ((got.float() - ref).norm() / ref.norm()).item()
+
+
+def backend(kernel) -> str:
+    md = kernel.metadata
+    return f"{md.get('backend')}/{md.get('lowering', 'template' if md.get('backend') == 'wgmma' else '-')}"
+
+
+def gemm_rows(shapes, out: list) -> None:
+    source = (ROOT / "examples" / "gemm.tk").read_text()
+    general = tkjit.compile(source, filename="gemm.tk", lowering="general")
+    template = tkjit.compile(source, filename="gemm.tk", lowering="template")
+    for m, n, k in shapes:
+        sets = rotation(lambda: (torch.randn(m, k, device="cuda").bfloat16(),
+                                 torch.randn(k, n, device="cuda").bfloat16(),
+                                 torch.full((m, n), float("nan"), device="cuda").bfloat16()),
+                        2 * (m * k + k * n + m * n))
+        ref = sets[0][0].float() @ sets[0][1].float()
+        row = {"row": "gemm", "shape": f"{m}x{n}x{k}"}
+        for name, kern in (("general", general), ("template", template)):
+            kern(*sets[0])
+            torch.cuda.synchronize()
+            row[f"{name}_err"] = round(rel_err(sets[0][2], ref), 5)
+            sets[0][2].fill_(float("nan"))
+        times = timed_together({"cublas": lambda a, b, c: torch.matmul(a, b, out=c),
+                                "general": general, "template": template}, sets)
+        row.update({f"{k_}_us": round(v, 2) for k_, v in times.items()})
+        row["general_vs_cublas"] = round(times["cublas"] / times["general"], 3)
+        row["template_vs_cublas"] = round(times["cublas"] / times["template"], 3)
+        row["general_vs_template"] = round(times["template"] / times["general"], 3)
+        row["tflops_general"] = round(2 * m * n * k / times["general"] / 1e6, 1)
+        row["backend_general"] = backend(general)
+        print(json.dumps(row), flush=True)
+        out.append(row)
+
+
+def case_row(name: str, shape: dict, refs: dict, out: list) -> None:
+    case = BY_NAME[name]
+    kern = tkjit.compile(case.source, constants=case.constants or None, lowering="auto")
+    args = case.make(shape, "cuda")
+    want = case.reference(args)
+    kern(*args)
+    torch.cuda.synchronize()
+    row = {"row": name, "shape": "x".join(f"{k}{v}" for k, v in shape.items()), "backend": backend(kern)}
+    row["err"] = round(max(rel_err(args[i], w) for i, w in zip(case.outputs, want)), 5)
+    nbytes = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+    sets = rotation(lambda: case.make(shape, "cuda"), nbytes)
+    if name == "gemm_alpha_beta":  # C is read and written: keep it bounded over many launches
+        sets = [s[:3] + [1.0, 0.5] for s in sets]
+    fns = {"tkjit": kern, **refs}
+    times = timed_together(fns, sets)
+    row.update({f"{k_}_us": round(v, 2) for k_, v in times.items()})
+    for ref_name in refs:
+        row[f"vs_{ref_name}"] = round(times[ref_name] / times["tkjit"], 3)
+    print(json.dumps(row), flush=True)
+    out.append(row)
+
+
+def corpus_rows(quick: bool, out: list) -> None:
+    compiled = torch.compile(lambda a, b, bias, c: c.copy_(torch.relu(a @ b + bias)))
+    for size in ((4096,) if quick else (4096, 8192)):
+        case_row("gemm_bias_relu", {"M": size, "N": size, "K": size},
+                 {"torch_compile": compiled,
+                  "cublas_plain": lambda a, b, bias, c: torch.matmul(a, b, out=c)}, out)
+    case_row("bmm", {"B": 8, "M": 2048, "N": 2048, "K": 2048},
+             {"torch_bmm": lambda a, b, c: torch.bmm(a, b, out=c)}, out)
+    case_row("gemm_alpha_beta", {"M": 4096, "N": 4096, "K": 4096},
+             {"torch_addmm": lambda a, b, c, alpha, beta: torch.addmm(c, a, b, beta=beta, alpha=alpha, out=c)},
+             out)
+    case_row("gemm_atb", {"M": 4096, "N": 4096, "K": 4096},
+             {"torch_matmul": lambda a, b, c: torch.matmul(a.t(), b, out=c)}, out)
+    case_row("linear", {"M": 4096, "N": 4096, "K": 4096},
+             {"torch_matmul_bf16": lambda x, w, y: torch.matmul(x, w.t())}, out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    torch.zeros(1, device="cuda")
+    rows: list = []
+    shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 1024), (8192, 8192, 1024),
+              (4096, 4096, 256), (1000, 3000, 520), (8192, 14336, 4096)]
+    gemm_rows(shapes[:2] + shapes[5:6] if args.quick else shapes, rows)
+    corpus_rows(args.quick, rows)
+    print("row".ljust(18) + "shape".ljust(22) + "ratios")
+    for r in rows:
+        ratios = {k: v for k, v in r.items() if k.startswith("vs_") or k.endswith("_vs_cublas")
+                  or k == "general_vs_template"}
+        print(r["row"].ljust(18) + r["shape"].ljust(22) + "  ".join(f"{k}={v}" for k, v in ratios.items()))
+    if args.json:
+        info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+        Path(args.json).write_text(json.dumps({"info": info, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,550 @@
+"""Generality: the examples written as a new user would (issues 17 and 18), each timed against the
+best torch equivalent in the same run (``measure_pair``, alternated), with the backend each kernel
+took (the compile log's ``backend:`` decision: ``wgmma`` for the Hopper path, ``mma.sync`` for the
+register-tile fallback; ``interpreter`` in the dry run).
+
+References, one row each:
+- fused GEMM epilogues (bias + gelu / silu) and the MLP block: ``torch.compile`` of the same
+  expression, and cuBLAS's plain ``torch.matmul`` (the epilogue's target: free);
+- ``bmm`` vs ``torch.bmm``; ``gemm_alpha_beta`` vs ``Tensor.addmm_`` (cuBLAS, in place);
+  ``gemm_atb`` vs ``torch.matmul(A.t(), B)``; ``gemm_fp8`` vs ``torch._scaled_mm``;
+- norms vs ``torch.compile`` of the expression (their share of the measured copy bandwidth is
+  filled in by run.py, as for the other memory-bound families);
+- attention variants vs FlexAttention (``torch.compile``d ``flex_attention`` with the equivalent
+  ``score_mod``/``block_mask``), and ``attention_nol`` also vs SDPA cuDNN.
+
+In the dry run (CPU) ``torch.compile`` is replaced by the eager expression (the row's reference
+name says so): compiling with Inductor on the CPU takes longer than the whole dry run.
+
+Outputs are poisoned (NaN) before the checked call; C of ``gemm_alpha_beta`` is read and written,
+so its truth is taken before the call. Attention is checked in float64 on two heads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .checks import check_row, rel_err, sync
+from .compare import time_pair
+from .rows import Row, first_line
+from .timing import Rotation
+
+NAME = "generality"
+FLOAT64_LIMIT = 8192 ** 3
+
+
+@dataclass
+class Spec:
+    """One example: how to make its arguments, its exact outputs and its references."""
+    make: Callable            # (p, dev) -> list of kernel arguments (tensors and scalars)
+    outputs: tuple            # indices of the outputs among the arguments
+    exact: Callable           # (p, args) -> [float64 truth], taken before the call
+    views: Callable | None = None   # (p, args) -> [the outputs' parts compared with the truth]
+    refs: Callable = None     # (p, ctx) -> [(name, fn(*args) -> tensor or tuple)]
+    flops: Callable | None = None
+    bytes: Callable | None = None
+    inout: tuple = ()         # outputs that are read too (not poisoned)
+
+
+# ------------------------------------------------------------------ the cases
+
+DRY_RUN = ("gemm_bias_gelu", "gemm_alpha_beta", "residual_layernorm", "attention_window")
+"""The dry run's cases: one of each path (a baseline reference, C read and written, two outputs,
+attention checked on two heads). tests/test_bench_script.py checks every spec's references."""
+
+
+def cases(mode) -> list[dict]:
+    if mode.dry_run:
+        return [dict(kernel=k, **DRY[k]) for k in DRY_RUN]
+    out = []
+    for kernel, shapes in FULL.items():
+        for shape in shapes[:1] if mode.quick else shapes:
+            out.append(dict(kernel=kernel, **shape))
+    return out
+
+
+GEMMS = ("gemm_bias_gelu", "gemm_bias_silu", "gemm_alpha_beta", "gemm_atb", "gemm_fp8")
+ATTENTION = ("attention_nol", "attention_window", "attention_softcap", "attention_alibi")
+FULL = {
+    **{k: [{"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192}]
+       for k in ("gemm_bias_gelu", "gemm_bias_silu", "gemm_fp8")},
+    "gemm_alpha_beta": [{"M": 4096, "N": 4096, "K": 4096}],
+    "gemm_atb": [{"M": 4096, "N": 4096, "K": 4096}],
+    "bmm": [{"BATCH": 8, "M": 2048, "N": 2048, "K": 2048}],
+    "mlp": [{"M": 65536, "F": 512}],
+    "rmsnorm": [{"R": 65536, "D": 1024}, {"R": 16384, "D": 4096}, {"R": 8192, "D": 8192}],
+    "residual_layernorm": [{"R": 65536, "D": 1024}, {"R": 16384, "D": 4096}, {"R": 8192, "D": 8192}],
+    "attention_nol": [{"B": 4, "H": 16, "N": 4096, "D": 128, "causal": True},
+                      {"B": 4, "H": 16, "N": 4096, "D": 128, "causal": False}],
+    "attention_window": [{"B": 4, "H": 16, "N": 4096, "D": 128, "window": 1024}],
+    "attention_softcap": [{"B": 4, "H": 16, "N": 4096, "D": 128, "softcap": 50.0}],
+    "attention_alibi": [{"B": 4, "H": 16, "N": 4096, "D": 128}],
+}
+DRY = {
+    **{k: {"M": 96, "N": 80, "K": 64, "BM": 64, "BN": 64} for k in GEMMS},
+    "bmm": {"BATCH": 2, "M": 64, "N": 80, "K": 64, "BM": 64, "BN": 64},
+    "mlp": {"M": 80, "F": 96, "D": 64},
+    "rmsnorm": {"R": 20, "D": 256},
+    "residual_layernorm": {"R": 20, "D": 256},
+    "attention_nol": {"B": 1, "H": 2, "N": 100, "D": 64, "causal": True},
+    "attention_window": {"B": 1, "H": 2, "N": 100, "D": 64, "window": 40},
+    "attention_softcap": {"B": 1, "H": 2, "N": 100, "D": 64, "softcap": 5.0},
+    "attention_alibi": {"B": 1, "H": 2, "N": 100, "D": 64},
+}
+
+
+def constants_of(p: dict) -> dict:
+    """The kernel constants a case sets (tile sizes in the dry run, the width of norms and MLP)."""
+    keys = {"BM", "BN", "BQ", "BKV"}
+    if p["kernel"] in ("rmsnorm", "residual_layernorm", "mlp") or p["kernel"] in ATTENTION:
+        keys.add("D")
+    if p["kernel"] == "attention_nol":
+        keys.add("causal")
+    out = {k: v for k, v in p.items() if k in keys}
+    if "causal" in out:
+        out["CAUSAL"] = out.pop("causal")
+    if p["kernel"] in ATTENTION and p["D"] < 128:
+        out.update(BQ=64, BKV=64)
+    return out
+
+
+def shape_of(p: dict) -> str:
+    skip = {"kernel", "BM", "BN"}
+    parts = [f"{k}={v}" for k, v in p.items() if k not in skip and k != "causal"]
+    return " ".join(parts) + (" causal" if p.get("causal") else "")
+
+
+def backend_of(kernel, ctx) -> str:
+    """The backend the compile log names (``wgmma``, ``mma.sync``), ``interpreter`` on the CPU."""
+    if kernel is None:
+        return "-"
+    if not ctx.cuda:
+        return "interpreter"
+    for d in getattr(kernel, "decisions", []):
+        if getattr(d, "pass_name", None) == "codegen" and str(d.decision).startswith("backend"):
+            return str(d.data.get("value") or d.decision.split(":", 1)[-1].strip())
+    return "?"
+
+
+# ------------------------------------------------------------------ references
+
+BASELINES = frozenset({"cuBLAS matmul (no epilogue)"})
+"""References that compute less than the kernel (a speed bound, not the same result): no error."""
+
+
+def _compiled(fn, ctx, name: str):
+    """(name, fn) compiled by torch.compile on the GPU; the eager fn in the dry run."""
+    if ctx.cuda:
+        import torch
+        return f"torch.compile {name}", torch.compile(fn)
+    return f"eager {name} (dry run)", fn
+
+
+def _gemm_epilogue(act_name: str):
+    def make(p, dev):
+        import torch
+        m, n, k = p["M"], p["N"], p["K"]
+        return [torch.randn(m, k, dtype=torch.bfloat16, device=dev), torch.randn(k, n, dtype=torch.bfloat16, device=dev),
+                torch.randn(n, dtype=torch.bfloat16, device=dev), torch.empty(m, n, dtype=torch.bfloat16, device=dev)]
+
+    def exact(p, args):
+        import torch.nn.functional as F
+        a, b, bias, _ = args
+        act = getattr(F, act_name)
+        return [act(_product(p, a, b) + bias.double())]
+
+    def refs(p, ctx):
+        import torch
+        import torch.nn.functional as F
+        act = getattr(F, act_name)
+        name, fused = _compiled(lambda a, b, bias: act(a @ b + bias), ctx, f"{act_name}(A·B + bias)")
+        return [(name, lambda a, b, bias, c: fused(a, b, bias)),
+                ("cuBLAS matmul (no epilogue)", lambda a, b, bias, c: torch.matmul(a, b, out=c))]
+
+    return Spec(make, (3,), exact, refs=refs, flops=_gemm_flops)
+
+
+def _product(p, a, b):
+    """The exact product: float64 up to FLOAT64_LIMIT, float32 above (bf16 products are exact there)."""
+    if p["M"] * p["N"] * p["K"] <= FLOAT64_LIMIT:
+        return a.double() @ b.double()
+    return (a.float() @ b.float()).double()
+
+
+def _gemm_flops(p):
+    return 2.0 * p["M"] * p["N"] * p["K"] * p.get("BATCH", 1)
+
+
+def _bmm():
+    def make(p, dev):
+        import torch
+        bt, m, n, k = p["BATCH"], p["M"], p["N"], p["K"]
+        return [torch.randn(bt, m, k, dtype=torch.bfloat16, device=dev),
+                torch.randn(bt, k, n, dtype=torch.bfloat16, device=dev),
+                torch.empty(bt, m, n, dtype=torch.bfloat16, device=dev)]
+
+    def refs(p, ctx):
+        import torch
+        return [("torch.bmm", lambda a, b, c: torch.bmm(a, b, out=c))]
+
+    return Spec(make, (2,), lambda p, args: [args[0].double() @ args[1].double()], refs=refs, flops=_gemm_flops)
+
+
+ALPHA, BETA = 1.5, 0.5
+
+
+def _alpha_beta():
+    def make(p, dev):
+        import torch
+        m, n, k = p["M"], p["N"], p["K"]
+        return [torch.randn(m, k, dtype=torch.bfloat16, device=dev), torch.randn(k, n, dtype=torch.bfloat16, device=dev),
+                torch.randn(m, n, dtype=torch.bfloat16, device=dev), ALPHA, BETA]
+
+    def exact(p, args):
+        a, b, c = args[:3]
+        return [ALPHA * _product(p, a, b) + BETA * c.double()]
+
+    def refs(p, ctx):
+        return [("cuBLAS addmm_ (in place)", lambda a, b, c, alpha, beta: c.addmm_(a, b, beta=beta, alpha=alpha))]
+
+    return Spec(make, (2,), exact, refs=refs, flops=_gemm_flops, inout=(2,))
+
+
+def _atb():
+    def make(p, dev):
+        import torch
+        m, n, k = p["M"], p["N"], p["K"]
+        return [torch.randn(k, m, dtype=torch.bfloat16, device=dev), torch.randn(k, n, dtype=torch.bfloat16, device=dev),
+                torch.empty(m, n, dtype=torch.bfloat16, device=dev)]
+
+    def refs(p, ctx):
+        import torch
+        return [("cuBLAS matmul(A.t(), B)", lambda a, b, c: torch.matmul(a.t(), b, out=c))]
+
+    return Spec(make, (2,), lambda p, args: [_product(p, args[0].t(), args[1])], refs=refs, flops=_gemm_flops)
+
+
+FP8_SCALES = (0.5, 0.25)
+
+
+def _fp8():
+    def make(p, dev):
+        import torch
+        m, n, k = p["M"], p["N"], p["K"]
+        return [(torch.randn(m, k, device=dev) * 2).to(torch.float8_e4m3fn),
+                (torch.randn(n, k, device=dev) * 2).to(torch.float8_e4m3fn),
+                torch.empty(m, n, dtype=torch.bfloat16, device=dev), *FP8_SCALES]
+
+    def exact(p, args):
+        return [FP8_SCALES[0] * FP8_SCALES[1] * _product(p, args[0], args[1].t())]
+
+    def refs(p, ctx):
+        import torch
+        dev = ctx.device
+        sa, sb = (torch.tensor(s, dtype=torch.float32, device=dev) for s in FP8_SCALES)
+        return [("torch._scaled_mm", lambda a, b, c, *_: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb,
+                                                                          out_dtype=torch.bfloat16))]
+
+    return Spec(make, (2,), exact, refs=refs, flops=_gemm_flops)
+
+
+def _mlp():
+    def make(p, dev):
+        import torch
+        m, d, f = p["M"], p.get("D", 128), p["F"]
+        return [torch.randn(m, d, dtype=torch.bfloat16, device=dev),
+                (torch.randn(d, f, device=dev) * d ** -0.5).bfloat16(),
+                (torch.randn(f, d, device=dev) * f ** -0.5).bfloat16(),
+                torch.empty(m, d, dtype=torch.bfloat16, device=dev)]
+
+    def exact(p, args):
+        import torch.nn.functional as F
+        x, w1, w2, _ = args
+        return [F.gelu(x.double() @ w1.double(), approximate="tanh") @ w2.double()]
+
+    def refs(p, ctx):
+        import torch.nn.functional as F
+
+        def mlp(x, w1, w2):
+            return F.gelu(x @ w1, approximate="tanh") @ w2
+        name, fused = _compiled(mlp, ctx, "MLP")
+        return [(name, lambda x, w1, w2, y: fused(x, w1, w2)),
+                ("cuBLAS matmuls + eager gelu", lambda x, w1, w2, y: mlp(x, w1, w2))]
+
+    return Spec(make, (3,), exact, refs=refs, flops=lambda p: 4.0 * p["M"] * p.get("D", 128) * p["F"])
+
+
+def _rmsnorm():
+    def make(p, dev):
+        import torch
+        r, d = p["R"], p["D"]
+        return [(torch.randn(r, d, device=dev) * 2 + 0.5).bfloat16(), torch.randn(d, dtype=torch.bfloat16, device=dev),
+                torch.empty(r, d, dtype=torch.bfloat16, device=dev), 1e-6]
+
+    def rms(x, w, eps):
+        import torch
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+    def exact(p, args):
+        import torch
+        x, w, _, eps = args
+        xd = x.double()
+        return [xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * w.double()]
+
+    def refs(p, ctx):
+        name, fused = _compiled(rms, ctx, "RMSNorm")
+        return [(name, lambda x, w, y, eps: fused(x, w, eps))]
+
+    return Spec(make, (2,), exact, refs=refs, bytes=lambda p: 2.0 * (2 * p["R"] * p["D"] + p["D"]))
+
+
+def _residual_layernorm():
+    def make(p, dev):
+        import torch
+        r, d = p["R"], p["D"]
+        bf = dict(dtype=torch.bfloat16, device=dev)
+        return [(torch.randn(r, d, device=dev) * 2 + 0.5).bfloat16(), torch.randn(r, d, **bf),
+                torch.randn(d, **bf), torch.randn(d, **bf), torch.empty(r, d, **bf), torch.empty(r, d, **bf), 1e-5]
+
+    def add_norm(x, res, w, b, eps):
+        import torch.nn.functional as F
+        h = x.float() + res.float()
+        return h.to(x.dtype), F.layer_norm(h, (h.shape[-1],), w.float(), b.float(), eps=eps).to(x.dtype)
+
+    def exact(p, args):
+        import torch.nn.functional as F
+        x, res, w, b = args[:4]
+        h = x.double() + res.double()
+        return [h, F.layer_norm(h, (p["D"],), w.double(), b.double(), eps=args[6])]
+
+    def refs(p, ctx):
+        name, fused = _compiled(add_norm, ctx, "add + LayerNorm")
+        return [(name, lambda x, res, w, b, h, y, eps: fused(x, res, w, b, eps))]
+
+    return Spec(make, (4, 5), exact, refs=refs, bytes=lambda p: 2.0 * (4 * p["R"] * p["D"] + 2 * p["D"]))
+
+
+# ---- attention: FlexAttention and SDPA references, float64 truth on two heads
+
+def _attention(variant: str):
+    def make(p, dev):
+        import torch
+        b, h, n, d = p["B"], p["H"], p["N"], p["D"]
+        q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device=dev) for _ in range(3))
+        args = [q, k, v, torch.empty(b, h, n, d, dtype=torch.bfloat16, device=dev), d ** -0.5]
+        if variant == "window":
+            args.append(p["window"])
+        elif variant == "softcap":
+            args.append(p["softcap"])
+        return args
+
+    def heads(p):
+        return sorted({(0, 0), (p["B"] - 1, p["H"] - 1)})
+
+    def exact(p, args):
+        q, k, v, _, scale = args[:5]
+        return [exact_scores_softmax(p, variant, q[b, i].double(), k[b, i].double(), v[b, i].double(), scale, i)
+                for b, i in heads(p)]
+
+    def views(p, args):
+        return [args[3][b, i] for b, i in heads(p)]
+
+    def refs(p, ctx):
+        out = [flex_reference(p, variant, ctx)]
+        if variant == "nol":
+            out.append(("SDPA cuDNN", _sdpa_cudnn(p)))
+        return out
+
+    return Spec(make, (3,), exact, views=views, refs=refs, flops=attention_flops)
+
+
+def alibi_slopes(h: int):
+    import torch
+    return 2.0 ** (-8.0 * torch.arange(1, h + 1, dtype=torch.float64) / h)
+
+
+def exact_scores_softmax(p, variant: str, q, k, v, scale: float, head: int):
+    """softmax(scores) · v of one head in float64, the scores as the variant defines them."""
+    import torch
+    n = q.shape[0]
+    s = (q @ k.T) * scale
+    pos = torch.arange(n, device=q.device, dtype=torch.float64)
+    dist = pos[:, None] - pos[None, :]
+    if variant == "softcap":
+        s = p["softcap"] * torch.tanh(s / p["softcap"])
+    if variant == "alibi":
+        s = s - alibi_slopes(p["H"])[head].item() * dist
+    hidden = torch.zeros_like(dist, dtype=torch.bool)
+    if variant in ("alibi", "window") or (variant == "nol" and p.get("causal")):
+        hidden |= dist < 0
+    if variant == "window":
+        hidden |= dist >= p["window"]
+    return torch.softmax(s.masked_fill(hidden, float("-inf")), dim=-1) @ v
+
+
+def attention_flops(p) -> float:
+    full = 4.0 * p["B"] * p["H"] * p["N"] ** 2 * p["D"]
+    if p["kernel"] == "attention_window":
+        return full * min(1.0, p["window"] / p["N"])
+    if p["kernel"] == "attention_alibi" or p.get("causal"):
+        return full / 2
+    return full
+
+
+def flex_mods(p, variant: str, device: str):
+    """(score_mod, mask_mod) for FlexAttention: the variant's scores and visible keys."""
+    import torch
+    mask_mod = score_mod = None
+    if variant in ("alibi", "window") or (variant == "nol" and p.get("causal")):
+        window = p.get("window")
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            visible = q_idx >= kv_idx
+            return visible & (q_idx - kv_idx < window) if variant == "window" else visible
+    if variant == "softcap":
+        cap = p["softcap"]
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return cap * torch.tanh(score / cap)
+    if variant == "alibi":
+        slopes = alibi_slopes(p["H"]).float().to(device)
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score - slopes[h] * (q_idx - kv_idx)
+    return score_mod, mask_mod
+
+
+def flex_reference(p, variant: str, ctx):
+    name = "FlexAttention" + ("" if ctx.cuda else " (eager, dry run)")
+    try:
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except Exception as exc:  # noqa: BLE001 - an older torch: the row says so
+        return name, _raiser(exc)
+    score_mod, mask_mod = flex_mods(p, variant, ctx.device)
+    fn = torch.compile(flex_attention) if ctx.cuda else flex_attention
+    state = {}
+
+    def call(q, k, v, o, scale, *rest):
+        if mask_mod is not None and "mask" not in state:   # built once, outside the timed calls
+            state["mask"] = create_block_mask(mask_mod, None, None, p["N"], p["N"], device=ctx.device)
+        return fn(q, k, v, score_mod=score_mod, block_mask=state.get("mask"), scale=scale)
+    return name, call
+
+
+def _sdpa_cudnn(p):
+    def call(q, k, v, o, scale, *rest):
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=bool(p.get("causal")), scale=scale)
+    return call
+
+
+def _raiser(exc: Exception):
+    def call(*args):
+        raise exc
+    return call
+
+
+SPECS: dict[str, Spec] = {
+    "gemm_bias_gelu": _gemm_epilogue("gelu"), "gemm_bias_silu": _gemm_epilogue("silu"), "bmm": _bmm(),
+    "gemm_alpha_beta": _alpha_beta(), "gemm_atb": _atb(), "gemm_fp8": _fp8(), "mlp": _mlp(),
+    "rmsnorm": _rmsnorm(), "residual_layernorm": _residual_layernorm(),
+    **{f"attention_{v}": _attention(v) for v in ("nol", "window", "softcap", "alibi")},
+}
+
+
+# ------------------------------------------------------------------ running a case
+
+def set_bytes(args) -> int:
+    return sum(a.numel() * a.element_size() for a in args if hasattr(a, "numel"))
+
+
+def run(p: dict, ctx, kernels) -> list[Row]:
+    spec = SPECS[p["kernel"]]
+    kernel, compile_s, failure = None, None, None
+    try:
+        kernel, compile_s = kernels.get(p["kernel"], constants_of(p) or None)
+    except Exception as exc:  # noqa: BLE001
+        failure = exc
+    backend = backend_of(kernel, ctx)
+    refs = spec.refs(p, ctx)
+    rows = [Row(NAME, f"{p['kernel']} vs {name}", shape_of(p), ref_name=name, params=p,
+                flops=spec.flops(p) if spec.flops else None, bytes=spec.bytes(p) if spec.bytes else None,
+                extra={"kernel": p["kernel"], "backend": backend}) for name, _ in refs]
+
+    args = spec.make(p, ctx.device)
+    pristine = [a.clone() if hasattr(a, "clone") else a for a in args]
+    truth = spec.exact(p, args)
+    if kernel is not None:
+        for i in spec.outputs:
+            if i not in spec.inout:
+                args[i].fill_(float("nan"))
+        try:
+            kernel(*args)
+            sync(ctx)
+        except Exception as exc:  # noqa: BLE001
+            failure = exc
+    views = spec.views(p, args) if spec.views else [args[i] for i in spec.outputs]
+    for row in rows:
+        row.compile_s = compile_s
+        if failure is not None:
+            row.fail(failure)
+        elif kernel is not None:
+            check_row(row, list(zip(views, truth)), outputs=tuple(args[i] for i in spec.outputs))
+    del args, views
+    for row, (name, ref) in zip(rows, refs):
+        if name not in BASELINES:
+            _reference_error(row, ref, pristine, p, spec, truth)
+    del pristine, truth
+
+    def make_set():
+        return tuple(spec.make(p, ctx.device))
+
+    probe = make_set()
+    rotation = Rotation(make_set, set_bytes(probe), ctx)
+    del probe
+
+    def tkjit_call(*inputs):
+        kernel(*inputs)
+
+    for row, (_, ref) in zip(rows, refs):
+        time_pair(row, ctx, rotation, tkjit_call if kernel is not None else None, ref)
+    return rows
+
+
+def _reference_error(row: Row, ref, pristine: list, p: dict, spec: Spec, truth: list) -> None:
+    try:
+        row.ref_rel_err = reference_error(ref, pristine, p, spec, truth)
+    except Exception as exc:  # noqa: BLE001
+        row.ref_error = first_line(exc)
+
+
+def reference_error(ref, pristine: list, p: dict, spec: Spec, truth: list) -> float:
+    """The reference's own error against the truth (its last output against the last truth;
+    for attention, the checked heads), on copies of the arguments."""
+    args = [a.clone() if hasattr(a, "clone") else a for a in pristine]
+    out = ref(*args)
+    out = out[-1] if isinstance(out, tuple) else out
+    if spec.views is not None:
+        parts = [out[b, i] for b, i in sorted({(0, 0), (p["B"] - 1, p["H"] - 1)})]
+        return max(rel_err(x, t) for x, t in zip(parts, truth))
+    return rel_err(out, truth[-1])
+
+
+# ------------------------------------------------------------------ the README's table
+
+def generality_table(rows: list[dict]) -> str:
+    """Markdown: kernel → backend → reference → ratio (reference time / tkjit time) → status."""
+    lines = ["| kernel | shape | backend | reference | ratio | status |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        if row["family"] != NAME:
+            continue
+        ratio = "-" if row.get("ratio") is None else f"{row['ratio']:.2f}×"
+        extra = row.get("extra") or {}
+        lines.append(f"| {extra.get('kernel', '?')} | {row['shape']} | {extra.get('backend', '?')} | "
+                     f"{row['ref_name']} | {ratio} | {row['status']} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+

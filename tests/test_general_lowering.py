@@ -1,0 +1,154 @@
+"""The general sm_90a lowering (codegen/hopper/lower.py) on the CPU: every kernel of the corpus
+(tests/general_corpus.py) takes it -- PTX through ptxas, SASS with HGMMA and UTMALDG, no spills,
+no ptxas warnings -- and is right on the interpreter; what it cannot take is refused with the op
+and why (an error under require_hopper, a warning otherwise); the wgmma fragment layout it
+relies on; the protocol decision that keeps a wgmma group in flight across trips."""
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+
+import tkjit
+from tkjit.codegen.layout import WarpGrid
+from tkjit.errors import NotAvailableError
+
+from general_corpus import CASES
+
+ptxas = pytest.importorskip("tkjit.runtime.toolchain")
+
+
+def _general(case, **extra):
+    return tkjit.compile(case.source, constants=case.constants or None, lowering="general",
+                         require_hopper=True, cache=False, **extra)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_corpus_takes_the_general_lowering(case):
+    try:
+        k = _general(case)
+        sass = k.asm["sass"]
+    except NotAvailableError as e:
+        if "ptxas" in str(e) or "disassembler" in str(e) or "cuobjdump" in str(e) or "nvdisasm" in str(e):
+            pytest.skip(str(e))
+        raise
+    md = k.metadata
+    assert md["backend"] == "wgmma" and md["lowering"] == "general"
+    assert "tile program" in k.asm["ptx"].splitlines()[0]
+    assert "HGMMA" in sass and "UTMALDG" in sass
+    assert not re.search(r"\b(LDL|STL)\b", sass), "the general lowering spilled"
+    report = md["ptxas"]
+    assert not [m for m in report["messages"] if m["level"] == "warning"], report["log"]
+    assert all(f["spill_store_bytes"] == 0 for f in report["functions"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_corpus_is_right_on_the_interpreter(case):
+    torch.manual_seed(0)
+    k = tkjit.compile(case.source, constants=case.constants or None, cache=False)
+    args = case.make(case.cpu_shape, "cpu")
+    want = case.reference(args)
+    k(*args)
+    for i, ref in zip(case.outputs, want):
+        got = args[i].float()
+        assert not torch.isnan(got).any()
+        err = ((got - ref).norm() / ref.norm()).item()
+        assert err < 1e-2, f"{case.name}: relative error {err}"
+
+
+COL_SUM = """
+kernel col_sums(A: gl<bf16>[M, K], B: gl<bf16>[K, N], S: gl<f32>[N]) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[64, 128] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    S.tile(n) = col_sum(acc)
+  }
+}
+"""
+
+
+def test_require_hopper_names_the_op_that_stops_it():
+    with pytest.raises(NotAvailableError) as info:
+        tkjit.compile(COL_SUM, lowering="general", require_hopper=True, cache=False).asm["ptx"]
+    text = str(info.value)
+    assert "col_sum" in text and "column reduction" in text
+    assert ":10:" in text  # the line of col_sum in the kernel
+
+
+def test_annotation_requires_the_hopper_path_too():
+    with pytest.raises(NotAvailableError, match="require_hopper"):
+        tkjit.compile("@require_hopper\n" + COL_SUM.lstrip(), lowering="general", cache=False).asm["ptx"]
+
+
+def test_a_fallback_with_a_matrix_product_warns():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        k = tkjit.compile(COL_SUM, lowering="general", cache=False)
+        assert "register-tile" in k.asm["ptx"].splitlines()[0]
+    assert any("mma.sync" in str(w.message) and "col_sum" in str(w.message) for w in caught)
+    assert "schedule dropped" in str(k.explain())
+
+
+def test_auto_takes_the_template_where_it_matches_and_the_general_lowering_elsewhere():
+    from general_corpus import BY_NAME
+    plain = tkjit.load(str(__import__("pathlib").Path(__file__).parents[1] / "examples" / "gemm.tk"),
+                       cache=False)
+    assert "GEMM" in plain.asm["ptx"].splitlines()[0]
+    epilogue = tkjit.compile(BY_NAME["gemm_bias_relu"].source, cache=False)
+    assert "tile program" in epilogue.asm["ptx"].splitlines()[0]
+    general = tkjit.load(str(__import__("pathlib").Path(__file__).parents[1] / "examples" / "gemm.tk"),
+                         cache=False, lowering="general")
+    assert "tile program" in general.asm["ptx"].splitlines()[0]
+
+
+def test_wgmma_rows_interleave_by_slab():
+    """A consumer warpgroup owning two 64-row slabs: warp w holds rows 16w.. of each slab."""
+    grid = WarpGrid(4, 4, 1, slab_warps=4)
+    rows = grid.row_split(128)
+    assert (rows.groups, rows.per_warp, rows.interleave) == (4, 2, 4)
+    assert [rows.unit_offset(u, 16) for u in range(2)] == [0, 64]
+    two = WarpGrid(8, 8, 1, slab_warps=4).row_split(256)   # two consumers, two slabs each
+    assert (two.per_warp, two.interleave) == (2, 4)
+    one = WarpGrid(8, 8, 1, slab_warps=4).row_split(128)   # one slab each: contiguous = interleaved
+    assert (one.per_warp, one.interleave) == (1, 0)
+
+
+RESCALED = """
+kernel rescaled(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<f32>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[64, 128] = B.tile(k, n)
+      acc = mma_AB(a, b, acc * 0.5)
+    }
+    C.tile(m, n) = acc
+  }
+}
+"""
+
+
+def test_a_trip_that_reads_its_product_drains_it():
+    """wait_group 1 keeps the last group in flight into the next trip only when nothing but the
+    next wgmma reads its accumulator; acc * 0.5 reads it, so the trip drains (wait 0) and
+    releases its own stage."""
+    from tkjit.passes.mbarrier import schedule_of
+    plain = schedule_of(_general(CASES[0]).ir).protocol.text()
+    assert "mma_wait 1" in plain and "release: arrive empty[k.prev]" in plain
+    k = tkjit.compile(RESCALED, lowering="general", cache=False)
+    text = schedule_of(k.ir).protocol.text()
+    assert "mma_wait 1" not in text and "release: arrive empty[k.s]" in text
+    torch.manual_seed(0)
+    a, b = torch.randn(130, 200).bfloat16(), torch.randn(200, 140).bfloat16()
+    c = torch.full((130, 140), float("nan"))
+    k(a, b, c)
+    ref = torch.zeros(130, 140)
+    for k0 in range(0, 200, 64):
+        ref = a.float()[:, k0:k0 + 64] @ b.float()[k0:k0 + 64] + 0.5 * ref
+    assert torch.allclose(c, ref, rtol=1e-3, atol=1e-3)

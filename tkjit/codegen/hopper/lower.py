@@ -1,0 +1,321 @@
+"""The general sm_90a lowering: any block program the scheduling passes annotated, op by op.
+
+    ptx, metadata = lower_kernel(kernel, options)      # kernel: IR after the Hopper passes
+    why = refusal(kernel, options)                      # None, or (op, reason) it cannot lower
+
+Nothing here knows which kernel it compiles. The passes decided the roles (warp-spec), the
+rings and stages (pipeline, smem-plan), the protocol (mbarrier: ``schedule_of`` gives the very
+object the pass checked), the register split (reg-budget) and the grid (grid); this module
+prints them:
+
+* the skeleton (this file): the prologue every thread runs (parameters, the 1 KB-aligned shared
+  base, barrier init from the protocol's rings), the branch into roles with ``setmaxnreg``,
+  the launch metadata;
+* the producer (``lower_producer.py``) walks the protocol's producer program; each ``TmaLoad``
+  step is the TMA copy of its IR ``load`` (any rank, coordinates from the IR's own scalars);
+* the consumers (``lower_consumer.py``) walk the protocol's consumer program, and between its
+  steps emit the IR ops of the tile in order through one op -> emitter table: the register-tile
+  backend's emitters (elementwise, broadcasts, reductions, cvt, scalars, vector loads and
+  stores -- per warp the wgmma accumulator *is* the mma.sync fragment) and the Hopper ones
+  (``mma_*`` on shared tiles -> wgmma, register tiles to and from global memory).
+
+What it cannot take yet, ``refusal`` says with the op and why; the caller then uses another
+backend and says so (docs/hopper-codegen.md, "The general lowering").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.core import Kernel, Op
+from ...ir.ops import MMA_OPS, Blocks, Copy, For, If, Load, Store, Yield
+from ...ir.types import BF16, F16, F32, GlobalType, ScalarType, TileType, VectorType
+from ...passes.hopper import block_loop, is_shared, pipelined_loops
+from ...passes.mbarrier import Schedule, schedule_of
+from ..abi import param_entries
+from . import mbarrier, tma
+from .builder import Builder
+from .program import ARCH, SMEM_SYMBOL, module_text
+
+MMA_DTYPES = (BF16, F16)
+"""Operand dtypes of the wgmma this lowering emits (fp8 comes with k32 and K-major operands)."""
+TILE_DTYPES = (BF16, F16, F32)
+
+
+@dataclass
+class Refusal:
+    """Why the general lowering does not take a kernel: the op (None: the kernel) and the reason."""
+
+    op: Op | None
+    why: str
+
+    def text(self) -> str:
+        where = f" at {self.op.span.location()}" if self.op is not None and self.op.span else ""
+        name = f"'{self.op.NAME}'{where}: " if self.op is not None else ""
+        return f"{name}{self.why}"
+
+
+def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
+    """None when ``lower_kernel`` can emit ``kernel``; else the first op it cannot, and why."""
+    options = dict(options or {})
+    if options.get("arch", "sm_90a") != "sm_90a":
+        return Refusal(None, f"the target is {options['arch']}; wgmma and setmaxnreg need sm_90a")
+    if "consumers" not in kernel.attrs or "regs" not in kernel.attrs or "smem" not in kernel.attrs:
+        return Refusal(None, "the Hopper scheduling passes did not run (warp-spec, smem-plan, reg-budget)")
+    if not kernel.attrs.get("producer"):
+        return Refusal(None, "it loads no shared tile, so there is no producer to fill rings; kernels "
+                             "without TMA loads are not lowered here yet")
+    blocks = block_loop(kernel)
+    if kernel.attrs.get("pingpong"):
+        for loop in pipelined_loops(kernel):
+            for v in loop.operands[:3]:
+                if _depends_on(v, set(blocks.regions[0].args)):
+                    return Refusal(loop, "ping-pong consumers skip the other consumer's trips, so "
+                                         "every tile must have the same trip count; this loop's "
+                                         "bounds depend on the block indices")
+    if int(blocks.attrs.get("split", 1)) > 1:
+        return Refusal(blocks, "split-K over clusters is not an option of the general lowering yet")
+    if int(kernel.attrs.get("multicast", 1) or 1) > 1 or int(kernel.attrs.get("stream_k", 0) or 0) > 0:
+        return Refusal(None, "multicast and stream-K are not options of the general lowering yet")
+    if options.get("unaligned_rows"):
+        return Refusal(None, "rows that are not whole 16-byte units: TMA cannot address them, and the "
+                             "general lowering has no copying producer")
+    for op in kernel.body.ops:
+        if not isinstance(op, Blocks) and not all(isinstance(v.type, ScalarType) for v in op.results):
+            return Refusal(op, "only scalars may be computed before the block loop")
+    from .lower_consumer import consumer_refusal, users_of
+    consumers = kernel.attrs["consumers"]
+    loops = set(pipelined_loops(kernel))
+    users = users_of(kernel)
+    for op in blocks.regions[0].ops:
+        if isinstance(op, Load) and is_shared(op.result):
+            why = _tma_load(op)
+        elif op in loops:
+            why = _loop_body(op, consumers, users)
+        else:
+            why = consumer_refusal(op, consumers, False, users)
+        if why is not None:
+            return why
+    return None
+
+
+def _loop_body(loop: For, consumers: int, users) -> Refusal | None:
+    from .lower_consumer import consumer_refusal
+    for op in loop.regions[0].ops:
+        if isinstance(op, Load) and is_shared(op.result):
+            why = _tma_load(op)
+        else:
+            why = consumer_refusal(op, consumers, True, users)
+        if why is not None:
+            return why
+    return None
+
+
+def _tma_load(op: Load) -> Refusal | None:
+    g: GlobalType = op.operands[0].type
+    t: TileType = op.result.type
+    for v in op.variadic():
+        why = _producer_scalar(v)
+        if why:
+            return Refusal(op, f"its coordinate %{v.hint} {why}: the producer computes coordinates from "
+                               "block and loop indices, parameters, sizes and constants only")
+    if g.dtype not in TILE_DTYPES:
+        return Refusal(op, f"TMA loads of {g.dtype} tiles are not lowered yet")
+    if len(g.dims) > 5:
+        return Refusal(op, f"a rank-{len(g.dims)} tensor: TMA takes at most 5 dimensions")
+    if t.rows > tma.MAX_BOX:
+        return Refusal(op, f"a {t.rows}-row tile: a TMA box has at most {tma.MAX_BOX} rows")
+    span = _swizzle(t)
+    if span == 0:
+        return Refusal(op, "a shared tile without a swizzle (rows not a multiple of 32 bytes)")
+    return None
+
+
+def _producer_scalar(v, depth: int = 0) -> str:
+    """'' when the producer can compute ``v`` (scalar ops over indices, parameters and dims)."""
+    from .lower_producer import is_scalar_op
+    op = v.owner
+    if not isinstance(op, Op):  # a block argument (block or loop index) or a kernel parameter
+        return ""
+    if isinstance(op, (For, If)):
+        return f"is carried through a '{op.NAME}'"
+    if not is_scalar_op(op):
+        return f"comes from '{op.NAME}'"
+    if depth > 64:
+        return "is computed too deep"
+    for x in op.operands:
+        why = _producer_scalar(x, depth + 1)
+        if why:
+            return why
+    return ""
+
+
+def _depends_on(v, args: set, depth: int = 0) -> bool:
+    if v in args:
+        return True
+    op = v.owner
+    if not isinstance(op, Op) or depth > 64:
+        return False
+    return any(_depends_on(x, args, depth + 1) for x in op.operands)
+
+
+def _swizzle(t: TileType) -> int:
+    value = str(t.attr("swizzle", "none"))
+    return 0 if value in ("none", "0B", "0") else int(value.rstrip("B"))
+
+
+class LoweredKernel:
+    """One kernel through the general lowering: the shared prologue, then the roles."""
+
+    def __init__(self, kernel: Kernel, options: dict | None = None):
+        self.kernel = kernel
+        self.options = dict(options or {})
+        self.schedule: Schedule = schedule_of(kernel)
+        self.proto = self.schedule.protocol
+        self.consumers = kernel.attrs["consumers"]
+        self.threads = kernel.attrs["threads"]
+        self.regs = tuple(kernel.attrs["regs"])
+        self.maxnreg = kernel.attrs.get("maxnreg", 168)
+        self.smem_bytes = kernel.attrs["smem"]
+        self.blocks = block_loop(kernel)
+        self.b = Builder()
+        self.entries = param_entries(kernel)
+        self.maps: dict[int, tma.TensorMap] = {}
+        self.ring_bars: dict[str, tuple[int, int]] = {}  # ring -> (full offset, stages)
+        self.decisions: list[dict] = [{"decision": "backend", "value": "wgmma",
+                                       "why": "the general sm_90a lowering: TMA producer, wgmma consumers, "
+                                              "the mbarrier pass's protocol, every IR op by its emitter"}]
+        self._ring_offsets()
+
+    def _ring_offsets(self) -> None:
+        loops = {ring: loop for loop, ring in self.schedule.loop_of.items()}
+        one_shots = {ring: ld for ld, (ring, _) in self.schedule.load_of.items() if ring not in loops}
+        for ring in self.proto.rings:
+            owner = loops.get(ring.name) or one_shots[ring.name]
+            self.ring_bars[ring.name] = (owner.attrs["bars"], ring.stages)
+
+    def tensor_map(self, load: Load) -> tma.TensorMap:
+        """The tensor map of ``load``'s tensor (one per tensor and box; boxes of one panel)."""
+        param = load.operands[0]
+        index = self.kernel.params.index(param)
+        t: TileType = load.result.type
+        span = _swizzle(t)
+        esz = t.dtype.nbytes
+        box = (span // esz, t.rows) + (1,) * (len(param.type.dims) - 2)
+        key = (index, box, span)
+        for m in self.maps.values():
+            if (m.param, m.box, m.swizzle) == key:
+                return m
+        m = tma.TensorMap(f"{self.kernel.name}_tmap_{len(self.maps)}", index, param.hint,
+                          param.type.dtype.name, box, span, fallback=False)
+        self.maps[len(self.maps)] = m
+        return m
+
+    def store_map(self, param) -> tma.TensorMap:
+        """The tensor map a staged epilogue stores ``param`` through: 64 x 64 boxes, 128B swizzle."""
+        index = self.kernel.params.index(param)
+        box = (64, 64) + (1,) * (len(param.type.dims) - 2)
+        for m in self.maps.values():
+            if (m.param, m.box, m.swizzle) == (index, box, 128):
+                return m
+        m = tma.TensorMap(f"{self.kernel.name}_tmap_{len(self.maps)}", index, param.hint,
+                          param.type.dtype.name, box, 128, fallback=False)
+        self.maps[len(self.maps)] = m
+        return m
+
+    # -- the kernel -----------------------------------------------------------------------
+    def emit(self) -> tuple[str, dict]:
+        from .lower_consumer import ConsumerRole
+        from .lower_producer import ProducerRole
+        b = self.b
+        self.prologue()
+        producer, done = b.pred(), b.label("exit")
+        producer_label = b.label("producer")
+        b(f"setp.eq.u32 {producer}, {self.wg}, 0;", f"@{producer} bra {producer_label};")
+        ConsumerRole(self).run()
+        b(f"bra.uni {done};")
+        b.place(producer_label)
+        ProducerRole(self).run()
+        b.place(done)
+        b("ret;")
+        return self.module_text(), self.metadata()
+
+    def prologue(self) -> None:
+        b = self.b
+        self.tid = b.reg()
+        self.wg, self.tid_wg = b.reg(), b.reg()
+        b(f"mov.u32 {self.tid}, %tid.x;", f"shr.u32 {self.wg}, {self.tid}, 7;",
+          f"and.b32 {self.tid_wg}, {self.tid}, 127;")
+        raw, self.smem = b.reg(), b.reg()
+        b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
+          f"and.b32 {self.smem}, {self.smem}, -1024;")
+        self.globals: dict[int, str] = {}   # id(param) -> generic address
+        self.scalars: dict[int, tuple[str, object]] = {}  # id(param) -> (register, dtype)
+        for ptx_type, name, meta, p in self.entries:
+            if meta["kind"] == "global":
+                raw64, addr = b.reg("b64"), b.reg("b64")
+                b(f"ld.param.u64 {raw64}, [{name}];", f"cvta.to.global.u64 {addr}, {raw64};")
+                self.globals[id(p)] = addr
+            elif meta["kind"] == "scalar":
+                r = b.reg("f32" if meta["dtype"] == "f32" else "b32")
+                b(f"ld.param{ptx_type} {r}, [{name}];")
+                self.scalars[id(p)] = (r, p.type.dtype)
+            else:
+                r = b.reg()
+                b(f"ld.param.s32 {r}, [{name}];")
+                b.dims[meta["name"]] = r
+        self.init_barriers()
+
+    def bar_base(self, ring: str) -> tuple[str, str]:
+        """Registers holding the shared addresses of ``ring``'s full[0] and empty[0]."""
+        offset, stages = self.ring_bars[ring]
+        full, empty = self.b.reg(), self.b.reg()
+        self.b(f"add.u32 {full}, {self.smem}, {offset};", f"add.u32 {empty}, {full}, {8 * stages};")
+        return full, empty
+
+    def init_barriers(self) -> None:
+        """full[s] counts the producer's one arrive.expect_tx; empty[s] one arrival per reader
+        (the protocol's ``empty_arrivals``); every thread waits for the init (``bar.sync 0``:
+        the CTA's one meeting of all roles, before they part)."""
+        b = self.b
+        leader, ready = b.pred(), b.label("barriers_ready")
+        b(f"setp.ne.u32 {leader}, {self.tid}, 0;", f"@{leader} bra {ready};")
+        for ring in self.proto.rings:
+            full, empty = self.bar_base(ring.name)
+            for s in range(ring.stages):
+                b(mbarrier.init(f"{full}+{8 * s}", ring.full_arrivals),
+                  mbarrier.init(f"{empty}+{8 * s}", ring.empty_arrivals))
+        b(mbarrier.INIT_FENCE)
+        b.place(ready)
+        b("bar.sync 0;")
+
+    # -- text -----------------------------------------------------------------------------
+    def module_text(self) -> str:
+        entries = [entry[:3] for entry in self.entries]
+        return module_text("tile program", self.kernel.name, entries, self.maps.values(), self,
+                           self.b.body())
+
+    def metadata(self) -> dict:
+        from ...passes.grid import launch_grid
+        params = [meta for _, _, meta, _ in self.entries if meta["kind"] != "dim"]
+        params += [m.entry() for m in self.maps.values()]
+        return {"name": self.kernel.name, "entry": self.kernel.name, "arch": ARCH, "backend": "wgmma",
+                "lowering": "general", "params": params, "dims": self.kernel.named_dims(),
+                "grid": [launch_grid(self.kernel)], "block": [self.threads, 1, 1],
+                "smem_bytes": self.smem_bytes + 1024, "num_warps": self.threads // 32,
+                "registers": list(self.regs), "protocol": self.proto.text(),
+                "assumes_aligned_rows": True,  # TMA: a launch with other rows recompiles (kernel.py)
+                "decisions": list(self.decisions)}
+
+
+def lower_kernel(kernel: Kernel, options: dict | None = None) -> tuple[str, dict]:
+    """The PTX and launch metadata of ``kernel`` (check ``refusal`` first)."""
+    return LoweredKernel(kernel, options).emit()
+
+
+def ring_loop_ops(loop: For) -> list[Op]:
+    """The ops of a ring loop's body without its terminator."""
+    return [op for op in loop.regions[0].ops if not isinstance(op, Yield)]
+
+
+__all__ = ["lower_kernel", "refusal", "Refusal", "LoweredKernel", "MMA_DTYPES", "ring_loop_ops",
+           "Copy", "If", "Store", "VectorType"]

@@ -1,0 +1,623 @@
+"""The consumer warpgroups of the general lowering: the protocol's consumer program, with the
+tile's IR ops emitted in order between its steps.
+
+Warp ``v = 4c + w`` of the consumers (consumer ``c``, warp ``w`` of its warpgroup) runs the
+register-tile backend's emitters on a warp grid of ``4C x 1`` warps whose rows interleave by
+64-row slabs (``WarpGrid.slab_warps``): a register tile of ``64*S*C`` rows puts slab ``S*c + u``
+in consumer ``c``, rows ``16w ..`` of it in warp ``w`` -- exactly where ``wgmma`` m64 leaves its
+accumulator. So elementwise maps, broadcasts, row reductions (quad shuffles), ``cvt``, scalars
+and vector loads/stores need no Hopper code; the Hopper emitters here are:
+
+* ``mma_*`` with both operands in shared tiles of rings -> one ``wgmma`` group (SS), the
+  accumulator updated in place (``Mma`` steps of the protocol say where);
+* register tiles to and from global memory -> per-thread fragment accesses (4- or 8-byte pairs
+  at immediate offsets when the tile lies inside the tensor, element by element under
+  row/column predicates at its edges), leading coordinates through the tensor's strides.
+
+The walk (``tile_body``, ``trip``): each protocol step that stands for an IR op (a one-shot
+load's ``Wait``, a ring loop's ``IfTrips``, a trip's ``Mma``) first emits the IR ops before that
+op; the other steps (waits, releases, advances) emit the IR ops still pending and then
+themselves. The protocol is the object the mbarrier pass checked; the IR is the pass pipeline's.
+"""
+from __future__ import annotations
+
+from ...errors import NotAvailableError
+from ...ir.core import Op, Value
+from ...ir.ops import MMA_OPS, REDUCE_OPS, Copy, For, If, Load, Store, Yield
+from ...ir.types import BF16, F16, F32, TileType, VectorType  # noqa: F401
+from ...passes.hopper import is_shared
+from ...passes.sync_protocol import ConsumerSync, IfTrips, Loop, Mma, StagingBegin, StagingEnd, Wait
+from ..emit_control import fresh, moves
+from ..emit_memory import emit_load as rt_emit_load, emit_store as rt_emit_store
+from ..padding import analyze_padding
+from ..table import EmitterTable
+from ..values import RegTile, RegVec, Scalar
+from . import wgmma
+from .lower import MMA_DTYPES, ring_loop_ops
+from .lower_producer import (bind_block_indices, bind_loop_index, load_stage_stride, role_ctx,
+                             tile_walk_begin, tile_walk_next, trip_count)
+from .program import RingRegs, RoleEmitter
+
+CONSUMER_BARRIER = 1
+"""The named barrier of all consumer warpgroups (``ConsumerSync``); 0 is the CTA's, 2 + c
+consumer c's staging (lower_epilogue.py)."""
+FIRST_TURN_BARRIER = 6
+"""Ping-pong: named barrier 6 + c is consumer c's turn on the tensor cores (at most 2 consumers)."""
+WGMMA_N = (256, 192, 128, 96, 64, 32, 16, 8)
+
+
+# -- what the consumers can take ------------------------------------------------------------
+def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
+    """None when the consumer emitters take ``op`` (and everything inside it); else a Refusal."""
+    from .lower import Refusal
+    if isinstance(op, Yield):
+        return None
+    if isinstance(op, Load):
+        t = op.result.type
+        if is_shared(op.result):
+            return None  # a one-shot ring (the producer's); the mbarrier pass placed it
+        if isinstance(t, TileType) and t.dtype not in (BF16, F16, F32):
+            return Refusal(op, f"{t.dtype} register tiles are not lowered yet")
+        return None
+    if isinstance(op, Store):
+        v = op.operands[1]
+        if is_shared(v):
+            return Refusal(op, "a shared tile stored to global memory (a TMA store from a consumer "
+                               "is not lowered yet); store a register tile")
+        return None
+    if isinstance(op, Copy):
+        return Refusal(op, "copies between shared and register tiles are not lowered yet")
+    if isinstance(op, tuple(c for c in REDUCE_OPS if c.AXIS == "col")):
+        return Refusal(op, "a column reduction combines the warps of every consumer through shared "
+                           "memory, which the general lowering does not plan yet")
+    if isinstance(op, MMA_OPS):
+        return _mma_refusal(op, consumers, in_ring_loop, users)
+    if isinstance(op, (For, If)):
+        for region in op.regions:
+            for inner in region.ops:
+                if isinstance(inner, MMA_OPS):
+                    return Refusal(inner, "a matrix product outside the loop that streams its "
+                                          "operands (its wgmma would not be a protocol step)")
+                why = consumer_refusal(inner, consumers, False, users)
+                if why is not None:
+                    return why
+        return None
+    for v in list(op.results):
+        t = v.type
+        if isinstance(t, TileType) and t.space == "rt" and t.dtype not in (BF16, F16, F32):
+            return Refusal(op, f"{t.dtype} register tiles are not lowered yet")
+    return None
+
+
+def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
+    from .lower import Refusal
+    if not in_ring_loop:
+        return Refusal(op, "a matrix product outside the loop that streams its operands (its wgmma "
+                           "would not be a protocol step)")
+    a, b = op.operands[0], op.operands[1]
+    if not is_shared(b) or not isinstance(b.owner, Load):
+        return Refusal(op, "B must be a shared tile the producer loads (wgmma reads B from shared memory)")
+    if is_shared(a) and not isinstance(a.owner, Load):
+        return Refusal(op, "A must be a shared tile the producer loads, or a register tile")
+    if not is_shared(a) and op.NAME not in ("mma_AB", "mma_ABt"):
+        return Refusal(op, f"{op.NAME} with A in registers: wgmma's register A is [M, K] (mma_AB, "
+                           "mma_ABt)")
+    if a.type.dtype != b.type.dtype or a.type.dtype not in MMA_DTYPES:
+        return Refusal(op, f"{a.type.dtype} x {b.type.dtype} products: the general lowering emits "
+                           "bf16 and f16 wgmma (fp8 needs k32 and K-major operands, not lowered yet)")
+    t = op.result.type
+    if t.dtype != F32:
+        return Refusal(op, "accumulators other than f32 are not lowered yet")
+    if t.rows % (64 * consumers):
+        return Refusal(op, f"a {t.rows}-row accumulator does not split into 64-row slabs over "
+                           f"{consumers} consumer warpgroups")
+    if _wgmma_n(t.cols, _b_operand(op).panel_cols if _b_operand(op).major == "MN" else 8) is None:
+        return Refusal(op, f"{t.cols} accumulator columns do not split into wgmma widths")
+    if len(op.operands) > 2:
+        acc = op.operands[2]
+        if [u for u in users.get(id(acc), []) if u is not op]:
+            return Refusal(op, f"the accumulator %{acc.hint} is read after the product (wgmma "
+                               "updates it in place)")
+    return None
+
+
+def users_of(kernel) -> dict[int, list[Op]]:
+    """id(value) -> the ops reading it (for the in-place accumulator rule)."""
+    users: dict[int, list[Op]] = {}
+    for op in kernel.walk():
+        for x in op.operands:
+            users.setdefault(id(x), []).append(op)
+    return users
+
+
+def _wgmma_n(cols: int, atom: int) -> int | None:
+    for n in WGMMA_N:
+        if n <= cols and cols % n == 0 and n % atom == 0:
+            return n
+    return None
+
+
+def _a_operand(op):
+    """How A lies in shared memory: K-major [M, K] for mma_AB/ABt, MN-major [K, M] for AtB/AtBt."""
+    t = op.operands[0].type
+    span = _span(t)
+    if op.NAME in ("mma_AB", "mma_ABt"):
+        return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
+    return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
+
+
+def _b_operand(op):
+    """How B lies: MN-major [K, N] for mma_AB/AtB, K-major [N, K] for mma_ABt/AtBt."""
+    t = op.operands[1].type
+    span = _span(t)
+    if op.NAME in ("mma_AB", "mma_AtB"):
+        return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
+    return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
+
+
+def _span(t: TileType) -> int:
+    value = str(t.attr("swizzle", "none"))
+    return 0 if value in ("none", "0B", "0") else int(value.rstrip("B"))
+
+
+# -- the role -------------------------------------------------------------------------------
+class ConsumerRole(RoleEmitter):
+    def __init__(self, k):
+        super().__init__(k.b, k.proto)
+        self.k = k
+        self.users = users_of(k.kernel)
+        self.pingpong = k.proto.pingpong
+        self.owners = 1 if self.pingpong else k.consumers
+        """Consumers sharing each tile's rows: all of them, or one (ping-pong: whole tiles each)."""
+        self.ctx = role_ctx(k, 4 * self.owners, slab_warps=4, pads=analyze_padding(k.kernel))
+        self.ctx.label = k.b.label
+        self.ctx.role = self
+        self.ctx.emitters = consumer_table()
+        self.loop_of = {ring: loop for loop, ring in k.schedule.loop_of.items()}
+        self.ring_of_load = {op: names[0] for op, names in k.schedule.load_of.items()}
+        self.shared: dict[int, Load] = {}  # id(value) -> the ring load it reads
+        self.table[ConsumerSync] = self.consumer_sync
+        self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
+
+    def run(self) -> None:
+        k, b, ctx = self.k, self.b, self.ctx
+        b(f"setmaxnreg.inc.sync.aligned.u32 {k.regs[1]};")
+        ctid, self.index = b.reg(), b.reg()
+        b(f"sub.u32 {self.index}, {k.wg}, 1;")
+        if self.pingpong:  # each consumer alone over its tiles' rows
+            b(f"mov.u32 {ctid}, {k.tid_wg};")
+        else:
+            b(f"sub.u32 {ctid}, {k.tid}, 128;")
+        self.share = b.mov(0) if self.pingpong else self.index
+        """Which share of a tile's rows this consumer computes."""
+        ctx._cache[("tid", "tid")] = ctid
+        self.leader = b.pred()
+        b(f"setp.eq.u32 {self.leader}, {k.tid_wg}, 0;")
+        start = len(b.lines)
+        self.rings = {}
+        for ring in k.proto.rings:
+            full, empty = k.bar_base(ring.name)
+            self.rings[ring.name] = RingRegs(ring, full, empty, b.mov(0), b.mov(0), b.mov(1))
+        self.tile, self.tile_count = b.reg(), b.reg()
+        self.stagings = self.plan_stagings()
+        self.deferred = self.choose_deferral()
+        self.emit(k.proto.consumer)
+        from .lower_epilogue import drain
+        if self.deferred is not None:
+            b(*self.deferred.flush(ctx))
+        b(*drain(self))
+        b.lines[start:start] = ctx.prologue
+
+    def plan_stagings(self) -> dict:
+        """The staging of every register-tile store smem-plan staged (lower_epilogue), set up once."""
+        from .lower_epilogue import staging_columns, staging_for
+        out = {}
+        for op in self.k.blocks.walk():
+            if isinstance(op, Store) and isinstance(op.operands[1].type, TileType) \
+                    and op.operands[1].type.space == "rt":
+                cols = staging_columns(op, self.owners, self.pingpong)
+                if cols:
+                    out[op] = staging_for(self, op, cols)
+        return out
+
+    def choose_deferral(self):
+        """The deferred epilogue (lower_epilogue.Deferred) when the tile ends in a staged store
+        of a 16-bit tile, after a ring loop with a wgmma, and it fits; the choice is logged."""
+        from .lower_epilogue import Deferred, defer_choice
+        ops = [op for op in self.k.blocks.regions[0].ops if not isinstance(op, Yield)]
+        last = ops[-1] if ops else None
+        if not isinstance(last, Store) or not isinstance(last.operands[1].type, TileType):
+            return None
+        if not any(isinstance(op, MMA_OPS) for loop in self.loop_of.values() for op in loop.regions[0].ops):
+            return None
+        if not any(op in self.loop_of.values() for op in ops):
+            return None
+        t = last.operands[1].type
+        if last not in self.stagings or t.dtype.bits != 16:
+            return None
+        ok, why = defer_choice(self, last, self.stagings[last].cols)
+        self.k.decisions.append({"decision": "epilogue overlap",
+                                 "value": "deferred to the next tile's first wgmma group" if ok else "none",
+                                 "why": why})
+        return Deferred(self, last, self.stagings[last]) if ok else None
+
+    # -- the tile walk --------------------------------------------------------------------
+    def first_tile(self) -> None:
+        tile_walk_begin(self)
+
+    def next_tile(self) -> None:
+        tile_walk_next(self)
+
+    def tiles(self, step) -> None:
+        top, end = self.b.label("tile"), self.b.label("tiles_done")
+        self.first_tile()
+        if step.alternate:  # consumer c takes the CTA's tiles c, c + N, ...
+            self.cta_first, self.grid_step = self.b.reg(), self.b.reg()
+            self.b(f"mov.u32 {self.grid_step}, %nctaid.x;", f"mov.u32 {self.cta_first}, {self.tile};",
+                   f"mad.lo.u32 {self.tile}, {self.index}, {self.grid_step}, {self.tile};")
+        self.b.place(top)
+        done = self.b.pred()
+        self.b(f"setp.ge.s32 {done}, {self.tile}, {self.tile_count};", f"@{done} bra {end};")
+        bind_block_indices(self)
+        self.bound: set[int] = set()  # ops emitted ahead of the walk this tile
+        self.trips_ready: set[str] = set()
+        if step.alternate:  # SkipTrips comes before the loop: its trip count first (the same every tile)
+            self.ahead(list(self.k.blocks.regions[0].ops))
+        self.walk(list(self.k.blocks.regions[0].ops), step.body, self.top_level_anchor)
+        if step.alternate:
+            self.b(f"mad.lo.u32 {self.tile}, {self.grid_step}, {self.k.consumers}, {self.tile};")
+            self.b(f"bra.uni {top};")
+            self.b.place(end)
+            return
+        self.next_tile()
+        self.b(f"bra.uni {top};")
+        self.b.place(end)
+
+    def top_level_anchor(self, step, ops: list[Op]) -> int | None:
+        """The index in the block body of the IR op ``step`` stands for, if any."""
+        if isinstance(step, Wait) and step.bar == "full":
+            for i, op in enumerate(ops):
+                if isinstance(op, Load) and self.ring_of_load.get(op) == step.ring:
+                    return i
+        if isinstance(step, IfTrips):
+            loop = self.loop_of[step.ring]
+            return ops.index(loop)
+        if isinstance(step, ConsumerSync):
+            for i, op in enumerate(ops):
+                if isinstance(op, Store) and "smem" in op.attrs:
+                    return i
+        return None
+
+    def walk(self, ops: list[Op], steps, anchor) -> None:
+        """Emit ``steps`` with the IR ``ops`` in between: a step anchored at op i comes after
+        ops [.., i) and takes op i itself; a step with no op of its own comes where it stands
+        among the anchored ones (a wait right after its wgmma), or, after the last of them,
+        once every pending op is emitted (the releases and waits that end a trip or a tile)."""
+        anchors = [anchor(step, ops) for step in steps]
+        i = 0
+        for n, (step, j) in enumerate(zip(steps, anchors)):
+            if j is None:
+                if all(a is None for a in anchors[n + 1:]):
+                    self.ops(ops[i:])
+                    i = len(ops)
+                self.emit((step,))
+                continue
+            self.ops(ops[i:j])
+            self.anchored(step, ops[j])
+            i = j + 1
+        self.ops(ops[i:])
+
+    def ahead(self, ops: list[Op]) -> None:
+        """The block body's scalars and every ring loop's trip count, before the walk."""
+        from .lower_producer import is_scalar_op
+        for op in ops:
+            if is_scalar_op(op) and all(id(x) in self.ctx.values for x in op.operands):
+                self.b(*self.ctx.emit_op(op))
+                self.bound.add(id(op))
+        for ring, loop in self.loop_of.items():
+            self.rings[ring].trips = trip_count(self.ctx, self.b, loop)
+            self.trips_ready.add(ring)
+
+    def ops(self, ops: list[Op]) -> None:
+        for op in ops:
+            if isinstance(op, Yield) or id(op) in self.bound:
+                continue
+            if isinstance(op, Load) and is_shared(op.result):
+                self.shared[id(op.result)] = op
+                continue
+            self.b(*self.ctx.emit_op(op))
+
+    def anchored(self, step, op: Op) -> None:
+        if isinstance(step, Wait):       # a one-shot tile: its bytes have landed
+            self.shared[id(op.result)] = op
+            self.emit((step,))
+        elif isinstance(step, IfTrips):  # a ring loop
+            self.ring_loop(op, step)
+        elif isinstance(step, Mma):
+            self.wgmma(op)
+            if self.deferred is not None:  # the last tile's stores run under this group
+                self.b(*self.deferred.flush(self.ctx))
+        else:                            # ConsumerSync before a store staged over the ring
+            self.emit((step,))
+            self.ops([op])
+
+    # -- ring loops -----------------------------------------------------------------------
+    def ring_loop(self, loop: For, step: IfTrips) -> None:
+        ctx, b = self.ctx, self.b
+        body = loop.regions[0]
+        carried = []
+        for init, arg in zip(loop.variadic(), body.args[1:]):
+            rep = ctx.get(init)
+            if [u for u in self.users.get(id(init), []) if u is not loop]:
+                home = fresh(ctx, init.type)
+                b(*moves(ctx, [home], [rep]))
+                rep = home
+            ctx.bind(arg, rep)
+            carried.append(rep)
+        self.carried = carried
+        if step.ring not in self.trips_ready:
+            self.rings[step.ring].trips = trip_count(ctx, b, loop)
+        self.emit((step,))
+        if self.deferred is not None:  # a tile without trips issued no wgmma: flush here, before
+            b(*self.deferred.flush(ctx))  # the epilogue makes the next tile's values
+        for res, rep in zip(loop.results, carried):
+            ctx.bind(res, rep)
+
+    def trip(self, step: Loop) -> None:
+        loop = self.loop_of[step.ring]
+        bind_loop_index(self.ctx, self.b, loop, self.rings[step.ring].counter)
+        mmas = [op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)]
+        ops = ring_loop_ops(loop)
+        order = iter(mmas)
+
+        def anchor(st, ops_):
+            if isinstance(st, Mma):
+                return ops_.index(next(order))
+            return None
+
+        self.walk(ops, step.body, anchor)
+        term = loop.regions[0].terminator
+        self.b(*moves(self.ctx, self.carried, [self.ctx.get(v) for v in term.operands]))
+
+    # -- wgmma ----------------------------------------------------------------------------
+    def stage_address(self, load: Load) -> str:
+        """Shared address of ``load``'s tile in the current stage of its ring."""
+        b = self.b
+        ring = self.rings[self.ring_of_load[load]]
+        loop = self.loop_of.get(ring.ring.name)
+        addr = b.reg()
+        b(f"mad.lo.u32 {addr}, {ring.s}, {load_stage_stride(loop)}, {self.k.smem};",
+          f"add.u32 {addr}, {addr}, {load.attrs['smem']};")
+        return addr
+
+    def wgmma(self, op: Op) -> None:
+        """One committed wgmma group: every k16 step of the tile, every slab of this consumer,
+        every wgmma-wide piece of the accumulator's columns."""
+        ctx, b, k = self.ctx, self.b, self.k
+        t: TileType = op.result.type
+        op_a, op_b = _a_operand(op), _b_operand(op)
+        slabs = t.rows // 64 // self.owners
+        n = _wgmma_n(t.cols, op_b.panel_cols if op_b.major == "MN" else 8)
+        if len(op.operands) > 2:
+            acc = ctx.get(op.operands[2])
+            scale = "1"
+        else:
+            acc = fresh(ctx, t)
+            scale = "0"
+        in_regs = not is_shared(op.operands[0])  # RS: A is a packed 16-bit register tile
+        b_addr = self.stage_address(self.shared[id(op.operands[1])])
+        desc_b = self.descriptor(b_addr, op_b)
+        if in_regs:
+            a_tile = ctx.get(op.operands[0])
+            if not a_tile.packed:
+                raise NotAvailableError(f"{op.NAME}: a register A operand must be a 16-bit tile "
+                                        "(cvt<bf16>(...))", op.span)
+        else:
+            a_addr = self.stage_address(self.shared[id(op.operands[0])])
+            if op_a.major == "K":
+                b(f"mad.lo.u32 {a_addr}, {self.share}, {slabs * 64 * op_a.span}, {a_addr};")
+            else:
+                per = slabs * 64 // op_a.panel_cols * op_a.panel_bytes
+                b(f"mad.lo.u32 {a_addr}, {self.share}, {per}, {a_addr};")
+            desc_a = self.descriptor(a_addr, op_a)
+        ta, tb = int(op_a.major == "MN"), int(op_b.major == "MN")
+        k_steps = op.operands[0].type.cols // 16 if op_a.major == "K" else op.operands[0].type.rows // 16
+        lines = [wgmma.FENCE]
+        dtype = op.operands[1].type.dtype.name
+        for ks in range(k_steps):
+            b_descs = [self.at(desc_b, op_b.offset(ks, n * piece)) for piece in range(t.cols // n)]
+            for slab in range(slabs):
+                for piece in range(t.cols // n):
+                    regs = [acc.regs[slab][piece * n // 8 + r // 4][r % 4] for r in range(n // 2)]
+                    first = scale if ks == 0 else "1"
+                    if in_regs:  # the A fragment of k16 step ks: chunks 2ks, 2ks+1, rows g and g+8
+                        a_regs = [a_tile.regs[slab][2 * ks + c][h] for c in (0, 1) for h in (0, 1)]
+                        lines.append(wgmma.mma_rs_instruction(n, dtype, regs, a_regs, b_descs[piece], tb, first))
+                    else:
+                        lines.append(wgmma.mma_instruction(n, dtype, regs, self.at(desc_a, op_a.offset(ks, 64 * slab)),
+                                                           b_descs[piece], tb, first, ta=ta))
+        lines.append(wgmma.COMMIT)
+        b(*lines)
+        ctx.bind(op.result, acc)
+
+    # -- named barriers -------------------------------------------------------------------
+    def consumer_sync(self, step) -> None:
+        self.b(f"bar.sync {CONSUMER_BARRIER}, {128 * self.k.consumers};")
+
+    def turn_wait(self, step) -> None:
+        """Ping-pong: this consumer's turn on the tensor cores (named barrier FIRST_TURN + c)."""
+        own = self.b.reg()
+        self.b(f"add.u32 {own}, {self.index}, {FIRST_TURN_BARRIER};", f"bar.sync {own}, 256;")
+
+    def turn_pass(self, step) -> None:
+        nxt = self.b.reg()
+        self.b(f"xor.b32 {nxt}, {self.index}, 1;", f"add.u32 {nxt}, {nxt}, {FIRST_TURN_BARRIER};",
+               f"bar.arrive {nxt}, 256;")
+
+    def has_prev_tile(self) -> str:
+        p = self.b.pred()
+        self.b(f"setp.ne.s32 {p}, {self.tile}, {self.cta_first};")  # the CTA's first tile has none
+        return p
+
+    def has_next_tile(self) -> str:
+        p, after = self.b.pred(), self.b.reg()
+        self.b(f"add.s32 {after}, {self.tile}, {self.grid_step};", f"setp.lt.s32 {p}, {after}, {self.tile_count};")
+        return p
+
+
+# -- register tiles to and from global memory ----------------------------------------------------
+def _fragment_rows(ctx, layout):
+    """(row register, offset) per (band, half) and (column register, offset) per chunk."""
+    rb, cb = ctx.row_base(layout.rows), ctx.col_base(layout.cols)
+    rows = {(u, h): layout.rows.unit_offset(u, 16) + 8 * h for u in range(layout.bands) for h in (0, 1)}
+    cols = {j: 8 * j for j in range(layout.chunks)}
+    return rb, rows, cb, cols
+
+
+def emit_store(ctx, op) -> list[str]:
+    from .lower_epilogue import emit_staged
+    rep = ctx.get(op.operands[1])
+    if not isinstance(rep, RegTile):
+        return rt_emit_store(ctx, op)
+    staging = ctx.role.stagings.get(op) if not rep.layout.rows.replicated else None
+    deferred = ctx.role.deferred
+    if staging is not None and deferred is not None and deferred.op is op:
+        return deferred.hold(ctx, rep)
+    if staging is not None:
+        return emit_staged(ctx.role, ctx, op, rep, staging)
+    return _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=True)
+
+
+def emit_load(ctx, op) -> list[str]:
+    t = op.result.type
+    if not (isinstance(t, TileType) and t.space == "rt"):
+        return rt_emit_load(ctx, op)
+    rep = fresh(ctx, TileType("rt", F32, t.rows, t.cols))
+    out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
+    if t.dtype != F32:
+        from ..emit_elementwise import make_value
+        elems = {key: rep.regs[key[0]][key[1]][key[2]] for key in rep.layout.elements()}
+        ctx.bind(op.result, make_value(ctx, t, elems, out))
+    else:
+        ctx.bind(op.result, rep)
+    return out
+
+
+PACK = {BF16: "cvt.rn.bf16x2.f32", F16: "cvt.rn.f16x2.f32"}
+
+
+def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
+    """Store ``tile`` to (or load it from) ``param``'s tile at ``coords``, fragment by fragment:
+    one address per thread row; pairs of neighbouring columns at immediate offsets when the whole
+    tile lies inside the tensor (and its rows keep pairs aligned), else single elements under
+    row and column predicates (nothing outside the tensor is written; loads read zeros there)."""
+    from ..globalmem import GlobalView
+    out: list[str] = []
+    g = param.type
+    gd = g.dtype
+    if gd not in (BF16, F16, F32):
+        raise NotAvailableError(f"{op.NAME}: {gd} tensors are not lowered yet", op.span)
+    t = tile.type
+    layout = tile.layout
+    view = GlobalView(ctx, param, coords, t.rows, t.cols, out)
+    es = gd.nbytes
+    half = "bf16" if gd == BF16 else "f16"
+    rb, rows, cb, cols = _fragment_rows(ctx, layout)
+    guard = None
+    if store and (layout.rows.replicated or layout.cols.replicated):
+        guard = ctx.writer(layout.rows, layout.cols, None)
+    inside, e, odd = ctx.new("pred"), ctx.new("b32"), ctx.new("b32")
+    out += [f"add.s32 {e}, {view.row0}, {t.rows};", f"setp.le.s32 {inside}, {e}, {view.d_rows};",
+            f"add.s32 {e}, {view.col0}, {t.cols};", f"setp.le.and.s32 {inside}, {e}, {view.d_cols}, {inside};",
+            f"and.b32 {odd}, {view.d_cols}, 1;", f"setp.eq.and.s32 {inside}, {odd}, 0, {inside};"]
+    if view.lead_ok is not None:
+        out.append(f"and.pred {inside}, {inside}, {view.lead_ok};")
+    if guard is not None:
+        out.append(f"and.pred {inside}, {inside}, {guard};")
+    low = ctx.new("b64")  # pairs need the tensor's base aligned to a pair
+    out += [f"and.b64 {low}, {view.ptr}, {2 * es - 1};", f"setp.eq.and.u64 {inside}, {low}, 0, {inside};"]
+    addrs, rows_left = {}, {}
+    for key, roff in rows.items():
+        r = ctx.new("b32")
+        out.append(f"add.s32 {r}, {rb}, {roff};")
+        addrs[key] = view.element_address(r, cb, out)
+        rows_left[key] = r
+    edge, done = ctx.label("edge"), ctx.label("fragments_done")
+    out.append(f"@!{inside} bra {edge};")
+    for (u, h), addr in addrs.items():
+        for j, coff in cols.items():
+            imm = f"+{coff * es}" if coff else ""
+            if store:
+                out.append(f"st.global.{'v2.f32' if gd == F32 else 'b32'} [{addr}{imm}], "
+                           f"{_pair(ctx, tile, u, j, h, gd, out)};")
+            else:
+                a, c = tile.regs[u][j][2 * h], tile.regs[u][j][2 * h + 1]
+                if gd == F32:
+                    out.append(f"ld.global.v2.f32 {{{a}, {c}}}, [{addr}{imm}];")
+                else:
+                    p, x, y = ctx.new("b32"), ctx.new("b16"), ctx.new("b16")
+                    out += [f"ld.global.b32 {p}, [{addr}{imm}];", f"mov.b32 {{{x}, {y}}}, {p};",
+                            f"cvt.f32.{half} {a}, {x};", f"cvt.f32.{half} {c}, {y};"]
+    out.append(f"bra.uni {done};")
+    out.append(f"{edge}:")
+    cols_left = ctx.new("b32")
+    out += [f"add.s32 {cols_left}, {view.col0}, {cb};", f"sub.s32 {cols_left}, {view.d_cols}, {cols_left};"]
+    for (u, h), addr in addrs.items():
+        row_ok = ctx.new("pred")
+        r = rows_left[(u, h)]
+        gr = ctx.new("b32")
+        out += [f"add.s32 {gr}, {r}, {view.row0};", f"setp.lt.s32 {row_ok}, {gr}, {view.d_rows};"]
+        if view.lead_ok is not None:
+            out.append(f"and.pred {row_ok}, {row_ok}, {view.lead_ok};")
+        if guard is not None:
+            out.append(f"and.pred {row_ok}, {row_ok}, {guard};")
+        for j, coff in cols.items():
+            if store:
+                pair = _pair(ctx, tile, u, j, h, gd, out)
+                if gd == F32:
+                    values = pair.strip("{}").split(", ")
+                else:
+                    x, y = ctx.new("b16"), ctx.new("b16")
+                    out.append(f"mov.b32 {{{x}, {y}}}, {pair};")
+                    values = [x, y]
+            for e_ in (0, 1):
+                ok = ctx.new("pred")
+                out += [f"setp.gt.s32 {ok}, {cols_left}, {coff + e_};", f"and.pred {ok}, {ok}, {row_ok};"]
+                at = f"[{addr}+{(coff + e_) * es}]"
+                if store:
+                    out.append(f"@{ok} st.global.{'f32' if gd == F32 else 'b16'} {at}, {values[e_]};")
+                    continue
+                dst = tile.regs[u][j][2 * h + e_]
+                if gd == F32:
+                    out += [f"mov.f32 {dst}, 0f00000000;", f"@{ok} ld.global.f32 {dst}, {at};"]
+                else:
+                    hb = ctx.new("b16")
+                    out += [f"mov.b16 {hb}, 0;", f"@{ok} ld.global.b16 {hb}, {at};", f"cvt.f32.{half} {dst}, {hb};"]
+    out.append(f"{done}:")
+    return out
+
+
+def _pair(ctx, tile: RegTile, u: int, j: int, h: int, gd, out: list[str]) -> str:
+    """The operand of one pair store into a ``gd`` tensor: ``{lo, hi}`` f32, or one packed register."""
+    if gd == F32:
+        a, c = (ctx.tile_f32(tile, u, j, i, out) for i in (2 * h, 2 * h + 1))
+        return f"{{{a}, {c}}}"
+    if tile.packed and tile.type.dtype == gd:
+        return tile.regs[u][j][h]
+    a, c = (ctx.tile_f32(tile, u, j, i, out) for i in (2 * h, 2 * h + 1))
+    p = ctx.new("b32")
+    out.append(f"{PACK[gd]} {p}, {c}, {a};")
+    return p
+
+
+def consumer_table() -> EmitterTable:
+    table = EmitterTable()
+    table.entries[(Store, "memory")] = emit_store
+    table.entries[(Load, "memory")] = emit_load
+    for cls in MMA_OPS:
+        table.entries.pop((cls, "register"), None)
+    return table
+
+
+__all__ = ["ConsumerRole", "consumer_refusal", "emit_store", "emit_load", "StagingBegin",
+           "StagingEnd", "RegVec", "Scalar", "VectorType", "F32"]

@@ -1,0 +1,190 @@
+"""The producer warpgroup of the general lowering: it walks the protocol's producer program, and
+each ``TmaLoad`` step copies its IR ``load`` with TMA.
+
+One elected thread runs the program (the others wait at the exit). It computes the scalars the
+loads need from the IR itself, through the register-tile backend's scalar emitters: the block
+body's scalars once per tile (``tile_begin``), a ring loop's scalars once per trip with the loop
+variable ``lo + trip * step`` (``trip``). A load of an ``[R, C]`` tile at coordinates
+``(.., i, j)`` of a rank-n tensor is one box per swizzle panel: ``C * elem / span`` boxes of
+``span / elem`` columns x R rows, at element coordinates ``(j*C + panel*span/elem, i*R, ..)``
+(innermost first; leading coordinates are plain indices). Boxes past the tensor are zero-filled
+by TMA and still complete their bytes.
+"""
+from __future__ import annotations
+
+from ...ir.core import Block, Op
+from ...ir.ops import For, Load, Yield
+from ...ir.types import I32, ScalarType
+from ...passes.hopper import is_shared
+from ...passes.sync_protocol import Loop, TmaLoad
+from ..context import Ctx
+from ..layout import WarpGrid
+from ..padding import PaddingInfo
+from ..smem import SmemPlan
+from ..table import DEFAULT_TABLE
+from ..values import Scalar
+from . import tma
+from .program import RingRegs, RoleEmitter
+
+
+def role_ctx(k, warps: int, slab_warps: int = 0, pads: PaddingInfo | None = None) -> Ctx:
+    """A register-tile emission context for one role, sharing the kernel's register namer, its
+    parameters and named dims (loaded in the common prologue). No shared scratch: the ops that
+    would need it are refused by ``lower.refusal``."""
+    grid = WarpGrid(warps, warps, 1, slab_warps)
+    ctx = Ctx(k.kernel, grid, SmemPlan({}, {}, 0, []), pads or PaddingInfo(), {}, DEFAULT_TABLE)
+    ctx.namer = k.b.namer
+    ctx.globals = k.globals
+    ctx.dims = k.b.dims
+    for p in k.kernel.params:
+        if id(p) in k.scalars:
+            reg, dtype = k.scalars[id(p)]
+            ctx.bind(p, Scalar(reg, dtype))
+    return ctx
+
+
+def is_scalar_op(op: Op) -> bool:
+    return not op.regions and bool(op.results) and all(isinstance(v.type, ScalarType) for v in op.results) \
+        and all(isinstance(v.type, ScalarType) for v in op.operands)
+
+
+class ProducerRole(RoleEmitter):
+    def __init__(self, k):
+        super().__init__(k.b, k.proto)
+        self.k = k
+        self.ctx = role_ctx(k, 4)
+        self.loads = {names: op for op, names in k.schedule.load_of.items()}
+        self.loop_of = {ring: loop for loop, ring in k.schedule.loop_of.items()}
+
+    def run(self) -> None:
+        k, b = self.k, self.b
+        b(f"setmaxnreg.dec.sync.aligned.u32 {k.regs[0]};")
+        leader, done = b.pred(), b.label("producer_done")
+        b(f"setp.ne.u32 {leader}, {k.tid_wg}, 0;", f"@{leader} bra {done};")
+        for name in {m.symbol for m in self.maps()}:
+            raw, addr = b.reg("b64"), b.reg("b64")
+            b(*tma.generic_address(name, raw, addr), tma.prefetch(addr))
+        self.rings = {}
+        for ring in k.proto.rings:
+            full, empty = k.bar_base(ring.name)
+            s, ph = b.mov(0), b.mov(0)
+            self.rings[ring.name] = RingRegs(ring, full, empty, s, ph, b.mov(1))
+        self.tile, self.tile_count = b.reg(), b.reg()
+        self.counts = None
+        self.emit(k.proto.producer)
+        b.place(done)
+
+    def maps(self):
+        return [self.k.tensor_map(op) for op in self.loads.values()]
+
+    # -- the tile walk --------------------------------------------------------------------
+    def first_tile(self) -> None:
+        tile_walk_begin(self)
+
+    def next_tile(self) -> None:
+        tile_walk_next(self)
+
+    def tile_begin(self) -> None:
+        """The block indices of this tile, then the block body's scalars and every ring loop's
+        trip count."""
+        bind_block_indices(self)
+        self.emit_scalars(self.k.blocks.regions[0])
+        for ring, loop in self.loop_of.items():
+            self.rings[ring].trips = trip_count(self.ctx, self.b, loop)
+
+    def emit_scalars(self, block: Block) -> None:
+        for op in block.ops:
+            if is_scalar_op(op):
+                self.b(*self.ctx.emit_op(op))
+
+    def trip(self, step: Loop) -> None:
+        """The trip's scalars (the loop variable, the load coordinates), then its steps."""
+        loop = self.loop_of[step.ring]
+        bind_loop_index(self.ctx, self.b, loop, self.rings[step.ring].counter)
+        self.emit_scalars(loop.regions[0])
+        self.emit(step.body)
+
+    # -- events ---------------------------------------------------------------------------
+    def tma_load(self, step: TmaLoad) -> None:
+        b, ctx = self.b, self.ctx
+        load: Load = self.loads[(step.ring, step.load)]
+        r = self.rings[step.ring]
+        tmap = self.k.tensor_map(load)
+        t = load.result.type
+        coords = [ctx.get(v).reg for v in load.variadic()]
+        stage = b.reg()
+        stride = load_stage_stride(self.loop_of.get(step.ring))
+        b(f"mad.lo.u32 {stage}, {r.s}, {stride}, {self.k.smem};",
+          f"add.u32 {stage}, {stage}, {load.attrs['smem']};")
+        bar = self.bar(r, "full")
+        panel_cols = tmap.box[0]
+        panel_bytes = t.rows * tmap.swizzle
+        col0, row0 = b.reg(), b.reg()
+        b(f"mul.lo.s32 {col0}, {coords[-1]}, {t.cols};", f"mul.lo.s32 {row0}, {coords[-2]}, {t.rows};")
+        raw, addr = b.reg("b64"), b.reg("b64")
+        b(*tma.generic_address(tmap.symbol, raw, addr))
+        lead = list(reversed(coords[:-2]))
+        for p in range(t.cols // panel_cols):
+            dst, inner = b.reg(), b.reg()
+            b(f"add.u32 {dst}, {stage}, {p * panel_bytes};", f"add.s32 {inner}, {col0}, {p * panel_cols};")
+            b(tma.load_nd(dst, addr, [inner, row0, *lead], bar))
+
+
+def load_stage_stride(loop: For | None) -> int:
+    """Bytes between two stages of a ring (0 for a tile loaded once per tile: one stage)."""
+    return loop.attrs["stage_stride"] if loop is not None else 0
+
+
+def trip_count(ctx: Ctx, b, loop: For) -> str:
+    """max(0, ceil((hi - lo) / step)) from the loop's operands (emitted already)."""
+    lo, hi, step = (ctx.get(v).reg for v in loop.operands[:3])
+    n = b.reg()
+    b(f"sub.s32 {n}, {hi}, {lo};", f"add.s32 {n}, {n}, {step};", f"sub.s32 {n}, {n}, 1;",
+      f"div.s32 {n}, {n}, {step};", f"max.s32 {n}, {n}, 0;")
+    return n
+
+
+def bind_loop_index(ctx: Ctx, b, loop: For, counter: str) -> None:
+    """The loop variable of trip ``counter``: lo + counter * step."""
+    lo, _, step = (ctx.get(v).reg for v in loop.operands[:3])
+    k = b.reg()
+    b(f"mad.lo.s32 {k}, {counter}, {step}, {lo};")
+    ctx.bind(loop.regions[0].args[0], Scalar(k, I32))
+
+
+# -- the tile walk both roles share (the grid pass's schedule and order) ----------------------
+def tile_walk_begin(role) -> None:
+    """Tile counts from the block loop's operands; the first tile is this CTA's index."""
+    k, b, ctx = role.k, role.b, role.ctx
+    for op in k.kernel.body.ops:
+        if is_scalar_op(op):
+            b(*ctx.emit_op(op))
+    counts = [ctx.get(v).reg for v in k.blocks.variadic()]
+    b(f"mov.u32 {role.tile_count}, {counts[0]};")
+    for c in counts[1:]:
+        b(f"mul.lo.u32 {role.tile_count}, {role.tile_count}, {c};")
+    role.counts = counts
+    b(f"mov.u32 {role.tile}, %ctaid.x;")
+
+
+def tile_walk_next(role) -> None:
+    b = role.b
+    if role.k.blocks.attrs.get("schedule", "grid") == "persistent":
+        step = b.reg()
+        b(f"mov.u32 {step}, %nctaid.x;", f"add.u32 {role.tile}, {role.tile}, {step};")
+    else:
+        b(f"mov.u32 {role.tile}, {role.tile_count};")
+
+
+def bind_block_indices(role) -> None:
+    from ..emit_control import block_indices
+    out: list[str] = []
+    regs = block_indices(role.ctx, role.k.blocks, role.tile, role.counts, out)
+    role.b(*out)
+    for arg, reg in zip(role.k.blocks.regions[0].args, regs):
+        role.ctx.bind(arg, Scalar(reg, I32))
+
+
+__all__ = ["ProducerRole", "role_ctx", "is_scalar_op", "trip_count", "bind_loop_index",
+           "tile_walk_begin", "tile_walk_next", "bind_block_indices", "load_stage_stride",
+           "is_shared", "Yield"]
