@@ -174,6 +174,14 @@ class CompiledKernel:
                            decisions=log.to_json(), notes=notes)
 
     @user_facing
+    def autotune(self, space: dict, **options: Any):
+        """This kernel tuned by measurement over ``space`` (``{"BM": [64, 128], ...}``: values of
+        its ``<...>`` constants): per shape bucket, the fastest candidate on the GPU, kept in the
+        disk cache. Returns a callable like the kernel; see ``tkjit/autotune.py``."""
+        from .autotune import AutotunedKernel
+        return AutotunedKernel(self, space, **options)
+
+    @user_facing
     def torch_op(self, name: str, outputs: Any, *, dims: dict | None = None, dim_args: Any = ()):
         """Register this kernel as the PyTorch custom op ``name`` (``"mylib::gemm"``) that takes
         every parameter not in ``outputs`` and returns the outputs, allocated from the ``gl``
