@@ -136,17 +136,62 @@ def corpus_rows(quick: bool, out: list) -> None:
              {"torch_matmul_bf16": lambda x, w, y: torch.matmul(x, w.t())}, out)
 
 
+def attention_rows(out: list) -> None:
+    """examples/attention.tk through the general lowering and the template, against SDPA cuDNN."""
+    source = (ROOT / "examples" / "attention.tk").read_text()
+    b, h, n = 4, 16, 4096
+    for d in (128, 64):
+        for causal in (False, True):
+            consts = {"D": d, "CAUSAL": causal}
+            general = tkjit.compile(source, filename="attention.tk", constants=consts, lowering="general")
+            template = tkjit.compile(source, filename="attention.tk", constants=consts, lowering="template")
+
+            def make():
+                q, k, v = (torch.randn(b, h, n, d, device="cuda").bfloat16() for _ in range(3))
+                return (q, k, v, torch.full_like(q, float("nan")),
+                        torch.full((b, h, n), float("nan"), device="cuda"), d ** -0.5)
+            sets = rotation(make, 4 * b * h * n * d * 2)
+            q, k, v, o, lse, scale = sets[0]
+            ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                   is_causal=causal)
+            row = {"row": "attention", "shape": f"{b}x{h}x{n}x{d}{' causal' if causal else ''}",
+                   "backend_general": backend(general)}
+            for name, kern in (("general", general), ("template", template)):
+                o.fill_(float("nan"))
+                kern(*sets[0])
+                torch.cuda.synchronize()
+                row[f"{name}_err"] = round(rel_err(o, ref), 5)
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            def cudnn(q, k, v, o, lse, scale):
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            times = timed_together({"cudnn": cudnn, "general": general, "template": template}, sets)
+            row.update({f"{k_}_us": round(v_, 2) for k_, v_ in times.items()})
+            row["general_vs_cudnn"] = round(times["cudnn"] / times["general"], 3)
+            row["template_vs_cudnn"] = round(times["cudnn"] / times["template"], 3)
+            row["general_vs_template"] = round(times["template"] / times["general"], 3)
+            print(json.dumps(row), flush=True)
+            out.append(row)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--only", default="gemm,corpus,attention", help="comma-separated: gemm, corpus, attention")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     torch.zeros(1, device="cuda")
     rows: list = []
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 1024), (8192, 8192, 1024),
               (4096, 4096, 256), (1000, 3000, 520), (8192, 14336, 4096)]
-    gemm_rows(shapes[:2] + shapes[5:6] if args.quick else shapes, rows)
-    corpus_rows(args.quick, rows)
+    if "gemm" in only:
+        gemm_rows(shapes[:2] + shapes[5:6] if args.quick else shapes, rows)
+    if "corpus" in only:
+        corpus_rows(args.quick, rows)
+    if "attention" in only:
+        attention_rows(rows)
     print("row".ljust(18) + "shape".ljust(22) + "ratios")
     for r in rows:
         ratios = {k: v for k, v in r.items() if k.startswith("vs_") or k.endswith("_vs_cublas")

@@ -152,3 +152,44 @@ def test_a_trip_that_reads_its_product_drains_it():
     for k0 in range(0, 200, 64):
         ref = a.float()[:, k0:k0 + 64] @ b.float()[k0:k0 + 64] + 0.5 * ref
     assert torch.allclose(c, ref, rtol=1e-3, atol=1e-3)
+
+
+SYNC = re.compile(r"\b(mbarrier\.|bar\.sync|bar\.arrive|barrier\.|wgmma\.wait_group|wgmma\.commit_group|"
+                  r"cp\.async\.bulk\.wait_group|cp\.async\.bulk\.commit_group)")
+
+
+def sync_outside_the_protocol(ptx: str) -> tuple[list[str], int]:
+    """(synchronization lines no protocol step printed, lines in the staged epilogue's regions)."""
+    region, stray, epilogue = None, [], 0
+    for line in ptx.splitlines():
+        text = line.strip()
+        if text.startswith("// step:"):
+            region = "step"
+        elif text.startswith("// epilogue sync:"):
+            region = "epilogue"
+        elif text in ("// end step", "// end epilogue sync"):
+            region = None
+        elif SYNC.search(text):
+            if region is None:
+                stray.append(text)
+            elif region == "epilogue":
+                epilogue += 1
+    return stray, epilogue
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_every_barrier_and_wait_is_a_protocol_step(case):
+    """The lint: the general lowering's PTX has no mbarrier operation, named barrier, wgmma or
+    bulk-copy wait that a protocol step did not print; the one exception left is the staged
+    epilogue's (a consumer's named barrier and its TMA-store waits), bracketed and counted."""
+    ptx = tkjit.compile(case.source, constants=case.constants or None, lowering="general",
+                        require_hopper=True, cache=False).asm["ptx"]
+    stray, epilogue = sync_outside_the_protocol(ptx)
+    assert stray == []
+    assert ("stmatrix" in ptx) == (epilogue > 0)
+
+
+def test_the_lint_catches_a_barrier_of_its_own():
+    ptx = tkjit.compile(CASES[0].source, lowering="general", cache=False).asm["ptx"]
+    broken = ptx.replace("  ret;", "  bar.sync 3, 256;\n  ret;", 1)
+    assert sync_outside_the_protocol(broken)[0] == ["bar.sync 3, 256;"]

@@ -217,7 +217,7 @@ def test_the_scale_is_folded_only_when_positive():
 def test_refusals_name_what_does_not_match(edit, reason):
     ir = ir_of(128, False, SOURCE.replace(*edit))
     decisions: list = []
-    out = emit_hopper_ptx(ir, {"arch": "sm_90a"}, decisions)
+    out = emit_hopper_ptx(ir, {"arch": "sm_90a", "lowering": "template"}, decisions)
     if reason is None:
         assert out is not None
         return
@@ -277,7 +277,8 @@ def test_three_consumers_assemble_without_spills(causal):
 def test_three_consumers_do_not_fit_at_head_dim_128():
     """O is 64 registers at D = 128: 64 + 64 + 32 + 32 > 160, so BQ = 192 goes to mma.sync, saying why."""
     decisions: list = []
-    assert emit_hopper_ptx(ir_of(128, False, bq=192, bkv=128), {"arch": "sm_90a"}, decisions) is None
+    assert emit_hopper_ptx(ir_of(128, False, bq=192, bkv=128), {"arch": "sm_90a", "lowering": "template"},
+                           decisions) is None
     assert "3 consumers get at most 160 registers" in decisions[0]["why"], decisions[0]["why"]
 
 

@@ -510,6 +510,10 @@ def _detail(metadata: dict) -> str | None:
             parts.append(f"pipeline {options['pipeline']}")
         if options.get("unaligned_rows"):
             parts.append("unaligned rows")
+        if options.get("lowering"):
+            parts.append(f"{options['lowering']} lowering")
+        if options.get("require_hopper"):
+            parts.append("require_hopper")
         return ", ".join(parts)
     constants = metadata.get("constants")  # a @fill_sms choice
     if isinstance(constants, dict):

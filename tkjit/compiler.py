@@ -567,6 +567,10 @@ def dump_folder_name(kernel_name: str, options: CompileOptions) -> str:
         parts.append(f"pipeline-{hashlib.sha256(options.pipeline.encode()).hexdigest()[:8]}")
     if options.unaligned_rows:
         parts.append("unaligned_rows")
+    if getattr(options, "lowering", "auto") != "auto":
+        parts.append(f"lowering={options.lowering}")
+    if getattr(options, "require_hopper", False):
+        parts.append("require_hopper")
     return f"{kernel_name}@{','.join(parts)}" if parts else kernel_name
 
 

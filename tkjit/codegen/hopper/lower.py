@@ -278,6 +278,7 @@ class LoweredKernel:
         the CTA's one meeting of all roles, before they part)."""
         b = self.b
         leader, ready = b.pred(), b.label("barriers_ready")
+        b("// step: init the protocol's rings (full[s] and empty[s] of each), then the CTA meets once")
         b(f"setp.ne.u32 {leader}, {self.tid}, 0;", f"@{leader} bra {ready};")
         for ring in self.proto.rings:
             full, empty = self.bar_base(ring.name)
@@ -286,7 +287,7 @@ class LoweredKernel:
                   mbarrier.init(f"{empty}+{8 * s}", ring.empty_arrivals))
         b(mbarrier.INIT_FENCE)
         b.place(ready)
-        b("bar.sync 0;")
+        b("bar.sync 0;", "// end step")
 
     # -- text -----------------------------------------------------------------------------
     def module_text(self) -> str:

@@ -162,6 +162,8 @@ def _span(t: TileType) -> int:
 
 # -- the role -------------------------------------------------------------------------------
 class ConsumerRole(RoleEmitter):
+    marks = True
+
     def __init__(self, k):
         super().__init__(k.b, k.proto)
         self.k = k
@@ -334,7 +336,9 @@ class ConsumerRole(RoleEmitter):
         elif isinstance(step, IfTrips):  # a ring loop
             self.ring_loop(op, step)
         elif isinstance(step, Mma):
+            self.b(f"// step: {step.text()}")
             self.wgmma(op)
+            self.b("// end step")
             if self.deferred is not None:  # the last tile's stores run under this group
                 self.b(*self.deferred.flush(self.ctx))
         else:                            # ConsumerSync before a store staged over the ring

@@ -16,6 +16,8 @@ from ...ir.types import BF16, F16, F32, TileType
 from . import tma
 from .epilogue import PANEL_COLS, Staging, staging_lanes, store_staged
 
+EPILOGUE_MARK = "// epilogue sync: stmatrix + TMA store rounds (a consumer's named barrier, bulk-store waits)"
+"""Brackets the staged epilogue's synchronization, which is not a protocol step yet."""
 FIRST_STAGING_BARRIER = 2
 """Named barriers: 0 the CTA's, 1 every consumer's (ConsumerSync), 2 + c consumer c's staging."""
 
@@ -95,8 +97,10 @@ def emit_staged(role, ctx, op: Store, tile, staging: Staging, coords: list[str] 
     row0, col0 = b.reg(), b.reg()
     b(f"mul.lo.s32 {row0}, {coords[-2]}, {t.rows};", f"mad.lo.s32 {row0}, {role.share}, {slabs * 64}, {row0};",
       f"mul.lo.s32 {col0}, {coords[-1]}, {t.cols};")
+    out.append(EPILOGUE_MARK)
     store_staged(b, staging, [None] * slabs, 16, t.cols, row0, col0, g.dtype.name,
                  packed=_packed(ctx, tile, g.dtype, out), lead=tuple(reversed(coords[:-2])))
+    out.append("// end epilogue sync")
     role.staged = True
     return out
 
@@ -180,7 +184,7 @@ def drain(role) -> list[str]:
     """Before the consumer exits: its last TMA stores have finished with the staging tile."""
     if not getattr(role, "staged", False):
         return []
-    return [f"@{role.leader} {tma.store_wait(0, read_only=False)}"]
+    return [EPILOGUE_MARK, f"@{role.leader} {tma.store_wait(0, read_only=False)}", "// end epilogue sync"]
 
 
 __all__ = ["staging_columns", "staging_for", "emit_staged", "drain", "Deferred", "defer_choice",

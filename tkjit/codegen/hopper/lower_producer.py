@@ -49,6 +49,8 @@ def is_scalar_op(op: Op) -> bool:
 
 
 class ProducerRole(RoleEmitter):
+    marks = True
+
     def __init__(self, k):
         super().__init__(k.b, k.proto)
         self.k = k

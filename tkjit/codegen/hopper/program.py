@@ -58,13 +58,23 @@ class RoleEmitter:
                       IfNextTile: self.if_next_tile, SkipTrips: self.skip_trips,
                       TurnWait: self.turn_wait, TurnPass: self.turn_pass}
 
+    marks = False
+    """Bracket each event step's PTX with ``// step: <text>`` ... ``// end step`` comments (the
+    general lowering does: tests/test_general_lowering.py lints that every barrier, mbarrier and
+    wgmma/bulk-copy wait in its PTX is printed by a protocol step)."""
+
     def emit(self, steps) -> None:
         for step in steps:
             fn = self.table.get(type(step))
             if fn is None:
                 raise NotImplementedError(f"the Hopper emitter has no PTX for protocol step "
                                           f"{type(step).__name__} ({step.text()})")
-            fn(step)
+            if self.marks and not hasattr(step, "body"):
+                self.b(f"// step: {step.text()}")
+                fn(step)
+                self.b("// end step")
+            else:
+                fn(step)
 
     # -- addresses ------------------------------------------------------------------------
     def bar(self, ring: RingRegs, which: str, stage: str | None = None) -> str:
