@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         from tkbench import worker
         return worker.main(argv[1], argv[2])
     args = parse_args(argv)
+    if not args.dry_run and not _gpu_here():  # before anything runs or is written
+        print("error: the benchmarks need a CUDA GPU (a Hopper, with a CUDA build of torch) and none is usable "
+              "here; --dry-run checks this script on the CPU", file=sys.stderr)
+        return 1
     mode = Mode(quick=args.quick, dry_run=args.dry_run)
     begin = time.monotonic()
     budget = args.budget or BUDGET_S["dry_run" if args.dry_run else "quick" if args.quick else "full"]
@@ -117,6 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     print(headline(report, path, plots))
     print(table.render(rows))
     return 0
+
+
+def _gpu_here() -> bool:
+    try:
+        from tkjit.runtime.driver import gpu_available
+        return gpu_available()
+    except Exception:  # noqa: BLE001 - no cuda-python, no torch: no GPU
+        return False
 
 
 def _tests(args, env: dict, budget: float) -> dict:

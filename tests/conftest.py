@@ -1,7 +1,22 @@
-"""Test configuration: GPU tests run only where a CUDA GPU is present."""
+"""Test configuration: GPU tests run only where a CUDA GPU is present, and no test (nor the
+collection of the test modules) touches the user's real cache."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
+
+# Before any test module is imported: collection compiles kernels too (module-level kernels, the
+# GPU probe below), and without this they would write to the user's cache. Each test gets a
+# fresh directory of its own on top (_private_cache).
+_SESSION_CACHE = tempfile.mkdtemp(prefix="tkjit-test-cache-")
+os.environ["TKJIT_CACHE_DIR"] = _SESSION_CACHE
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
 def _gpu_available() -> bool:

@@ -233,11 +233,31 @@ def test_bench_says_where_the_benchmarks_are(capsys, monkeypatch, tmp_path):
     import tkjit.cli
     monkeypatch.setattr(tkjit.cli, "BENCH_SCRIPT", tmp_path / "benchmarks" / "run.py")
     code, _, err = run(capsys, "bench")
-    assert code == 1 and "the benchmarks are not written yet" in err and "benchmarks/run.py" in err
+    assert code == 1 and "from a source checkout" in err and "benchmarks/run.py" in err
+    assert "not written yet" not in err
     script = tmp_path / "benchmarks" / "run.py"
     script.parent.mkdir()
     script.write_text("import sys; sys.exit(len(sys.argv))\n")
+    monkeypatch.setattr(tkjit.cli, "_gpu_here", lambda: True)
     assert run(capsys, "bench", "--quick", "x")[0] == 3
+
+
+def test_bench_without_a_gpu_is_one_line_and_writes_nothing(tmp_path):
+    """As a new user runs it: a subprocess, no GPU; nothing appears in the checkout."""
+    def tree():
+        return sorted(p for p in REPO.rglob("*") if "__pycache__" not in p.parts and ".git" not in p.parts
+                      and ".pytest_cache" not in p.parts)
+    before = tree()
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TKJIT_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "tkjit", "bench"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env=env)
+    assert proc.returncode != 0
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: tkjit bench needs a CUDA GPU")
+    assert proc.stdout == ""
+    direct = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick"], capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path, env=env)
+    assert direct.returncode != 0 and direct.stderr.count("\n") == 1 and "need a CUDA GPU" in direct.stderr
+    assert tree() == before
 
 
 def test_demo_compiles_every_example(capsys, tmp_path):

@@ -385,7 +385,10 @@ def _gemm_args(**change):
                                                     r"gemm: argument 0 \('A'\) dim 1 set K = 32"),
     (_gemm_args(C=torch.zeros(64, 48, 1).bfloat16()), r"argument 2 \('C'\): expected 2 dimensions "
                                                        r"\[M, N\], got 3 \(shape \[64, 48, 1\]\)"),
-    (_gemm_args(A=torch.zeros(32, 64).bfloat16().T), r"argument 0 \('A'\): the tensor must be contiguous \(row-major\)"),
+    (_gemm_args(A=torch.zeros(32, 64).bfloat16().T), r"argument 0 \('A'\): the tensor's last dimension must be "
+                                                       r"contiguous \(stride 1\), got stride 64"),
+    (_gemm_args(C=torch.zeros(1, 48).bfloat16().expand(64, 48)), r"argument 2 \('C'\): the kernel stores into "
+                                                                  r"it, but its elements overlap"),
     (_gemm_args(A=3.0), r"argument 0 \('A'\): expected a tensor for gl<bf16>\[M, K\], got float"),
     (_gemm_args(C=np.zeros((64, 48), np.float16)), r"argument 2 \('C'\): expected dtype bf16 \(torch.bfloat16\), got numpy float16"),
     (_gemm_args()[:2], r"gemm: expected 3 arguments \(A: bf16 tensor \[M, K\], B: bf16 tensor \[K, N\], "

@@ -12,7 +12,7 @@ import pytest
 
 import tkjit
 from tkjit import compiler
-from tkjit.compiler import StageNotAvailableError, advance, compile, is_ir_text, stage_of
+from tkjit.compiler import StageNotAvailableError, advance, compile, dump_folder_name, is_ir_text, stage_of
 from tkjit.config import reset_config
 from tkjit.errors import NotAvailableError, PassError, TkError, VerifyError
 from tkjit.ir.core import Kernel
@@ -280,7 +280,7 @@ def test_dumps_every_stage_and_the_decisions(codegen, tmp_path, monkeypatch):
     ir_files = [f"{i + 1:02d}-after-{name}.tkir" for i, name in enumerate(passes)]
     assert names == sorted(["00-tkir.tkir", *ir_files, f"{n + 1:02d}-ptx.ptx", f"{n + 2:02d}-cubin.cubin",
                             f"{n + 3:02d}-sass.sass", "decisions.json", "decisions.txt", "metadata.json",
-                            "stages.txt"])
+                            "options.json", "stages.txt"])
     assert (out / "00-tkir.tkir").read_text() == kernel.asm["tkir"]
     for file, name in zip(ir_files, passes):
         assert (out / file).read_text() == kernel.asm[f"after:{name}"]
@@ -298,14 +298,37 @@ def test_dumps_without_a_backend_say_why_and_drop_stale_stages(tmp_path, monkeyp
     no_codegen(monkeypatch)
     monkeypatch.setenv("TKJIT_DUMP", str(tmp_path))
     reset_config()
-    tkjit.compile(IR, pipeline="canonicalize,canonicalize")
+    out = tmp_path / dump_folder_name("twice", options(pipeline=""))
+    out.mkdir()
+    (out / "03-ptx.ptx").write_text("a previous run's")
     tkjit.compile(IR, pipeline="")
-    out = tmp_path / "twice"
     assert sorted(p.name for p in out.iterdir()) == ["00-tkir.tkir", "decisions.json", "decisions.txt",
-                                                     "stages.txt"]
+                                                     "options.json", "stages.txt"]
     stages = (out / "stages.txt").read_text()
     assert "ptx    not available: the PTX backend is not available yet" in stages
     assert "tkir   made" in stages
+
+
+def test_each_specialization_dumps_into_its_own_folder(tmp_path, monkeypatch):
+    """Constants and options (a pipeline) get folders of their own; the defaults keep <kernel>/."""
+    no_codegen(monkeypatch)
+    monkeypatch.setenv("TKJIT_DUMP", str(tmp_path))
+    reset_config()
+    tkjit.compile(IR, pipeline="canonicalize,canonicalize")
+    tkjit.compile(IR, pipeline="")
+    tkjit.compile(IR)
+    kernel = ("kernel k<C = 16>(X: gl<f32>[R, C], Y: gl<f32>[R, C]) {\n  for i in blocks(R / 16) {\n"
+              "    x: rt<f32>[16, C] = X.tile(i, 0)\n    Y.tile(i, 0) = x\n  }\n}")
+    tkjit.compile(kernel, constants={"C": 32})
+    tkjit.compile(kernel)
+    folders = sorted(p.name for p in tmp_path.iterdir())
+    assert len(folders) == 5 and "twice" in folders and "k" in folders and "k@C=32" in folders
+    pipelines = [f for f in folders if f.startswith("twice@pipeline-")]
+    assert len(pipelines) == 2
+    assert {json.loads((tmp_path / f / "options.json").read_text())["pipeline"] for f in pipelines} == \
+        {"canonicalize,canonicalize", ""}
+    assert json.loads((tmp_path / "k@C=32" / "options.json").read_text())["constants"] == [["C", 32]]
+    assert (tmp_path / "twice" / "01-after-canonicalize.tkir").is_file()
 
 
 # ---------------------------------------------------------------- options

@@ -261,6 +261,9 @@ class EntryInfo(NamedTuple):
     created: str | None
     name: str | None
     """The kernel's name, from the metadata's "name"."""
+    detail: str | None = None
+    """What tells this entry apart from others of the same name: the constants it was compiled
+    with (overrides of the defaults; the metadata's "options"), or a @fill_sms choice's constants."""
 
 
 class _Corrupt(ValueError):
@@ -439,13 +442,14 @@ class DiskCache:
         infos = []
         for key, path in self._entry_dirs():
             size = sum(f.lstat().st_size for f in path.iterdir() if stat.S_ISREG(f.lstat().st_mode))
-            created = name = None
+            created = name = detail = None
             try:
                 created = json.loads(_read_file(path / MANIFEST, _MEMO_LIMIT, MANIFEST)).get("created")
-                name = json.loads(_read_file(path / METADATA, MAX_FILE, METADATA)).get("name")
-            except (OSError, ValueError, AttributeError):
+                metadata = json.loads(_read_file(path / METADATA, MAX_FILE, METADATA))
+                name, detail = metadata.get("name"), _detail(metadata)
+            except (OSError, ValueError, AttributeError, TypeError):
                 pass
-            infos.append(EntryInfo(key, size, created, name))
+            infos.append(EntryInfo(key, size, created, name, detail))
         return infos
 
     def verify(self) -> list[tuple[str, bool, str]]:
@@ -460,10 +464,26 @@ class DiskCache:
         return results
 
     def clear(self) -> int:
-        """Remove every entry (returns how many), lock files, and stale temporary directories."""
-        removed = sum(self._discard(path) for _, path in self._entry_dirs())
+        """Remove every entry (returns how many) and everything else tkjit keeps here (see
+        ``clear_all``)."""
+        return self.clear_all()["entries"]
+
+    def clear_all(self) -> dict[str, int]:
+        """Remove every entry (kernels, native launch builds, @fill_sms choices), the grammars,
+        the sync verdicts, the memos, lock files and stale temporary directories; how many of each
+        were removed. Files tkjit does not know are left alone."""
+        removed = {"entries": sum(self._discard(path) for _, path in self._entry_dirs())}
         if not self.root.is_dir():
             return removed
+        for folder, label in _SIDE_FOLDERS.items():
+            path = self.root / folder
+            if path.is_dir() and not path.is_symlink():
+                removed[label] = sum(1 for p in path.iterdir() if not p.name.startswith("."))
+                shutil.rmtree(path, ignore_errors=True)
+        memos = [p for p in self.root.glob("memo-*.json") if p.is_file()]
+        for p in [*memos, *self.root.glob("*.lock"), *self.root.glob(".tmp-memo-*")]:
+            p.unlink(missing_ok=True)
+        removed["memos"] = len(memos)
         for p in self.root.iterdir():
             stale_tmp = p.name.startswith(".tmp-") and _age(p) > STALE_TMP_SECONDS
             if p.name.startswith(".trash-") or stale_tmp:
@@ -474,6 +494,31 @@ class DiskCache:
                 if not any(p.iterdir()):
                     p.rmdir()
         return removed
+
+
+_SIDE_FOLDERS = {"grammars": "grammars", "sync-verdicts": "sync verdicts"}
+"""Folders of the cache root beside the entries: the compiled lark grammars (lark_cache.py) and
+the synchronization checker's verdicts (passes/sync_verdicts.py)."""
+
+
+def _detail(metadata: dict) -> str | None:
+    options = metadata.get("options")
+    if isinstance(options, dict):
+        constants = " ".join(f"{n}={v}" for n, v in options.get("constants") or [])
+        parts = [constants or "default constants"]
+        if options.get("pipeline"):
+            parts.append(f"pipeline {options['pipeline']}")
+        if options.get("unaligned_rows"):
+            parts.append("unaligned rows")
+        if options.get("lowering"):
+            parts.append(f"{options['lowering']} lowering")
+        if options.get("require_hopper"):
+            parts.append("require_hopper")
+        return ", ".join(parts)
+    constants = metadata.get("constants")  # a @fill_sms choice
+    if isinstance(constants, dict):
+        return " ".join(f"{n}={v}" for n, v in constants.items())
+    return None
 
 
 def _age(path: Path) -> float:
@@ -493,18 +538,28 @@ def _size(n: int) -> str:
 
 def cache_command(action: str, cache: DiskCache) -> str:
     """The text `tkjit cache ls|verify|clear` prints."""
+    return cache_command_status(action, cache)[0]
+
+
+def cache_command_status(action: str, cache: DiskCache) -> tuple[str, int]:
+    """The text `tkjit cache ls|verify|clear` prints, and its exit status (1 when verify finds a
+    corrupted entry)."""
     if action == "ls":
         infos = cache.entries()
         lines = [f"{i.key[:16]}  {_size(i.size):>10}  {i.created or '?':<20}  {i.name or '?'}"
-                 for i in infos]
+                 + (f"  [{i.detail}]" if i.detail else "") for i in infos]
         total = sum(i.size for i in infos)
-        return "\n".join(lines + [f"{_entries(len(infos))}, {_size(total)} in {cache.root}"])
+        return "\n".join(lines + [f"{_entries(len(infos))}, {_size(total)} in {cache.root}"]), 0
     if action == "verify":
         results = cache.verify()
         lines = [f"ok       {key[:16]}" if ok else f"CORRUPT  {key[:16]}  {reason}"
                  for key, ok, reason in results]
         bad = sum(not ok for _, ok, _ in results)
-        return "\n".join(lines + [f"{_entries(len(results))}, {bad} corrupted in {cache.root}"])
+        text = "\n".join(lines + [f"{_entries(len(results))}, {bad} corrupted in {cache.root}"])
+        return text, 1 if bad else 0  # a corrupted entry is rebuilt when next used
     if action == "clear":
-        return f"removed {_entries(cache.clear())} from {cache.root}"
+        removed = cache.clear_all()
+        parts = [_entries(removed.pop("entries"))]
+        parts += [f"{n} {label if n != 1 else label.rstrip('s')}" for label, n in removed.items() if n]
+        return f"removed {', '.join(parts)} from {cache.root}", 0
     raise TkError(f"unknown cache action {action!r} (expected ls, verify or clear)")

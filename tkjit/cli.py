@@ -7,6 +7,7 @@
     tkjit cache ls|verify|clear
     tkjit demo
     tkjit bench [ARGS ...]
+    tkjit --version
 
 FILE may be ``-`` for standard input. Every tkjit error is printed as its diagnostic on stderr
 with exit status 1 (a traceback too when TKJIT_DEBUG=1).
@@ -26,7 +27,9 @@ EMIT_CHOICES = "tkir, opt, ptx, cubin, sass or after:<pass>"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     parser = argparse.ArgumentParser(prog="tkjit", description="tkjit: a tile-language JIT for Hopper GPUs")
+    parser.add_argument("--version", action="version", version=f"tkjit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("compile", help="compile a kernel file to any stage")
@@ -217,9 +220,10 @@ def _passes(args) -> int:
 
 
 def _cache(args) -> int:
-    from .cache import DiskCache, cache_command
-    print(cache_command(args.action, DiskCache.default()))
-    return 0
+    from .cache import DiskCache, cache_command_status
+    text, status = cache_command_status(args.action, DiskCache.default())
+    print(text)
+    return status
 
 
 def _demo(args) -> int:
@@ -231,10 +235,23 @@ BENCH_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
 
 def _bench(args) -> int:
+    """benchmarks/run.py of a source checkout, on a GPU. Without one it stops before anything runs
+    or is written (``--dry-run``, which tests the script on the CPU interpreter, goes through)."""
     if not BENCH_SCRIPT.is_file():
-        raise NotAvailableError(f"the benchmarks are not written yet: they will be {BENCH_SCRIPT} "
-                                "(run on a Hopper GPU: `tkjit bench` or `python benchmarks/run.py`)")
+        raise NotAvailableError(f"tkjit bench runs benchmarks/run.py from a source checkout of tkjit, and "
+                                f"this install has none (looked for {BENCH_SCRIPT})")
+    if "--dry-run" not in args.args and not _gpu_here():
+        raise NotAvailableError("tkjit bench needs a CUDA GPU (a Hopper, with a CUDA build of torch) and none "
+                                "is usable here; `tkjit bench --dry-run` checks the script on the CPU")
     return subprocess.call([sys.executable, str(BENCH_SCRIPT), *args.args])
+
+
+def _gpu_here() -> bool:
+    try:
+        from .runtime.driver import gpu_available
+        return gpu_available()
+    except Exception:  # noqa: BLE001 - no cuda-python, no torch: no GPU
+        return False
 
 
 if __name__ == "__main__":

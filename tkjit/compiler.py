@@ -309,7 +309,8 @@ def _front_end(result: CompileResult) -> None:
     result.name = kernel.name
     result.asm["tkir"] = print_kernel(kernel)
     if result.options.dump_dir is not None:
-        result.dump = _Dumper(result.options.dump_dir, kernel.name)
+        result.dump = _Dumper(result.options.dump_dir, dump_folder_name(kernel.name, result.options))
+        result.dump.file("options.json", _json(result.options.key()))
         result.dump.stage("tkir", ".tkir", result.asm["tkir"])
 
 
@@ -441,7 +442,8 @@ def _assemble(result: CompileResult) -> None:
         cubin, report = toolchain.assemble(result.asm["ptx"], result.options.arch, name=result.name)
         metadata = {"name": result.name, **result.metadata, "ptxas": report.to_dict(),
                     "decisions": result.decisions.to_json(),
-                    "signature": [list(param) for param in result.signature()]}
+                    "signature": [list(param) for param in result.signature()],
+                    "options": result.options.key()}  # what `tkjit cache ls` tells entries apart by
         return {"kernel.cubin": cubin, "kernel.ptx": result.asm["ptx"].encode()}, metadata
 
     if result.options.cache:
@@ -555,8 +557,27 @@ def _json(obj) -> str:
 
 # ---------------------------------------------------------------- dumps
 
+def dump_folder_name(kernel_name: str, options: CompileOptions) -> str:
+    """The dump folder of one specialization: ``<kernel>`` with the defaults, else the constants
+    and options it was compiled with, ``gemm@BM=64,BN=128`` / ``gemm@unaligned_rows`` /
+    ``twice@pipeline-<sha256[:8]>`` (the folder's options.json spells them out)."""
+    parts = [f"{name}={value}" for name, value in options.constants]
+    if options.pipeline is not None:
+        import hashlib
+        parts.append(f"pipeline-{hashlib.sha256(options.pipeline.encode()).hexdigest()[:8]}")
+    if options.unaligned_rows:
+        parts.append("unaligned_rows")
+    if getattr(options, "lowering", "auto") != "auto":
+        parts.append(f"lowering={options.lowering}")
+    if getattr(options, "require_hopper", False):
+        parts.append("require_hopper")
+    return f"{kernel_name}@{','.join(parts)}" if parts else kernel_name
+
+
 class _Dumper:
-    """Writes ``<dir>/<kernel>/NN-<stage>.<ext>`` in stage order, plus decisions.txt/.json."""
+    """Writes ``<dir>/<folder>/NN-<stage>.<ext>`` in stage order, plus decisions.txt/.json; the
+    folder is the kernel's name, with the constants and options of a specialization
+    (``dump_folder_name``)."""
 
     def __init__(self, root, kernel_name: str):
         from pathlib import Path

@@ -14,7 +14,15 @@ from typing import TextIO
 
 from .errors import TkError
 
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+def _examples_dir() -> Path:
+    """tkjit/examples in a regular install (setup.py ships examples/ there), else the source
+    checkout's examples/ (an editable install, or running from the repository)."""
+    here = Path(__file__).resolve().parent
+    shipped = here / "examples"
+    return shipped if shipped.is_dir() else here.parent / "examples"
+
+
+EXAMPLES_DIR = _examples_dir()
 
 
 def find_examples(directory: Path | None = None) -> list[Path]:

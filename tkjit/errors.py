@@ -56,3 +56,22 @@ class InterpreterError(TkError):
 
 class NotAvailableError(TkError):
     """A stage or backend that does not exist (yet) or cannot run here."""
+
+
+def user_facing(fn):
+    """Decorates the API's entry points (``tkjit.compile``, ``tkjit.load``, calling a kernel...):
+    a TkError leaves them with its traceback cut at the entry point, so that the user sees their
+    own line and the diagnostic rather than tkjit's internals. TKJIT_DEBUG=1 keeps the whole
+    traceback."""
+    import functools
+
+    @functools.wraps(fn)
+    def entry_point(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TkError as e:
+            from .config import get_config
+            if get_config().debug:
+                raise
+            raise e.with_traceback(None)  # tkjit's own frames are cut here: TKJIT_DEBUG=1 shows them
+    return entry_point

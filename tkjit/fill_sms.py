@@ -215,7 +215,9 @@ class ShapeDispatch:
         """By constants: each variant compiled once."""
         self._by_shape: dict[tuple, "CompiledKernel"] = {}
 
-    def __call__(self, *args: Any, stream: Any = None) -> None:
+    def __call__(self, *args: Any, stream: Any = None, **named: Any) -> None:
+        if named:  # by name: the kernel binds them and calls again by position
+            return self._kernel._refused(args, stream, False, named)
         try:
             key = tuple(a.shape for a in args)
         except AttributeError:

@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import compiler
 from .compiler import CompileResult, StageNotAvailableError
-from .errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
+from .errors import LaunchError, NotAvailableError, RowsNotAligned, TkError, user_facing
 from .options import CompileOptions
 
 if TYPE_CHECKING:
+    from .explanation import Explanation
     from .ir.core import Kernel as IRKernel
     from .passes import DecisionLog
 
@@ -46,6 +47,7 @@ class AsmView(Mapping):
     def __init__(self, result: CompileResult):
         self._result = result
 
+    @user_facing
     def __getitem__(self, stage: str) -> str:
         asm = self._result.asm
         if stage in asm:
@@ -128,6 +130,7 @@ class CompiledKernel:
         return self._result.options
 
     @property
+    @user_facing
     def binary(self) -> bytes:
         """The cubin (assembled on first access)."""
         try:
@@ -146,40 +149,75 @@ class CompiledKernel:
         """The decision log itself (``explain()`` renders it)."""
         return self._result.decisions
 
-    def explain(self) -> str:
+    @user_facing
+    def explain(self) -> "Explanation":
         """Every decision the passes and the code generator made, and why. (Makes the PTX, if
-        the backend is here, so that the code generator's decisions are included.)"""
+        the backend is here, so that the code generator's decisions are included.) The text, as a
+        ``str`` that also prints well at a prompt, renders as a table in a notebook and gives the
+        decisions as JSON (``.to_json()``): see tkjit/explanation.py."""
+        from .explanation import Explanation
         header = f"kernel '{self.name}', pipeline '{self._result.pipeline}'\n"
-        footer = ""
+        notes = []
         try:
             compiler.advance(self._result, "ptx")
         except TkError as e:
-            footer = f"(the code generator did not run: {e.message})\n"
+            notes.append(f"(the code generator did not run: {e.message})")
         if self._launchers:  # launched on a GPU: which fast path its calls take
             from .runtime import native
-            footer += f"launch: {native.status()}\n"
+            notes.append(f"launch: {native.status()}")
             if self._result.metadata.get("serial_launches"):
-                footer += ("launch: ordered across streams, one at a time (serial_launches: the launches "
-                           "share the module's state), through the generated Python function\n")
-        return header + self._result.decisions.render() + footer
+                notes.append("launch: ordered across streams, one at a time (serial_launches: the launches "
+                             "share the module's state), through the generated Python function")
+        log = self._result.decisions
+        text = header + log.render() + "".join(note + "\n" for note in notes)
+        return Explanation(text, kernel=self.name, pipeline=str(self._result.pipeline),
+                           decisions=log.to_json(), notes=notes)
+
+    @user_facing
+    def autotune(self, space: dict, **options: Any):
+        """This kernel tuned by measurement over ``space`` (``{"BM": [64, 128], ...}``: values of
+        its ``<...>`` constants): per shape bucket, the fastest candidate on the GPU, kept in the
+        disk cache. Returns a callable like the kernel; see ``tkjit/autotune.py``."""
+        from .autotune import AutotunedKernel
+        return AutotunedKernel(self, space, **options)
+
+    @user_facing
+    def torch_op(self, name: str, outputs: Any, *, dims: dict | None = None, dim_args: Any = ()):
+        """Register this kernel as the PyTorch custom op ``name`` (``"mylib::gemm"``) that takes
+        every parameter not in ``outputs`` and returns the outputs, allocated from the ``gl``
+        shapes and dtypes; ``torch.compile(fullgraph=True)`` and ``torch.export`` trace through it.
+        A dimension of an output that no input binds is fixed by ``dims={"N": 64}`` or made an
+        int argument of the op by ``dim_args=["N"]``. See ``tkjit/torch_op.py``."""
+        from .torch_op import register
+        return register(self, name, outputs, dims=dims, dim_args=dim_args)
 
     def __repr__(self) -> str:
         params = ", ".join(f"{name}: {type_}" for name, type_ in self._result.signature())
         return f"<tkjit kernel {self.name}({params})>"
 
     # -- running it ---------------------------------------------------------------------
-    def __call__(self, *args: Any, stream: Any = None) -> None:
-        """Run the kernel; ``stream=`` (a torch.cuda.Stream or a raw CUstream handle) for a GPU
-        launch, else torch's current stream."""
+    @user_facing
+    def __call__(self, *args: Any, stream: Any = None, **named: Any) -> None:
+        """Run the kernel on its arguments, by position or by parameter name (``k(X=x, Y=y)``);
+        ``stream=`` (a torch.cuda.Stream or a raw CUstream handle) for a GPU launch, else torch's
+        current stream."""
+        if named:
+            return self._refused(args, stream, False, named)
         fast = self._gpu_fast
         if fast is not None:
             return fast(*args, stream=stream)
         return self._refused(args, stream, False)
 
-    def _refused(self, args: tuple, stream: Any, checked: bool) -> None:
+    @user_facing  # the GPU fast paths' refusals come here, not through __call__
+    def _refused(self, args: tuple, stream: Any, checked: bool, named: dict | None = None) -> None:
         """A call the GPU fast path did not take (or one before it existed): the interpreter for
         host arrays, the current device's launcher (made on first use), or that launcher's
-        checker, which says what is wrong with the arguments."""
+        checker, which says what is wrong with the arguments. A call with arguments by name comes
+        here too: bound to positions, it is made again."""
+        if named:
+            from .arguments import bind_by_name
+            names = [name for name, _ in self._result.signature()]
+            return self(*bind_by_name(self.name, names, args, named), stream=stream)
         backend = self.options.backend or self._backend_for(args)
         if backend == "interpret":
             return self._interpret(args, stream)
@@ -328,6 +366,7 @@ def _is_host_tensor(a: Any) -> bool:
 
 # ---------------------------------------------------------------- the API
 
+@user_facing
 def compile(source: str, *, constants: dict | None = None, filename: str = "<string>",
             pipeline: str | None = None, debug: bool | None = None, cache: bool | None = None,
             backend: str | None = None, lowering: str | None = None,
@@ -352,6 +391,7 @@ def compile(source: str, *, constants: dict | None = None, filename: str = "<str
     return CompiledKernel(result)
 
 
+@user_facing
 def load(path: str | Path, **options: Any) -> CompiledKernel:
     """Compile the kernel in a file (``.tk`` kernel language, or ``.tkir`` textual IR)."""
     path = Path(path)

@@ -1,7 +1,10 @@
 """Binding a launch's arguments to a kernel's parameters, with the GPU launcher's checks.
 
 Arguments come in kernel parameter order: a torch CPU tensor or a numpy array for each global
-(row-major contiguous; outputs are written in place), a Python number for each scalar. Every
+(outputs are written in place), a Python number for each scalar. A global may be strided (a
+transpose of leading dimensions, a slice, a view of a fused projection) as long as its last
+dimension is contiguous; the interpreter reads and writes through the strides. A tensor the
+kernel writes must not overlap itself (a broadcast, stride 0). Every
 named dimension binds from the first tensor that has it; later uses of the name must agree, and
 a dimension written as an integer (or named by a constant) must match it. Anything else is a
 ``LaunchError`` naming the argument.
@@ -66,8 +69,7 @@ def bind(kernel: Kernel, args: list, constants: dict[str, int] | None = None) ->
             dims = tuple(constants.get(d, d) if isinstance(d, str) else d for d in param.type.dims)
             shared.shape(where, i, dims, memory.shape, bound, where_of)
             launch.params[param] = GlobalValue(names[i], param.type, memory)
-            extents.append(Extent(i, names[i], memory.__array_interface__["data"][0],
-                                  memory.nbytes, id(param) in stored))
+            extents.append(Extent(i, names[i], *_byte_span(memory), id(param) in stored))
         else:
             launch.params[param] = _scalar(arg, param.type, where)
     launch.dims.update({name: size for name, (size, _, _) in bound.items()})
@@ -82,6 +84,19 @@ def bind(kernel: Kernel, args: list, constants: dict[str, int] | None = None) ->
     return launch
 
 
+def _byte_span(memory: np.ndarray) -> tuple[int, int]:
+    """(first byte, bytes) of the memory a view can reach: for a strided view, from its lowest to
+    its highest element (a bound: overlap.py then refuses an output whose span meets another
+    tensor's, which is never a wrong answer, though interleaved views that do not share an element
+    are refused too)."""
+    start = memory.__array_interface__["data"][0]
+    if memory.size == 0:
+        return start, 0
+    low = sum(min(0, (n - 1) * st) for n, st in zip(memory.shape, memory.strides))
+    high = sum(max(0, (n - 1) * st) for n, st in zip(memory.shape, memory.strides))
+    return start + low, high - low + memory.itemsize
+
+
 def _describe(t) -> str:
     if isinstance(t, GlobalType):
         return shared.describe_param(t.dtype.name, t.dims)
@@ -92,28 +107,52 @@ def _tensor_memory(arg: Any, t: GlobalType, where: str, writes: bool) -> np.ndar
     """A numpy view of the caller's storage (no copy), checked against ``t``'s dtype."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(arg, torch.Tensor):
-        return _torch_memory(torch, arg, t, where)
+        return _torch_memory(torch, arg, t, where, writes)
     if isinstance(arg, np.ndarray):
         dt = _NUMPY_DTYPE_NAMES.get(arg.dtype.name)
         if dt != t.dtype:
             shared.dtype(where, t.dtype.name, _torch_name(t.dtype), f"numpy {arg.dtype.name}")
-        if not arg.flags.c_contiguous:
-            shared.not_contiguous(where, tuple(s // arg.itemsize for s in arg.strides), arg.shape)
+        itemsize = arg.itemsize
+        _check_strides(where, arg.shape, tuple(st // itemsize if st % itemsize == 0 else st / itemsize
+                                              for st in arg.strides), writes)
         if writes and not arg.flags.writeable:
             raise LaunchError(f"{where}: the kernel stores into it, but the array is read-only")
         return arg.view(_BIT_VIEWS[dt]) if dt in _BIT_VIEWS else arg
     raise LaunchError(f"{where}: expected a tensor for {t}, got {type(arg).__name__}")
 
 
-def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str) -> np.ndarray:
+def _check_strides(where: str, shape: tuple, strides: tuple, writes: bool) -> None:
+    """Strides in elements: the last dimension's must be 1 (any other strides are read through);
+    a tensor the kernel writes must not overlap itself."""
+    if shape and shape[-1] > 1 and strides[-1] != 1:
+        shared.not_contiguous(where, strides, shape)  # the GPU launcher's words for this
+    if writes and _overlaps_itself(shape, strides):
+        raise LaunchError(f"{where}: the kernel stores into it, but its elements overlap (shape {tuple(shape)}, "
+                          f"strides {tuple(strides)}: a broadcast or expanded view); pass a tensor of its own")
+
+
+def _overlaps_itself(shape: tuple, strides: tuple) -> bool:
+    """Whether two indices reach one element: dims of more than one element, by stride, each
+    stride at least the span of the dims inside it (a sufficient test; torch's own is the same)."""
+    if any(n == 0 for n in shape):
+        return False
+    dims = sorted((abs(st), n) for st, n in zip(strides, shape) if n > 1)
+    span = 1
+    for st, n in dims:
+        if st < span:
+            return True
+        span = st * (n - 1) + span
+    return False
+
+
+def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str, writes: bool = False) -> np.ndarray:
     name = str(arg.dtype).removeprefix("torch.")
     dt = _TORCH_DTYPE_NAMES.get(name)
     if dt != t.dtype:
         shared.dtype(where, t.dtype.name, _torch_name(t.dtype), arg.dtype)
     if arg.device.type != "cpu":
         raise LaunchError(f"{where}: the interpreter runs on the CPU; got a tensor on {arg.device}")
-    if not arg.is_contiguous():
-        shared.not_contiguous(where, arg.stride(), arg.shape)
+    _check_strides(where, tuple(arg.shape), tuple(arg.stride()), writes)
     arg = arg.detach()
     if dt == BF16:
         return arg.view(torch.int16).numpy().view(np.uint16)

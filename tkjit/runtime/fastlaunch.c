@@ -109,6 +109,23 @@ static PyObject *refuse(Launch *self, PyObject *const *args, Py_ssize_t nargs, P
     return out;
 }
 
+static PyObject *refuse_named(Launch *self, PyObject *const *args, Py_ssize_t nargs, PyObject *stream,
+                              PyObject *checked, PyObject *named) {
+    PyObject *tuple = PyTuple_New(nargs);
+    if (!tuple) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(tuple, i, args[i]);
+    }
+    PyObject *out = PyObject_CallFunctionObjArgs(self->slow, tuple, stream, checked, named, NULL);
+    Py_DECREF(tuple);
+    Py_DECREF(named);
+    return out;
+}
+
 /* ------------------------------------------------------------------ reading a tensor */
 
 static PyObject *call_method(PyObject *obj, PyObject *name, PyObject *descr, int exact) {
@@ -305,7 +322,7 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
                                    PyObject *kwnames) {
     Launch *self = (Launch *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *stream = Py_None, *checked = Py_False;
+    PyObject *stream = Py_None, *checked = Py_False, *named = NULL;
     if (kwnames) {
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++) {
             PyObject *name = PyTuple_GET_ITEM(kwnames, k);
@@ -313,10 +330,14 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
                 stream = args[nargs + k];
             else if (PyUnicode_Compare(name, s_checked) == 0)
                 checked = args[nargs + k];
-            else
-                return PyErr_Format(PyExc_TypeError, "fast() got an unexpected keyword argument '%U'", name);
+            else if ((!named && !(named = PyDict_New())) || PyDict_SetItem(named, name, args[nargs + k]) < 0) {
+                Py_XDECREF(named);
+                return NULL;
+            }
         }
     }
+    if (named)  /* arguments by name: the slow path binds them to positions and calls again */
+        return refuse_named(self, args, nargs, stream, checked, named);
     if (nargs != self->nparams)
         return refuse(self, args, nargs, stream, checked);
 

@@ -56,8 +56,28 @@ def shape(at: str, index: int, dims, sizes, bound: dict, where_of) -> None:
 
 
 def not_contiguous(at: str, strides, sizes) -> None:
-    raise LaunchError(f"{at}: the tensor must be contiguous (row-major); got strides "
-                      f"{tuple(strides)} for shape {tuple(sizes)}; call .contiguous()")
+    """The refusal of a strided tensor, naming the dimension whose stride is wrong: a last dimension
+    that is not contiguous (both backends refuse it alike), or on the GPU any other stride that is
+    not row-major (the interpreter reads through those: interpreter/launch.py)."""
+    sizes, strides = tuple(sizes), tuple(strides)
+    if sizes and sizes[-1] > 1 and strides[-1] != 1:
+        raise LaunchError(f"{at}: the tensor's last dimension must be contiguous (stride 1), got stride "
+                          f"{strides[-1]} (strides {strides} for shape {sizes}); call .contiguous()")
+    raise LaunchError(f"{at}: the tensor must be contiguous (row-major) on the GPU: "
+                      f"{first_strided(tuple(sizes), tuple(strides))}; got strides {tuple(strides)} for shape "
+                      f"{tuple(sizes)}; call .contiguous() (the CPU interpreter reads any strides whose last "
+                      "dimension is contiguous)")
+
+
+def first_strided(shape: tuple, strides: tuple) -> str:
+    """Which dimension of a non-contiguous tensor breaks row-major order, e.g. 'dim 0 has stride 96,
+    row-major needs 64'."""
+    want = 1
+    for axis in reversed(range(len(shape))):
+        if shape[axis] != 1 and strides[axis] != want:
+            return f"dim {axis} has stride {strides[axis]}, row-major needs {want}"
+        want *= shape[axis]
+    return "its strides are not row-major"
 
 
 def i32_value(value, at: str) -> int:

@@ -343,7 +343,8 @@ class Launcher:
             launch = ["with order.lock:", "    key = order.before(stream)", *("    " + line for line in launch),
                       "    order.after(stream, key)"]
         body += [*("    " + line for line in launch), "finally:", "    give(block)"]
-        return "def fast(*args, stream=None, checked=False):\n" + "".join(f"    {b}\n" for b in body)
+        body.insert(0, "if named: return slow(args, stream, checked, named)")  # by name: bound, then again
+        return "def fast(*args, stream=None, checked=False, **named):\n" + "".join(f"    {b}\n" for b in body)
 
     def _overlap_lines(self, slow: str) -> list[str]:
         """Each tensor's end address, and one check that no output overlaps another tensor."""
@@ -438,9 +439,14 @@ class Launcher:
 
     # -- the slow path: diagnosis ---------------------------------------------------------------
 
-    def slow(self, args, stream, checked=False):
+    def slow(self, args, stream, checked=False, named=None):
         """Where the fast path sends what it refuses: check_args names the problem (a LaunchError),
-        or normalizes the arguments and the fast path runs again."""
+        or normalizes the arguments and the fast path runs again. Arguments by name are bound to
+        positions first."""
+        if named:
+            from ..arguments import bind_by_name
+            args = bind_by_name(self.name, [p.name for p in self.params], args, named)
+            return self.fast(*args, stream=stream)
         if checked:
             raise TkError(f"internal error: the launcher of '{self.name}' refused arguments that its "
                           f"checker accepted; please report this with the kernel's metadata")

@@ -10,8 +10,10 @@ writes that same tile and that no other block reads it (a GEMM whose C is its A 
 kernel reading neighbouring rows is order-dependent), so it cannot stay sound in general. Two
 read-only inputs may share memory freely (``attention(q, kv, kv, ...)``).
 
-Both backends call ``overlap_error`` with every tensor's byte range (the tensors are contiguous:
-both refuse anything else first), so the message is the same on both.
+Both backends call ``overlap_error`` with every tensor's byte range, so the message is the same on
+both: on the GPU the tensors are contiguous (it refuses anything else first); the interpreter also
+takes strided views, whose range is the span from their lowest to their highest element (a bound:
+views that interleave without sharing an element are refused as well).
 """
 from __future__ import annotations
 
