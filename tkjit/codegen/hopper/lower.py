@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.core import Kernel, Op
-from ...ir.ops import MMA_OPS, Blocks, Copy, For, If, Load, Store, Yield
-from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, TileType, VectorType
+from ...ir.ops import Blocks, For, If, Load
+from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, TileType
 from ...passes.hopper import block_loop, depends_on, is_shared, pipelined_loops
 from ...passes.mbarrier import Schedule, schedule_of
 from ..abi import param_entries
@@ -304,10 +304,4 @@ def lower_kernel(kernel: Kernel, options: dict | None = None) -> tuple[str, dict
     return LoweredKernel(kernel, options).emit()
 
 
-def ring_loop_ops(loop: For) -> list[Op]:
-    """The ops of a ring loop's body without its terminator."""
-    return [op for op in loop.regions[0].ops if not isinstance(op, Yield)]
-
-
-__all__ = ["lower_kernel", "refusal", "Refusal", "LoweredKernel", "MMA_DTYPES", "ring_loop_ops",
-           "Copy", "If", "Store", "VectorType"]
+__all__ = ["lower_kernel", "refusal", "Refusal", "LoweredKernel", "MMA_DTYPES"]

@@ -22,7 +22,7 @@ themselves. The protocol is the object the mbarrier pass checked; the IR is the 
 from __future__ import annotations
 
 from ...errors import NotAvailableError
-from ...ir.core import Op, Value
+from ...ir.core import Op
 from ...ir.ops import MMA_OPS, REDUCE_OPS, Copy, For, If, Load, Store, Yield
 from ...ir.types import BF16, F16, F32, TileType, VectorType  # noqa: F401
 from ...passes.hopper import is_shared
@@ -33,7 +33,8 @@ from ..padding import analyze_padding
 from ..table import EmitterTable
 from ..values import RegTile, RegVec, Scalar
 from . import wgmma
-from .lower import MMA_DTYPES, ring_loop_ops
+from .interleave import body_ops, interleave, tile_anchor, trip_anchor
+from .lower import MMA_DTYPES
 from .lower_producer import (bind_block_indices, bind_loop_index, load_stage_stride, role_ctx,
                              tile_walk_begin, tile_walk_next, trip_count)
 from .program import RingRegs, RoleEmitter
@@ -269,7 +270,7 @@ class ConsumerRole(RoleEmitter):
         self.trips_ready: set[str] = set()
         if step.alternate:  # SkipTrips comes before the loop: its trip count first (the same every tile)
             self.ahead(list(self.k.blocks.regions[0].ops))
-        self.walk(list(self.k.blocks.regions[0].ops), step.body, self.top_level_anchor)
+        self.walk(list(self.k.blocks.regions[0].ops), step.body, tile_anchor(self.ring_of_load, self.loop_of))
         if step.alternate:
             self.b(f"mad.lo.u32 {self.tile}, {self.grid_step}, {self.k.consumers}, {self.tile};")
             self.b(f"bra.uni {top};")
@@ -279,39 +280,15 @@ class ConsumerRole(RoleEmitter):
         self.b(f"bra.uni {top};")
         self.b.place(end)
 
-    def top_level_anchor(self, step, ops: list[Op]) -> int | None:
-        """The index in the block body of the IR op ``step`` stands for, if any."""
-        if isinstance(step, Wait) and step.bar == "full":
-            for i, op in enumerate(ops):
-                if isinstance(op, Load) and self.ring_of_load.get(op) == step.ring:
-                    return i
-        if isinstance(step, IfTrips):
-            loop = self.loop_of[step.ring]
-            return ops.index(loop)
-        if isinstance(step, ConsumerSync):
-            for i, op in enumerate(ops):
-                if isinstance(op, Store) and "smem" in op.attrs:
-                    return i
-        return None
-
     def walk(self, ops: list[Op], steps, anchor) -> None:
-        """Emit ``steps`` with the IR ``ops`` in between: a step anchored at op i comes after
-        ops [.., i) and takes op i itself; a step with no op of its own comes where it stands
-        among the anchored ones (a wait right after its wgmma), or, after the last of them,
-        once every pending op is emitted (the releases and waits that end a trip or a tile)."""
-        anchors = [anchor(step, ops) for step in steps]
-        i = 0
-        for n, (step, j) in enumerate(zip(steps, anchors)):
-            if j is None:
-                if all(a is None for a in anchors[n + 1:]):
-                    self.ops(ops[i:])
-                    i = len(ops)
+        """Emit ``steps`` with the IR ``ops`` in between (interleave.py says where each goes)."""
+        for kind, step, op in interleave(ops, steps, anchor):
+            if kind == "op":
+                self.ops([op])
+            elif kind == "step":
                 self.emit((step,))
-                continue
-            self.ops(ops[i:j])
-            self.anchored(step, ops[j])
-            i = j + 1
-        self.ops(ops[i:])
+            else:
+                self.anchored(step, op)
 
     def ahead(self, ops: list[Op]) -> None:
         """The block body's scalars and every ring loop's trip count, before the walk."""
@@ -374,16 +351,7 @@ class ConsumerRole(RoleEmitter):
     def trip(self, step: Loop) -> None:
         loop = self.loop_of[step.ring]
         bind_loop_index(self.ctx, self.b, loop, self.rings[step.ring].counter)
-        mmas = [op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)]
-        ops = ring_loop_ops(loop)
-        order = iter(mmas)
-
-        def anchor(st, ops_):
-            if isinstance(st, Mma):
-                return ops_.index(next(order))
-            return None
-
-        self.walk(ops, step.body, anchor)
+        self.walk(body_ops(loop.regions[0]), step.body, trip_anchor(loop))
         term = loop.regions[0].terminator
         self.b(*moves(self.ctx, self.carried, [self.ctx.get(v) for v in term.operands]))
 
@@ -401,7 +369,7 @@ class ConsumerRole(RoleEmitter):
     def wgmma(self, op: Op) -> None:
         """One committed wgmma group: every k16 step of the tile, every slab of this consumer,
         every wgmma-wide piece of the accumulator's columns."""
-        ctx, b, k = self.ctx, self.b, self.k
+        ctx, b = self.ctx, self.b
         t: TileType = op.result.type
         op_a, op_b = _a_operand(op), _b_operand(op)
         slabs = t.rows // 64 // self.owners

@@ -1,0 +1,68 @@
+"""Where a consumer's IR ops fall between the steps of its protocol program: the one rule both
+the PTX emitter (lower_consumer.py) and the CPU executor of the schedule (interpreter/roles.py)
+follow, so that what the CPU checks is what the GPU runs.
+
+    for kind, step, op in interleave(ops, steps, anchor): ...
+
+``anchor(step, ops)`` gives the index of the IR op a step stands for (a one-shot tile's full
+``Wait``, a ring loop's ``IfTrips``, a trip's ``Mma``, the ``ConsumerSync`` before a store staged
+over a ring) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
+(``"anchored"``); a step with no op of its own comes where it stands among the anchored ones (a
+wait right after its wgmma), or, after the last of them, once every pending op has run (the
+releases and waits that end a trip or a tile). Items: ``("op", None, op)``, ``("step", step,
+None)``, ``("anchored", step, op)``.
+"""
+from __future__ import annotations
+
+from ...ir.core import Op
+from ...ir.ops import MMA_OPS, For, Load, Store, Yield
+from ...passes.sync_protocol import ConsumerSync, IfTrips, Mma, Wait
+
+
+def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
+    anchors = [anchor(step, ops) for step in steps]
+    out: list[tuple] = []
+    i = 0
+    for n, (step, j) in enumerate(zip(steps, anchors)):
+        if j is None:
+            if all(a is None for a in anchors[n + 1:]):
+                out += [("op", None, op) for op in ops[i:]]
+                i = len(ops)
+            out.append(("step", step, None))
+            continue
+        out += [("op", None, op) for op in ops[i:j]]
+        out.append(("anchored", step, ops[j]))
+        i = j + 1
+    out += [("op", None, op) for op in ops[i:]]
+    return out
+
+
+def tile_anchor(ring_of_load: dict, loop_of: dict):
+    """The anchor of the tile body's steps (``loop_of``: ring -> its IR loop)."""
+    def anchor(step, ops: list[Op]) -> int | None:
+        if isinstance(step, Wait) and step.bar == "full":
+            for i, op in enumerate(ops):
+                if isinstance(op, Load) and ring_of_load.get(op) == step.ring:
+                    return i
+        if isinstance(step, IfTrips):
+            return ops.index(loop_of[step.ring])
+        if isinstance(step, ConsumerSync):
+            for i, op in enumerate(ops):
+                if isinstance(op, Store) and "smem" in op.attrs:
+                    return i
+        return None
+    return anchor
+
+
+def trip_anchor(loop: For):
+    """The anchor of a trip's steps: the k-th ``Mma`` step is the k-th product of the loop body."""
+    order = iter([op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)])
+
+    def anchor(step, ops: list[Op]) -> int | None:
+        return ops.index(next(order)) if isinstance(step, Mma) else None
+    return anchor
+
+
+def body_ops(block) -> list[Op]:
+    """A block's ops without its terminator."""
+    return [op for op in block.ops if not isinstance(op, Yield)]

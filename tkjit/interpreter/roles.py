@@ -1,0 +1,484 @@
+"""Run a kernel as the general Hopper lowering schedules it, on the CPU.
+
+    run_roles(kernel, args, seed=0, ctas=3)        # kernel: IR after the Hopper passes
+
+Each CTA's producer and consumer warpgroups are coroutines that walk the mbarrier pass's
+protocol (``schedule_of``: the object the pass checked and the PTX emitter prints) over the same
+IR ops the emitter lowers, placed between the protocol's steps by the same rule
+(``codegen/hopper/interleave.py``). Shared tiles live in ring stages: a TMA load fills its stage
+only when it lands, a moment the scheduler picks; a wgmma reads its stages when its group is
+waited for (the latest moment a GPU may read them); mbarriers complete phases by arrivals and
+transaction bytes, and waits pass by phase parity, as in PTX. A seeded scheduler interleaves the
+roles (and the landings) differently per seed.
+
+Every schedule must give the plain interpreter's result, bit for bit: a CPU check that the
+lowering's placement of the IR between the protocol's steps keeps the kernel's meaning. What it
+catches: a stage read before its bytes land or after the producer refilled it (a release before
+the wgmma that reads the stage was waited for), an IR op reading a wgmma result before its wait,
+deadlocks, a role left waiting at the end. What it does not model: register layouts and PTX
+(the GPU tests and the PTX simulator cover those).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InterpreterError
+from ..ir.core import Kernel, Op
+from ..ir.ops import MMA_OPS, For, Load, Yield
+from ..ir.types import ScalarType, TileType
+from .engine import Environment, Interpreter
+from .launch import bind
+
+
+class ScheduleError(InterpreterError):
+    """The schedule went wrong on the CPU: a deadlock, a read of an unfinished wgmma, a stage read
+    that never landed."""
+
+
+@dataclass
+class Barrier:
+    """An mbarrier: ``count`` arrivals and the expected transaction bytes complete a phase."""
+
+    count: int
+    pending: int = 0
+    tx: int = 0
+    completed: int = 0
+
+    def __post_init__(self) -> None:
+        self.pending = self.count
+
+    def arrive(self) -> None:
+        self.pending -= 1
+        self._complete()
+
+    def expect(self, nbytes: int) -> None:
+        self.tx += nbytes
+
+    def land(self, nbytes: int) -> None:
+        self.tx -= nbytes
+        self._complete()
+
+    def _complete(self) -> None:
+        if self.pending == 0 and self.tx == 0:
+            self.completed += 1
+            self.pending = self.count
+
+    def passed(self, parity: int) -> bool:
+        """try_wait.parity: the phase of that parity has completed (the current one's differs)."""
+        return self.completed % 2 != parity
+
+
+@dataclass
+class Ring:
+    stages: int
+    full: list
+    empty: list
+    slots: list
+
+
+@dataclass
+class RingRef:
+    """A shared tile of a ring: read from the stage the reader is at when it reads."""
+
+    ring: str
+    load: str
+
+
+@dataclass
+class Pending:
+    """A wgmma result: ``value`` is None until its group is waited for."""
+
+    op: Op
+    value: object = None
+
+
+def resolved(x):
+    return x.value if isinstance(x, Pending) and x.value is not None else x
+
+
+@dataclass
+class Regs:
+    s: int = 0
+    ph: int = 0
+    trips: int = 0
+    counter: int = 0
+
+
+@dataclass
+class Cta:
+    rings: dict
+    landings: list = field(default_factory=list)
+    turns: dict = field(default_factory=dict)
+    meeting: list = field(default_factory=lambda: [0, 0])
+
+
+BLOCKED = "blocked"
+
+
+class Role:
+    """One warpgroup's program: a generator that yields BLOCKED while a wait does not pass."""
+
+    def __init__(self, rt: "Roles", cta: Cta, tiles: list[tuple], index: int | None):
+        self.rt, self.cta, self.tiles, self.index = rt, cta, tiles, index
+        self.env = Environment.__new__(Environment)
+        self.env.values = dict(rt.base)
+        self.env.dims = dict(rt.launch.dims)
+        self.it = Interpreter(rt.kernel, self.env, rt.handlers)
+        self.regs = {name: Regs() for name in cta.rings}
+        self.tile_i = 0
+
+    # -- shared structure -----------------------------------------------------------------
+    def run(self, steps):
+        from ..passes import sync_protocol as sp
+        for step in steps:
+            if isinstance(step, sp.Tiles):
+                yield from self.tiles_step(step)
+            elif isinstance(step, sp.Loop):
+                r = self.regs[step.ring]
+                for r.counter in range(r.trips):
+                    yield from self.trip(step)
+            elif isinstance(step, sp.IfTrips):
+                yield from self.run(step.body if self.regs[step.ring].trips > 0 else step.orelse)
+            elif isinstance(step, sp.IfPrevTile):
+                if self.tile_i > 0:  # the CTA handled a tile before this one
+                    yield from self.run(step.body)
+            elif isinstance(step, sp.IfNextTile):
+                if self.has_next_tile():
+                    yield from self.run(step.body)
+            elif isinstance(step, sp.NotFirst):
+                if self.loop_counter() > 0:
+                    yield from self.run(step.body)
+            else:
+                yield from self.event(step)
+
+    alternate = False
+
+    def has_next_tile(self) -> bool:
+        return self.cta_tile_index() + 1 < self.rt.cta_tile_count(self.cta)
+
+    def cta_tile_index(self) -> int:
+        return self.tile_i
+
+    def loop_counter(self) -> int:
+        return self.regs[self.current_ring].counter
+
+    def event(self, step):
+        from ..passes import sync_protocol as sp
+        ring = self.cta.rings.get(getattr(step, "ring", None))
+        r = self.regs.get(getattr(step, "ring", None))
+        if isinstance(step, sp.Wait):
+            bars = ring.full if step.bar == "full" else ring.empty
+            while not bars[r.s].passed(r.ph ^ step.flip):
+                yield BLOCKED
+        elif isinstance(step, sp.ExpectTx):
+            ring.full[r.s].expect(step.nbytes)
+            ring.full[r.s].arrive()
+        elif isinstance(step, sp.Advance):
+            r.s += 1
+            if r.s == ring.stages:
+                r.s = 0
+                r.ph ^= 1
+            elif step.per != "wrap":
+                r.ph ^= 1
+        elif isinstance(step, sp.Release):
+            stage = r.s if step.which == "cur" else (r.s - 1) % ring.stages
+            ring.empty[stage].arrive()
+        elif isinstance(step, sp.SkipTrips):
+            total = r.s + r.trips
+            r.ph ^= (total // ring.stages) & 1
+            r.s = total % ring.stages
+        elif isinstance(step, sp.Reset):
+            r.s, r.ph = 0, 0
+        else:
+            yield from self.other(step)
+
+    def other(self, step):
+        raise ScheduleError(f"the CPU schedule has no meaning for protocol step {step.text()}")
+
+    def scalars(self, ops) -> None:
+        from ..codegen.hopper.lower_producer import is_scalar_op
+        for op in ops:
+            if is_scalar_op(op) and all(v in self.env.values for v in op.operands):
+                self.exec(op)
+
+    shadow = False
+    """A consumer whose stores are dropped: cooperative consumers each own a share of a tile's rows
+    on the GPU; here each computes the whole tile, and one of them writes it."""
+
+    def exec(self, op: Op) -> None:
+        from ..ir.ops import Store
+        args = []
+        for v in op.operands:
+            value = resolved(self.env.values.get(v))
+            if isinstance(value, Pending):
+                raise ScheduleError(f"'{op.NAME}' reads %{v.hint}, the result of a wgmma not waited for yet",
+                                    op.span)
+            if isinstance(value, RingRef):
+                raise ScheduleError(f"'{op.NAME}' reads the shared tile %{v.hint} outside a wgmma", op.span)
+            args.append(value)
+        if self.shadow and isinstance(op, Store):
+            return
+        self.env.bind(op.results, self.rt.handlers[type(op)](self.it, op, args))
+
+    def bind_tile(self, tile: tuple) -> None:
+        self.env.bind(self.rt.blocks.regions[0].args, list(tile))
+
+    def trip_counts(self) -> None:
+        for ring, loop in self.rt.loop_of.items():
+            lo, hi, step = (self.env.values[v] for v in loop.operands[:3])
+            self.regs[ring].trips = max(0, -(-(hi - lo) // step))
+
+
+class Producer(Role):
+    current_ring = None
+
+    def tiles_step(self, step):
+        for self.tile_i, tile in enumerate(self.tiles):
+            self.bind_tile(tile)
+            self.scalars(self.rt.blocks.regions[0].ops)
+            self.trip_counts()
+            yield from self.run(step.body)
+
+    def trip(self, step):
+        loop = self.rt.loop_of[step.ring]
+        r = self.regs[step.ring]
+        self.current_ring = step.ring
+        lo, _, st = (self.env.values[v] for v in loop.operands[:3])
+        self.env.bind([loop.regions[0].args[0]], [lo + r.counter * st])
+        self.scalars(loop.regions[0].ops)
+        yield from self.run(step.body)
+
+    def other(self, step):
+        from ..passes import sync_protocol as sp
+        if not isinstance(step, sp.TmaLoad):
+            raise ScheduleError(f"the producer has no meaning for {step.text()}")
+        op = self.rt.loads[(step.ring, step.load)]
+        value = self.rt.handlers[Load](self.it, op, [self.env.values[v] for v in op.operands])[0]
+        ring, r = self.cta.rings[step.ring], self.regs[step.ring]
+        nbytes = next(ld.nbytes for ld in self.rt.proto.ring(step.ring).loads if ld.name == step.load)
+        self.cta.landings.append((step.ring, r.s, step.load, value, nbytes))
+        yield from ()
+
+
+class Consumer(Role):
+    current_ring = None
+
+    def __init__(self, rt, cta, tiles, index):
+        super().__init__(rt, cta, tiles, index)
+        self.groups: list[tuple] = []   # committed wgmma groups: (op, operand values, stages)
+
+    def tiles_step(self, step):
+        from ..codegen.hopper.interleave import interleave, tile_anchor
+        self.alternate = step.alternate
+        n = self.rt.proto.consumers
+        mine = list(enumerate(self.tiles))
+        if step.alternate:
+            mine = mine[self.index::n]
+        body = list(self.rt.blocks.regions[0].ops)
+        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of)
+        self.shadow = not step.alternate and self.index > 0
+        for self.tile_i, tile in mine:
+            self.bind_tile(tile)
+            if step.alternate:  # as the emitter does (lower_consumer.ahead): SkipTrips comes first
+                self.scalars(body)
+                self.trip_counts()
+            for kind, st, op in interleave(body, step.body, anchor):
+                yield from self.item(kind, st, op)
+
+    def has_next_tile(self) -> bool:
+        return self.tile_i + 1 < len(self.tiles)
+
+    def item(self, kind, step, op):
+        from ..passes import sync_protocol as sp
+        if kind == "op":
+            if isinstance(op, Load) and op in self.rt.ring_of_load:
+                self.env.bind(op.results, [RingRef(*self.rt.load_of[op])])
+            elif not isinstance(op, Yield):
+                self.exec(op)
+            return
+        if kind == "step":
+            yield from self.run((step,))
+            return
+        if isinstance(step, sp.Wait):       # a one-shot tile
+            yield from self.run((step,))
+            self.env.bind(op.results, [RingRef(*self.rt.load_of[op])])
+        elif isinstance(step, sp.IfTrips):  # a ring loop: its carried values, then the protocol's
+            self.trip_counts_of(op, step.ring)
+            body = op.regions[0]
+            self.env.bind(body.args[1:], [self.env.values[v] for v in op.variadic()])
+            yield from self.run((step,))
+            self.env.bind(op.results, [resolved(self.env.values[a]) for a in body.args[1:]])
+        elif isinstance(step, sp.Mma):
+            self.issue(op)
+        elif isinstance(step, sp.ConsumerSync):
+            yield from self.run((step,))
+            self.exec(op)
+        else:
+            raise ScheduleError(f"no meaning for {step.text()} at '{op.NAME}'")
+
+    def trip_counts_of(self, loop: For, ring: str) -> None:
+        lo, hi, step = (self.env.values[v] for v in loop.operands[:3])
+        self.regs[ring].trips = max(0, -(-(hi - lo) // step))
+
+    def trip(self, step):
+        from ..codegen.hopper.interleave import body_ops, interleave, trip_anchor
+        loop = self.rt.loop_of[step.ring]
+        r = self.regs[step.ring]
+        self.current_ring = step.ring
+        lo, _, st = (self.env.values[v] for v in loop.operands[:3])
+        self.env.bind([loop.regions[0].args[0]], [lo + r.counter * st])
+        for kind, s_, op in interleave(body_ops(loop.regions[0]), step.body, trip_anchor(loop)):
+            yield from self.item(kind, s_, op)
+        term = loop.regions[0].terminator
+        self.env.bind(loop.regions[0].args[1:], [resolved(self.env.values[v]) for v in term.operands])
+
+    def issue(self, op: Op) -> None:
+        """A wgmma group: its register operands as they are now, its shared ones read from the
+        stages current now, but only when the group is waited for."""
+        operands = []
+        for v in op.operands:
+            ref = self.env.values.get(v)
+            operands.append((ref, self.regs[ref.ring].s) if isinstance(ref, RingRef) else ref)
+        pending = Pending(op)
+        self.groups.append((op, operands, pending))
+        self.env.bind(op.results, [pending])
+
+    def other(self, step):
+        from ..passes import sync_protocol as sp
+        if isinstance(step, sp.MmaWait):
+            while len(self.groups) > step.pending:
+                self.retire(*self.groups.pop(0))
+        elif isinstance(step, sp.TurnWait):
+            while self.cta.turns.get(self.index, 0) == 0:
+                yield BLOCKED
+            self.cta.turns[self.index] -= 1
+        elif isinstance(step, sp.TurnPass):
+            nxt = (self.index + 1) % self.rt.proto.consumers
+            self.cta.turns[nxt] = self.cta.turns.get(nxt, 0) + 1
+        elif isinstance(step, sp.ConsumerSync):
+            gen = self.cta.meeting[1]
+            self.cta.meeting[0] += 1
+            if self.cta.meeting[0] == self.rt.proto.consumers:
+                self.cta.meeting[0] = 0
+                self.cta.meeting[1] += 1
+            while self.cta.meeting[1] == gen:
+                yield BLOCKED
+        elif isinstance(step, (sp.StagingBegin, sp.StagingEnd)):
+            pass
+        else:
+            raise ScheduleError(f"the consumer has no meaning for {step.text()}")
+        yield from ()
+
+    def retire(self, op: Op, operands: list, pending: Pending) -> None:
+        args = []
+        for x in operands:
+            if isinstance(x, tuple) and isinstance(x[0], RingRef):
+                (ref, s) = x
+                value = self.cta.rings[ref.ring].slots[s].get(ref.load)
+                if value is None:
+                    raise ScheduleError(f"'{op.NAME}' reads stage {s} of ring {ref.ring}, where {ref.load} "
+                                        "never landed", op.span)
+                args.append(value)
+                continue
+            value = resolved(x)
+            if isinstance(value, Pending):
+                raise ScheduleError(f"'{op.NAME}' reads a wgmma result not waited for", op.span)
+            args.append(value)
+        (pending.value,) = self.rt.handlers[type(op)](self.it, op, args)  # readers resolve it (the
+        # same op may have been issued again since: its result is another Pending by now)
+
+
+class Roles:
+    """One launch of ``kernel`` (scheduled IR) as its roles, CTA by CTA."""
+
+    def __init__(self, kernel: Kernel, args: list, seed: int, ctas: int, handlers=None):
+        from ..passes.hopper import block_loop
+        from ..passes.mbarrier import schedule_of
+        from .handlers import HANDLERS
+        self.kernel = kernel
+        self.handlers = handlers or HANDLERS
+        self.launch = bind(kernel, args, None)
+        sched = schedule_of(kernel)
+        self.proto = sched.protocol
+        self.load_of = sched.load_of
+        self.loads = {names: op for op, names in sched.load_of.items()}
+        self.ring_of_load = {op: names[0] for op, names in sched.load_of.items()}
+        self.loop_of = {ring: loop for loop, ring in sched.loop_of.items()}
+        self.blocks = block_loop(kernel)
+        self.rng = random.Random(seed)
+        self.ctas = ctas
+
+    def all_tiles(self) -> list[tuple]:
+        """Every tile of the block loop, in launch order; ``base``: the values before it."""
+        env = Environment(self.launch)
+        it = Interpreter(self.kernel, env, self.handlers)
+        for op in self.kernel.body.ops:
+            if op is self.blocks:
+                break
+            env.bind(op.results, self.handlers[type(op)](it, op, [env.values[v] for v in op.operands]))
+        self.base = dict(env.values)
+        counts = [env.values[v] for v in self.blocks.variadic()]
+        tiles = [()]
+        for c in counts:
+            tiles = [t + (i,) for t in tiles for i in range(c)]
+        return tiles
+
+    def cta_tile_count(self, cta: Cta) -> int:
+        return cta.tile_count
+
+    def run(self) -> None:
+        tiles = self.all_tiles()
+        persistent = self.blocks.attrs.get("schedule") == "persistent"
+        n = min(len(tiles), self.ctas) if persistent else len(tiles)
+        for b in range(n):
+            self.run_cta(tiles[b::n] if persistent else [tiles[b]])
+
+    def run_cta(self, tiles: list[tuple]) -> None:
+        rings = {}
+        for ring in self.proto.rings:
+            rings[ring.name] = Ring(ring.stages, [Barrier(ring.full_arrivals) for _ in range(ring.stages)],
+                                    [Barrier(ring.empty_arrivals) for _ in range(ring.stages)],
+                                    [{} for _ in range(ring.stages)])
+        cta = Cta(rings)
+        cta.tile_count = len(tiles)
+        roles = [Producer(self, cta, tiles, None)]
+        roles += [Consumer(self, cta, tiles, c) for c in range(self.proto.consumers)]
+        running = {i: (role, role.run(self.proto.producer if i == 0 else self.proto.consumer))
+                   for i, role in enumerate(roles)}
+        stalled = 0
+        while running:
+            choices = list(running) + (["land"] if cta.landings else [])
+            pick = self.rng.choice(choices)
+            if pick == "land":
+                ring, s, load, value, nbytes = cta.landings.pop(self.rng.randrange(len(cta.landings)))
+                cta.rings[ring].slots[s][load] = value
+                cta.rings[ring].full[s].land(nbytes)
+                stalled = 0
+                continue
+            role, gen = running[pick]
+            try:
+                if next(gen) == BLOCKED:
+                    stalled += 1
+                else:
+                    stalled = 0
+            except StopIteration:
+                del running[pick]
+                stalled = 0
+            if stalled > 50 * (len(running) + 1) and not cta.landings:
+                raise ScheduleError("deadlock: every role waits and no copy is in flight "
+                                    f"({', '.join(type(running[i][0]).__name__ for i in running)})")
+        if cta.landings:
+            raise ScheduleError("copies still in flight when the CTA ended")
+
+
+def run_roles(kernel: Kernel, args: list, *, seed: int = 0, ctas: int = 3) -> None:
+    """Execute the scheduled ``kernel`` on ``args`` (in place) as its roles would, one schedule
+    per ``seed`` (see the module docstring)."""
+    with np.errstate(all="ignore"):
+        Roles(kernel, args, seed, ctas).run()
+
+
+__all__ = ["run_roles", "ScheduleError", "Barrier", "ScalarType", "TileType", "MMA_OPS"]
