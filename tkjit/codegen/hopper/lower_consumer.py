@@ -183,6 +183,7 @@ class ConsumerRole(RoleEmitter):
         self.loop_of = {ring: loop for loop, ring in k.schedule.loop_of.items()}
         self.ring_of_load = {op: names[0] for op, names in k.schedule.load_of.items()}
         self.shared: dict[int, Load] = {}  # id(value) -> the ring load it reads
+        self.carried_homes: list = []
         self.table[ConsumerSync] = self.consumer_sync
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
 
@@ -309,6 +310,25 @@ class ConsumerRole(RoleEmitter):
                 self.shared[id(op.result)] = op
                 continue
             self.b(*self.ctx.emit_op(op))
+            self.reuse_carried(op)
+
+    def reuse_carried(self, op: Op) -> None:
+        """An elementwise op whose register-tile operand is a loop-carried value read by nothing
+        else (o in o' = mul_row(o, alpha)) leaves its result in that value's registers: the
+        loop's carried home then holds o' -- and the wgmma that accumulates into o' in place,
+        and the yield needs no moves -- instead of a second tile of registers live beside it."""
+        if len(op.results) != 1 or op.regions or isinstance(op, MMA_OPS):
+            return
+        rep = self.ctx.get(op.result)
+        if not isinstance(rep, RegTile) or rep.packed:
+            return
+        for v in op.operands:
+            home = self.ctx.values.get(id(v))
+            if (isinstance(home, RegTile) and any(home is h for h in self.carried_homes) and home.type == rep.type
+                    and self.users.get(id(v), []) == [op]):
+                self.b(*moves(self.ctx, [home], [rep]))
+                self.ctx.bind(op.result, home)
+                return
 
     def anchored(self, step, op: Op) -> None:
         if isinstance(step, Wait):       # a one-shot tile: its bytes have landed
@@ -340,6 +360,7 @@ class ConsumerRole(RoleEmitter):
             ctx.bind(arg, rep)
             carried.append(rep)
         self.carried = carried
+        self.carried_homes = [rep for rep in carried if isinstance(rep, RegTile)]
         if step.ring not in self.trips_ready:
             self.rings[step.ring].trips = trip_count(ctx, b, loop)
         self.emit((step,))
