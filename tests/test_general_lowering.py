@@ -193,3 +193,23 @@ def test_the_lint_catches_a_barrier_of_its_own():
     ptx = tkjit.compile(CASES[0].source, lowering="general", cache=False).asm["ptx"]
     broken = ptx.replace("  ret;", "  bar.sync 3, 256;\n  ret;", 1)
     assert sync_outside_the_protocol(broken)[0] == ["bar.sync 3, 256;"]
+
+
+GENERAL_EXAMPLES = ["gemm_bias_gelu", "gemm_bias_silu", "bmm", "gemm_alpha_beta", "gemm_atb", "mlp",
+                    "gemm_fp8", "attention_nol", "attention_window", "attention_softcap", "attention_alibi"]
+
+
+@pytest.mark.parametrize("name", GENERAL_EXAMPLES)
+def test_the_examples_take_the_general_lowering_without_spills(name):
+    """The examples written as a new user would (default compile, lowering auto) take the general
+    lowering: tensor-core products and TMA loads in the SASS, nothing spilled, no ptxas warning."""
+    from pathlib import Path
+    k = tkjit.load(Path(__file__).resolve().parents[1] / "examples" / f"{name}.tk", cache=False)
+    try:
+        sass = k.asm["sass"]
+    except NotAvailableError as e:
+        pytest.skip(str(e))
+    assert k.metadata.get("lowering") == "general"
+    assert re.search(r"\b[HQ]GMMA", sass) and "UTMALDG" in sass
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    assert not [m for m in k.metadata["ptxas"]["messages"] if m["level"] == "warning"]

@@ -490,6 +490,14 @@ def emit_load(ctx, op) -> list[str]:
     t = op.result.type
     if not (isinstance(t, TileType) and t.space == "rt"):
         return rt_emit_load(ctx, op)
+    gd = op.operands[0].type.dtype
+    if t.dtype == F32 and gd in (BF16, F16) and _elementwise_uses(ctx, op.result):
+        # the values are the tensor's 16-bit ones: keep them packed (half the registers) and let
+        # each elementwise use unpack its elements (exact: a bf16/f16 value is an f32 one)
+        rep = fresh(ctx, TileType("rt", gd, t.rows, t.cols))
+        out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
+        ctx.bind(op.result, rep)
+        return out
     rep = fresh(ctx, TileType("rt", F32, t.rows, t.cols))
     out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
     if t.dtype != F32:
@@ -502,6 +510,15 @@ def emit_load(ctx, op) -> list[str]:
 
 
 PACK = {BF16: "cvt.rn.bf16x2.f32", F16: "cvt.rn.f16x2.f32"}
+
+
+def _elementwise_uses(ctx, v) -> bool:
+    """Whether every reader of ``v`` reads its elements one by one (maps, arithmetic, broadcasts,
+    cvt, stores): then a packed 16-bit representation can stand for an f32 tile."""
+    from ...ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt
+    users = ctx.role.users.get(id(v), [])
+    return bool(users) and all(isinstance(u, (*BINARY_OPS, *UNARY_OPS, *BROADCAST_OPS, Cvt, Store))
+                               for u in users)
 
 
 def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
@@ -548,6 +565,8 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
             if store:
                 out.append(f"st.global.{'v2.f32' if gd == F32 else 'b32'} [{addr}{imm}], "
                            f"{_pair(ctx, tile, u, j, h, gd, out)};")
+            elif tile.packed:
+                out.append(f"ld.global.b32 {tile.regs[u][j][h]}, [{addr}{imm}];")
             else:
                 a, c = tile.regs[u][j][2 * h], tile.regs[u][j][2 * h + 1]
                 if gd == F32:
@@ -578,12 +597,20 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
                     x, y = ctx.new("b16"), ctx.new("b16")
                     out.append(f"mov.b32 {{{x}, {y}}}, {pair};")
                     values = [x, y]
+            halves = []
             for e_ in (0, 1):
                 ok = ctx.new("pred")
                 out += [f"setp.gt.s32 {ok}, {cols_left}, {coff + e_};", f"and.pred {ok}, {ok}, {row_ok};"]
                 at = f"[{addr}+{(coff + e_) * es}]"
                 if store:
                     out.append(f"@{ok} st.global.{'f32' if gd == F32 else 'b16'} {at}, {values[e_]};")
+                    continue
+                if tile.packed:
+                    hb = ctx.new("b16")
+                    out += [f"mov.b16 {hb}, 0;", f"@{ok} ld.global.b16 {hb}, {at};"]
+                    halves.append(hb)
+                    if e_ == 1:
+                        out.append(f"mov.b32 {tile.regs[u][j][h]}, {{{halves[0]}, {halves[1]}}};")
                     continue
                 dst = tile.regs[u][j][2 * h + e_]
                 if gd == F32:
