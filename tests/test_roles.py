@@ -104,20 +104,20 @@ def test_a_release_before_the_wait_is_caught(monkeypatch):
 
 
 def test_reading_a_product_before_its_wait_is_caught(monkeypatch):
-    """Drop the wait after the first of attention's two products: the softmax then reads S while
-    its wgmma may still run."""
+    """Drop the waits for the first of attention's two products (level 2: First(wait 0) and
+    NotFirst(wait 1)): the softmax then reads S while its wgmma may still run."""
     from tkjit.passes import sync_protocol as sp
-    original = sp.consumer_loop
+    original = sp.pipelined_loop
 
-    def no_first_wait(plan, stages):
-        (ift,) = original(plan, stages)
-        (loop,) = ift.body[:1]
-        body = list(loop.body)
-        body.remove(sp.MmaWait(0))          # the first one: right after S
-        return (sp.IfTrips(ift.ring, (sp.Loop(loop.ring, tuple(body)), *ift.body[1:])),)
+    def no_s_wait(plan):
+        (ift,) = original(plan)
+        loop = ift.body[0]
+        body = tuple(st for st in loop.body
+                     if not (isinstance(st, (sp.First, sp.NotFirst)) and st.body in ((sp.MmaWait(0),), (sp.MmaWait(1),))))
+        return (sp.IfTrips(ift.ring, (sp.Loop(loop.ring, body), *ift.body[1:])),)
 
-    monkeypatch.setattr(sp, "consumer_loop", no_first_wait)
     k = tkjit.load(EXAMPLES / "attention_nol.tk", cache=False)
-    q, kk, v = (torch.randn(1, 1, 64, 128).bfloat16() for _ in range(3))
+    monkeypatch.setattr(sp, "pipelined_loop", no_s_wait)
+    q, kk, v = (torch.randn(1, 1, 300, 128).bfloat16() for _ in range(3))
     with pytest.raises(ScheduleError, match="not waited for"):
-        run_roles(k.ir, [q, kk, v, torch.empty(1, 1, 64, 128).bfloat16(), 0.1])
+        run_roles(k.ir, [q, kk, v, torch.empty(1, 1, 300, 128).bfloat16(), 0.1])

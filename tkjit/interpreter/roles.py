@@ -151,6 +151,9 @@ class Role:
             elif isinstance(step, sp.NotFirst):
                 if self.loop_counter() > 0:
                     yield from self.run(step.body)
+            elif isinstance(step, sp.First):
+                if self.loop_counter() == 0:
+                    yield from self.run(step.body)
             else:
                 yield from self.event(step)
 
@@ -324,16 +327,36 @@ class Consumer(Role):
         self.regs[ring].trips = max(0, -(-(hi - lo) // step))
 
     def trip(self, step):
-        from ..codegen.hopper.interleave import body_ops, interleave, trip_anchor
+        from ..codegen.hopper.interleave import body_ops, interleave, pipelined_trip, trip_anchor
         loop = self.rt.loop_of[step.ring]
         r = self.regs[step.ring]
         self.current_ring = step.ring
         lo, _, st = (self.env.values[v] for v in loop.operands[:3])
         self.env.bind([loop.regions[0].args[0]], [lo + r.counter * st])
-        for kind, s_, op in interleave(body_ops(loop.regions[0]), step.body, trip_anchor(loop)):
+        if loop in self.rt.level2:
+            items = pipelined_trip(loop, step.body)
+        else:
+            items = interleave(body_ops(loop.regions[0]), step.body, trip_anchor(loop))
+        for kind, s_, op in items:
+            if kind == "hold":
+                self.hold(op)
+                continue
             yield from self.item(kind, s_, op)
         term = loop.regions[0].terminator
         self.env.bind(loop.regions[0].args[1:], [resolved(self.env.values[v]) for v in term.operands])
+
+    def hold(self, second: Op) -> None:
+        """Level 2: the second product's operands as they are now; it is issued by the next
+        trip's Mma(prev) step (or the one after the loop), and its result is that issue's."""
+        self.held = (second, [self.env.values[v] for v in second.operands], Pending(second))
+        self.env.bind(second.results, [self.held[2]])
+
+    def issue_held(self) -> None:
+        second, values, pending = self.held
+        ring = self.rt.ring_of_load[second.operands[1].owner]
+        prev = (self.regs[ring].s - 1) % self.cta.rings[ring].stages
+        operands = [(x, prev) if isinstance(x, RingRef) else x for x in values]
+        self.groups.append((second, operands, pending))
 
     def issue(self, op: Op) -> None:
         """A wgmma group: its register operands as they are now, its shared ones read from the
@@ -351,6 +374,8 @@ class Consumer(Role):
         if isinstance(step, sp.MmaWait):
             while len(self.groups) > step.pending:
                 self.retire(*self.groups.pop(0))
+        elif isinstance(step, sp.Mma) and step.which == "prev":
+            self.issue_held()
         elif isinstance(step, sp.TurnWait):
             while self.cta.turns.get(self.index, 0) == 0:
                 yield BLOCKED
@@ -407,6 +432,7 @@ class Roles:
         self.loads = {names: op for op, names in sched.load_of.items()}
         self.ring_of_load = {op: names[0] for op, names in sched.load_of.items()}
         self.loop_of = {ring: loop for loop, ring in sched.loop_of.items()}
+        self.level2 = list(sched.level2)
         self.blocks = block_loop(kernel)
         self.rng = random.Random(seed)
         self.ctas = ctas

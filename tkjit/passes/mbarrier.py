@@ -13,7 +13,7 @@ and the programs in the decision log and explores the protocol (``sync_check``):
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
@@ -30,8 +30,10 @@ CHECKS = ("auto", "off", "quick", "full")
 
 
 class _Builder:
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, overlap: bool = True):
         self.kernel = kernel
+        self.overlap = overlap
+        self.level2: list[For] = []  # loops software-pipelined one product behind
         consumers = kernel.attrs.get("consumers")
         if not isinstance(consumers, int):
             raise PassError("mbarrier: the kernel has no consumer count; run warp-spec first")
@@ -108,7 +110,11 @@ class _Builder:
                 rings = tuple(dict.fromkeys(self.ring_of[v] for v in inner.operands if v in self.ring_of))
                 if rings:
                     reads.append(rings)
-        self.items.append(LoopPlan(name, tuple(reads), in_flight(op)))
+        level2 = (self.overlap and bool(pipelined(op)) and op.attrs["stages"] >= 2
+                  and self.consumers <= 2)  # beside S, P and O it holds a second P: 3 consumers' 152 do not fit
+        self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op)))
+        if level2:
+            self.level2.append(op)
 
     def staging(self, op: Store) -> None:
         size, _ = staging_sizes(op, self.consumers, op.attrs.get("staging_cols"),
@@ -117,6 +123,47 @@ class _Builder:
         over = tuple(name for name, (a, b) in self.extent.items() if a < hi and lo < b)
         if over:
             self.items.append(StagingReuse(over))
+
+
+def pipelined(loop: For):
+    """Level 2: (first product, second product, the loop argument the second accumulates) when
+    the trip has two products, the first reading shared tiles, the second reading a register A
+    computed from the first's result and accumulating into a loop-carried tile that nothing else
+    reads on the way; else None. Then the second product can run one trip behind, under the
+    next trip's register work (sync_protocol.pipelined_loop)."""
+    from .hopper import depends_on
+    body = loop.regions[0]
+    mmas = [op for op in body.ops if isinstance(op, MMA_OPS)]
+    term = body.terminator
+    if len(mmas) != 2 or not isinstance(term, Yield):
+        return None
+    first, second = mmas
+    if not is_shared(first.operands[0]) or is_shared(second.operands[0]) or len(second.operands) < 3:
+        return None
+    if not depends_on(second.operands[0], {first.result}):
+        return None
+    if list(term.operands).count(second.result) != 1:
+        return None
+    arg = body.args[1 + list(term.operands).index(second.result)]
+    chain = {arg}
+    for op in body.ops:  # the ops reading the carried tile, up to the second product
+        if op is second:
+            break
+        if any(x in chain for x in op.operands):
+            chain.update(op.results)
+    if depends_on(second.operands[0], chain) or depends_on(first.result, chain):
+        return None
+    if second.operands[2] not in chain:
+        return None
+    for op in body.ops:
+        if op is second or op is term:
+            continue
+        if second.result in op.operands:
+            return None
+        if any(x in chain for x in op.operands) and not any(depends_on(second.operands[2], set(op.results))
+                                                            for _ in (0,)):
+            return None  # something else reads the carried tile's chain
+    return first, second, arg
 
 
 def in_flight(loop: For) -> bool:
@@ -153,13 +200,15 @@ class Schedule:
     """IR load -> (ring, load name)."""
     loop_of: dict
     """Pipelined IR loop -> its ring."""
+    level2: list = field(default_factory=list)
+    """The loops whose second product runs one trip behind (LoopPlan.pipelined)."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
     """``protocol_of`` with the IR ops its rings and loads come from."""
-    builder = _Builder(kernel)
+    builder = _Builder(kernel, bool(kernel.attrs.get("overlap", True)))
     proto = builder.build()
-    return Schedule(proto, dict(builder.load_of), dict(builder.loop_of))
+    return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2))
 
 
 def _where(op: Op) -> str:
@@ -168,7 +217,7 @@ def _where(op: Op) -> str:
 
 def protocol_of(kernel: Kernel) -> Protocol:
     """The synchronization protocol of an annotated kernel (after warp-spec, pipeline, smem-plan)."""
-    return _Builder(kernel).build()
+    return _Builder(kernel, bool(kernel.attrs.get("overlap", True))).build()
 
 
 def quick_cases(proto: Protocol) -> list[tuple[int, ...]]:
@@ -203,12 +252,24 @@ class Mbarrier(Pass):
     check: str = "auto"
     """Explore the protocol's interleavings: off, quick, full (every trip-count case), or auto
     (quick; full in debug mode)."""
+    overlap: str = "auto"
+    """Level-2 software pipelining of a trip's second product (auto: where it applies; off)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.check not in CHECKS:
             raise PassError(f"mbarrier: check must be {', '.join(CHECKS)}, got '{self.check}'")
-        builder = _Builder(kernel)
+        if self.overlap not in ("auto", "off"):
+            raise PassError(f"mbarrier: overlap must be auto or off, got '{self.overlap}'")
+        if self.overlap == "off":
+            kernel.attrs["overlap"] = False
+        builder = _Builder(kernel, self.overlap != "off")
         proto = builder.build()
+        for loop in builder.level2:
+            ctx.decide(f"loop at {_where(loop)}", "level 2: the second product runs one trip behind",
+                       "the trip's second product reads registers made from the first's result and "
+                       "accumulates into a carried tile: trip j issues its first product, then trip "
+                       "j-1's second, and runs its register work while the second one computes "
+                       "(FlashAttention-3's overlap); the previous stage is released once both are done")
         for ring in proto.rings:
             ctx.decide(f"ring {ring.name}" + (f" ({ring.where})" if ring.where else ""),
                        _ring_decision(ring), _ring_reason(ring, proto), stages=ring.stages,

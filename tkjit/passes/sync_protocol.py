@@ -135,12 +135,15 @@ class TmaLoad(Frozen):
 
 @dataclass(unsafe_hash=True)
 class Mma(Frozen):
-    """One committed wgmma group reading stage ``s`` of each ring named."""
+    """One committed wgmma group reading stage ``s`` of each ring named (``which`` "prev": the
+    stage before, the previous trip's -- a product software-pipelined one trip behind)."""
 
     rings: tuple[str, ...]
+    which: str = "cur"
 
     def text(self) -> str:
-        return "mma reading " + ", ".join(f"{r}.s" for r in self.rings) + "; commit_group"
+        stage = "s" if self.which == "cur" else "prev"
+        return "mma reading " + ", ".join(f"{r}.{stage}" for r in self.rings) + "; commit_group"
 
 
 @dataclass(unsafe_hash=True)
@@ -326,9 +329,19 @@ class NotFirst(Frozen):
         return "if not the first trip"
 
 
-Block = Union[Tiles, Loop, IfTrips, NotFirst, IfPrevTile, IfNextTile]
+@dataclass(unsafe_hash=True)
+class First(Frozen):
+    """Only on the loop's first trip."""
+
+    body: tuple["Step", ...]
+
+    def head(self) -> str:
+        return "if the first trip"
+
+
+Block = Union[Tiles, Loop, IfTrips, NotFirst, First, IfPrevTile, IfNextTile]
 Step = Union[Event, Block]
-BLOCKS = (Tiles, Loop, IfTrips, NotFirst, IfPrevTile, IfNextTile)
+BLOCKS = (Tiles, Loop, IfTrips, NotFirst, First, IfPrevTile, IfNextTile)
 
 
 def program_lines(steps: tuple[Step, ...], depth: int = 1) -> list[str]:
@@ -397,6 +410,10 @@ class LoopPlan(Frozen):
 
     ring: str
     mmas: tuple[tuple[str, ...], ...]
+    pipelined: bool = False
+    """Level 2 (two products, the second with A in registers made from the first's result): the
+    second product of trip j is issued in trip j+1, right after trip j+1's first, and runs under
+    trip j+1's register work (``pipelined_loop``); the pass decides it (mbarrier.pipelined)."""
     in_flight: bool = True
     """The trip's last wgmma group may stay in flight into the next trip (wait_group 1): its
     result only flows, through the yield, into the next trip's wgmma as the accumulator. When
@@ -438,6 +455,8 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     loads, and without ``in_flight`` the trip reads its own product: all of these wait for
     everything and release the current stage."""
     r = plan.ring
+    if plan.pipelined and len(plan.mmas) == 2 and stages >= 2:
+        return pipelined_loop(plan)
     body: list[Step] = [Wait(r, "full")]
     if not plan.mmas:  # the stage is read by ordinary loads, modelled as one read
         body += [Mma((r,)), MmaWait(0), Release(r), Advance(r)]
@@ -452,6 +471,22 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
         body.append(MmaWait(1 if i == len(plan.mmas) - 1 else 0))
     body += [NotFirst((Release(r, "prev"),)), Advance(r)]
     return (IfTrips(r, (Loop(r, tuple(body)), MmaWait(0), Release(r, "prev"))),)
+
+
+def pipelined_loop(plan: LoopPlan) -> tuple[Step, ...]:
+    """Level-2 software pipelining (FlashAttention-3's overlap) of a trip with two products, the
+    second reading registers the first's result made: trip j waits for its stage, issues the
+    first product (S_j), then the previous trip's second one (P_{j-1}·V_{j-1}, reading the previous
+    stage), waits for S_j alone (wait_group 1; wait_group 0 on the first trip, which has no
+    second product in flight), runs its register work under the second product, waits for it
+    and releases the previous stage. After the loop the last trip's second product runs alone.
+    Each stage is released once both of its products are done with it."""
+    r = plan.ring
+    first, second = plan.mmas
+    body = (Wait(r, "full"), Mma(first), NotFirst((Mma(second, "prev"),)),
+            First((MmaWait(0),)), NotFirst((MmaWait(1),)),
+            NotFirst((MmaWait(0), Release(r, "prev"))), Advance(r))
+    return (IfTrips(r, (Loop(r, body), Mma(second, "prev"), MmaWait(0), Release(r, "prev"))),)
 
 
 def pingpong_consumer(plan: LoopPlan, stages: int) -> tuple[Step, ...]:

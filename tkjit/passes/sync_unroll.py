@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .sync_protocol import (Advance, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips, Loop,
-                            Mma, MmaWait, NotFirst, Protocol, Release, Reset, SkipTrips, StagingBegin,
+                            First, Mma, MmaWait, NotFirst, Protocol, Release, Reset, SkipTrips, StagingBegin,
                             StagingEnd, Step, Tiles, TmaLoad, TurnPass, TurnWait, Wait)
 
 # concrete opcodes
@@ -161,6 +161,10 @@ class _Unroller:
         if self.trips and self.trips[-1][1] > 0:
             self.run(st.body)
 
+    def _First(self, st: First) -> None:
+        if self.trips and self.trips[-1][1] == 0:
+            self.run(st.body)
+
     # -- events ---------------------------------------------------------------------------
     def _Wait(self, st: Wait) -> None:
         g = self.stage(st.ring)
@@ -179,7 +183,7 @@ class _Unroller:
         self.emit(TMA, g, names.index(st.load), label=f"TMA {st.load} -> stage {self.layout.stage_name(g)}")
 
     def _Mma(self, st: Mma) -> None:
-        reads = tuple(self.stage(r) for r in st.rings)
+        reads = tuple(self.stage(r, st.which) for r in st.rings)
         names = ", ".join(self.layout.stage_name(g) for g in reads)
         self.emit(MMA, 0, reads=reads, label=f"wgmma reading {names}")
 

@@ -66,3 +66,61 @@ def trip_anchor(loop: For):
 def body_ops(block) -> list[Op]:
     """A block's ops without its terminator."""
     return [op for op in block.ops if not isinstance(op, Yield)]
+
+
+def level2_parts(loop: For):
+    """A level-2 trip's IR (mbarrier.pipelined): (ops before the first product, the first
+    product, the register work that does not read the carried tile, the ops that do -- up to the
+    second product --, the second product)."""
+    from ...passes.mbarrier import pipelined
+    first, second, arg = pipelined(loop)
+    ops = body_ops(loop.regions[0])
+    chain = {arg}
+    before, work, rescale = [], [], []
+    seen_first = False
+    for op in ops:
+        if op is first:
+            seen_first = True
+            continue
+        if op is second:
+            continue
+        if any(x in chain for x in op.operands):
+            chain.update(op.results)
+            rescale.append(op)
+        elif seen_first:
+            work.append(op)
+        else:
+            before.append(op)
+    # the op that makes the second product's register A (cvt<bf16>(p)) runs after that product of
+    # the previous trip is waited for: its registers are that product's input, and ptxas would
+    # serialize the wgmmas (C7513) if it shared them with the held copy while the product runs
+    maker = second.operands[0].owner
+    if maker in work:
+        work.remove(maker)
+        rescale.insert(0, maker)
+    return before, first, work, rescale, second
+
+
+def pipelined_trip(loop: For, steps) -> list[tuple]:
+    """The items of a level-2 trip (sync_protocol.pipelined_loop's steps): the ops before the first
+    product, the first product; the previous trip's second product and the waits; the register
+    work (under that second product); its wait and the previous stage's release; the ops that
+    read the carried tile (now final for the previous trip); then ``("hold", None, second)``:
+    the second product's operands kept for the next trip (or the loop's end)."""
+    from ...passes.sync_protocol import Advance, NotFirst, Release
+    before, first, work, rescale, second = level2_parts(loop)
+    out: list[tuple] = []
+    for step in steps:
+        if isinstance(step, Mma) and step.which == "cur":
+            out += [("op", None, op) for op in before]
+            out.append(("anchored", step, first))
+        elif isinstance(step, NotFirst) and any(isinstance(s, Release) for s in step.body):
+            out += [("op", None, op) for op in work]
+            out.append(("step", step, None))
+        elif isinstance(step, Advance):
+            out += [("op", None, op) for op in rescale]
+            out.append(("hold", None, second))
+            out.append(("step", step, None))
+        else:
+            out.append(("step", step, None))
+    return out

@@ -26,14 +26,15 @@ from ...ir.core import Op
 from ...ir.ops import MMA_OPS, REDUCE_OPS, Copy, For, If, Load, Store, Yield
 from ...ir.types import BF16, F16, F32, TileType, VectorType  # noqa: F401
 from ...passes.hopper import is_shared
-from ...passes.sync_protocol import ConsumerSync, IfTrips, Loop, Mma, StagingBegin, StagingEnd, Wait
+from ...passes.sync_protocol import (ConsumerSync, First, IfTrips, Loop, Mma, StagingBegin, StagingEnd,
+                                     Wait)
 from ..emit_control import fresh, moves
 from ..emit_memory import emit_load as rt_emit_load, emit_store as rt_emit_store
 from ..padding import analyze_padding
 from ..table import EmitterTable
 from ..values import RegTile, RegVec, Scalar
 from . import wgmma
-from .interleave import body_ops, interleave, tile_anchor, trip_anchor
+from .interleave import body_ops, interleave, pipelined_trip, tile_anchor, trip_anchor
 from .lower import MMA_DTYPES
 from .lower_producer import (bind_block_indices, bind_loop_index, load_stage_stride, role_ctx,
                              tile_walk_begin, tile_walk_next, trip_count)
@@ -185,6 +186,8 @@ class ConsumerRole(RoleEmitter):
         self.shared: dict[int, Load] = {}  # id(value) -> the ring load it reads
         self.carried_homes: list = []
         self.table[ConsumerSync] = self.consumer_sync
+        self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
+        self.table[First] = self.first_trip
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
 
     def run(self) -> None:
@@ -361,6 +364,12 @@ class ConsumerRole(RoleEmitter):
             carried.append(rep)
         self.carried = carried
         self.carried_homes = [rep for rep in carried if isinstance(rep, RegTile)]
+        if loop in self.k.schedule.level2:  # the held second product's A and accumulator
+            from .interleave import level2_parts
+            *_, second = level2_parts(loop)
+            arg = body.args[1 + list(body.terminator.operands).index(second.result)]
+            self.second = second
+            self.held = (fresh(ctx, second.operands[0].type), ctx.get(arg))
         if step.ring not in self.trips_ready:
             self.rings[step.ring].trips = trip_count(ctx, b, loop)
         self.emit((step,))
@@ -372,40 +381,117 @@ class ConsumerRole(RoleEmitter):
     def trip(self, step: Loop) -> None:
         loop = self.loop_of[step.ring]
         bind_loop_index(self.ctx, self.b, loop, self.rings[step.ring].counter)
-        self.walk(body_ops(loop.regions[0]), step.body, trip_anchor(loop))
+        if loop in self.k.schedule.level2:
+            for kind, st, op in pipelined_trip(loop, step.body):
+                if kind == "op":
+                    self.ops([op])
+                elif kind == "step":
+                    self.emit((st,))
+                elif kind == "hold":
+                    self.hold(op)
+                else:
+                    self.anchored(st, op)
+        else:
+            self.walk(body_ops(loop.regions[0]), step.body, trip_anchor(loop))
         term = loop.regions[0].terminator
         self.b(*moves(self.ctx, self.carried, [self.ctx.get(v) for v in term.operands]))
 
+    peeled: str | None = None
+    """Inside a level-2 loop: "first" while emitting its peeled first trip, "later" for the rest
+    (so First/NotFirst resolve statically and ptxas sees which wgmma groups each wait retires)."""
+
+    def loop(self, step: Loop) -> None:
+        if self.loop_of[step.ring] not in self.k.schedule.level2:
+            return super().loop(step)
+        b, r = self.b, self.rings[step.ring]
+        outer = r.counter
+        r.counter = b.reg()
+        top, end = b.label(f"{step.ring}_loop"), b.label(f"{step.ring}_done")
+        b(f"mov.b32 {r.counter}, 0;")  # the protocol's IfTrips: at least one trip
+        self.peeled = "first"
+        self.trip(step)
+        b(f"mov.b32 {r.counter}, 1;")
+        done = b.pred()
+        b(f"setp.ge.s32 {done}, {r.counter}, {r.trips};", f"@{done} bra {end};")
+        b.place(top)
+        self.peeled = "later"
+        self.trip(step)
+        again = b.pred()
+        b(f"add.s32 {r.counter}, {r.counter}, 1;", f"setp.lt.s32 {again}, {r.counter}, {r.trips};",
+          f"@{again} bra {top};")
+        b.place(end)
+        self.peeled = None
+        r.counter = outer
+
+    def not_first(self, step) -> None:
+        if self.peeled is None:
+            return super().not_first(step)
+        if self.peeled == "later":
+            self.emit(step.body)
+
+    def first_trip(self, step) -> None:
+        if self.peeled is None:
+            return super().first_trip(step)
+        if self.peeled == "first":
+            self.emit(step.body)
+
+    def hold(self, second: Op) -> None:
+        """Level 2: keep the second product's register A (its own registers, live into the next
+        trip) and its accumulator (the carried tile's registers); it is issued by the next
+        trip's ``Mma(prev)`` step or after the loop."""
+        ctx, b = self.ctx, self.b
+        p_home, o_home = self.held
+        b(*moves(ctx, [p_home], [ctx.get(second.operands[0])]))
+        acc = ctx.get(second.operands[2])
+        if acc is not o_home:
+            b(*moves(ctx, [o_home], [acc]))
+        ctx.bind(second.result, o_home)
+
+    def deferred_mma(self, step: Mma) -> None:
+        """Level 2's ``Mma(prev)``: the held second product, reading the previous stage."""
+        p_home, o_home = self.held
+        self.b(f"// step: {step.text()}")
+        self.wgmma(self.second, a_tile=p_home, acc=o_home, which="prev")
+        self.b("// end step")
+
     # -- wgmma ----------------------------------------------------------------------------
-    def stage_address(self, load: Load) -> str:
-        """Shared address of ``load``'s tile in the current stage of its ring."""
+    def stage_address(self, load: Load, which: str = "cur") -> str:
+        """Shared address of ``load``'s tile in the current (or previous) stage of its ring."""
         b = self.b
         ring = self.rings[self.ring_of_load[load]]
         loop = self.loop_of.get(ring.ring.name)
+        stage = ring.s
+        if which == "prev":
+            stage, first = b.reg(), b.pred()
+            b(f"add.s32 {stage}, {ring.s}, -1;", f"setp.eq.s32 {first}, {ring.s}, 0;",
+              f"@{first} mov.b32 {stage}, {ring.ring.stages - 1};")
         addr = b.reg()
-        b(f"mad.lo.u32 {addr}, {ring.s}, {load_stage_stride(loop)}, {self.k.smem};",
+        b(f"mad.lo.u32 {addr}, {stage}, {load_stage_stride(loop)}, {self.k.smem};",
           f"add.u32 {addr}, {addr}, {load.attrs['smem']};")
         return addr
 
-    def wgmma(self, op: Op) -> None:
+    def wgmma(self, op: Op, a_tile=None, acc=None, which: str = "cur") -> None:
         """One committed wgmma group: every k16 step of the tile, every slab of this consumer,
-        every wgmma-wide piece of the accumulator's columns."""
+        every wgmma-wide piece of the accumulator's columns. ``a_tile``/``acc``/``which``: the
+        held operands of a level-2 product issued a trip late (the previous stage's B)."""
         ctx, b = self.ctx, self.b
         t: TileType = op.result.type
         op_a, op_b = _a_operand(op), _b_operand(op)
         slabs = t.rows // 64 // self.owners
         n = _wgmma_n(t.cols, op_b.panel_cols if op_b.major == "MN" else 8)
-        if len(op.operands) > 2:
+        if acc is not None:
+            scale = "1"
+        elif len(op.operands) > 2:
             acc = ctx.get(op.operands[2])
             scale = "1"
         else:
             acc = fresh(ctx, t)
             scale = "0"
         in_regs = not is_shared(op.operands[0])  # RS: A is a packed 16-bit register tile
-        b_addr = self.stage_address(self.shared[id(op.operands[1])])
+        b_addr = self.stage_address(self.shared[id(op.operands[1])], which)
         desc_b = self.descriptor(b_addr, op_b)
         if in_regs:
-            a_tile = ctx.get(op.operands[0])
+            a_tile = a_tile if a_tile is not None else ctx.get(op.operands[0])
             if not a_tile.packed:
                 raise NotAvailableError(f"{op.NAME}: a register A operand must be a 16-bit tile "
                                         "(cvt<bf16>(...))", op.span)

@@ -227,6 +227,14 @@ class RoleEmitter:
         self.emit(step.body)
         self.b.place(end)
 
+    def first_trip(self, step) -> None:
+        """``First``: the body on the loop's first trip only."""
+        counters = [r.counter for r in self.rings.values() if r.counter is not None]
+        later, end = self.b.pred(), self.b.label("later_trip")
+        self.b(f"setp.ne.s32 {later}, {counters[-1]}, 0;", f"@{later} bra {end};")
+        self.emit(step.body)
+        self.b.place(end)
+
     # -- what the kernel fills in ---------------------------------------------------------
     tile: str
     tile_count: str
