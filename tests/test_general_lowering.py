@@ -213,3 +213,23 @@ def test_the_examples_take_the_general_lowering_without_spills(name):
     assert re.search(r"\b[HQ]GMMA", sass) and "UTMALDG" in sass
     assert not re.search(r"\b(LDL|STL)\b", sass)
     assert not [m for m in k.metadata["ptxas"]["messages"] if m["level"] == "warning"]
+
+
+def test_the_ptx_does_not_depend_on_the_process():
+    """Two processes with different string-hash seeds emit the same PTX (the cache and every
+    A/B rely on it; a set iterated in hash order once made the producer's prefetches move)."""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys, hashlib; sys.path.insert(0, 'tests'); import tkjit; from general_corpus import CASES; "
+            "print(hashlib.sha256(''.join(tkjit.compile(c.source, cache=False, lowering='general')"
+            ".asm['ptx'] for c in CASES[:4]).encode()).hexdigest())")
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    outs = set()
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr
+        outs.add(run.stdout.strip())
+    assert len(outs) == 1

@@ -82,7 +82,7 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     for op in kernel.body.ops:
         if not isinstance(op, Blocks) and not all(isinstance(v.type, ScalarType) for v in op.results):
             return Refusal(op, "only scalars may be computed before the block loop")
-    from .lower_consumer import consumer_refusal, users_of
+    from .lower_checks import consumer_refusal, users_of
     consumers = kernel.attrs["consumers"]
     loops = set(pipelined_loops(kernel))
     users = users_of(kernel)
@@ -99,7 +99,7 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
 
 
 def _loop_body(loop: For, consumers: int, users) -> Refusal | None:
-    from .lower_consumer import consumer_refusal
+    from .lower_checks import consumer_refusal
     for op in loop.regions[0].ops:
         if isinstance(op, Load) and is_shared(op.result):
             why = _tma_load(op)

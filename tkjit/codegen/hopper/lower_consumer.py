@@ -6,36 +6,29 @@ register-tile backend's emitters on a warp grid of ``4C x 1`` warps whose rows i
 64-row slabs (``WarpGrid.slab_warps``): a register tile of ``64*S*C`` rows puts slab ``S*c + u``
 in consumer ``c``, rows ``16w ..`` of it in warp ``w`` -- exactly where ``wgmma`` m64 leaves its
 accumulator. So elementwise maps, broadcasts, row reductions (quad shuffles), ``cvt``, scalars
-and vector loads/stores need no Hopper code; the Hopper emitters here are:
-
-* ``mma_*`` with both operands in shared tiles of rings -> one ``wgmma`` group (SS), the
-  accumulator updated in place (``Mma`` steps of the protocol say where);
-* register tiles to and from global memory -> per-thread fragment accesses (4- or 8-byte pairs
-  at immediate offsets when the tile lies inside the tensor, element by element under
-  row/column predicates at its edges), leading coordinates through the tensor's strides.
-
-The walk (``tile_body``, ``trip``): each protocol step that stands for an IR op (a one-shot
-load's ``Wait``, a ring loop's ``IfTrips``, a trip's ``Mma``) first emits the IR ops before that
-op; the other steps (waits, releases, advances) emit the IR ops still pending and then
-themselves. The protocol is the object the mbarrier pass checked; the IR is the pass pipeline's.
+and vector loads/stores need no Hopper code. Here: the walk (``interleave.py`` says where each IR
+op falls between the protocol's steps), ring loops with their carried values, level 2's held
+product and peeled first trip, ping-pong turns and tiles, and ``mma_*`` -> one ``wgmma`` group
+(SS, or RS with A in registers; the accumulator updated in place). Register tiles to and from
+global memory: ``lower_fragments.py``; what the consumers refuse: ``lower_checks.py``. The
+protocol is the object the mbarrier pass checked; the IR is the pass pipeline's.
 """
 from __future__ import annotations
 
 from ...errors import NotAvailableError
 from ...ir.core import Op
-from ...ir.ops import MMA_OPS, REDUCE_OPS, Copy, For, If, Load, Store, Yield
-from ...ir.types import BF16, F16, F32, TileType, VectorType  # noqa: F401
+from ...ir.ops import MMA_OPS, For, Load, Store, Yield
+from ...ir.types import TileType
 from ...passes.hopper import is_shared
 from ...passes.sync_protocol import (ConsumerSync, First, IfTrips, Loop, Mma, StagingBegin, StagingEnd,
                                      Wait)
 from ..emit_control import fresh, moves
-from ..emit_memory import emit_load as rt_emit_load, emit_store as rt_emit_store
 from ..padding import analyze_padding
-from ..table import EmitterTable
-from ..values import RegTile, RegVec, Scalar
+from ..values import RegTile
 from . import wgmma
 from .interleave import body_ops, interleave, pipelined_trip, tile_anchor, trip_anchor
-from .lower import MMA_DTYPES
+from .lower_checks import a_operand, b_operand, consumer_refusal, users_of, wgmma_n
+from .lower_fragments import consumer_table
 from .lower_producer import (bind_block_indices, bind_loop_index, load_stage_stride, role_ctx,
                              tile_walk_begin, tile_walk_next, trip_count)
 from .program import RingRegs, RoleEmitter
@@ -45,125 +38,6 @@ CONSUMER_BARRIER = 1
 consumer c's staging (lower_epilogue.py)."""
 FIRST_TURN_BARRIER = 6
 """Ping-pong: named barrier 6 + c is consumer c's turn on the tensor cores (at most 2 consumers)."""
-WGMMA_N = (256, 192, 128, 96, 64, 32, 16, 8)
-
-
-# -- what the consumers can take ------------------------------------------------------------
-def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
-    """None when the consumer emitters take ``op`` (and everything inside it); else a Refusal."""
-    from .lower import Refusal
-    if isinstance(op, Yield):
-        return None
-    if isinstance(op, Load):
-        t = op.result.type
-        if is_shared(op.result):
-            return None  # a one-shot ring (the producer's); the mbarrier pass placed it
-        if isinstance(t, TileType) and t.dtype not in (BF16, F16, F32):
-            return Refusal(op, f"{t.dtype} register tiles are not lowered yet")
-        return None
-    if isinstance(op, Store):
-        v = op.operands[1]
-        if is_shared(v):
-            return Refusal(op, "a shared tile stored to global memory (a TMA store from a consumer "
-                               "is not lowered yet); store a register tile")
-        return None
-    if isinstance(op, Copy):
-        return Refusal(op, "copies between shared and register tiles are not lowered yet")
-    if isinstance(op, tuple(c for c in REDUCE_OPS if c.AXIS == "col")):
-        return Refusal(op, "a column reduction combines the warps of every consumer through shared "
-                           "memory, which the general lowering does not plan yet")
-    if isinstance(op, MMA_OPS):
-        return _mma_refusal(op, consumers, in_ring_loop, users)
-    if isinstance(op, (For, If)):
-        for region in op.regions:
-            for inner in region.ops:
-                if isinstance(inner, MMA_OPS):
-                    return Refusal(inner, "a matrix product outside the loop that streams its "
-                                          "operands (its wgmma would not be a protocol step)")
-                why = consumer_refusal(inner, consumers, False, users)
-                if why is not None:
-                    return why
-        return None
-    for v in list(op.results):
-        t = v.type
-        if isinstance(t, TileType) and t.space == "rt" and t.dtype not in (BF16, F16, F32):
-            return Refusal(op, f"{t.dtype} register tiles are not lowered yet")
-    return None
-
-
-def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
-    from .lower import Refusal
-    if not in_ring_loop:
-        return Refusal(op, "a matrix product outside the loop that streams its operands (its wgmma "
-                           "would not be a protocol step)")
-    a, b = op.operands[0], op.operands[1]
-    if not is_shared(b) or not isinstance(b.owner, Load):
-        return Refusal(op, "B must be a shared tile the producer loads (wgmma reads B from shared memory)")
-    if is_shared(a) and not isinstance(a.owner, Load):
-        return Refusal(op, "A must be a shared tile the producer loads, or a register tile")
-    if not is_shared(a) and op.NAME not in ("mma_AB", "mma_ABt"):
-        return Refusal(op, f"{op.NAME} with A in registers: wgmma's register A is [M, K] (mma_AB, "
-                           "mma_ABt)")
-    if a.type.dtype != b.type.dtype or a.type.dtype not in MMA_DTYPES:
-        return Refusal(op, f"{a.type.dtype} x {b.type.dtype} products: the general lowering emits "
-                           "wgmma of two bf16, f16, e4m3 or e5m2 operands")
-    if a.type.dtype.name in wgmma.FP8 and (op.NAME != "mma_ABt" or not is_shared(a)):
-        return Refusal(op, f"{op.NAME} of fp8 tiles: fp8 wgmma reads both operands K-major from "
-                           "shared memory, so write mma_ABt with B stored [N, K] (transposes for "
-                           "the other forms are not arranged yet)")
-    t = op.result.type
-    if t.dtype != F32:
-        return Refusal(op, "accumulators other than f32 are not lowered yet")
-    if t.rows % (64 * consumers):
-        return Refusal(op, f"a {t.rows}-row accumulator does not split into 64-row slabs over "
-                           f"{consumers} consumer warpgroups")
-    if _wgmma_n(t.cols, _b_operand(op).panel_cols if _b_operand(op).major == "MN" else 8) is None:
-        return Refusal(op, f"{t.cols} accumulator columns do not split into wgmma widths")
-    if len(op.operands) > 2:
-        acc = op.operands[2]
-        if [u for u in users.get(id(acc), []) if u is not op]:
-            return Refusal(op, f"the accumulator %{acc.hint} is read after the product (wgmma "
-                               "updates it in place)")
-    return None
-
-
-def users_of(kernel) -> dict[int, list[Op]]:
-    """id(value) -> the ops reading it (for the in-place accumulator rule)."""
-    users: dict[int, list[Op]] = {}
-    for op in kernel.walk():
-        for x in op.operands:
-            users.setdefault(id(x), []).append(op)
-    return users
-
-
-def _wgmma_n(cols: int, atom: int) -> int | None:
-    for n in WGMMA_N:
-        if n <= cols and cols % n == 0 and n % atom == 0:
-            return n
-    return None
-
-
-def _a_operand(op):
-    """How A lies in shared memory: K-major [M, K] for mma_AB/ABt, MN-major [K, M] for AtB/AtBt."""
-    t = op.operands[0].type
-    span = _span(t)
-    if op.NAME in ("mma_AB", "mma_ABt"):
-        return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
-    return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
-
-
-def _b_operand(op):
-    """How B lies: MN-major [K, N] for mma_AB/AtB, K-major [N, K] for mma_ABt/AtBt."""
-    t = op.operands[1].type
-    span = _span(t)
-    if op.NAME in ("mma_AB", "mma_AtB"):
-        return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
-    return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
-
-
-def _span(t: TileType) -> int:
-    value = str(t.attr("swizzle", "none"))
-    return 0 if value in ("none", "0B", "0") else int(value.rstrip("B"))
 
 
 # -- the role -------------------------------------------------------------------------------
@@ -476,9 +350,9 @@ class ConsumerRole(RoleEmitter):
         held operands of a level-2 product issued a trip late (the previous stage's B)."""
         ctx, b = self.ctx, self.b
         t: TileType = op.result.type
-        op_a, op_b = _a_operand(op), _b_operand(op)
+        op_a, op_b = a_operand(op), b_operand(op)
         slabs = t.rows // 64 // self.owners
-        n = _wgmma_n(t.cols, op_b.panel_cols if op_b.major == "MN" else 8)
+        n = wgmma_n(t.cols, op_b.panel_cols if op_b.major == "MN" else 8)
         if acc is not None:
             scale = "1"
         elif len(op.operands) > 2:
@@ -549,186 +423,4 @@ class ConsumerRole(RoleEmitter):
         return p
 
 
-# -- register tiles to and from global memory ----------------------------------------------------
-def _fragment_rows(ctx, layout):
-    """(row register, offset) per (band, half) and (column register, offset) per chunk."""
-    rb, cb = ctx.row_base(layout.rows), ctx.col_base(layout.cols)
-    rows = {(u, h): layout.rows.unit_offset(u, 16) + 8 * h for u in range(layout.bands) for h in (0, 1)}
-    cols = {j: 8 * j for j in range(layout.chunks)}
-    return rb, rows, cb, cols
-
-
-def emit_store(ctx, op) -> list[str]:
-    from .lower_epilogue import emit_staged
-    rep = ctx.get(op.operands[1])
-    if not isinstance(rep, RegTile):
-        return rt_emit_store(ctx, op)
-    staging = ctx.role.stagings.get(op) if not rep.layout.rows.replicated else None
-    deferred = ctx.role.deferred
-    if staging is not None and deferred is not None and deferred.op is op:
-        return deferred.hold(ctx, rep)
-    if staging is not None:
-        return emit_staged(ctx.role, ctx, op, rep, staging)
-    return _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=True)
-
-
-def emit_load(ctx, op) -> list[str]:
-    t = op.result.type
-    if not (isinstance(t, TileType) and t.space == "rt"):
-        return rt_emit_load(ctx, op)
-    gd = op.operands[0].type.dtype
-    if t.dtype == F32 and gd in (BF16, F16) and _elementwise_uses(ctx, op.result):
-        # the values are the tensor's 16-bit ones: keep them packed (half the registers) and let
-        # each elementwise use unpack its elements (exact: a bf16/f16 value is an f32 one)
-        rep = fresh(ctx, TileType("rt", gd, t.rows, t.cols))
-        out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
-        ctx.bind(op.result, rep)
-        return out
-    rep = fresh(ctx, TileType("rt", F32, t.rows, t.cols))
-    out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
-    if t.dtype != F32:
-        from ..emit_elementwise import make_value
-        elems = {key: rep.regs[key[0]][key[1]][key[2]] for key in rep.layout.elements()}
-        ctx.bind(op.result, make_value(ctx, t, elems, out))
-    else:
-        ctx.bind(op.result, rep)
-    return out
-
-
-PACK = {BF16: "cvt.rn.bf16x2.f32", F16: "cvt.rn.f16x2.f32"}
-
-
-def _elementwise_uses(ctx, v) -> bool:
-    """Whether every reader of ``v`` reads its elements one by one (maps, arithmetic, broadcasts,
-    cvt, stores): then a packed 16-bit representation can stand for an f32 tile."""
-    from ...ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt
-    users = ctx.role.users.get(id(v), [])
-    return bool(users) and all(isinstance(u, (*BINARY_OPS, *UNARY_OPS, *BROADCAST_OPS, Cvt, Store))
-                               for u in users)
-
-
-def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
-    """Store ``tile`` to (or load it from) ``param``'s tile at ``coords``, fragment by fragment:
-    one address per thread row; pairs of neighbouring columns at immediate offsets when the whole
-    tile lies inside the tensor (and its rows keep pairs aligned), else single elements under
-    row and column predicates (nothing outside the tensor is written; loads read zeros there)."""
-    from ..globalmem import GlobalView
-    out: list[str] = []
-    g = param.type
-    gd = g.dtype
-    if gd not in (BF16, F16, F32):
-        raise NotAvailableError(f"{op.NAME}: {gd} tensors are not lowered yet", op.span)
-    t = tile.type
-    layout = tile.layout
-    view = GlobalView(ctx, param, coords, t.rows, t.cols, out)
-    es = gd.nbytes
-    half = "bf16" if gd == BF16 else "f16"
-    rb, rows, cb, cols = _fragment_rows(ctx, layout)
-    guard = None
-    if store and (layout.rows.replicated or layout.cols.replicated):
-        guard = ctx.writer(layout.rows, layout.cols, None)
-    inside, e, odd = ctx.new("pred"), ctx.new("b32"), ctx.new("b32")
-    out += [f"add.s32 {e}, {view.row0}, {t.rows};", f"setp.le.s32 {inside}, {e}, {view.d_rows};",
-            f"add.s32 {e}, {view.col0}, {t.cols};", f"setp.le.and.s32 {inside}, {e}, {view.d_cols}, {inside};",
-            f"and.b32 {odd}, {view.d_cols}, 1;", f"setp.eq.and.s32 {inside}, {odd}, 0, {inside};"]
-    if view.lead_ok is not None:
-        out.append(f"and.pred {inside}, {inside}, {view.lead_ok};")
-    if guard is not None:
-        out.append(f"and.pred {inside}, {inside}, {guard};")
-    low = ctx.new("b64")  # pairs need the tensor's base aligned to a pair
-    out += [f"and.b64 {low}, {view.ptr}, {2 * es - 1};", f"setp.eq.and.u64 {inside}, {low}, 0, {inside};"]
-    addrs, rows_left = {}, {}
-    for key, roff in rows.items():
-        r = ctx.new("b32")
-        out.append(f"add.s32 {r}, {rb}, {roff};")
-        addrs[key] = view.element_address(r, cb, out)
-        rows_left[key] = r
-    edge, done = ctx.label("edge"), ctx.label("fragments_done")
-    out.append(f"@!{inside} bra {edge};")
-    for (u, h), addr in addrs.items():
-        for j, coff in cols.items():
-            imm = f"+{coff * es}" if coff else ""
-            if store:
-                out.append(f"st.global.{'v2.f32' if gd == F32 else 'b32'} [{addr}{imm}], "
-                           f"{_pair(ctx, tile, u, j, h, gd, out)};")
-            elif tile.packed:
-                out.append(f"ld.global.b32 {tile.regs[u][j][h]}, [{addr}{imm}];")
-            else:
-                a, c = tile.regs[u][j][2 * h], tile.regs[u][j][2 * h + 1]
-                if gd == F32:
-                    out.append(f"ld.global.v2.f32 {{{a}, {c}}}, [{addr}{imm}];")
-                else:
-                    p, x, y = ctx.new("b32"), ctx.new("b16"), ctx.new("b16")
-                    out += [f"ld.global.b32 {p}, [{addr}{imm}];", f"mov.b32 {{{x}, {y}}}, {p};",
-                            f"cvt.f32.{half} {a}, {x};", f"cvt.f32.{half} {c}, {y};"]
-    out.append(f"bra.uni {done};")
-    out.append(f"{edge}:")
-    cols_left = ctx.new("b32")
-    out += [f"add.s32 {cols_left}, {view.col0}, {cb};", f"sub.s32 {cols_left}, {view.d_cols}, {cols_left};"]
-    for (u, h), addr in addrs.items():
-        row_ok = ctx.new("pred")
-        r = rows_left[(u, h)]
-        gr = ctx.new("b32")
-        out += [f"add.s32 {gr}, {r}, {view.row0};", f"setp.lt.s32 {row_ok}, {gr}, {view.d_rows};"]
-        if view.lead_ok is not None:
-            out.append(f"and.pred {row_ok}, {row_ok}, {view.lead_ok};")
-        if guard is not None:
-            out.append(f"and.pred {row_ok}, {row_ok}, {guard};")
-        for j, coff in cols.items():
-            if store:
-                pair = _pair(ctx, tile, u, j, h, gd, out)
-                if gd == F32:
-                    values = pair.strip("{}").split(", ")
-                else:
-                    x, y = ctx.new("b16"), ctx.new("b16")
-                    out.append(f"mov.b32 {{{x}, {y}}}, {pair};")
-                    values = [x, y]
-            halves = []
-            for e_ in (0, 1):
-                ok = ctx.new("pred")
-                out += [f"setp.gt.s32 {ok}, {cols_left}, {coff + e_};", f"and.pred {ok}, {ok}, {row_ok};"]
-                at = f"[{addr}+{(coff + e_) * es}]"
-                if store:
-                    out.append(f"@{ok} st.global.{'f32' if gd == F32 else 'b16'} {at}, {values[e_]};")
-                    continue
-                if tile.packed:
-                    hb = ctx.new("b16")
-                    out += [f"mov.b16 {hb}, 0;", f"@{ok} ld.global.b16 {hb}, {at};"]
-                    halves.append(hb)
-                    if e_ == 1:
-                        out.append(f"mov.b32 {tile.regs[u][j][h]}, {{{halves[0]}, {halves[1]}}};")
-                    continue
-                dst = tile.regs[u][j][2 * h + e_]
-                if gd == F32:
-                    out += [f"mov.f32 {dst}, 0f00000000;", f"@{ok} ld.global.f32 {dst}, {at};"]
-                else:
-                    hb = ctx.new("b16")
-                    out += [f"mov.b16 {hb}, 0;", f"@{ok} ld.global.b16 {hb}, {at};", f"cvt.f32.{half} {dst}, {hb};"]
-    out.append(f"{done}:")
-    return out
-
-
-def _pair(ctx, tile: RegTile, u: int, j: int, h: int, gd, out: list[str]) -> str:
-    """The operand of one pair store into a ``gd`` tensor: ``{lo, hi}`` f32, or one packed register."""
-    if gd == F32:
-        a, c = (ctx.tile_f32(tile, u, j, i, out) for i in (2 * h, 2 * h + 1))
-        return f"{{{a}, {c}}}"
-    if tile.packed and tile.type.dtype == gd:
-        return tile.regs[u][j][h]
-    a, c = (ctx.tile_f32(tile, u, j, i, out) for i in (2 * h, 2 * h + 1))
-    p = ctx.new("b32")
-    out.append(f"{PACK[gd]} {p}, {c}, {a};")
-    return p
-
-
-def consumer_table() -> EmitterTable:
-    table = EmitterTable()
-    table.entries[(Store, "memory")] = emit_store
-    table.entries[(Load, "memory")] = emit_load
-    for cls in MMA_OPS:
-        table.entries.pop((cls, "register"), None)
-    return table
-
-
-__all__ = ["ConsumerRole", "consumer_refusal", "emit_store", "emit_load", "StagingBegin",
-           "StagingEnd", "RegVec", "Scalar", "VectorType", "F32"]
+__all__ = ["ConsumerRole", "consumer_refusal", "users_of"]

@@ -63,7 +63,7 @@ class ProducerRole(RoleEmitter):
         b(f"setmaxnreg.dec.sync.aligned.u32 {k.regs[0]};")
         leader, done = b.pred(), b.label("producer_done")
         b(f"setp.ne.u32 {leader}, {k.tid_wg}, 0;", f"@{leader} bra {done};")
-        for name in {m.symbol for m in self.maps()}:
+        for name in dict.fromkeys(m.symbol for m in self.maps()):  # in load order (deterministic PTX)
             raw, addr = b.reg("b64"), b.reg("b64")
             b(*tma.generic_address(name, raw, addr), tma.prefetch(addr))
         self.rings = {}

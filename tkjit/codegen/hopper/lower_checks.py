@@ -1,0 +1,135 @@
+"""What the general lowering's consumers can take (``consumer_refusal``: None or a Refusal naming
+the op and why), and how a product's operands lie in shared memory for wgmma (``a_operand``,
+``b_operand``, ``wgmma_n``), which the consumer role uses to emit it."""
+from __future__ import annotations
+
+from ...ir.core import Op
+from ...ir.ops import MMA_OPS, REDUCE_OPS, Copy, For, If, Load, Store, Yield
+from ...ir.types import BF16, F16, F32, TileType
+from ...passes.hopper import is_shared
+from . import wgmma
+from .lower import MMA_DTYPES
+
+WGMMA_N = (256, 192, 128, 96, 64, 32, 16, 8)
+
+
+def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
+    """None when the consumer emitters take ``op`` (and everything inside it); else a Refusal."""
+    from .lower import Refusal
+    if isinstance(op, Yield):
+        return None
+    if isinstance(op, Load):
+        t = op.result.type
+        if is_shared(op.result):
+            return None  # a one-shot ring (the producer's); the mbarrier pass placed it
+        if isinstance(t, TileType) and t.dtype not in (BF16, F16, F32):
+            return Refusal(op, f"{t.dtype} register tiles are not lowered yet")
+        return None
+    if isinstance(op, Store):
+        v = op.operands[1]
+        if is_shared(v):
+            return Refusal(op, "a shared tile stored to global memory (a TMA store from a consumer "
+                               "is not lowered yet); store a register tile")
+        return None
+    if isinstance(op, Copy):
+        return Refusal(op, "copies between shared and register tiles are not lowered yet")
+    if isinstance(op, tuple(c for c in REDUCE_OPS if c.AXIS == "col")):
+        return Refusal(op, "a column reduction combines the warps of every consumer through shared "
+                           "memory, which the general lowering does not plan yet")
+    if isinstance(op, MMA_OPS):
+        return _mma_refusal(op, consumers, in_ring_loop, users)
+    if isinstance(op, (For, If)):
+        for region in op.regions:
+            for inner in region.ops:
+                if isinstance(inner, MMA_OPS):
+                    return Refusal(inner, "a matrix product outside the loop that streams its "
+                                          "operands (its wgmma would not be a protocol step)")
+                why = consumer_refusal(inner, consumers, False, users)
+                if why is not None:
+                    return why
+        return None
+    for v in list(op.results):
+        t = v.type
+        if isinstance(t, TileType) and t.space == "rt" and t.dtype not in (BF16, F16, F32):
+            return Refusal(op, f"{t.dtype} register tiles are not lowered yet")
+    return None
+
+
+def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
+    from .lower import Refusal
+    if not in_ring_loop:
+        return Refusal(op, "a matrix product outside the loop that streams its operands (its wgmma "
+                           "would not be a protocol step)")
+    a, b = op.operands[0], op.operands[1]
+    if not is_shared(b) or not isinstance(b.owner, Load):
+        return Refusal(op, "B must be a shared tile the producer loads (wgmma reads B from shared memory)")
+    if is_shared(a) and not isinstance(a.owner, Load):
+        return Refusal(op, "A must be a shared tile the producer loads, or a register tile")
+    if not is_shared(a) and op.NAME not in ("mma_AB", "mma_ABt"):
+        return Refusal(op, f"{op.NAME} with A in registers: wgmma's register A is [M, K] (mma_AB, "
+                           "mma_ABt)")
+    if a.type.dtype != b.type.dtype or a.type.dtype not in MMA_DTYPES:
+        return Refusal(op, f"{a.type.dtype} x {b.type.dtype} products: the general lowering emits "
+                           "wgmma of two bf16, f16, e4m3 or e5m2 operands")
+    if a.type.dtype.name in wgmma.FP8 and (op.NAME != "mma_ABt" or not is_shared(a)):
+        return Refusal(op, f"{op.NAME} of fp8 tiles: fp8 wgmma reads both operands K-major from "
+                           "shared memory, so write mma_ABt with B stored [N, K] (transposes for "
+                           "the other forms are not arranged yet)")
+    t = op.result.type
+    if t.dtype != F32:
+        return Refusal(op, "accumulators other than f32 are not lowered yet")
+    if t.rows % (64 * consumers):
+        return Refusal(op, f"a {t.rows}-row accumulator does not split into 64-row slabs over "
+                           f"{consumers} consumer warpgroups")
+    if wgmma_n(t.cols, b_operand(op).panel_cols if b_operand(op).major == "MN" else 8) is None:
+        return Refusal(op, f"{t.cols} accumulator columns do not split into wgmma widths")
+    if len(op.operands) > 2:
+        acc = op.operands[2]
+        if [u for u in users.get(id(acc), []) if u is not op]:
+            return Refusal(op, f"the accumulator %{acc.hint} is read after the product (wgmma "
+                               "updates it in place)")
+    return None
+
+
+def users_of(kernel) -> dict[int, list[Op]]:
+    """id(value) -> the ops reading it (for the in-place accumulator rule)."""
+    users: dict[int, list[Op]] = {}
+    for op in kernel.walk():
+        for x in op.operands:
+            users.setdefault(id(x), []).append(op)
+    return users
+
+
+def wgmma_n(cols: int, atom: int) -> int | None:
+    for n in WGMMA_N:
+        if n <= cols and cols % n == 0 and n % atom == 0:
+            return n
+    return None
+
+
+def a_operand(op):
+    """How A lies in shared memory: K-major [M, K] for mma_AB/ABt, MN-major [K, M] for AtB/AtBt."""
+    t = op.operands[0].type
+    span = _span(t)
+    if op.NAME in ("mma_AB", "mma_ABt"):
+        return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
+    return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
+
+
+def b_operand(op):
+    """How B lies: MN-major [K, N] for mma_AB/AtB, K-major [N, K] for mma_ABt/AtBt."""
+    t = op.operands[1].type
+    span = _span(t)
+    if op.NAME in ("mma_AB", "mma_AtB"):
+        return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
+    return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
+
+
+def _span(t: TileType) -> int:
+    value = str(t.attr("swizzle", "none"))
+    return 0 if value in ("none", "0B", "0") else int(value.rstrip("B"))
+
+
+
+
+__all__ = ["consumer_refusal", "users_of", "wgmma_n", "a_operand", "b_operand", "WGMMA_N"]

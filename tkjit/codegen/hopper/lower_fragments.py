@@ -1,0 +1,199 @@
+"""Register tiles to and from global memory in the general lowering's consumers: per-thread
+fragment pairs at immediate offsets where a tile lies inside its tensor, single predicated
+elements at its edges; a store smem-plan staged goes through ``lower_epilogue``; an f32 tile loaded
+from a 16-bit tensor and read only elementwise stays packed. ``consumer_table`` is the consumers'
+op -> emitter table: the register-tile backend's, with these for loads and stores (and no
+mma.sync: products are wgmma steps of the protocol)."""
+from __future__ import annotations
+
+from ...errors import NotAvailableError
+from ...ir.ops import MMA_OPS, Load, Store
+from ...ir.types import BF16, F16, F32, TileType
+from ..emit_control import fresh
+from ..emit_memory import emit_load as rt_emit_load, emit_store as rt_emit_store
+from ..table import EmitterTable
+from ..values import RegTile
+
+
+def _fragment_rows(ctx, layout):
+    """(row register, offset) per (band, half) and (column register, offset) per chunk."""
+    rb, cb = ctx.row_base(layout.rows), ctx.col_base(layout.cols)
+    rows = {(u, h): layout.rows.unit_offset(u, 16) + 8 * h for u in range(layout.bands) for h in (0, 1)}
+    cols = {j: 8 * j for j in range(layout.chunks)}
+    return rb, rows, cb, cols
+
+
+def emit_store(ctx, op) -> list[str]:
+    from .lower_epilogue import emit_staged
+    rep = ctx.get(op.operands[1])
+    if not isinstance(rep, RegTile):
+        return rt_emit_store(ctx, op)
+    staging = ctx.role.stagings.get(op) if not rep.layout.rows.replicated else None
+    deferred = ctx.role.deferred
+    if staging is not None and deferred is not None and deferred.op is op:
+        return deferred.hold(ctx, rep)
+    if staging is not None:
+        return emit_staged(ctx.role, ctx, op, rep, staging)
+    return _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=True)
+
+
+def emit_load(ctx, op) -> list[str]:
+    t = op.result.type
+    if not (isinstance(t, TileType) and t.space == "rt"):
+        return rt_emit_load(ctx, op)
+    gd = op.operands[0].type.dtype
+    if t.dtype == F32 and gd in (BF16, F16) and _elementwise_uses(ctx, op.result):
+        # the values are the tensor's 16-bit ones: keep them packed (half the registers) and let
+        # each elementwise use unpack its elements (exact: a bf16/f16 value is an f32 one)
+        rep = fresh(ctx, TileType("rt", gd, t.rows, t.cols))
+        out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
+        ctx.bind(op.result, rep)
+        return out
+    rep = fresh(ctx, TileType("rt", F32, t.rows, t.cols))
+    out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
+    if t.dtype != F32:
+        from ..emit_elementwise import make_value
+        elems = {key: rep.regs[key[0]][key[1]][key[2]] for key in rep.layout.elements()}
+        ctx.bind(op.result, make_value(ctx, t, elems, out))
+    else:
+        ctx.bind(op.result, rep)
+    return out
+
+
+PACK = {BF16: "cvt.rn.bf16x2.f32", F16: "cvt.rn.f16x2.f32"}
+
+
+def _elementwise_uses(ctx, v) -> bool:
+    """Whether every reader of ``v`` reads its elements one by one (maps, arithmetic, broadcasts,
+    cvt, stores): then a packed 16-bit representation can stand for an f32 tile."""
+    from ...ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt
+    users = ctx.role.users.get(id(v), [])
+    return bool(users) and all(isinstance(u, (*BINARY_OPS, *UNARY_OPS, *BROADCAST_OPS, Cvt, Store))
+                               for u in users)
+
+
+def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
+    """Store ``tile`` to (or load it from) ``param``'s tile at ``coords``, fragment by fragment:
+    one address per thread row; pairs of neighbouring columns at immediate offsets when the whole
+    tile lies inside the tensor (and its rows keep pairs aligned), else single elements under
+    row and column predicates (nothing outside the tensor is written; loads read zeros there)."""
+    from ..globalmem import GlobalView
+    out: list[str] = []
+    g = param.type
+    gd = g.dtype
+    if gd not in (BF16, F16, F32):
+        raise NotAvailableError(f"{op.NAME}: {gd} tensors are not lowered yet", op.span)
+    t = tile.type
+    layout = tile.layout
+    view = GlobalView(ctx, param, coords, t.rows, t.cols, out)
+    es = gd.nbytes
+    half = "bf16" if gd == BF16 else "f16"
+    rb, rows, cb, cols = _fragment_rows(ctx, layout)
+    guard = None
+    if store and (layout.rows.replicated or layout.cols.replicated):
+        guard = ctx.writer(layout.rows, layout.cols, None)
+    inside, e, odd = ctx.new("pred"), ctx.new("b32"), ctx.new("b32")
+    out += [f"add.s32 {e}, {view.row0}, {t.rows};", f"setp.le.s32 {inside}, {e}, {view.d_rows};",
+            f"add.s32 {e}, {view.col0}, {t.cols};", f"setp.le.and.s32 {inside}, {e}, {view.d_cols}, {inside};",
+            f"and.b32 {odd}, {view.d_cols}, 1;", f"setp.eq.and.s32 {inside}, {odd}, 0, {inside};"]
+    if view.lead_ok is not None:
+        out.append(f"and.pred {inside}, {inside}, {view.lead_ok};")
+    if guard is not None:
+        out.append(f"and.pred {inside}, {inside}, {guard};")
+    low = ctx.new("b64")  # pairs need the tensor's base aligned to a pair
+    out += [f"and.b64 {low}, {view.ptr}, {2 * es - 1};", f"setp.eq.and.u64 {inside}, {low}, 0, {inside};"]
+    addrs, rows_left = {}, {}
+    for key, roff in rows.items():
+        r = ctx.new("b32")
+        out.append(f"add.s32 {r}, {rb}, {roff};")
+        addrs[key] = view.element_address(r, cb, out)
+        rows_left[key] = r
+    edge, done = ctx.label("edge"), ctx.label("fragments_done")
+    out.append(f"@!{inside} bra {edge};")
+    for (u, h), addr in addrs.items():
+        for j, coff in cols.items():
+            imm = f"+{coff * es}" if coff else ""
+            if store:
+                out.append(f"st.global.{'v2.f32' if gd == F32 else 'b32'} [{addr}{imm}], "
+                           f"{_pair(ctx, tile, u, j, h, gd, out)};")
+            elif tile.packed:
+                out.append(f"ld.global.b32 {tile.regs[u][j][h]}, [{addr}{imm}];")
+            else:
+                a, c = tile.regs[u][j][2 * h], tile.regs[u][j][2 * h + 1]
+                if gd == F32:
+                    out.append(f"ld.global.v2.f32 {{{a}, {c}}}, [{addr}{imm}];")
+                else:
+                    p, x, y = ctx.new("b32"), ctx.new("b16"), ctx.new("b16")
+                    out += [f"ld.global.b32 {p}, [{addr}{imm}];", f"mov.b32 {{{x}, {y}}}, {p};",
+                            f"cvt.f32.{half} {a}, {x};", f"cvt.f32.{half} {c}, {y};"]
+    out.append(f"bra.uni {done};")
+    out.append(f"{edge}:")
+    cols_left = ctx.new("b32")
+    out += [f"add.s32 {cols_left}, {view.col0}, {cb};", f"sub.s32 {cols_left}, {view.d_cols}, {cols_left};"]
+    for (u, h), addr in addrs.items():
+        row_ok = ctx.new("pred")
+        r = rows_left[(u, h)]
+        gr = ctx.new("b32")
+        out += [f"add.s32 {gr}, {r}, {view.row0};", f"setp.lt.s32 {row_ok}, {gr}, {view.d_rows};"]
+        if view.lead_ok is not None:
+            out.append(f"and.pred {row_ok}, {row_ok}, {view.lead_ok};")
+        if guard is not None:
+            out.append(f"and.pred {row_ok}, {row_ok}, {guard};")
+        for j, coff in cols.items():
+            if store:
+                pair = _pair(ctx, tile, u, j, h, gd, out)
+                if gd == F32:
+                    values = pair.strip("{}").split(", ")
+                else:
+                    x, y = ctx.new("b16"), ctx.new("b16")
+                    out.append(f"mov.b32 {{{x}, {y}}}, {pair};")
+                    values = [x, y]
+            halves = []
+            for e_ in (0, 1):
+                ok = ctx.new("pred")
+                out += [f"setp.gt.s32 {ok}, {cols_left}, {coff + e_};", f"and.pred {ok}, {ok}, {row_ok};"]
+                at = f"[{addr}+{(coff + e_) * es}]"
+                if store:
+                    out.append(f"@{ok} st.global.{'f32' if gd == F32 else 'b16'} {at}, {values[e_]};")
+                    continue
+                if tile.packed:
+                    hb = ctx.new("b16")
+                    out += [f"mov.b16 {hb}, 0;", f"@{ok} ld.global.b16 {hb}, {at};"]
+                    halves.append(hb)
+                    if e_ == 1:
+                        out.append(f"mov.b32 {tile.regs[u][j][h]}, {{{halves[0]}, {halves[1]}}};")
+                    continue
+                dst = tile.regs[u][j][2 * h + e_]
+                if gd == F32:
+                    out += [f"mov.f32 {dst}, 0f00000000;", f"@{ok} ld.global.f32 {dst}, {at};"]
+                else:
+                    hb = ctx.new("b16")
+                    out += [f"mov.b16 {hb}, 0;", f"@{ok} ld.global.b16 {hb}, {at};", f"cvt.f32.{half} {dst}, {hb};"]
+    out.append(f"{done}:")
+    return out
+
+
+def _pair(ctx, tile: RegTile, u: int, j: int, h: int, gd, out: list[str]) -> str:
+    """The operand of one pair store into a ``gd`` tensor: ``{lo, hi}`` f32, or one packed register."""
+    if gd == F32:
+        a, c = (ctx.tile_f32(tile, u, j, i, out) for i in (2 * h, 2 * h + 1))
+        return f"{{{a}, {c}}}"
+    if tile.packed and tile.type.dtype == gd:
+        return tile.regs[u][j][h]
+    a, c = (ctx.tile_f32(tile, u, j, i, out) for i in (2 * h, 2 * h + 1))
+    p = ctx.new("b32")
+    out.append(f"{PACK[gd]} {p}, {c}, {a};")
+    return p
+
+
+def consumer_table() -> EmitterTable:
+    table = EmitterTable()
+    table.entries[(Store, "memory")] = emit_store
+    table.entries[(Load, "memory")] = emit_load
+    for cls in MMA_OPS:
+        table.entries.pop((cls, "register"), None)
+    return table
+
+
+
+__all__ = ["emit_store", "emit_load", "consumer_table", "PACK"]
