@@ -41,7 +41,7 @@ def test_every_schedule_matches_the_interpreter(case):
         assert _same(case.outputs, mine, ref), f"{case.name}: schedule {seed} differs from the interpreter"
 
 
-ATTENTION = [("attention_nol", {"CAUSAL": True}), ("attention_softcap", {}), ("mlp", {})]
+ATTENTION = [("attention_nol", {"CAUSAL": True}), ("attention_softcap", {}), ("attention_window", {}), ("mlp", {})]
 
 
 @pytest.mark.parametrize("name,constants", ATTENTION, ids=[n for n, _ in ATTENTION])
@@ -60,6 +60,8 @@ def test_attention_and_the_fused_mlp_schedules_match(name, constants):
         args = [q, kk, v, torch.full((b, h, n, d), float("nan")).bfloat16(), d ** -0.5]
         if name == "attention_softcap":
             args.append(20.0)
+        if name == "attention_window":
+            args.append(96)
         outputs = (3,)
     ref = _copy(args)
     k(*ref)

@@ -129,13 +129,18 @@ def check_supported_loads(kernel: Kernel) -> None:
 
 
 def depends_on(v: Value, values: set, depth: int = 0) -> bool:
-    """Whether ``v`` is computed from any of ``values`` (through the ops that define it)."""
+    """Whether ``v`` is computed from any of ``values`` (through the ops that define it, and for
+    a result of an ``if`` or ``for``, through what its regions read)."""
     if v in values:
         return True
     op = v.owner
     if depth > 64 or not isinstance(op, Op):
         return False
-    return any(depends_on(x, values, depth + 1) for x in op.operands)
+    reads = list(op.operands)
+    for region in op.regions:
+        for inner in region.ops:
+            reads += [x for x in inner.operands if x not in reads]
+    return any(depends_on(x, values, depth + 1) for x in reads)
 
 
 def carried_groups(kernel: Kernel) -> list[list[Value]]:
