@@ -48,7 +48,8 @@ def test_a_second_process_reuses_the_choice(tmp_path):
         "c = torch.empty(1000, 3000, dtype=torch.bfloat16, device='cuda')\n"
         "tuned(a, b, c); torch.cuda.synchronize()\n"
         "print('FROM_DISK' if tuned.tunings[0].from_disk else 'TIMED')\n")
-    env = {**os.environ, "TKJIT_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "TKJIT_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
     first = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert first.returncode == 0 and "TIMED" in first.stdout and "tkjit autotune" in first.stderr, first.stderr
     second = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
