@@ -281,7 +281,7 @@ class Consumer(Role):
         if step.alternate:
             mine = mine[self.index::n]
         body = list(self.rt.blocks.regions[0].ops)
-        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of)
+        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings)
         self.shadow = not step.alternate and self.index > 0
         for self.tile_i, tile in mine:
             self.bind_tile(tile)
@@ -433,6 +433,7 @@ class Roles:
         self.ring_of_load = {op: names[0] for op, names in sched.load_of.items()}
         self.loop_of = {ring: loop for loop, ring in sched.loop_of.items()}
         self.level2 = list(sched.level2)
+        self.staged_over_rings = list(sched.staged_over_rings)
         self.blocks = block_loop(kernel)
         self.rng = random.Random(seed)
         self.ctas = ctas

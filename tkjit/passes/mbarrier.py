@@ -45,6 +45,7 @@ class _Builder:
         self.ring_of: dict[Value, str] = {}
         self.load_of: dict[Load, tuple[str, str]] = {}  # IR load -> (ring, load name)
         self.loop_of: dict[For, str] = {}  # pipelined loop -> its ring
+        self.reused: list[Store] = []  # stores whose staging goes over a ring, in item order
         self.extent: dict[str, tuple[int, int]] = {}  # ring -> shared bytes [start, end)
         self.names: set[str] = set()
 
@@ -142,6 +143,7 @@ class _Builder:
         over = tuple(name for name, (a, b) in self.extent.items() if a < hi and lo < b)
         if over:
             self.items.append(StagingReuse(over))
+            self.reused.append(op)
 
 
 def pipelined(loop: For):
@@ -221,13 +223,16 @@ class Schedule:
     """Pipelined IR loop -> its ring."""
     level2: list = field(default_factory=list)
     """The loops whose second product runs one trip behind (LoopPlan.pipelined)."""
+    staged_over_rings: list = field(default_factory=list)
+    """The stores whose staging tile goes over a ring (each StagingReuse item's), in order."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
     """``protocol_of`` with the IR ops its rings and loads come from."""
     builder = _Builder(kernel, bool(kernel.attrs.get("overlap", True)))
     proto = builder.build()
-    return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2))
+    return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
+                    list(builder.reused))
 
 
 def _where(op: Op) -> str:

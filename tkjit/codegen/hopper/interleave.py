@@ -15,12 +15,15 @@ None)``, ``("anchored", step, op)``.
 from __future__ import annotations
 
 from ...ir.core import Op
-from ...ir.ops import MMA_OPS, For, Load, Store, Yield
+from ...ir.ops import MMA_OPS, For, Load, Yield
 from ...passes.sync_protocol import ConsumerSync, IfTrips, Mma, Wait
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
     anchors = [anchor(step, ops) for step in steps]
+    placed = [a for a in anchors if a is not None]
+    if placed != sorted(placed) or len(set(placed)) != len(placed):
+        raise AssertionError(f"internal: protocol steps anchored out of program order ({placed})")
     out: list[tuple] = []
     i = 0
     for n, (step, j) in enumerate(zip(steps, anchors)):
@@ -37,8 +40,11 @@ def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
     return out
 
 
-def tile_anchor(ring_of_load: dict, loop_of: dict):
-    """The anchor of the tile body's steps (``loop_of``: ring -> its IR loop)."""
+def tile_anchor(ring_of_load: dict, loop_of: dict, staged_over_rings: list):
+    """The anchor of the tile body's steps (``loop_of``: ring -> its IR loop; the k-th
+    ``ConsumerSync`` stands for the k-th store staged over a ring)."""
+    syncs = iter(staged_over_rings)
+
     def anchor(step, ops: list[Op]) -> int | None:
         if isinstance(step, Wait) and step.bar == "full":
             for i, op in enumerate(ops):
@@ -47,9 +53,7 @@ def tile_anchor(ring_of_load: dict, loop_of: dict):
         if isinstance(step, IfTrips):
             return ops.index(loop_of[step.ring])
         if isinstance(step, ConsumerSync):
-            for i, op in enumerate(ops):
-                if isinstance(op, Store) and "smem" in op.attrs:
-                    return i
+            return ops.index(next(syncs))
         return None
     return anchor
 

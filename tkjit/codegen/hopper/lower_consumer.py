@@ -148,7 +148,8 @@ class ConsumerRole(RoleEmitter):
         self.trips_ready: set[str] = set()
         if step.alternate:  # SkipTrips comes before the loop: its trip count first (the same every tile)
             self.ahead(list(self.k.blocks.regions[0].ops))
-        self.walk(list(self.k.blocks.regions[0].ops), step.body, tile_anchor(self.ring_of_load, self.loop_of))
+        anchor = tile_anchor(self.ring_of_load, self.loop_of, self.k.schedule.staged_over_rings)
+        self.walk(list(self.k.blocks.regions[0].ops), step.body, anchor)
         if step.alternate:
             self.b(f"mad.lo.u32 {self.tile}, {self.grid_step}, {self.k.consumers}, {self.tile};")
             self.b(f"bra.uni {top};")
