@@ -349,8 +349,9 @@ class Ctx:
         """A register with the number of valid elements along an axis (may be <= 0 or > extent)."""
         if limit == UNKNOWN:
             raise NotAvailableError(f"{op.NAME}: cannot tell where the padding of {what} starts (tiles "
-                                    "from different tensor positions were combined); the register-tile "
-                                    "backend cannot mask it", op.span)
+                                    "from different tensor positions were combined, or a loop or if "
+                                    "gives it padding on one path and none on another); the "
+                                    "register-tile backend cannot mask it", op.span)
         r = self.new("b32")
         dim = self.dim_operand(limit.dim)
         coord = self.get(limit.coord).reg
