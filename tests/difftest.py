@@ -91,7 +91,7 @@ def compare(ref: list[torch.Tensor], got: list[torch.Tensor], names: list[str]) 
     return ""
 
 
-def differential(seed: int, target: str = "sim") -> Outcome:
+def differential(seed: int, target: str = "sim", hopper: bool = False) -> Outcome:
     """Run program ``seed`` on the interpreter and on ``target`` (``sim`` or ``gpu``).
 
     Stages: ``ok``; ``refused`` (a backend declined a valid kernel with a located
@@ -100,9 +100,11 @@ def differential(seed: int, target: str = "sim") -> Outcome:
     ``run`` (the simulator or the GPU raised: a race, an unsupported instruction, a fault) and
     ``mismatch`` -- the last four are bugs."""
     from tkjit.errors import NotAvailableError
-    prog = generate(seed)
+    prog = generate(seed, hopper=hopper)
     names = [prog.params[i].name for i in prog.outputs]
     features = set(prog.features)
+    if hopper and target == "sim":  # compile only, through ptxas: the simulator has no wgmma
+        return compiled(prog, features)
     try:
         ref = interpret(prog)
     except Exception as e:  # noqa: BLE001 -- every failure is a finding
@@ -123,6 +125,21 @@ def differential(seed: int, target: str = "sim") -> Outcome:
         return Outcome(seed, "run", f"{type(e).__name__}: {str(e)[:2000]}", features)
     detail = compare(ref, got, names)
     return Outcome(seed, "mismatch" if detail else "ok", detail, features)
+
+
+def compiled(prog: Program, features: set) -> Outcome:
+    """Compile ``prog`` by the default pipeline to a cubin (ptxas), without running it."""
+    from tkjit.compiler import advance
+    from tkjit.errors import NotAvailableError
+    try:
+        result = ptx_of(prog, None)
+        features.add("hopper" if "Hopper" in result.asm["ptx"].split("\n", 1)[0] else "mma.sync")
+        advance(result, "cubin")
+    except NotAvailableError as e:
+        return Outcome(prog.seed, "refused", e.render()[:2000], features)
+    except Exception as e:  # noqa: BLE001
+        return Outcome(prog.seed, "compile", f"{type(e).__name__}: {str(e)[:2000]}", features)
+    return Outcome(prog.seed, "compiled", "", features)
 
 
 def program(source: str, dims: dict, seed: int = 0, scalars: dict | None = None) -> Program:
@@ -148,3 +165,60 @@ def check(prog: Program, target: str = "sim") -> str:
     ref = interpret(prog)
     got = simulated(prog) if target == "sim" else on_gpu(prog)
     return compare(ref, got, names)
+
+
+def _block_end(lines: list[str], i: int) -> int:
+    """The index of the line closing the brace opened at the end of line ``i``."""
+    depth = 0
+    for j in range(i, len(lines)):
+        depth += lines[j].count("{") - lines[j].count("}")
+        if j > i and depth <= 0:
+            return j if lines[j].strip() == "}" or depth < 0 else j
+        if j > i and lines[j].strip().startswith("} else {") and depth == 1:
+            continue
+    return len(lines) - 1
+
+
+def minimize(prog: Program, fails) -> Program:
+    """Delta-debug ``prog``: drop statements (and whole loops, ifs, else branches) while
+    ``fails(candidate)`` stays true. ``fails`` gets a Program and returns a bool; a candidate
+    that no longer compiles in the front end counts as not failing."""
+    from tkjit.errors import TkError
+    from tkjit.frontend import lower_source
+
+    def still(lines):
+        cand = Program(prog.seed, "\n".join(lines), prog.params, prog.dims, prog.features)
+        try:
+            lower_source(cand.source, f"{cand.name}.tk")
+        except TkError:
+            return None
+        try:
+            return cand if fails(cand) else None
+        except Exception:  # noqa: BLE001
+            return None
+
+    lines = prog.source.split("\n")
+    body_start = next(i for i, l in enumerate(lines) if "blocks(" in l) + 1
+    changed = True
+    while changed:
+        changed = False
+        i = body_start
+        while i < len(lines):
+            s = lines[i].strip()
+            if s in ("}", "") or i >= len(lines) - 3:
+                i += 1
+                continue
+            if s.startswith("} else {"):
+                end = _block_end(lines, i)
+                cand = lines[:i] + ["  " * 0 + lines[i].replace("} else {", "}")] + lines[end + 1:]
+            elif s.endswith("{"):
+                end = _block_end(lines, i)
+                cand = lines[:i] + lines[end + 1:]
+            else:
+                cand = lines[:i] + lines[i + 1:]
+            got = still(cand)
+            if got is not None:
+                lines, prog, changed = cand, got, True
+            else:
+                i += 1
+    return prog

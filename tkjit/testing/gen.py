@@ -96,12 +96,16 @@ class Generator:
     """One program. ``T`` is the working tile type rt<f32>[TM, TN]; ``cv``/``rv`` its column and
     row vectors; ``f``/``i`` f32/i32 scalars."""
 
-    def __init__(self, seed: int, max_blocks: int = 12, max_stmts: int = 14):
+    def __init__(self, seed: int, max_blocks: int = 12, max_stmts: int = 14, hopper: bool = False):
         self.seed = seed
+        self.hopper = hopper
         self.rng = random.Random(seed)
         r = self.rng
         self.nd = r.choice([1, 2, 2, 3])
-        self.TM, self.TN, self.TK = r.choice([16, 32]), r.choice([16, 32]), r.choice([16, 32])
+        if hopper:  # warpgroup-sized tiles, shared operands: what TMA + wgmma take
+            self.TM, self.TN, self.TK = r.choice([64, 128]), r.choice([64, 128]), r.choice([32, 64])
+        else:
+            self.TM, self.TN, self.TK = r.choice([16, 32]), r.choice([16, 32]), r.choice([16, 32])
         self.max_stmts = max_stmts
         self.features: set[str] = set()
         self.params: list[Param] = []
@@ -320,8 +324,8 @@ class Generator:
         k = self.fresh("k")
         self.emit(f"for {k} in 0 .. K / {TK} {{")
         self.depth += 1
-        place_a = r.choice(["st", "rt"])
-        place_b = r.choice(["st", "rt"])
+        place_a = r.choice(["st", "st", "rt"] if self.hopper else ["st", "rt"])
+        place_b = "st" if self.hopper else r.choice(["st", "rt"])
         a, b = self.fresh("a"), self.fresh("b")
         a_shape = f"[{TK}, {TM}]" if a_t else f"[{TM}, {TK}]"
         b_shape = f"[{TN}, {TK}]" if b_t else f"[{TK}, {TN}]"
@@ -485,6 +489,8 @@ class Generator:
             self.bind(s, "f")
             self.readonly.add(s)
         self.load_tile()
+        if self.hopper:
+            self.mma()
         for n in range(r.randint(3, self.max_stmts)):
             self.statement(self.max_stmts - n, 0)
         for _ in range(r.randint(1, 3)):
@@ -510,5 +516,7 @@ class Generator:
         return Program(self.seed, "\n".join(src), self.params, dims, self.features)
 
 
-def generate(seed: int, **kw) -> Program:
-    return Generator(seed, **kw).generate()
+def generate(seed: int, *, hopper: bool = False, **kw) -> Program:
+    """Program ``seed``; ``hopper=True`` shapes it for the Hopper path (64/128-row tiles, a
+    matrix product on shared operands first), for compile-only runs and GPU runs."""
+    return Generator(seed, hopper=hopper, **kw).generate()
