@@ -109,3 +109,40 @@ def test_textual_ir_mutants_compile_to_ptx_or_fail_with_a_located_error(ir_texts
             compile(text, CompileOptions.resolve(cache=False), filename=f"{name}.tkir", until="ptx")
     except TkError as err:
         assert err.span is not None, err.render()
+
+
+# ---------------------------------------------------------------- what benchmarks/fuzz_frontend.py found
+
+def _gemm_ir() -> str:
+    from tkjit.compiler import compile
+    from tkjit.options import CompileOptions
+    return compile((EXAMPLES / "gemm.tk").read_text(), CompileOptions.resolve(cache=False),
+                   filename="gemm.tk", until="tkir").asm["tkir"]
+
+
+@pytest.mark.parametrize("attrs", ["consumers = 0, regs = [1, 232]", "consumers = 9, regs = [40, 232]"])
+def test_textual_ir_kernel_pins_out_of_range_are_located_errors(attrs):
+    """IR mutant 30396 of the 45,000-case run: ``consumers = 0`` (with a regs pin the reg-budget
+    pass refused, so the passes did not run) reached the GEMM template's planner:
+    ZeroDivisionError. The verifier now checks the pins as the front end's annotations do."""
+    from tkjit.compiler import compile
+    from tkjit.options import CompileOptions
+    text = _gemm_ir().replace("consumers = 2, regs = [40, 232]", attrs, 1)
+    assert attrs in text
+    with pytest.raises(TkError) as err:
+        compile(text, CompileOptions.resolve(cache=False), filename="gemm.tkir", until="ptx")
+    assert err.value.render().startswith("gemm.tkir:1:1: error: kernel attribute ")
+
+
+def test_a_register_backend_refusal_deep_in_a_helper_is_located_at_its_op():
+    """IR mutant 43085: rotary storing to an e4m3 tensor; 'register tiles of 1-byte elements
+    have no shared-memory layout' came without a location."""
+    from tkjit.compiler import compile
+    from tkjit.options import CompileOptions
+    text = compile((EXAMPLES / "rotary.tk").read_text(), CompileOptions.resolve(cache=False),
+                   filename="rotary.tk", until="tkir").asm["tkir"]
+    text = text.replace("%Y: gl<bf16>", "%Y: gl<e4m3>", 1)
+    with pytest.raises(TkError) as err:
+        compile(text, CompileOptions.resolve(cache=False), filename="rotary.tkir", until="ptx")
+    assert err.value.span is not None and "1-byte elements" in err.value.message
+    assert "store %Y" in err.value.render()

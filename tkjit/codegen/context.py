@@ -165,8 +165,13 @@ class Ctx:
 
     def emit_op(self, op: Op) -> list[str]:
         emitter = self.emitters.lookup(op)
-        with self.fresh_scope():
-            lines = emitter(self, op)
+        try:
+            with self.fresh_scope():
+                lines = emitter(self, op)
+        except NotAvailableError as e:
+            if e.span is None and op.span is not None:  # a refusal deep in a helper: at the op
+                e.span = op.span
+            raise
         if op.span is not None and lines:
             return [f"// {op.NAME} at {op.span.location()}"] + lines
         return lines
