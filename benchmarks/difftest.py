@@ -83,13 +83,13 @@ def main(argv=None) -> int:
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {device}",
         "target": args.target, "hopper": args.hopper, "seeds": [args.seed, args.seed + args.count - 1],
         "generated": args.count,
-        "compiled": args.count - counts["interpret"] - counts["compile"],
+        "compiled": counts["ok"] + counts["mismatch"] + counts["run"] + counts["compiled"],
         "compared": counts["ok"] + counts["mismatch"],
         "refused (located NotAvailableError)": counts["refused"],
         "mismatches": counts["mismatch"],
         "other failures": {k: v for k, v in counts.items() if k in ("interpret", "compile", "run")},
         "seconds": round(elapsed, 1),
-        "features": dict(sorted(features.items())),
+        "features": " ".join(f"{k}={v}" for k, v in sorted(features.items())),
     }
     print(json.dumps(summary, indent=1))
     if args.out:
