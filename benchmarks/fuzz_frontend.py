@@ -61,26 +61,20 @@ def sources() -> tuple[list[tuple[str, str, dict | None]], list[tuple[str, str]]
     return kernels + golden_kernels(), irs
 
 
-def _located(err) -> bool:
-    return err.span is not None
-
-
 def run_case(case: dict) -> dict:
     """Compile one mutant; what happened."""
     import tkjit
     from tkjit import compiler
-    from tkjit.errors import TkError, ToolchainError
+    from tkjit.errors import TkError
     try:
         k = tkjit.compile(case["text"], filename=case["filename"], constants=case["constants"],
                           cache=case["cache"])
         compiler.advance(k._result, "cubin" if case["cubin"] else "ptx")
         return {"outcome": "compiled"}
     except TkError as err:
-        if _located(err):
+        if err.span is not None:
             return {"outcome": "diagnostic"}
         return {"outcome": "unlocated", "type": type(err).__name__, "message": err.render()[:500]}
-    except RecursionError as err:  # noqa: F841 -- a traceback like any other, named apart
-        return {"outcome": "traceback", "type": "RecursionError", "message": traceback.format_exc()[-3000:]}
     except Exception as err:  # noqa: BLE001 -- what the run counts
         return {"outcome": "traceback", "type": type(err).__name__, "message": traceback.format_exc()[-3000:]}
 

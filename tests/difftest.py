@@ -4,7 +4,6 @@ with a GPU, compiled by the default pipeline and launched on CUDA tensors; the o
 agree. Shared by tests/test_differential.py (CI) and benchmarks/difftest.py (long runs)."""
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -113,7 +112,7 @@ def differential(seed: int, target: str = "sim", hopper: bool = False) -> Outcom
         try:  # the default pipeline (the Hopper passes, the general lowering) must take it too
             default = ptx_of(prog, None)
             features.add("hopper" if "Hopper" in default.asm["ptx"].split("\n", 1)[0] else "mma.sync")
-        except NotAvailableError as e:
+        except NotAvailableError:
             features.add("refused-default")
         except Exception as e:  # noqa: BLE001
             return Outcome(seed, "compile", f"{type(e).__name__}: {str(e)[:2000]}", features)

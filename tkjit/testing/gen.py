@@ -444,7 +444,7 @@ class Generator:
 
     def condition(self) -> str:
         r = self.rng
-        cands = [f"i % 2 == 0", f"{self.col} > 0" if self.col != "0" else "i > 0", "i == 1"]
+        cands = ["i % 2 == 0", f"{self.col} > 0" if self.col != "0" else "i > 0", "i == 1"]
         cands += [f"{lv} == 1" for lv in self.loop_vars]
         cands += [f"{s} > 0.0" for s in self.names("f")]
         s = [p.name for p in self.params if p.kind == "f32"]
