@@ -146,3 +146,24 @@ def test_a_register_backend_refusal_deep_in_a_helper_is_located_at_its_op():
         compile(text, CompileOptions.resolve(cache=False), filename="rotary.tkir", until="ptx")
     assert err.value.span is not None and "1-byte elements" in err.value.message
     assert "store %Y" in err.value.render()
+
+
+@pytest.mark.parametrize("factor", ["1e40", "-1e39"])
+def test_an_f32_constant_beyond_the_f32_range_is_infinity_in_the_ptx_as_in_the_interpreter(factor):
+    """IR mutant 31767 (residual_layernorm, ``const {value = 1e40} : f32``), and the same from
+    kernel text (``x * 1e40``): OverflowError packing the PTX immediate. A finite constant past
+    f32's range rounds to infinity, as the interpreter's float32 arithmetic has it."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from difftest import check, program
+    from tkjit.codegen.ptx import f32_imm
+    assert f32_imm(1e40) == "0f7F800000" and f32_imm(-1e39) == "0fFF800000"
+    assert f32_imm(3.4028235e38) == "0f7F7FFFFF"
+    src = f"""kernel k(X0: gl<f32>[M, 16], Y1: gl<f32>[M, 16]) {{
+  for i in blocks(M / 16) {{
+    x: rt<f32>[16, 16] = X0.tile(i, 0)
+    Y1.tile(i, 0) = max(min(x * {factor}, 5.0), -5.0)
+  }}
+}}
+"""
+    assert check(program(src, {"M": 20})) == ""

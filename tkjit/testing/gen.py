@@ -72,7 +72,7 @@ class Program:
             if p.kind in ("f32", "i32"):
                 args.append(p.value)
                 continue
-            shape = tuple(self.dims[d] for d in p.dims)
+            shape = tuple(self.dims[d] if d in self.dims else int(d) for d in p.dims)
             if p.kind == "in":
                 t = (torch.randn(shape, generator=gen, dtype=torch.float64)).to(dt[p.dtype])
             else:
