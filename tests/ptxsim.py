@@ -1,8 +1,9 @@
 """A small PTX simulator for the subset tkjit's register-tile backend emits (test-only).
 
 It runs one CTA at a time with all its threads in lockstep (numpy arrays over threads), which
-is exact for tkjit's PTX: every branch is block-uniform (the simulator checks), divergence is
-only through predicated instructions. Shared-memory races are detected instead of hidden by the
+is exact for tkjit's PTX: branches are warp-uniform (``bra.uni``; the simulator checks) and
+threads that branch apart reconverge at the branch's join point (see ``CTA.run``); all other
+divergence is through predicated instructions. Shared-memory races are detected instead of hidden by the
 lockstep order: every shared byte remembers which thread last wrote and read it in the current
 barrier epoch, and an access that conflicts with another thread's access in the same epoch
 (read-after-write, write-after-read, write-after-write) raises ``RaceError``. ``cp.async`` data is
@@ -260,30 +261,57 @@ class CTA:
 
     # -- execution ------------------------------------------------------------------------------
     def run(self, max_steps: int = 10_000_000) -> None:
+        """Threads run in lockstep; a branch that splits them (``bra.uni`` only between warps, as
+        the PTX ISA requires) parks the threads that do not go first where the others will
+        reconverge -- at a forward branch's target, or after a backward branch -- and
+        collective instructions (barriers, shuffles, ldmatrix, mma) need every thread live."""
         pc = 0
         instrs = self.k.instrs
+        live = np.ones(self.T, dtype=bool)
+        parked: dict[int, np.ndarray] = {}
         while pc < len(instrs):
+            if pc in parked:
+                live = live | parked.pop(pc)
             guard, opcode, ops = instrs[pc]
-            active = np.ones(self.T, dtype=bool)
+            active = live.copy()
             if guard is not None:
-                active = self.pred(guard[0])
-                if guard[1]:
-                    active = ~active
+                taken = self.pred(guard[0])
+                active &= ~taken if guard[1] else taken
             self.steps += 1
             if self.steps > max_steps:
                 raise SimError("too many steps (an endless loop?)")
             if opcode.startswith("bra"):
-                if active.all():
-                    pc = self.k.labels[ops[0]]
+                target = self.k.labels[ops[0]]
+                if np.array_equal(active, live):
+                    if parked and any(pc < p < target for p in parked):
+                        raise SimError(f"branch at instruction {pc} jumps over threads parked at {sorted(parked)}")
+                    pc = target
                     continue
-                if active.any():
-                    raise SimError(f"divergent branch at instruction {pc}: {opcode} {ops}")
-                pc += 1
+                if not active.any():
+                    pc += 1
+                    continue
+                if opcode == "bra.uni" and self.T % 32 == 0:
+                    warps_taken = (active.reshape(-1, 32) == live.reshape(-1, 32)).all(axis=1)
+                    warps_idle = (~active.reshape(-1, 32)).all(axis=1)
+                    if not (warps_taken | warps_idle).all():
+                        raise SimError(f"bra.uni divergent within a warp at instruction {pc}: {opcode} {ops}")
+                if target > pc:  # the taken threads wait at the target
+                    parked[target] = parked.get(target, np.zeros_like(live)) | active
+                    live = live & ~active
+                    pc += 1
+                else:  # a backward branch: the others wait after it
+                    parked[pc + 1] = parked.get(pc + 1, np.zeros_like(live)) | (live & ~active)
+                    live = active
+                    pc = target
                 continue
             if opcode == "ret":
                 return
+            if not live.all() and opcode.split(".")[0] in ("bar", "barrier", "shfl", "ldmatrix", "mma", "stmatrix"):
+                raise SimError(f"{opcode} at instruction {pc} with only some threads live")
             self.execute(opcode, ops, active)
             pc += 1
+        if parked:
+            raise SimError(f"threads parked at {sorted(parked)} never resumed")
 
     def execute(self, opcode: str, ops: list[str], active: np.ndarray) -> None:
         parts = opcode.split(".")

@@ -39,12 +39,13 @@ def dims_for(kernel, args) -> dict:
 
 
 def simulate(kernel, args: list, outputs: list[int], max_ctas: int = 64,
-             inout: tuple[int, ...] = ()) -> list[torch.Tensor]:
-    """Emit the register-tile PTX of ``kernel`` and run it on the simulator; returns the outputs
-    (``args[i]`` for i in ``outputs``, NaN-poisoned before the launch unless listed in ``inout``,
-    read and written); asserts nothing outside them was written."""
+             inout: tuple[int, ...] = (), ptx_meta: tuple[str, dict] | None = None) -> list[torch.Tensor]:
+    """Emit the register-tile PTX of ``kernel`` (or take ``ptx_meta``, the compiler's PTX and
+    metadata) and run it on the simulator; returns the outputs (``args[i]`` for i in
+    ``outputs``, NaN-poisoned before the launch unless listed in ``inout``, read and written);
+    asserts nothing outside them was written."""
     from tkjit.codegen import emit_ptx
-    ptx, meta = emit_ptx(kernel)
+    ptx, meta = ptx_meta if ptx_meta is not None else emit_ptx(kernel)
     mem = Memory(1 << 24)
     addrs, outs = [], {}
     for i, v in enumerate(args):

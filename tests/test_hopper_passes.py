@@ -153,3 +153,14 @@ def test_a_pass_instance_keeps_no_state_between_kernels():
     pm.run(lower_source(example("attention"), "attention.tk"), PassContext(CompileOptions()))
     again = pm.run(lower_source(example("gemm"), "gemm.tk"), PassContext(CompileOptions()))
     assert print_kernel(first) == print_kernel(again)
+
+
+@pytest.mark.parametrize("regs", ["40, 24", "240, 232"])
+def test_pinned_registers_with_the_producer_above_the_consumers_are_refused(regs):
+    """Found by benchmarks/fuzz_frontend.py: @regs(40, 24) reached ptxas, which refused the PTX
+    (C7406: setmaxnreg.dec above the consumers' count) with no location in the kernel."""
+    from tkjit.errors import PassError
+    text = example("gemm").replace("@regs(40, 232)", f"@regs({regs})")
+    with pytest.raises(PassError, match="must not exceed the consumers'") as err:
+        schedule(text, "gemm.tk")
+    assert err.value.span is not None

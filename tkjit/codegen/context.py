@@ -165,8 +165,13 @@ class Ctx:
 
     def emit_op(self, op: Op) -> list[str]:
         emitter = self.emitters.lookup(op)
-        with self.fresh_scope():
-            lines = emitter(self, op)
+        try:
+            with self.fresh_scope():
+                lines = emitter(self, op)
+        except NotAvailableError as e:
+            if e.span is None and op.span is not None:  # a refusal deep in a helper: at the op
+                e.span = op.span
+            raise
         if op.span is not None and lines:
             return [f"// {op.NAME} at {op.span.location()}"] + lines
         return lines
@@ -349,8 +354,9 @@ class Ctx:
         """A register with the number of valid elements along an axis (may be <= 0 or > extent)."""
         if limit == UNKNOWN:
             raise NotAvailableError(f"{op.NAME}: cannot tell where the padding of {what} starts (tiles "
-                                    "from different tensor positions were combined); the register-tile "
-                                    "backend cannot mask it", op.span)
+                                    "from different tensor positions were combined, or a loop or if "
+                                    "gives it padding on one path and none on another); the "
+                                    "register-tile backend cannot mask it", op.span)
         r = self.new("b32")
         dim = self.dim_operand(limit.dim)
         coord = self.get(limit.coord).reg

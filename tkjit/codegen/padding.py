@@ -228,6 +228,11 @@ def _join(x: Pad, y: Pad, inside: set[int]) -> Pad:
         limit = _merge_limits([p.axis(which).limit if p.axis(which) else None for p in (x, y)])
         if isinstance(limit, Limit) and any(id(v) in inside for v in limit.values()):
             limit = UNKNOWN
+        if any(p.axis(which) is None and not p.zero for p in (x, y)) and limit is not None:
+            # padded on one path, wholly valid (and not all zero) on the other: where the
+            # padding starts depends on the path taken; masking by the one limit would drop
+            # valid elements on the other path (found by the differential generator)
+            limit = UNKNOWN
         clean = _clean_or_zero(x, which) and _clean_or_zero(y, which)
         out[which] = None if limit is None else Axis(limit, clean)
     return Pad(out["rows"], out["cols"], x.zero and y.zero)

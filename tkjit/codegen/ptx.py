@@ -52,7 +52,11 @@ def f32_imm(value: float) -> str:
     """An f32 immediate in PTX's exact hexadecimal form (``0f3F800000`` is 1.0)."""
     if math.isnan(value):
         return "0f7FC00000"
-    bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    try:
+        packed = struct.pack("<f", float(value))
+    except OverflowError:  # rounds (to nearest) past f32's range: infinity, as numpy's f32 in the interpreter
+        packed = struct.pack("<f", math.copysign(math.inf, value))
+    bits = struct.unpack("<I", packed)[0]
     return f"0f{bits:08X}"
 
 

@@ -38,6 +38,7 @@ class _Verifier:
                     raise self.fail(op, "a kernel has one block loop")
             elif op.regions or not all(is_scalar(r.type) for r in op.results) or op.IS_TERMINATOR:
                 raise self.fail(op, "outside the block loop only scalar ops are allowed")
+        self.kernel_attrs(k)
         self.block(k.body, None)
         named = k.named_dims()
         for op in k.walk():
@@ -45,6 +46,15 @@ class _Verifier:
                 raise self.fail(op, f"names no dimension of a parameter: '{op.attrs.get('name')}' "
                                     f"is bound at launch only from a tensor's shape (the parameters' "
                                     f"dimensions: {', '.join(named) or 'none'})")
+
+    @staticmethod
+    def kernel_attrs(k: Kernel) -> None:
+        """The consumer count the front end checks in @consumers, for kernels that come as
+        textual IR (``consumers = 0`` reached the GEMM template's planner: ZeroDivisionError).
+        ``regs`` is the reg-budget pass's to check (tests/ir/reg-budget)."""
+        n = k.attrs.get("consumers")
+        if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 4):
+            raise VerifyError(f"kernel attribute consumers must be an integer from 1 to 4, got {n!r}", k.span)
 
     def block(self, block: Block, parent: Op | None) -> None:
         self.visible.append({id(a) for a in block.args})

@@ -172,7 +172,8 @@ def carried_groups(kernel: Kernel) -> list[list[Value]]:
                 for res, v in zip(op.results, term.operands if isinstance(term, Yield) else []):
                     union(res, v)
     groups: dict[Value, list[Value]] = {}
-    for v in list(parent):
+    members = dict.fromkeys([*parent, *parent.values()])  # a group's root is a value, never a key
+    for v in members:
         groups.setdefault(find(v), []).append(v)
     return list(groups.values())
 

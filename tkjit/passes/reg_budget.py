@@ -113,6 +113,10 @@ class RegBudget(Pass):
                 raise PassError(f"@{kernel.name}: setmaxnreg takes multiples of 8 from "
                                 f"{SETMAXNREG_MIN} to {SETMAXNREG_MAX}; the {role} count is {r}",
                                 kernel.span)
+        if p > c:  # ptxas refuses the PTX otherwise (C7406), with no location in the kernel
+            raise PassError(f"@{kernel.name}: registers {p}/{c}: setmaxnreg lowers the producer's "
+                            f"count and raises the consumers', so the producer's ({p}) must not "
+                            f"exceed the consumers' ({c})", kernel.span)
         used = WARPGROUP * p + WARPGROUP * n * c
         if used > pool:
             raise PassError(f"@{kernel.name}: registers {p}/{c} need 128·{p} + {n}·128·{c} = "
