@@ -27,8 +27,7 @@ import numpy as np
 
 from ..errors import InterpreterError
 from ..ir.core import Kernel, Op
-from ..ir.ops import MMA_OPS, For, Load, Yield
-from ..ir.types import ScalarType, TileType
+from ..ir.ops import For, Load, Yield
 from .engine import Environment, Interpreter
 from .launch import bind
 
@@ -260,7 +259,7 @@ class Producer(Role):
             raise ScheduleError(f"the producer has no meaning for {step.text()}")
         op = self.rt.loads[(step.ring, step.load)]
         value = self.rt.handlers[Load](self.it, op, [self.env.values[v] for v in op.operands])[0]
-        ring, r = self.cta.rings[step.ring], self.regs[step.ring]
+        r = self.regs[step.ring]
         nbytes = next(ld.nbytes for ld in self.rt.proto.ring(step.ring).loads if ld.name == step.load)
         self.cta.landings.append((step.ring, r.s, step.load, value, nbytes))
         yield from ()
@@ -508,4 +507,4 @@ def run_roles(kernel: Kernel, args: list, *, seed: int = 0, ctas: int = 3) -> No
         Roles(kernel, args, seed, ctas).run()
 
 
-__all__ = ["run_roles", "ScheduleError", "Barrier", "ScalarType", "TileType", "MMA_OPS"]
+__all__ = ["run_roles", "ScheduleError", "Barrier"]

@@ -188,4 +188,4 @@ def drain(role) -> list[str]:
 
 
 __all__ = ["staging_columns", "staging_for", "emit_staged", "drain", "Deferred", "defer_choice",
-           "FIRST_STAGING_BARRIER", "tma"]
+           "FIRST_STAGING_BARRIER"]

@@ -13,9 +13,8 @@ by TMA and still complete their bytes.
 from __future__ import annotations
 
 from ...ir.core import Block, Op
-from ...ir.ops import For, Load, Yield
+from ...ir.ops import For, Load
 from ...ir.types import I32, ScalarType
-from ...passes.hopper import is_shared
 from ...passes.sync_protocol import Loop, TmaLoad
 from ..context import Ctx
 from ..layout import WarpGrid
@@ -188,5 +187,4 @@ def bind_block_indices(role) -> None:
 
 
 __all__ = ["ProducerRole", "role_ctx", "is_scalar_op", "trip_count", "bind_loop_index",
-           "tile_walk_begin", "tile_walk_next", "bind_block_indices", "load_stage_stride",
-           "is_shared", "Yield"]
+           "tile_walk_begin", "tile_walk_next", "bind_block_indices", "load_stage_stride"]
