@@ -109,6 +109,7 @@ class Regs:
 @dataclass
 class Cta:
     rings: dict
+    tile_count: int = 0
     landings: list = field(default_factory=list)
     turns: dict = field(default_factory=dict)
     meeting: list = field(default_factory=lambda: [0, 0])
@@ -159,10 +160,7 @@ class Role:
     alternate = False
 
     def has_next_tile(self) -> bool:
-        return self.cta_tile_index() + 1 < self.rt.cta_tile_count(self.cta)
-
-    def cta_tile_index(self) -> int:
-        return self.tile_i
+        return self.tile_i + 1 < self.cta.tile_count
 
     def loop_counter(self) -> int:
         return self.regs[self.current_ring].counter
@@ -230,8 +228,12 @@ class Role:
 
     def trip_counts(self) -> None:
         for ring, loop in self.rt.loop_of.items():
-            lo, hi, step = (self.env.values[v] for v in loop.operands[:3])
-            self.regs[ring].trips = max(0, -(-(hi - lo) // step))
+            self.trip_count(loop, ring)
+
+    def trip_count(self, loop: For, ring: str) -> None:
+        """The ring's trip count this tile: max(0, ceil((hi - lo) / step))."""
+        lo, hi, step = (self.env.values[v] for v in loop.operands[:3])
+        self.regs[ring].trips = max(0, -(-(hi - lo) // step))
 
 
 class Producer(Role):
@@ -290,9 +292,6 @@ class Consumer(Role):
             for kind, st, op in interleave(body, step.body, anchor):
                 yield from self.item(kind, st, op)
 
-    def has_next_tile(self) -> bool:
-        return self.tile_i + 1 < len(self.tiles)
-
     def item(self, kind, step, op):
         from ..passes import sync_protocol as sp
         if kind == "op":
@@ -308,7 +307,7 @@ class Consumer(Role):
             yield from self.run((step,))
             self.env.bind(op.results, [RingRef(*self.rt.load_of[op])])
         elif isinstance(step, sp.IfTrips):  # a ring loop: its carried values, then the protocol's
-            self.trip_counts_of(op, step.ring)
+            self.trip_count(op, step.ring)
             body = op.regions[0]
             self.env.bind(body.args[1:], [self.env.values[v] for v in op.variadic()])
             yield from self.run((step,))
@@ -320,10 +319,6 @@ class Consumer(Role):
             self.exec(op)
         else:
             raise ScheduleError(f"no meaning for {step.text()} at '{op.NAME}'")
-
-    def trip_counts_of(self, loop: For, ring: str) -> None:
-        lo, hi, step = (self.env.values[v] for v in loop.operands[:3])
-        self.regs[ring].trips = max(0, -(-(hi - lo) // step))
 
     def trip(self, step):
         from ..codegen.hopper.interleave import body_ops, interleave, pipelined_trip, trip_anchor
@@ -452,9 +447,6 @@ class Roles:
             tiles = [t + (i,) for t in tiles for i in range(c)]
         return tiles
 
-    def cta_tile_count(self, cta: Cta) -> int:
-        return cta.tile_count
-
     def run(self) -> None:
         tiles = self.all_tiles()
         persistent = self.blocks.attrs.get("schedule") == "persistent"
@@ -468,8 +460,7 @@ class Roles:
             rings[ring.name] = Ring(ring.stages, [Barrier(ring.full_arrivals) for _ in range(ring.stages)],
                                     [Barrier(ring.empty_arrivals) for _ in range(ring.stages)],
                                     [{} for _ in range(ring.stages)])
-        cta = Cta(rings)
-        cta.tile_count = len(tiles)
+        cta = Cta(rings, len(tiles))
         roles = [Producer(self, cta, tiles, None)]
         roles += [Consumer(self, cta, tiles, c) for c in range(self.proto.consumers)]
         running = {i: (role, role.run(self.proto.producer if i == 0 else self.proto.consumer))

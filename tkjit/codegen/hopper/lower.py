@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ...ir.core import Kernel, Op
 from ...ir.ops import Blocks, For, If, Load
 from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, TileType
-from ...passes.hopper import block_loop, depends_on, is_shared, pipelined_loops
+from ...passes.hopper import block_loop, depends_on, is_shared, pipelined_loops, swizzle_bytes
 from ...passes.mbarrier import Schedule, schedule_of
 from ..abi import param_entries
 from . import mbarrier, tma
@@ -124,7 +124,7 @@ def _tma_load(op: Load) -> Refusal | None:
         return Refusal(op, f"a rank-{len(g.dims)} tensor: TMA takes at most 5 dimensions")
     if t.rows > tma.MAX_BOX:
         return Refusal(op, f"a {t.rows}-row tile: a TMA box has at most {tma.MAX_BOX} rows")
-    span = _swizzle(t)
+    span = swizzle_bytes(t)
     if span == 0:
         return Refusal(op, "a shared tile without a swizzle (rows not a multiple of 32 bytes)")
     return None
@@ -147,11 +147,6 @@ def _producer_scalar(v, depth: int = 0) -> str:
         if why:
             return why
     return ""
-
-
-def _swizzle(t: TileType) -> int:
-    value = str(t.attr("swizzle", "none"))
-    return 0 if value in ("none", "0B", "0") else int(value.rstrip("B"))
 
 
 class LoweredKernel:
@@ -185,31 +180,24 @@ class LoweredKernel:
             self.ring_bars[ring.name] = (owner.attrs["bars"], ring.stages)
 
     def tensor_map(self, load: Load) -> tma.TensorMap:
-        """The tensor map of ``load``'s tensor (one per tensor and box; boxes of one panel)."""
-        param = load.operands[0]
-        index = self.kernel.params.index(param)
+        """The tensor map a producer load copies through: boxes of one swizzle panel x the tile's rows."""
         t: TileType = load.result.type
-        span = _swizzle(t)
-        esz = t.dtype.nbytes
-        box = (span // esz, t.rows) + (1,) * (len(param.type.dims) - 2)
-        key = (index, box, span)
-        for m in self.maps.values():
-            if (m.param, m.box, m.swizzle) == key:
-                return m
-        m = tma.TensorMap(f"{self.kernel.name}_tmap_{len(self.maps)}", index, param.hint,
-                          param.type.dtype.name, box, span, fallback=False)
-        self.maps[len(self.maps)] = m
-        return m
+        span = swizzle_bytes(t)
+        return self._map(load.operands[0], (span // t.dtype.nbytes, t.rows), span)
 
     def store_map(self, param) -> tma.TensorMap:
         """The tensor map a staged epilogue stores ``param`` through: 64 x 64 boxes, 128B swizzle."""
+        return self._map(param, (64, 64), 128)
+
+    def _map(self, param, box2: tuple[int, int], swizzle: int) -> tma.TensorMap:
+        """One map per (tensor, box, swizzle); the box is 1 along leading dimensions."""
         index = self.kernel.params.index(param)
-        box = (64, 64) + (1,) * (len(param.type.dims) - 2)
+        box = box2 + (1,) * (len(param.type.dims) - 2)
         for m in self.maps.values():
-            if (m.param, m.box, m.swizzle) == (index, box, 128):
+            if (m.param, m.box, m.swizzle) == (index, box, swizzle):
                 return m
         m = tma.TensorMap(f"{self.kernel.name}_tmap_{len(self.maps)}", index, param.hint,
-                          param.type.dtype.name, box, 128, fallback=False)
+                          param.type.dtype.name, box, swizzle, fallback=False)
         self.maps[len(self.maps)] = m
         return m
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, REDUCE_OPS, Copy, For, If, Load, Store, Yield
 from ...ir.types import BF16, F16, F32, TileType
-from ...passes.hopper import is_shared
+from ...passes.hopper import is_shared, swizzle_bytes
 from . import wgmma
 from .lower import MMA_DTYPES
 
@@ -110,7 +110,7 @@ def wgmma_n(cols: int, atom: int) -> int | None:
 def a_operand(op):
     """How A lies in shared memory: K-major [M, K] for mma_AB/ABt, MN-major [K, M] for AtB/AtBt."""
     t = op.operands[0].type
-    span = _span(t)
+    span = swizzle_bytes(t)
     if op.NAME in ("mma_AB", "mma_ABt"):
         return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
     return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
@@ -119,15 +119,12 @@ def a_operand(op):
 def b_operand(op):
     """How B lies: MN-major [K, N] for mma_AB/AtB, K-major [N, K] for mma_ABt/AtBt."""
     t = op.operands[1].type
-    span = _span(t)
+    span = swizzle_bytes(t)
     if op.NAME in ("mma_AB", "mma_AtB"):
         return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
     return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
 
 
-def _span(t: TileType) -> int:
-    value = str(t.attr("swizzle", "none"))
-    return 0 if value in ("none", "0B", "0") else int(value.rstrip("B"))
 
 
 

@@ -20,7 +20,7 @@ from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
-from ...passes.sync_protocol import (ConsumerSync, First, IfTrips, Loop, Mma, StagingBegin, StagingEnd,
+from ...passes.sync_protocol import (ConsumerSync, IfTrips, Loop, Mma, StagingBegin, StagingEnd,
                                      Wait)
 from ..emit_control import fresh, moves
 from ..padding import analyze_padding
@@ -61,7 +61,6 @@ class ConsumerRole(RoleEmitter):
         self.carried_homes: list = []
         self.table[ConsumerSync] = self.consumer_sync
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
-        self.table[First] = self.first_trip
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
 
     def run(self) -> None:
@@ -335,11 +334,7 @@ class ConsumerRole(RoleEmitter):
         b = self.b
         ring = self.rings[self.ring_of_load[load]]
         loop = self.loop_of.get(ring.ring.name)
-        stage = ring.s
-        if which == "prev":
-            stage, first = b.reg(), b.pred()
-            b(f"add.s32 {stage}, {ring.s}, -1;", f"setp.eq.s32 {first}, {ring.s}, 0;",
-              f"@{first} mov.b32 {stage}, {ring.ring.stages - 1};")
+        stage = self.stage_before(ring) if which == "prev" else ring.s
         addr = b.reg()
         b(f"mad.lo.u32 {addr}, {stage}, {load_stage_stride(loop)}, {self.k.smem};",
           f"add.u32 {addr}, {addr}, {load.attrs['smem']};")

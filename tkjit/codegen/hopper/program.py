@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...passes.sync_protocol import (Advance, ExpectTx, IfNextTile, IfPrevTile, IfTrips, Loop, Mma,
+from ...passes.sync_protocol import (Advance, ExpectTx, First, IfNextTile, IfPrevTile, IfTrips, Loop, Mma,
                                      MmaWait, NotFirst, Protocol, Release, Reset, Ring, SkipTrips,
                                      TmaLoad, Tiles, TurnPass, TurnWait, Wait)
 from . import mbarrier, wgmma  # multicast: where a ring is shared by a cluster
@@ -54,7 +54,7 @@ class RoleEmitter:
         self.table = {Wait: self.wait, ExpectTx: self.expect_tx, TmaLoad: self.tma_load, Mma: self.mma,
                       MmaWait: self.mma_wait, Release: self.release, Advance: self.advance,
                       Reset: self.reset, Tiles: self.tiles, Loop: self.loop, IfTrips: self.if_trips,
-                      NotFirst: self.not_first, IfPrevTile: self.if_prev_tile,
+                      NotFirst: self.not_first, First: self.first_trip, IfPrevTile: self.if_prev_tile,
                       IfNextTile: self.if_next_tile, SkipTrips: self.skip_trips,
                       TurnWait: self.turn_wait, TurnPass: self.turn_pass}
 
@@ -119,18 +119,20 @@ class RoleEmitter:
 
     def release(self, step: Release) -> None:
         r = self.rings[step.ring]
-        stage = r.s
-        if step.which == "prev":
-            stage = self.b.reg()
-            first = self.b.pred()
-            self.b(f"add.s32 {stage}, {r.s}, -1;", f"setp.eq.s32 {first}, {r.s}, 0;",
-                   f"@{first} mov.b32 {stage}, {r.ring.stages - 1};")
+        stage = self.stage_before(r) if step.which == "prev" else r.s
         bar = self.bar(r, "empty", stage)
         self.b(self.leading(mbarrier.arrive(bar)))
         if r.ring.cluster > 1:  # the peer's producer refills this stage in both CTAs too
             from . import multicast
             mapa, arrive = multicast.arrive_peer(self.b, bar, self.peer)
             self.b(mapa, self.leading(arrive))
+
+    def stage_before(self, r: RingRegs) -> str:
+        """A register holding the stage before ``r``'s current one (s - 1 mod stages)."""
+        stage, first = self.b.reg(), self.b.pred()
+        self.b(f"add.s32 {stage}, {r.s}, -1;", f"setp.eq.s32 {first}, {r.s}, 0;",
+               f"@{first} mov.b32 {stage}, {r.ring.stages - 1};")
+        return stage
 
     def advance(self, step: Advance) -> None:
         r = self.rings[step.ring]
@@ -221,17 +223,17 @@ class RoleEmitter:
         self.b.place(end)
 
     def not_first(self, step: NotFirst) -> None:
-        counters = [r.counter for r in self.rings.values() if r.counter is not None]
-        first, end = self.b.pred(), self.b.label("first_trip")
-        self.b(f"setp.eq.s32 {first}, {counters[-1]}, 0;", f"@{first} bra {end};")
-        self.emit(step.body)
-        self.b.place(end)
+        self.on_trip(step, "eq", "first_trip")
 
-    def first_trip(self, step) -> None:
+    def first_trip(self, step: First) -> None:
         """``First``: the body on the loop's first trip only."""
+        self.on_trip(step, "ne", "later_trip")
+
+    def on_trip(self, step, skip_if: str, label: str) -> None:
+        """``step``'s body, skipped when the innermost loop's counter compares ``skip_if`` 0."""
         counters = [r.counter for r in self.rings.values() if r.counter is not None]
-        later, end = self.b.pred(), self.b.label("later_trip")
-        self.b(f"setp.ne.s32 {later}, {counters[-1]}, 0;", f"@{later} bra {end};")
+        skip, end = self.b.pred(), self.b.label(label)
+        self.b(f"setp.{skip_if}.s32 {skip}, {counters[-1]}, 0;", f"@{skip} bra {end};")
         self.emit(step.body)
         self.b.place(end)
 
