@@ -111,6 +111,34 @@ def read_regular(path: Path, limit: int) -> bytes | None:
         os.close(fd)
 
 
+def read_signed(path: Path, limit: int) -> bytes:
+    """The body of a file written by ``write_signed`` (the sha256 of the body, a newline, the body)
+    once the digest matches: a cached file changed by one number must not load. Only a regular file
+    of at most ``limit`` bytes is read. ValueError when it does not verify, OSError when unreadable."""
+    data = read_regular(path, limit)
+    if data is None:
+        raise ValueError(f"{path} is not a regular file of at most {limit} bytes")
+    digest, _, body = data.partition(b"\n")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        raise ValueError(f"{path}: sha256 mismatch")
+    return body
+
+
+def write_signed(path: Path, body: bytes) -> None:
+    """Write (the sha256 of ``body``, a newline, ``body``) by an atomic rename; a failure (a
+    read-only cache) is not an error: the caller builds the file's content again next time."""
+    tmp = path.with_name(f".tmp-{path.name}-{os.urandom(6).hex()}")
+    try:
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        tmp.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 def _memo_read(path: Path) -> dict:
     try:
         data = read_regular(path, _MEMO_LIMIT)

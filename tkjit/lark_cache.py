@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -107,30 +106,13 @@ MAX_TABLES = 64 << 20
 
 
 def _verified(path: Path) -> bytes:
-    """The tables' JSON, after the sha256 on the file's first line matched it: a table changed by
-    one number loads without complaint and then misparses every kernel, so it must not load.
-    Only a regular file of at most MAX_TABLES bytes is read. ValueError when it does not verify."""
-    from .cache import read_regular
-    data = read_regular(path, MAX_TABLES)
-    if data is None:
-        raise ValueError(f"{path} is not a regular file of at most {MAX_TABLES} bytes")
-    digest, _, body = data.partition(b"\n")
-    if hashlib.sha256(body).hexdigest().encode() != digest:
-        raise ValueError(f"{path}: sha256 mismatch")
-    return body
+    """The file's JSON once its sha256 line matches (``cache.read_signed``)."""
+    from .cache import read_signed
+    return read_signed(path, MAX_TABLES)
 
 
 def _save(path: Path, tables: dict) -> None:
-    """Write (the sha256 of the JSON, a newline, the JSON) by an atomic rename; a failure (a
-    read-only cache) only means building next time."""
-    tmp = path.with_name(f".tmp-{path.name}-{os.urandom(6).hex()}")
-    body = json.dumps(tables, separators=(",", ":")).encode()
-    try:
-        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        tmp.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+    """Written signed by an atomic rename (``cache.write_signed``); a read-only cache only means
+    doing the work again next time."""
+    from .cache import write_signed
+    write_signed(path, json.dumps(tables, separators=(",", ":")).encode())

@@ -226,6 +226,14 @@ class Role:
     def bind_tile(self, tile: tuple) -> None:
         self.env.bind(self.rt.blocks.regions[0].args, list(tile))
 
+    def enter_trip(self, step) -> For:
+        """The loop of ``step``'s ring, its variable bound to this trip's value (lo + trip * step)."""
+        loop = self.rt.loop_of[step.ring]
+        self.current_ring = step.ring
+        lo, _, st = (self.env.values[v] for v in loop.operands[:3])
+        self.env.bind([loop.regions[0].args[0]], [lo + self.regs[step.ring].counter * st])
+        return loop
+
     def trip_counts(self) -> None:
         for ring, loop in self.rt.loop_of.items():
             self.trip_count(loop, ring)
@@ -247,11 +255,7 @@ class Producer(Role):
             yield from self.run(step.body)
 
     def trip(self, step):
-        loop = self.rt.loop_of[step.ring]
-        r = self.regs[step.ring]
-        self.current_ring = step.ring
-        lo, _, st = (self.env.values[v] for v in loop.operands[:3])
-        self.env.bind([loop.regions[0].args[0]], [lo + r.counter * st])
+        loop = self.enter_trip(step)
         self.scalars(loop.regions[0].ops)
         yield from self.run(step.body)
 
@@ -322,11 +326,7 @@ class Consumer(Role):
 
     def trip(self, step):
         from ..codegen.hopper.interleave import body_ops, interleave, pipelined_trip, trip_anchor
-        loop = self.rt.loop_of[step.ring]
-        r = self.regs[step.ring]
-        self.current_ring = step.ring
-        lo, _, st = (self.env.values[v] for v in loop.operands[:3])
-        self.env.bind([loop.regions[0].args[0]], [lo + r.counter * st])
+        loop = self.enter_trip(step)
         if loop in self.rt.level2:
             items = pipelined_trip(loop, step.body)
         else:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -49,29 +48,13 @@ def _path(cache_dir: Path, proto: Protocol, cases: tuple[tuple[int, ...], ...]) 
 
 
 def _verified(path: Path) -> bytes:
-    """The verdict's JSON once the sha256 on the file's first line matches it (only a regular
-    file of at most 1 MiB is read); ValueError when it does not verify, OSError when unreadable."""
-    from ..cache import read_regular
-    data = read_regular(path, 1 << 20)
-    if data is None:
-        raise ValueError(f"{path} is not a regular file of at most 1 MiB")
-    digest, _, body = data.partition(b"\n")
-    if hashlib.sha256(body).hexdigest().encode() != digest:
-        raise ValueError(f"{path}: sha256 mismatch")
-    return body
+    """The file's JSON once its sha256 line matches (``cache.read_signed``)."""
+    from ..cache import read_signed
+    return read_signed(path, 1 << 20)
 
 
 def _save(path: Path, verdict: dict) -> None:
-    """Written (the sha256 of the JSON, a newline, the JSON) by an atomic rename; a failure (a
-    read-only cache) only means exploring next time."""
-    tmp = path.with_name(f".tmp-{path.name}-{os.urandom(6).hex()}")
-    body = json.dumps(verdict, sort_keys=True).encode()
-    try:
-        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        tmp.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+    """Written signed by an atomic rename (``cache.write_signed``); a read-only cache only means
+    doing the work again next time."""
+    from ..cache import write_signed
+    write_signed(path, json.dumps(verdict, sort_keys=True).encode())
