@@ -88,7 +88,7 @@ def test_a_grid_gemm_keeps_its_staging_beside_the_ring():
     """smem-plan puts a grid kernel's staging tile over the drained ring; the emitter has no
     consumer barrier for that, so it keeps its own plan (today's PTX) and says why."""
     text = (Path(__file__).parent.parent / "examples" / "gemm.tk").read_text()
-    text = text.replace("schedule(persistent, group = 8, split = SPLIT)", "schedule(split = SPLIT)")
+    text = text.replace("schedule(persistent, group = 8, split = SPLIT)", "schedule(grid, split = SPLIT)")
     assert "persistent" not in text
     result = ptx_of(text, "gemm.tk")
     store = next(op for op in result.ir.walk() if op.NAME == "store")

@@ -74,6 +74,7 @@ def test_gemm_decisions():
         "%a: swizzle 128B", "%b: swizzle 128B",
         "mma_AB at gemm.tk:11:13: A K-major (tA=0); B MN-major (tB=1); each: 2 slab(s) of 64 rows x 4 wgmma m64n256k16",
         "layout wgmma",
+        "@gemm: persistent: min(cdiv(M, 128) * cdiv(N, 256), num_sms) CTAs",
         "@gemm: 1 producer + 2 consumer warpgroups = 384 threads",
         "for at gemm.tk:8:5: 4 stage(s) of 49,152 B (%a 16,384 B + %b 32,768 B), 49,152 B apart",
         "ring of for at gemm.tk:8:5: bytes 0 .. 196,607 (196,608 B, 1024-byte aligned)",
@@ -84,7 +85,6 @@ def test_gemm_decisions():
         "ring k (gemm.tk:8:5): 4 stages: full[s] count 1 + expect_tx 49,152 B, empty[s] count 2",
         "@gemm: sync protocol checked: 4 trip-count case(s), every interleaving",
         "@gemm: setmaxnreg: producer 40, consumers 232; .maxnreg 168 at entry",
-        "@gemm: persistent: min(cdiv(M, 128) * cdiv(N, 256), num_sms) CTAs",
     ]
     at = 0
     for line in expected:
@@ -164,3 +164,65 @@ def test_pinned_registers_with_the_producer_above_the_consumers_are_refused(regs
     with pytest.raises(PassError, match="must not exceed the consumers'") as err:
         schedule(text, "gemm.tk")
     assert err.value.span is not None
+
+
+def grid_decision(log):
+    (d,) = [d for d in log if d.pass_name == "grid"]
+    return d
+
+
+def test_a_kernel_that_names_no_schedule_gets_one_chosen():
+    kernel, log = schedule(example("bmm"), "bmm.tk")
+    blocks = next(op for op in kernel.walk() if op.NAME == "blocks")
+    assert blocks.attrs["schedule"] == "persistent"
+    d = grid_decision(log)
+    assert "(chosen: the kernel names no schedule)" in d.decision
+    assert "every tile does the same work" in d.reason
+    assert launch_grid(kernel)[0] == "min"
+
+
+@pytest.mark.parametrize("name", ["attention_nol", "mlp"])
+def test_a_tile_loaded_once_per_tile_keeps_a_chosen_grid(name):
+    kernel, log = schedule(example(name), f"{name}.tk")
+    blocks = next(op for op in kernel.walk() if op.NAME == "blocks")
+    assert "schedule" not in blocks.attrs
+    d = grid_decision(log)
+    assert "chosen" in d.decision and "is loaded once per tile" in d.reason
+
+
+def test_uneven_tiles_stay_on_a_grid_and_say_why():
+    text = """
+kernel tri(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<f32>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. min(K / 64, m + 1) {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[64, 128] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    C.tile(m, n) = acc
+  }
+}
+"""
+    kernel, log = schedule(text, "tri.tk")
+    blocks = next(op for op in kernel.walk() if op.NAME == "blocks")
+    assert "schedule" not in blocks.attrs
+    d = grid_decision(log)
+    assert "chosen" in d.decision
+    assert "a loop's trip count depends on the block indices (line 5)" in d.reason
+
+
+def test_a_kernel_without_shared_tiles_stays_on_a_grid():
+    kernel, log = schedule(example("layernorm"), "layernorm.tk")
+    assert "loads no shared tile" in grid_decision(log).reason
+
+
+def test_a_written_schedule_is_kept_and_reaches_the_passes_after_grid():
+    text = example("bmm").replace("in blocks(BATCH, M / BM, N / BN)", "in blocks(BATCH, M / BM, N / BN) schedule(grid)")
+    kernel, log = schedule(text, "bmm.tk")
+    assert "chosen" not in grid_decision(log).decision
+    assert launch_grid(kernel)[0] != "min"
+    # ping-pong needs a persistent loop: warp-spec now sees the grid pass's schedule option too
+    opts = "layout,grid{schedule=persistent},warp-spec,pipeline,smem-plan,mbarrier,reg-budget"
+    kernel, log = schedule(text, "bmm.tk", opts)
+    assert launch_grid(kernel)[0] == "min"

@@ -61,7 +61,7 @@ def test_where_it_is_not_taken_the_log_says_why(constants, why):
 
 
 def test_not_on_a_plain_grid():
-    source = SOURCE.replace("schedule(persistent, group = 8, split = SPLIT)", "schedule(split = SPLIT)")
+    source = SOURCE.replace("schedule(persistent, group = 8, split = SPLIT)", "schedule(grid, split = SPLIT)")
     _, (_, plan) = planned(source=source)
     assert not plan.stream_k and "persistent" in decision(plan, "stream-K")["why"]
 

@@ -9,6 +9,15 @@ rows of m: g = t / (G·nn), m = G·g + (t mod G·nn) mod rows_g, n = (t mod G·n
 rows_g = min(G, nm - G·g), so G neighbouring CTAs share B tiles in L2 (the other indices
 stay outermost). The ``schedule`` and ``group`` options override the kernel's.
 
+A block loop whose kernel names no schedule is made persistent when a persistent CTA loses
+nothing and gains the overlap of one tile's start with the previous tile's work: the kernel
+loads shared tiles through a producer, only in ring loops (its pipeline fills an SM's shared
+memory, so one CTA per SM runs either way; a tile loaded once per tile would stay taken all
+tile long in a persistent loop) and every tile does the same work (no loop's trip count depends on the
+block indices; where it does, as in causal attention, the hardware's dynamic assignment of
+CTAs to SMs balances the tiles better than a fixed stride). The pass runs before warp-spec,
+smem-plan and mbarrier, which read the schedule.
+
 Records the kernel attributes ``ctas`` (the launch size, readable) and ``tile_order``;
 ``launch_grid(kernel)`` gives the runtime the JSON expression (architecture.md, "Grid").
 """
@@ -18,9 +27,9 @@ from dataclasses import dataclass
 
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
-from ..ir.ops import Add, CDiv, Const, Dim, FloorDiv, Max, Min, Mul, Sub
+from ..ir.ops import Add, CDiv, Const, Dim, FloorDiv, For, Max, Min, Mul, Sub
 from ..source import Span
-from .hopper import block_loop
+from .hopper import block_loop, depends_on, has_producer, one_shot_loads, pipelined_loops
 from .manager import Pass, PassContext, register_pass
 
 EXPRESSIONS = {CDiv: "cdiv", Mul: "mul", Add: "add", Sub: "sub", FloorDiv: "floordiv",
@@ -66,6 +75,43 @@ def tile_count(kernel: Kernel):
     for c in counts[1:]:
         total = ["mul", total, c]
     return total
+
+
+def uneven_work(kernel: Kernel) -> str:
+    """Why the tiles of ``kernel``'s block loop may differ in work (a loop whose bounds depend
+    on the block indices), or ''."""
+    blocks = block_loop(kernel)
+    indices = set(blocks.regions[0].args)
+    for op in blocks.walk():
+        if isinstance(op, For) and any(depends_on(v, indices)
+                                                         for v in op.operands[:3]):
+            where = f" (line {op.span.line})" if getattr(op, "span", None) else ""
+            return f"a loop's trip count depends on the block indices{where}"
+    return ""
+
+
+def auto_schedule(kernel: Kernel) -> tuple[str, str]:
+    """The schedule for a block loop whose kernel names none, and why."""
+    if block_loop(kernel).attrs.get("split", 1) > 1:
+        return "grid", "split = S gives each tile a cluster of its own"
+    if not has_producer(kernel):
+        return "grid", ("the kernel loads no shared tile (no ring fills an SM's shared memory, "
+                        "so several CTAs may share one and the hardware keeps it busy)")
+    once = one_shot_loads(kernel)
+    if once:
+        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        return "grid", (f"{names} is loaded once per tile: in a persistent loop its buffer stays "
+                        "taken all tile long (smem-plan cannot lend it to the epilogue), which "
+                        "costs shared memory the rings could use; write schedule(persistent) to "
+                        "choose it")
+    uneven = uneven_work(kernel)
+    if uneven:
+        return "grid", (f"{uneven}: the hardware hands CTAs to SMs as they free up, which "
+                        "balances uneven tiles better than a fixed stride")
+    loops = len(pipelined_loops(kernel))
+    return "persistent", (f"every tile does the same work and {loops} ring loop(s) fill the "
+                          "SM's shared memory (one CTA per SM either way): a persistent CTA "
+                          "overlaps a tile's start with the previous tile's work")
 
 
 def launch_grid(kernel: Kernel) -> list:
@@ -116,6 +162,11 @@ class Grid(Pass):
             blocks.attrs["group"] = self.group
         if self.multicast:
             kernel.attrs["multicast"] = self.multicast
+        chosen = ""
+        if "schedule" not in blocks.attrs:
+            schedule, chosen = auto_schedule(kernel)
+            if schedule == "persistent":
+                blocks.attrs["schedule"] = schedule
         schedule = blocks.attrs.get("schedule", "grid")
         group = blocks.attrs.get("group", 1)
         indices = [f"%{a.hint}" if a.hint else "?" for a in blocks.regions[0].args]
@@ -143,6 +194,9 @@ class Grid(Pass):
         else:
             what = f"{readable(grid)} CTAs, one per tile"
             why = "schedule(grid): each CTA handles one tile; the 1-D grid has no size limit"
+        if chosen and split == 1:
+            what += " (chosen: the kernel names no schedule)"
+            why = f"{chosen}; {why}"
         tiles = f"tiles over ({', '.join(indices)}), {order}"
         if order.startswith("grouped"):
             tiles += (f": {group} consecutive CTAs take {group} neighbouring {indices[-2]} rows of "
