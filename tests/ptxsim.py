@@ -611,6 +611,22 @@ class CTA:
         else:
             self.mem.data[addrs[:, None] + np.arange(size * vec)] = data
 
+    def op_atom(self, parts, ops, active):
+        """``atom.global.cas.b32 d, [a], cmp, new`` (checked mode's error buffer), thread by thread
+        in order: each sees the previous thread's swap, as the GPU's atomics serialize."""
+        if parts[1:] != ["global", "cas", "b32"]:
+            raise SimError(f"unsupported atom: {'.'.join(parts)}")
+        addrs = self.address(ops[1], "global")
+        cmp, new = self.u32(ops[2]), self.u32(ops[3])
+        old = np.zeros(self.T, dtype=np.uint32)
+        for t in np.nonzero(active)[0]:
+            a = int(addrs[t])
+            cur = int(self.mem.data[a:a + 4].view(np.uint32)[0])
+            old[t] = cur
+            if cur == int(cmp[t]):
+                self.mem.data[a:a + 4] = np.array([new[t]], dtype=np.uint32).view(np.uint8)
+        self.set(ops[0], old, active)
+
     def op_cp(self, parts, ops, active):
         if parts[1:3] == ["async", "commit_group"]:
             self.groups.append(self.pending)
