@@ -220,8 +220,10 @@ class CompiledKernel:
             from .arguments import bind_by_name
             names = [name for name, _ in self._result.signature()]
             return self(*bind_by_name(self.name, names, args, named), stream=stream)
-        if self.options.checked and not checked:
-            return self._checked(args, stream)
+        if self.options.checked:  # never a fast path of its own: each launch reads its error buffer
+            if not checked:
+                return self._checked(args, stream)
+            return self._device_launcher().slow(args, stream, True)  # the checker accepted what fast refused
         backend = self.options.backend or self._backend_for(args)
         if backend == "interpret":
             return self._interpret(args, stream)
