@@ -22,6 +22,21 @@ import numpy as np
 _TOKEN = re.compile(r"\s*(\{[^}]*\}|\[[^\]]*\]|[^,{}\[\]]+)\s*,?")
 
 
+APPROX_ERROR: dict[str, float] = {}
+"""Off by default (approximate math is exact here). Set, e.g. to ``GPU_APPROX_ERROR``, each
+``.approx`` result of those opcodes is moved by that relative error, up or down by the input's
+bits: a stand-in for the GPU's MUFU results, which differ from exact f32 in the last bits
+(tanh.approx by up to 2^-11 relative), to find programs whose outputs those differences change."""
+GPU_APPROX_ERROR = {"tanh": 2.0 ** -11, "ex2": 2.0 ** -22, "lg2": 2.0 ** -22, "rcp": 2.0 ** -23,
+                    "rsqrt": 2.0 ** -22, "sqrt": 2.0 ** -22, "sin": 2.0 ** -20, "cos": 2.0 ** -20}
+"""The PTX ISA's stated maximum errors of the approximate instructions (relative, roughly)."""
+
+
+def _nudged(out: np.ndarray, x: np.ndarray, rel: float) -> np.ndarray:
+    sign = np.where((x.view(np.uint32) * np.uint32(2654435761)) >> np.uint32(31), 1.0, -1.0)
+    return (out.astype(np.float64) * (1.0 + sign * rel)).astype(np.float32)
+
+
 class SimError(Exception):
     pass
 
@@ -367,7 +382,10 @@ class CTA:
     def _float(self, parts, ops, active, fn):
         vals = [self.f32(t) for t in ops[1:]]
         with np.errstate(all="ignore"):
-            self.set(ops[0], np.asarray(fn(*vals), dtype=np.float32), active)
+            out = np.asarray(fn(*vals), dtype=np.float32)
+            if "approx" in parts and APPROX_ERROR.get(parts[0]):
+                out = _nudged(out, vals[0], APPROX_ERROR[parts[0]])
+            self.set(ops[0], out, active)
 
     def op_add(self, parts, ops, active):
         self._arith(parts, ops, active, lambda a, b: a + b)

@@ -242,3 +242,25 @@ def test_the_interpreter_refuses_the_offset_gemm_as_a_checked_gpu_launch_would()
                                                r"tiles of 128 rows along dimension 0 \(M = 256\)") as info:
         k(a, b, c, 1)
     assert info.value.span.location() == "offset_gemm.tk:10:5"
+
+
+def test_a_pipeline_of_ones_own_that_names_checks_runs_them_too():
+    options = CompileOptions.resolve(pipeline="canonicalize,checks", cache=False)
+    assert options.runs_checks and not options.checked
+    r = compiler.compile(SHIFT, options, filename="shift.tk", until="ptx")
+    assert r.metadata["device_checks"] and "atom.global.cas.b32" in r.asm["ptx"]
+    assert not CompileOptions.resolve(pipeline="canonicalize", cache=False).runs_checks
+
+
+@pytest.mark.parametrize("line,says", [
+    ('check {id = 0, message = "x {1}"} %ok, %c0', "the message names value 1, but the check reports 1"),
+    ('check {id = 0, message = "x"} %c0', "the condition expected bool"),
+    ('check {id = 0, message = "x"} %ok, %ok', "reported value 0 expected i32"),
+])
+def test_the_verifier_refuses_a_malformed_check(line, says):
+    from tkjit.errors import DiagnosticError
+    from tkjit.ir.parser import parse_kernel
+    text = ("kernel @k(%X: gl<f32>[M, 16]) {\n  %c0 = const {value = 0} : i32\n"
+            "  %ok = const {value = true} : bool\n  " + line + "\n}\n")
+    with pytest.raises(DiagnosticError, match=says):
+        parse_kernel(text, "k.tkir")

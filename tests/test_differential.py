@@ -237,3 +237,14 @@ def test_comparisons_read_only_exact_values(hopper, seeds):
             for name in set(re.findall(r"\b([a-z]+\d+)\b", cond)):
                 rhs = re.findall(rf"^\s*{name}(?:: [^=]*)? = (.*)$", body, re.M)
                 assert all(_EXACT_RHS.search(r) for r in rhs), (seed, name, rhs)
+
+
+def test_outputs_do_not_depend_on_the_last_bits_of_approximate_math(monkeypatch):
+    """The simulator with every .approx result moved by the PTX ISA's stated error (ptxsim's
+    GPU_APPROX_ERROR, up or down by the input's bits) must still match the interpreter: a stand-in
+    for the GPU's MUFU. On the old generator seed 941 mismatched here as it did on the H200."""
+    import ptxsim
+    monkeypatch.setattr(ptxsim, "APPROX_ERROR", dict(ptxsim.GPU_APPROX_ERROR))
+    bad = [f"seed {s}: {o.stage}: {o.detail}" for s in [111, 428, 941, *range(0, 30)]
+           if (o := differential(s)).stage not in ("ok", "refused")]
+    assert not bad, "\n".join(bad)

@@ -382,7 +382,7 @@ def _emit_ptx(result: CompileResult) -> None:
     declined: list[dict] = []  # why the Hopper path does not apply
     options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows,
                "lowering": result.options.lowering}
-    if result.options.checked:  # the GEMM and attention templates have no checks: never them
+    if result.options.runs_checks:  # the GEMM and attention templates have no checks: never them
         options["lowering"] = "general"
     hopper = emit_hopper(result.ir, options, declined) if emit_hopper else None
     if hopper is None:
@@ -399,7 +399,7 @@ def _emit_ptx(result: CompileResult) -> None:
     checks = launch_checks(result.tkir)
     if checks:  # checked before every launch, as the interpreter checks them
         result.metadata["launch_checks"] = checks
-    if result.options.checked:  # checked mode: what the error buffer's check ids stand for
+    if result.options.runs_checks:  # checked mode: what the error buffer's check ids stand for
         from .runtime.device_checks import checks_metadata
         device = checks_metadata(result.portable_ir)
         if device:

@@ -203,7 +203,7 @@ class CompiledKernel:
         current stream."""
         if named:
             return self._refused(args, stream, False, named)
-        if self.options.checked:
+        if self.options.runs_checks:
             return self._checked(args, stream)
         fast = self._gpu_fast
         if fast is not None:
@@ -220,7 +220,7 @@ class CompiledKernel:
             from .arguments import bind_by_name
             names = [name for name, _ in self._result.signature()]
             return self(*bind_by_name(self.name, names, args, named), stream=stream)
-        if self.options.checked:  # never a fast path of its own: each launch reads its error buffer
+        if self.options.runs_checks:  # never a fast path of its own: each launch reads its error buffer
             if not checked:
                 return self._checked(args, stream)
             return self._device_launcher().slow(args, stream, True)  # the checker accepted what fast refused

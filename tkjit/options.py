@@ -83,6 +83,14 @@ class CompileOptions(Frozen):
             checked=config.checked if checked is None else bool(checked),
         )
 
+    @property
+    def runs_checks(self) -> bool:
+        """Checked mode, or a pipeline of one's own that names the ``checks`` pass: the kernel has
+        check ops, its PTX the error buffer parameter."""
+        if self.checked:
+            return True
+        return self.pipeline is not None and "checks" in [p.split("{")[0].strip() for p in self.pipeline.split(",")]
+
     def key(self) -> dict:
         """The options that change compiled output, as JSON (arch is keyed separately). The default
         pipeline is keyed as null: what it is is tkjit source, which the key hashes anyway (and so
