@@ -264,3 +264,22 @@ def test_the_verifier_refuses_a_malformed_check(line, says):
             "  %ok = const {value = true} : bool\n  " + line + "\n}\n")
     with pytest.raises(DiagnosticError, match=says):
         parse_kernel(text, "k.tkir")
+
+
+def test_the_roles_interpreter_runs_the_checks_as_the_general_lowering_schedules_them():
+    """interpreter/roles.py runs the IR after the Hopper passes (producer and consumers as
+    coroutines over the protocol): with the checks in, a good launch matches the plain
+    interpreter and a bad one raises the same located error."""
+    import torch
+    from tkjit.interpreter.roles import run_roles
+    k = tkjit.compile(OFFSET_GEMM, filename="offset_gemm.tk", checked=True, cache=False)
+    a, b = torch.rand(256, 64).bfloat16(), torch.rand(64, 256).bfloat16()
+    ref, mine = torch.zeros(256, 256), torch.zeros(256, 256)
+    k(a, b, ref, 0)
+    run_roles(k.ir, [a, b, mine, 0])
+    assert torch.equal(ref, mine)
+    with pytest.raises(InterpreterError) as plain:
+        k(a, b, torch.zeros(256, 256), -1)
+    with pytest.raises(InterpreterError) as roles:
+        run_roles(k.ir, [a, b, torch.zeros(256, 256), -1])
+    assert str(roles.value) == str(plain.value)
