@@ -22,6 +22,21 @@ import numpy as np
 _TOKEN = re.compile(r"\s*(\{[^}]*\}|\[[^\]]*\]|[^,{}\[\]]+)\s*,?")
 
 
+APPROX_ERROR: dict[str, float] = {}
+"""Off by default (approximate math is exact here). Set, e.g. to ``GPU_APPROX_ERROR``, each
+``.approx`` result of those opcodes is moved by that relative error, up or down by the input's
+bits: a stand-in for the GPU's MUFU results, which differ from exact f32 in the last bits
+(tanh.approx by up to 2^-11 relative), to find programs whose outputs those differences change."""
+GPU_APPROX_ERROR = {"tanh": 2.0 ** -11, "ex2": 2.0 ** -22, "lg2": 2.0 ** -22, "rcp": 2.0 ** -23,
+                    "rsqrt": 2.0 ** -22, "sqrt": 2.0 ** -22, "sin": 2.0 ** -20, "cos": 2.0 ** -20}
+"""The PTX ISA's stated maximum errors of the approximate instructions (relative, roughly)."""
+
+
+def _nudged(out: np.ndarray, x: np.ndarray, rel: float) -> np.ndarray:
+    sign = np.where((x.view(np.uint32) * np.uint32(2654435761)) >> np.uint32(31), 1.0, -1.0)
+    return (out.astype(np.float64) * (1.0 + sign * rel)).astype(np.float32)
+
+
 class SimError(Exception):
     pass
 
@@ -367,7 +382,10 @@ class CTA:
     def _float(self, parts, ops, active, fn):
         vals = [self.f32(t) for t in ops[1:]]
         with np.errstate(all="ignore"):
-            self.set(ops[0], np.asarray(fn(*vals), dtype=np.float32), active)
+            out = np.asarray(fn(*vals), dtype=np.float32)
+            if "approx" in parts and APPROX_ERROR.get(parts[0]):
+                out = _nudged(out, vals[0], APPROX_ERROR[parts[0]])
+            self.set(ops[0], out, active)
 
     def op_add(self, parts, ops, active):
         self._arith(parts, ops, active, lambda a, b: a + b)
@@ -610,6 +628,22 @@ class CTA:
             self.shared.write(self.tid[idx].astype(np.int64), addrs, data)
         else:
             self.mem.data[addrs[:, None] + np.arange(size * vec)] = data
+
+    def op_atom(self, parts, ops, active):
+        """``atom.global.cas.b32 d, [a], cmp, new`` (checked mode's error buffer), thread by thread
+        in order: each sees the previous thread's swap, as the GPU's atomics serialize."""
+        if parts[1:] != ["global", "cas", "b32"]:
+            raise SimError(f"unsupported atom: {'.'.join(parts)}")
+        addrs = self.address(ops[1], "global")
+        cmp, new = self.u32(ops[2]), self.u32(ops[3])
+        old = np.zeros(self.T, dtype=np.uint32)
+        for t in np.nonzero(active)[0]:
+            a = int(addrs[t])
+            cur = int(self.mem.data[a:a + 4].view(np.uint32)[0])
+            old[t] = cur
+            if cur == int(cmp[t]):
+                self.mem.data[a:a + 4] = np.array([new[t]], dtype=np.uint32).view(np.uint8)
+        self.set(ops[0], old, active)
 
     def op_cp(self, parts, ops, active):
         if parts[1:3] == ["async", "commit_group"]:

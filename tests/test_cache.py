@@ -209,6 +209,26 @@ def test_assembler_version_is_not_memoized_for_a_binary_that_just_changed(tmp_pa
     fresh_process()
 
 
+def test_a_changed_assembler_memo_is_not_believed(tmp_path, monkeypatch):
+    """The ptxas-version memo is signed like the parser tables (``write_signed``): a version
+    changed in the file by hand does not verify, so ptxas runs again and the memo is rewritten."""
+    runs, ptxas, fresh_process = _fake_ptxas(tmp_path, monkeypatch)
+    monkeypatch.setattr(C, "RACY_SECONDS", 0.0)
+    memo = tmp_path / "memo"
+    assert C.assembler_version(memo) == "13.0.88"
+    path = memo / C.ASSEMBLER_MEMO
+    digest, body = path.read_bytes().split(b"\n", 1)
+    assert C.hashlib.sha256(body).hexdigest().encode() == digest
+    path.write_bytes(digest + b"\n" + body.replace(b"13.0.88", b"13.0.99"))  # a forged version
+    fresh_process()
+    assert C.assembler_version(memo) == "13.0.88"
+    assert runs.read_text().count("run") == 2
+    assert C.read_signed(path, 1 << 20).count(b"13.0.88") == 1  # rewritten, signed
+    path.write_bytes(b'{"x": "13.0.99"}')  # the unsigned format of older versions: not read
+    assert C._memo_read(path) == {}
+    fresh_process()
+
+
 # --- put / get ----------------------------------------------------------------------------------
 
 def test_put_then_get_round_trips(cache):

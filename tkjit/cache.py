@@ -140,31 +140,27 @@ def write_signed(path: Path, body: bytes) -> None:
 
 
 def _memo_read(path: Path) -> dict:
+    """The memo's entries once its sha256 line verifies (``read_signed``); a memo that does not
+    (changed by hand, truncated, the unsigned format of older versions) counts as empty and is
+    written again."""
     try:
-        data = read_regular(path, _MEMO_LIMIT)
-        memo = json.loads(data) if data is not None else {}
-    except (OSError, ValueError):
+        memo = json.loads(read_signed(path, _MEMO_LIMIT))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        _debug("ignoring %s: %s", path, e)
         return {}
     return memo if isinstance(memo, dict) else {}
 
 
 def _memo_write(path: Path, key: str, value: str) -> None:
-    """Add ``key → value`` (keeping the newest entries) by an atomic replace; a failure (read-only
-    cache, a race with another writer) only costs a recomputation later."""
+    """Add ``key → value`` (keeping the newest entries), signed, by an atomic replace
+    (``write_signed``); a failure (read-only cache, a race with another writer) only costs a
+    recomputation later."""
     memo = {k: v for k, v in _memo_read(path).items() if isinstance(v, str) and k != key}
     memo = dict(list(memo.items())[-(_MEMO_ENTRIES - 1):])
     memo[key] = value
-    tmp = path.with_name(f".tmp-{path.name}-{os.urandom(6).hex()}")
-    try:
-        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        tmp.write_bytes(_json_bytes(memo))
-        os.replace(tmp, path)
-    except OSError as e:
-        _debug("could not write %s: %s", path, e)
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+    write_signed(path, json.dumps(memo).encode())  # insertion order: the newest last
 
 
 def _memoized(memo_path: Path, key: str, compute: Callable[[], str], store: bool = True) -> str:

@@ -114,7 +114,7 @@ class CompileResult:
         if self.options.pipeline is not None:
             return self.options.pipeline
         from .passes import default_pipeline
-        return default_pipeline(self.options.arch)
+        return default_pipeline(self.options.arch, checked=self.options.checked)
 
     def signature(self) -> list[tuple[str, str]]:
         """(name, type) of every kernel parameter, e.g. ``("A", "gl<f32>[M, 64]")``; from the cache
@@ -382,6 +382,8 @@ def _emit_ptx(result: CompileResult) -> None:
     declined: list[dict] = []  # why the Hopper path does not apply
     options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows,
                "lowering": result.options.lowering}
+    if result.options.runs_checks:  # the GEMM and attention templates have no checks: never them
+        options["lowering"] = "general"
     hopper = emit_hopper(result.ir, options, declined) if emit_hopper else None
     if hopper is None:
         _refused_hopper(result, next((d.pop("refusal") for d in declined if "refusal" in d), None), declined)
@@ -397,6 +399,11 @@ def _emit_ptx(result: CompileResult) -> None:
     checks = launch_checks(result.tkir)
     if checks:  # checked before every launch, as the interpreter checks them
         result.metadata["launch_checks"] = checks
+    if result.options.runs_checks:  # checked mode: what the error buffer's check ids stand for
+        from .runtime.device_checks import checks_metadata
+        device = checks_metadata(result.portable_ir)
+        if device:
+            result.metadata["device_checks"] = device
     fill_sms = result.tkir.attrs.get("fill_sms")
     if fill_sms:  # @fill_sms: the launch picks these constants per shape (tkjit/fill_sms.py)
         from .fill_sms import constants_of
@@ -571,6 +578,8 @@ def dump_folder_name(kernel_name: str, options: CompileOptions) -> str:
         parts.append(f"lowering={options.lowering}")
     if getattr(options, "require_hopper", False):
         parts.append("require_hopper")
+    if getattr(options, "checked", False):
+        parts.append("checked")
     return f"{kernel_name}@{','.join(parts)}" if parts else kernel_name
 
 

@@ -42,6 +42,9 @@ class Config(Frozen):
     """TKJIT_LOWERING=auto|general|template: how the Hopper backend lowers kernels (options.LOWERINGS)."""
     require_hopper: bool = False
     """TKJIT_REQUIRE_HOPPER=1: a kernel the Hopper path cannot lower is an error, not a warning."""
+    checked: bool = False
+    """TKJIT_CHECKED=1 (or TKJIT_DEBUG=1 unless TKJIT_CHECKED=0): checked mode, run-time checks of
+    coordinates, divisions and loop steps in GPU launches too (passes/checks.py)."""
     tools: tuple[tuple[str, str], ...] = ()
     """TKJIT_PTXAS / TKJIT_CUOBJDUMP / TKJIT_NVDISASM: explicit paths of NVIDIA's tools, as
     (variable, path) pairs; tools not named here are looked for in the CUDA wheels, then PATH."""
@@ -73,6 +76,7 @@ class Config(Frozen):
             native_torch={"torch": "build", "c": "no"}.get(env.get("TKJIT_NATIVE_LAUNCH", "").strip().lower(), "auto"),
             lowering=(env.get("TKJIT_LOWERING") or "auto").strip().lower(),
             require_hopper=_flag(env, "TKJIT_REQUIRE_HOPPER"),
+            checked=_flag(env, "TKJIT_CHECKED") if env.get("TKJIT_CHECKED", "").strip() else _flag(env, "TKJIT_DEBUG"),
             tools=tuple((var, env[var]) for var in TOOL_VARIABLES if env.get(var)),
         )
 

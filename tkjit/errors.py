@@ -54,6 +54,11 @@ class InterpreterError(TkError):
     """A runtime error in an interpreted kernel (reported against its source line)."""
 
 
+class CheckError(InterpreterError):
+    """Checked mode: a GPU launch's run-time check failed (runtime/device_checks.py). The same
+    message, at the same line:col, as the interpreter's error for that op."""
+
+
 class NotAvailableError(TkError):
     """A stage or backend that does not exist (yet) or cannot run here."""
 

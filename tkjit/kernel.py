@@ -203,6 +203,8 @@ class CompiledKernel:
         current stream."""
         if named:
             return self._refused(args, stream, False, named)
+        if self.options.runs_checks:
+            return self._checked(args, stream)
         fast = self._gpu_fast
         if fast is not None:
             return fast(*args, stream=stream)
@@ -218,6 +220,10 @@ class CompiledKernel:
             from .arguments import bind_by_name
             names = [name for name, _ in self._result.signature()]
             return self(*bind_by_name(self.name, names, args, named), stream=stream)
+        if self.options.runs_checks:  # never a fast path of its own: each launch reads its error buffer
+            if not checked:
+                return self._checked(args, stream)
+            return self._device_launcher().slow(args, stream, True)  # the checker accepted what fast refused
         backend = self.options.backend or self._backend_for(args)
         if backend == "interpret":
             return self._interpret(args, stream)
@@ -238,6 +244,30 @@ class CompiledKernel:
                 raise
         self._use_fast(general)  # from now on: its fast path takes aligned rows as well
         return general(*args, stream=stream)
+
+    @user_facing
+    def _checked(self, args: tuple, stream: Any) -> None:
+        """Checked mode (runtime/device_checks.py): the interpreter runs its check ops itself; a
+        GPU launch passes a zeroed error buffer after the arguments, through the launcher's
+        checker (no fast path, no @fill_sms dispatch: the defaults run), then synchronizes the
+        device and raises the first failed check's error at its line:col."""
+        backend = self.options.backend or self._backend_for(args)
+        if backend == "interpret":
+            return self._interpret(args, stream)
+        from .runtime import device_checks, launch_checks
+        launcher = self._device_launcher()
+        checks = self._result.metadata.get("device_checks")
+        if not checks:  # nothing in this kernel can fail at run time
+            return launcher.slow(args, stream)
+        own = launcher.params[:-1]
+        launch_checks.arity(self.name, [(p.name, p.describe()) for p in own], len(args))
+        import torch
+        words = torch.zeros(device_checks.CHECK_WORDS, dtype=torch.int32, device=f"cuda:{launcher.device}")
+        launcher.slow((*args, words), stream)
+        torch.cuda.synchronize(words.device)
+        error = device_checks.check_error(words.tolist(), checks, self._result.source, self._result.filename)
+        if error is not None:
+            raise error
 
     def _with_unaligned_rows(self) -> "CompiledKernel | None":
         """This kernel compiled with the copying fallback for rows TMA cannot address, where it was
@@ -370,7 +400,7 @@ def _is_host_tensor(a: Any) -> bool:
 def compile(source: str, *, constants: dict | None = None, filename: str = "<string>",
             pipeline: str | None = None, debug: bool | None = None, cache: bool | None = None,
             backend: str | None = None, lowering: str | None = None,
-            require_hopper: bool | None = None) -> CompiledKernel:
+            require_hopper: bool | None = None, checked: bool | None = None) -> CompiledKernel:
     """Compile a kernel string (kernel language, or textual tile IR) into a kernel object.
 
     ``constants`` override the kernel's ``<NAME = default>`` constants; ``pipeline`` replaces the
@@ -378,13 +408,17 @@ def compile(source: str, *, constants: dict | None = None, filename: str = "<str
     the disk cache; ``backend`` is ``"gpu"`` or ``"interpret"``; ``lowering`` is how the Hopper
     backend lowers it (``auto``: a template where one matches, else the general lowering;
     ``general``; ``template``); ``require_hopper=True`` makes a kernel the Hopper path cannot
-    lower an error at the op that stops it. Unset arguments come from the environment
-    (TKJIT_DEBUG, TKJIT_NO_CACHE, TKJIT_BACKEND, TKJIT_DUMP, TKJIT_LOWERING, TKJIT_REQUIRE_HOPPER)."""
+    lower an error at the op that stops it; ``checked=True`` is checked mode: GPU launches check
+    tile coordinates, integer divisions and loop steps as the interpreter does and raise its error
+    at the kernel's line:col (docs/reliability.md). Unset arguments come from the environment
+    (TKJIT_DEBUG, TKJIT_NO_CACHE, TKJIT_BACKEND, TKJIT_DUMP, TKJIT_LOWERING, TKJIT_REQUIRE_HOPPER,
+    TKJIT_CHECKED)."""
     if not isinstance(source, str):
         hint = "; use tkjit.load(path) for a file" if isinstance(source, Path) else ""
         raise TkError(f"tkjit.compile takes the kernel's text (a str), got {type(source).__name__}{hint}")
     options = CompileOptions.resolve(constants=constants, pipeline=pipeline, debug=debug, cache=cache,
-                                     backend=backend, lowering=lowering, require_hopper=require_hopper)
+                                     backend=backend, lowering=lowering, require_hopper=require_hopper,
+                                     checked=checked)
     result = compiler.load_or_compile(source, options, filename=filename)
     if options.dump_dir is not None:
         compiler.dump_all(result)

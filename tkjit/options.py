@@ -50,12 +50,15 @@ class CompileOptions(Frozen):
     require_hopper: bool = False
     """A kernel the Hopper path cannot lower is an error at the op that stops it (else a warning
     for a kernel with a matrix product, and the register-tile backend runs it)."""
+    checked: bool = False
+    """Checked mode (passes/checks.py): run-time checks of tile coordinates, integer divisions
+    and loop steps on the GPU too, reported at the kernel's line:col like the interpreter's."""
 
     @staticmethod
     def resolve(*, constants: Mapping[str, ConstantValue] | None = None, pipeline: str | None = None,
                 debug: bool | None = None, cache: bool | None = None, backend: str | None = None,
                 lowering: str | None = None, require_hopper: bool | None = None,
-                config: Config | None = None) -> "CompileOptions":
+                checked: bool | None = None, config: Config | None = None) -> "CompileOptions":
         """Explicit arguments win; what is left unsaid comes from ``config`` (the environment)."""
         config = config or get_config()
         backend = backend if backend is not None else config.backend
@@ -77,7 +80,16 @@ class CompileOptions(Frozen):
             dump_dir=config.dump_dir,
             lowering=lowering,
             require_hopper=config.require_hopper if require_hopper is None else bool(require_hopper),
+            checked=config.checked if checked is None else bool(checked),
         )
+
+    @property
+    def runs_checks(self) -> bool:
+        """Checked mode, or a pipeline of one's own that names the ``checks`` pass: the kernel has
+        check ops, its PTX the error buffer parameter."""
+        if self.checked:
+            return True
+        return self.pipeline is not None and "checks" in [p.split("{")[0].strip() for p in self.pipeline.split(",")]
 
     def key(self) -> dict:
         """The options that change compiled output, as JSON (arch is keyed separately). The default
@@ -91,6 +103,8 @@ class CompileOptions(Frozen):
             key["lowering"] = self.lowering
         if self.require_hopper:
             key["require_hopper"] = True
+        if self.checked:
+            key["checked"] = True
         return key
 
 

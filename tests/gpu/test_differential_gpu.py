@@ -10,11 +10,11 @@ import pytest
 from difftest import differential
 
 pytestmark = pytest.mark.gpu
-APPROXIMATE = ("the GPU's approximate tanh/ex2/rcp feed a select or a sqrt that turns their last-bit "
-               "differences into different elements (H200, 2026-11-27; the same program matches the "
-               "interpreter on the PTX simulator, whose math is exact)")
-KNOWN = {111: APPROXIMATE}
-KNOWN_HOPPER = {93: APPROXIMATE}
+KNOWN: dict[int, str] = {}
+KNOWN_HOPPER: dict[int, str] = {}
+"""Seeds left out, with why. Empty: seeds 111 and 93 (and 428, 941 of the 1,000-program run)
+mismatched on an H200 because the GPU's approximate tanh/ex2/rcp fed a select or a sqrt; the
+generator now compares only exact values and keeps sqrt away from 0 (gen.py, ``exact_tile``)."""
 
 
 @pytest.mark.parametrize("first", range(0, 100, 50))  # long runs: benchmarks/difftest.py

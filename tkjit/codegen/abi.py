@@ -35,8 +35,9 @@ def grid_expr(v: Value, where) -> int | list:
 
 
 def param_entries(kernel: Kernel) -> list[tuple[str, str, dict, Value | None]]:
-    """(PTX type, PTX name, metadata entry, IR parameter) per kernel parameter, then per named dim:
-    the launch ABI every backend shares (docs/architecture.md)."""
+    """(PTX type, PTX name, metadata entry, IR parameter) per kernel parameter, then (checked mode,
+    IR parameter None) the error buffer, then per named dim: the launch ABI every backend shares
+    (docs/architecture.md)."""
     out = []
     stored = {id(op.operands[0]) for op in kernel.walk() if op.NAME == "store"}
     for i, p in enumerate(kernel.params):
@@ -51,6 +52,9 @@ def param_entries(kernel: Kernel) -> list[tuple[str, str, dict, Value | None]]:
         else:
             raise NotAvailableError(f"kernel parameter %{p.hint}: {p.type} scalars cannot be passed "
                                     "(f32 and i32 can)", kernel.span)
+    if any(op.NAME == "check" for op in kernel.walk()):  # checked mode's error buffer (emit_check.py)
+        from ..runtime.device_checks import buffer_param
+        out.append((".u64", f"{kernel.name}_checks", buffer_param(), None))
     for j, d in enumerate(kernel.named_dims()):
         out.append((".s32", f"{kernel.name}_dim_{j}", {"kind": "dim", "name": d}, None))
     return out

@@ -128,6 +128,7 @@ class Ctx:
         self._labels = 0
         self.sync = SharedSync()
         self.globals: dict[int, str] = {}   # id(param) -> .u64 global address register
+        self.check_buffer: str | None = None  # checked mode's error buffer (emit_check.py)
         self.dims: dict[str, str] = {}      # named dim -> .s32 register
         self.decisions: list[dict] = []
         self.pipelines: dict = {}           # id(for) -> LoopPipeline

@@ -30,7 +30,10 @@ def _load_params(ctx: Ctx, entries) -> list[str]:
         if meta["kind"] == "global":
             raw, addr = ctx.new("b64"), ctx.new("b64")
             out += [f"ld.param.u64 {raw}, [{name}];", f"cvta.to.global.u64 {addr}, {raw};"]
-            ctx.globals[id(p)] = addr
+            if p is None:
+                ctx.check_buffer = addr
+            else:
+                ctx.globals[id(p)] = addr
         elif meta["kind"] == "scalar":
             r = ctx.new("f32" if meta["dtype"] == "f32" else "b32")
             out.append(f"ld.param{ptx_type} {r}, [{name}];")

@@ -11,6 +11,7 @@ from ..errors import NotAvailableError
 from ..ir.core import Op
 from ..ir.ops import Copy, Load, Store, Yield
 from ..ir.types import ScalarType, describe
+from .emit_check import CHECK_EMITTERS
 from .emit_control import CONTROL_EMITTERS
 from .emit_elementwise import REGISTER_EMITTERS
 from .emit_memory import MEMORY_EMITTERS, MEMORY_SCRATCH
@@ -34,7 +35,8 @@ def _entries() -> dict:
     table = {}
     for category_name, emitters in (("scalar", SCALAR_EMITTERS), ("register", REGISTER_EMITTERS),
                                     ("register", REDUCE_EMITTERS), ("register", MMA_EMITTERS),
-                                    ("memory", MEMORY_EMITTERS), ("control", CONTROL_EMITTERS)):
+                                    ("memory", MEMORY_EMITTERS), ("control", CONTROL_EMITTERS),
+                                    ("scalar", CHECK_EMITTERS)):
         for cls, fn in emitters.items():
             table[(cls, category_name)] = fn
     return table

@@ -7,7 +7,7 @@ from .decisions import Decision, DecisionLog, subject_of
 from .manager import (IRSnapshots, Pass, PassContext, PassManager, Pipeline, describe_options, get_pass,
                       register_pass, registered_passes, unregister_pass)
 
-from . import canonicalize  # noqa: E402,F401  (registers the pass)
+from . import canonicalize, checks  # noqa: E402,F401  (registers the passes)
 from . import grid, layout, mbarrier, pipeline, reg_budget, smem_plan, warp_spec  # noqa: E402,F401
 
 from .hopper import HOPPER_PIPELINE  # noqa: E402
@@ -23,11 +23,20 @@ their annotations and the register-tile backend ignores them)."""
 PIPELINES = {"sm_90a": DEFAULT_PIPELINE}
 
 
-def default_pipeline(arch: str) -> str:
-    """The pipeline ``tkjit.compile`` runs for ``arch`` when none is given."""
-    return PIPELINES.get(arch, PORTABLE_PIPELINE)
+CHECKED_PASS = "checks"
+"""Checked mode's pass (checks.py): in the default pipeline right after canonicalize, only then."""
 
 
-__all__ = ["DEFAULT_PIPELINE", "PORTABLE_PIPELINE", "default_pipeline", "Decision", "DecisionLog", "IRSnapshots", "Pass", "PassContext",
+def default_pipeline(arch: str, checked: bool = False) -> str:
+    """The pipeline ``tkjit.compile`` runs for ``arch`` when none is given (with ``checked``,
+    checked mode's ``checks`` after canonicalize)."""
+    pipeline = PIPELINES.get(arch, PORTABLE_PIPELINE)
+    if checked:
+        first, _, rest = pipeline.partition(",")
+        pipeline = ",".join(p for p in (first, CHECKED_PASS, rest) if p)
+    return pipeline
+
+
+__all__ = ["CHECKED_PASS", "DEFAULT_PIPELINE", "PORTABLE_PIPELINE", "default_pipeline", "Decision", "DecisionLog", "IRSnapshots", "Pass", "PassContext",
            "PassManager", "Pipeline", "describe_options", "get_pass", "register_pass",
            "registered_passes", "subject_of", "unregister_pass"]

@@ -8,7 +8,9 @@ tiles cross the edges); tile, vector and scalar loads (global -> register direct
 shared tile); elementwise maps (``exp log sqrt rsqrt abs relu sin cos tanh gelu gelu_tanh silu
 sigmoid``, guarded so that values stay finite), arithmetic with tiles, vectors and scalars,
 ``max``/``min``; row and column reductions and the ``*_row``/``*_col`` broadcasts; ``cvt``
-round trips through bf16/f16; ``select`` on tile comparisons; ``row_index``/``col_index``,
+round trips through bf16/f16; ``select`` on tile and vector comparisons (of exact values only:
+loads, index tiles, scalar parameters -- a comparison turns the GPU's last-bit differences from
+approximate math into different elements, see ``exact_tile``); ``row_index``/``col_index``,
 ``causal_mask``; every ``mma_*`` variant on bf16/f16 shared or register operands, with an f32
 or (f16 inputs) f16 accumulator, in a K loop with a ragged K; ``for`` loops carrying tiles,
 vectors and scalars (constant trip counts and a runtime ``n``); ``if``/``else`` on block
@@ -116,6 +118,9 @@ class Generator:
         self.scope = _Scope()
         self.loop_vars: list[str] = []
         self.readonly: set[str] = set()
+        self.exact: set[str] = set()
+        """Names whose value is computed the same way bit for bit on every backend (a load, an
+        index tile, a scalar parameter) and not rebound since: what comparisons read."""
         self.budget = 40  # expression nodes per statement, roughly
         # dims: ragged against the tiles; the grid small enough for the simulator
         while True:
@@ -183,7 +188,7 @@ class Generator:
             self.features.add(f)
             return f"{f}({self.tile(d - 1)})"
         if c < 0.3:
-            g = r.choice(["exp(min({}, 3.0))", "log(abs({}) + 1.0)", "sqrt(abs({}))", "rsqrt(abs({}) + 1.0)",
+            g = r.choice(["exp(min({}, 3.0))", "log(abs({}) + 1.0)", "sqrt(abs({}) + 0.0625)", "rsqrt(abs({}) + 1.0)",
                           "exp2(min({}, 3.0))", "log2(abs({}) + 0.5)", "{} / (abs({}) + 1.0)"])
             self.features.add(g.split("(")[0] or "div")
             return g.replace("{}", self.tile(d - 1)) if g.count("{}") == 1 else \
@@ -206,8 +211,8 @@ class Generator:
             return f"{op}_{kind}({self.tile(d - 1)}, {v})"
         if c < 0.72:
             cmp = r.choice(COMPARE)
-            a = self.tile(d - 1)
-            b = self.tile(d - 1) if r.random() < 0.6 else self.scalar_f()
+            a = self.exact_tile()
+            b = self.exact_tile() if r.random() < 0.6 else self.exact_scalar()
             x = self.tile(d - 1)
             y = self.tile(d - 1) if r.random() < 0.7 else self.scalar_f()
             self.features.add("select")
@@ -249,7 +254,47 @@ class Generator:
             return f"{op}({a}, {b})" if op in ("max", "min") else f"({a} {op} {b})"
         self.features.add(f"select-{vec}")
         a, b = self.vector(vec, d - 1), self.vector(vec, d - 1)
-        return f"select({a} {r.choice(COMPARE)} {self.scalar_f()}, {a}, {b})"
+        return f"select({self.exact_vector(vec)} {r.choice(COMPARE)} {self.exact_scalar()}, {a}, {b})"
+
+    # ------------------------------------------------------------------ what comparisons read
+    # A comparison (select, if) is discontinuous: a last-bit difference in its operands picks the
+    # other element. The GPU's transcendental maps (tanh, ex2, rcp, rsqrt, sin ... are MUFU
+    # approximations), its summation orders (reductions, mma) and its division differ from the
+    # interpreter's exact f32 in the last bits, so comparisons read only exact values: loads,
+    # index tiles, scalar parameters, ``cvt`` of integers, constants, max/min reductions of those
+    # (max and min are exact in any order). A name compared is never rebound afterwards.
+    def _exact_name(self, kind: str) -> str | None:
+        names = [n for n in self.names(kind) if n in self.exact]
+        if not names:
+            return None
+        name = self.rng.choice(names)
+        self.readonly.add(name)
+        return name
+
+    def exact_tile(self) -> str:
+        name = self._exact_name("T")
+        if name is None:
+            name = self.load_tile()
+            self.readonly.add(name)
+        return name
+
+    def exact_vector(self, vec: str) -> str:
+        name = self._exact_name(vec)
+        if name is not None:
+            return name
+        kind = "row" if vec == "cv" else "col"
+        return f"{kind}_{self.rng.choice(['max', 'min'])}({self.exact_tile()})"
+
+    def exact_scalar(self) -> str:
+        r = self.rng
+        c = r.random()
+        name = self._exact_name("f") if c < 0.5 else None
+        if name is not None:
+            return name
+        if c < 0.7:
+            ints = self.names("i") + list(self.loop_vars) + ["i"]
+            return f"cvt<f32>({r.choice(ints)})"
+        return r.choice(["0.5", "2.0", "-1.25", "0.75", "3.0", "-0.5"])
 
     def need_tile(self) -> str:
         names = self.names("T")
@@ -292,6 +337,7 @@ class Generator:
             self.emit(f"{name}: rt<f32>[{self.TM}, {self.TN}] = {x}.tile({self.idx('i', self.col)})")
         self.features.add(f"load-{dt}")
         self.bind(name, "T")
+        self.exact.add(name)
         return name
 
     def load_vector(self, vec: str) -> str:
@@ -307,6 +353,7 @@ class Generator:
         self.emit(f"{name}: {typ} = {x}.tile({coord})")
         self.features.add(f"load-{vec}")
         self.bind(name, vec)
+        self.exact.add(name)
         return name
 
     def mma(self) -> str:
@@ -362,7 +409,9 @@ class Generator:
             expr = f"tanh({expr})" if r.random() < 0.3 else expr
         targets = self.names(kind, writable=True)
         if rebind and targets:
-            self.emit(f"{r.choice(targets)} = {expr}")
+            target = r.choice(targets)
+            self.exact.discard(target)
+            self.emit(f"{target} = {expr}")
             return
         name = self.fresh({"T": "t", "cv": "c", "rv": "r", "f": "x"}[kind])
         typ = {"T": f"rt<f32>[{self.TM}, {self.TN}]", "cv": f"cv<f32>[{self.TM}]",
@@ -379,6 +428,7 @@ class Generator:
         self.emit(f"{name} = {name} * 0.0625")
         self.features.add(which)
         self.bind(name, "T")
+        self.exact.add(name)
 
     def store(self) -> None:
         r = self.rng
@@ -446,7 +496,7 @@ class Generator:
         r = self.rng
         cands = ["i % 2 == 0", f"{self.col} > 0" if self.col != "0" else "i > 0", "i == 1"]
         cands += [f"{lv} == 1" for lv in self.loop_vars]
-        cands += [f"{s} > 0.0" for s in self.names("f")]
+        cands += [f"{s} > 0.0" for s in self.names("f") if s in self.exact]  # not a tanh of one
         s = [p.name for p in self.params if p.kind == "f32"]
         if s:
             cands.append(f"{s[0]} < 0.5")
@@ -488,6 +538,7 @@ class Generator:
             s = self.param("f32", value=r.choice([0.25, -0.75, 1.5]))
             self.bind(s, "f")
             self.readonly.add(s)
+            self.exact.add(s)
         self.load_tile()
         if self.hopper:
             self.mma()

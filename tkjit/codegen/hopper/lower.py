@@ -228,12 +228,16 @@ class LoweredKernel:
         b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
           f"and.b32 {self.smem}, {self.smem}, -1024;")
         self.globals: dict[int, str] = {}   # id(param) -> generic address
+        self.check_buffer: str | None = None  # checked mode's error buffer (emit_check.py)
         self.scalars: dict[int, tuple[str, object]] = {}  # id(param) -> (register, dtype)
         for ptx_type, name, meta, p in self.entries:
             if meta["kind"] == "global":
                 raw64, addr = b.reg("b64"), b.reg("b64")
                 b(f"ld.param.u64 {raw64}, [{name}];", f"cvta.to.global.u64 {addr}, {raw64};")
-                self.globals[id(p)] = addr
+                if p is None:
+                    self.check_buffer = addr
+                else:
+                    self.globals[id(p)] = addr
             elif meta["kind"] == "scalar":
                 r = b.reg("f32" if meta["dtype"] == "f32" else "b32")
                 b(f"ld.param{ptx_type} {r}, [{name}];")

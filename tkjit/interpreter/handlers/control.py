@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import itertools
 
+from ...errors import InterpreterError
+from ...ir.ops.check import loop_step_template, render
+
 
 def run_blocks(it, op, args):
     body = op.regions[0]
@@ -19,7 +22,7 @@ def run_blocks(it, op, args):
 def run_for(it, op, args):
     lo, hi, step, *carried = args
     if step <= 0 and lo < hi:
-        raise it.error(op, f"the loop step must be positive, got {step} (from {lo} to {hi})")
+        raise InterpreterError(render(loop_step_template(), [step, lo, hi]), op.span)
     body = op.regions[0]
     k = lo
     while k < hi:

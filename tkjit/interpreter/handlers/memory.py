@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import InterpreterError
+from ...ir.ops.check import index_template, render, tile_coordinate_template
 from ...ir.types import TileType
 from ..numerics import decode, encode, round_to
 from ..values import GlobalValue, TileValue, VectorValue
@@ -33,9 +35,8 @@ def _locate(it, op, g: GlobalValue, coords: list[int], shape: tuple[int, ...]) -
     for axis in range(lead):
         c, size = coords[axis], g.shape[axis]
         if not 0 <= c < size:
-            raise it.error(op, f"index {c} of {g.name} is out of range: {g.name} has {size} "
-                               f"{'entry' if size == 1 else 'entries'} along dimension {axis} "
-                               f"({g.dim_label(axis)})")
+            template = index_template(op.NAME, g.name, axis, g.type.dims[axis])
+            raise InterpreterError(render(template, [c, size]), op.span)
         index.append(c)
     units = ("rows", "columns") if ntile == 2 else ("elements",)
     extents = []
@@ -44,10 +45,8 @@ def _locate(it, op, g: GlobalValue, coords: list[int], shape: tuple[int, ...]) -
         c, size = coords[axis], g.shape[axis]
         count = -(-size // extent)
         if not 0 <= c < count:
-            tiles = "tile" if count == 1 else "tiles"
-            raise it.error(op, f"tile coordinate {c} of {g.name} is out of range: {g.name} has "
-                               f"{count} {tiles} of {extent} {unit} along dimension {axis} "
-                               f"({g.dim_label(axis)})")
+            template = tile_coordinate_template(op.NAME, g.name, axis, g.type.dims[axis], extent, unit)
+            raise InterpreterError(render(template, [c, count, size]), op.span)
         start = c * extent
         n = min(extent, size - start)
         index.append(slice(start, start + n))

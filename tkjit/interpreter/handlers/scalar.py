@@ -1,4 +1,4 @@
-"""Handlers for scalar ops (const, dim, select) and the scalar cases of binary, unary and cvt.
+"""Handlers for scalar ops (const, dim, select, check) and the scalar cases of binary, unary and cvt.
 
 Scalars are ``int`` (i32, wrapped to 32 bits like the GPU's integer arithmetic), ``numpy.float32``
 (float dtypes, rounded to the dtype) and ``bool``. Integer division rounds per op: ``cdiv`` up,
@@ -13,6 +13,8 @@ import operator
 
 import numpy as np
 
+from ...errors import InterpreterError
+from ...ir.ops.check import division_template, render
 from ...ir.types import BOOL, I32, DType
 from ..numerics import float_to_i32, round_scalar
 from ..values import wrap_i32
@@ -114,7 +116,7 @@ def _int_binary(it, op, name: str, a: int, b: int) -> int:
     if name in INT_DIVISION:
         fn, symbol = INT_DIVISION[name]
         if b == 0:
-            raise it.error(op, f"integer division by zero ({a} {symbol} 0)")
+            raise InterpreterError(render(division_template(op.NAME, symbol), [a]), op.span)
         return wrap_i32(fn(a, b))
     return wrap_i32(INT_ARITH[name](a, b))
 
@@ -160,3 +162,11 @@ def run_dim(it, op, args):
 def run_select(it, op, args):
     cond, a, b = args
     return [a if cond else b]
+
+
+def run_check(it, op, args):
+    """Checked mode's ``check``: the op at its span failed when the condition is false."""
+    ok, *values = args
+    if not ok:
+        raise InterpreterError(render(op.attrs["message"], values), op.span)
+    return []

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..core import Op
+from .check import Check
 from .control import Blocks, For, If, Yield
 from .elementwise import (ACTIVATION_OPS, BINARY_OPS, COMPARISONS, UNARY_OPS, Abs, Add, And, Binary,
                           CausalMask, CDiv, CmpSelect, Iota, Cos, Cvt,
@@ -15,7 +16,7 @@ from .scalar import Const, Dim
 
 ALL_OPS: tuple[type[Op], ...] = (
     Const, Dim, *BINARY_OPS, *UNARY_OPS, Cvt, Zeros, Fill, CausalMask, Select, Iota, CmpSelect,
-    Load, Store, Copy, *REDUCE_OPS, *BROADCAST_OPS, *MMA_OPS, Blocks, For, If, Yield)
+    Load, Store, Copy, *REDUCE_OPS, *BROADCAST_OPS, *MMA_OPS, Blocks, For, If, Yield, Check)
 
 OPS: dict[str, type[Op]] = {cls.NAME: cls for cls in ALL_OPS}
 assert len(OPS) == len(ALL_OPS), "two ops share a name"
