@@ -129,6 +129,7 @@ class Ctx:
         self.sync = SharedSync()
         self.globals: dict[int, str] = {}   # id(param) -> .u64 global address register
         self.dims: dict[str, str] = {}      # named dim -> .s32 register
+        self.strides: dict[int, list[str]] = {}  # id(param) -> .s64 stride registers (option strided)
         self.decisions: list[dict] = []
         self.pipelines: dict = {}           # id(for) -> LoopPipeline
         self.prefetched: dict[int, object] = {}  # id(load) -> its SharedTile this trip

@@ -34,6 +34,7 @@ def role_ctx(k, warps: int, slab_warps: int = 0, pads: PaddingInfo | None = None
     ctx = Ctx(k.kernel, grid, SmemPlan({}, {}, 0, []), pads or PaddingInfo(), {}, DEFAULT_TABLE)
     ctx.namer = k.b.namer
     ctx.globals = k.globals
+    ctx.strides = k.strides
     ctx.dims = k.b.dims
     for p in k.kernel.params:
         if id(p) in k.scalars:
