@@ -55,16 +55,16 @@ def shape(at: str, index: int, dims, sizes, bound: dict, where_of) -> None:
             bound.setdefault(d, (size, index, axis))
 
 
-def not_contiguous(at: str, strides, sizes, error: type = LaunchError) -> None:
+def not_contiguous(at: str, strides, sizes) -> None:
     """The refusal of a strided tensor, naming the dimension whose stride is wrong: a last dimension
     that is not contiguous (both backends refuse it alike), or on the GPU any other stride that is
-    not row-major where the compiled kernel cannot take it (``error``: StridedArgument there, which
-    the kernel object answers with a variant or a copy: runtime/strides.py)."""
+    not row-major (the GPU launcher's own refusal of a view it cannot launch as it is, a
+    StridedArgument, is answered by the kernel object with a variant or a copy: runtime/strides.py)."""
     sizes, strides = tuple(sizes), tuple(strides)
     if sizes and sizes[-1] > 1 and strides[-1] != 1:
         raise LaunchError(f"{at}: the tensor's last dimension must be contiguous (stride 1), got stride "
                           f"{strides[-1]} (strides {strides} for shape {sizes}); call .contiguous()")
-    raise error(f"{at}: the tensor must be contiguous (row-major) on the GPU: "
+    raise LaunchError(f"{at}: the tensor must be contiguous (row-major) on the GPU: "
                       f"{first_strided(tuple(sizes), tuple(strides))}; got strides {tuple(strides)} for shape "
                       f"{tuple(sizes)}; call .contiguous() (the CPU interpreter reads any strides whose last "
                       "dimension is contiguous)")

@@ -423,10 +423,8 @@ class Launcher:
         the kernel needs it row-major, or TMA cannot take its strides or base."""
         where = self._where(i)
         if p.strides is None:
-            try:
-                shared.not_contiguous(where, raw, shape)
-            except LaunchError as e:
-                return e.message
+            return (f"{where}: this kernel addresses the tensor row-major (it has no stride parameters "
+                    f"for it): {shared.first_strided(shape, raw)}; got strides {raw} for shape {shape}")
         if ptr % 16:
             return (f"{where}: the view's data pointer {ptr:#x} is not 16-byte aligned (an offset of "
                     f"{ptr % 16} bytes); the kernel's copies need aligned rows")
