@@ -11,6 +11,9 @@ interpreter when they are CPU tensors or numpy arrays (or when the backend is fo
 ``backend="interpret"`` / ``TKJIT_BACKEND``). After the first GPU launch a call goes straight to
 the launcher's generated fast path; whatever that path refuses comes back to the kernel
 (``_refused``), which picks the interpreter, another device's launcher, or the launcher's checker.
+A launch with strided views the compiled kernel cannot take as they are (a StridedArgument from the
+launcher: runtime/strides.py) takes the variant compiled with stride parameters (option
+``strided``, made once) where the backend has one, else the views are copied around the launch.
 A kernel annotated ``@fill_sms`` launches on the GPU through ``fill_sms.ShapeDispatch`` instead:
 per argument shapes, a variant compiled with the tile constants chosen for them. A kernel whose
 metadata says ``serial_launches`` (stream-K's workspace is the loaded module's) gets a launcher

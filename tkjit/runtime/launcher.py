@@ -56,6 +56,18 @@ expression of the named dims that must not be 0) are evaluated inline, or as pos
 C. Their refusals go to ``slow`` like the rest, where ``check_args`` words them as the interpreter
 does (``launch_checks.py``). Not measured on a GPU yet: a few comparisons per launch.
 
+Strided views (runtime/strides.py). Tensors whose metadata entry says ``"strides"`` can be
+launched as views: ``"map"`` (only TMA maps address them: the maps are encoded with the view's
+own strides, ``TensorMapEncoder.strided``) or ``"param"`` (the kernel, compiled with the option
+``strided``, takes their strides as ``.s64`` parameters after the named dims). A kernel with
+stride parameters takes the generated Python path (fastlaunch.c reads no strides), which reads
+each such tensor's ``stride()`` instead of requiring it contiguous. For any other kernel the fast
+paths stay as they are, and a view they refuse goes through ``slow`` to ``strided_path()``, a
+second generated function made on first use. A view the kernel cannot take as it is (no
+capability, a stride or base TMA cannot take, a tensor with a ``fallback`` map whose rows are not
+16-byte units) is a StridedArgument, raised after every other check: the kernel object answers it
+with its strided variant or a copy (kernel.py). Contiguous launches are unchanged.
+
 The driver calls are injected (``launch``, ``current_device``, ``current_stream``, ``num_sms``,
 and ``cu`` for the ordering's event calls) so the checking and packing can be tested without a
 GPU. The caller sets the function's dynamic shared memory limit first
