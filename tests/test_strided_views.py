@@ -155,10 +155,12 @@ def test_views_tma_cannot_take_are_strided_arguments_naming_the_stride():
     launcher, calls = recording_launcher(sig, 5, encode_map=FakeEncode())
     c = fake(torch.zeros(256, 64, dtype=torch.bfloat16))
     with pytest.raises(StridedArgument, match=r"k: argument 0 \('A'\): TMA needs every stride but the last to be "
-                                              r"a multiple of 16 bytes, but dim 0 has stride 100 \(200 bytes"):
+                                              r"a multiple of 16 bytes, but dim 0 has stride 100 \(200 bytes") as e:
         launcher(fake(torch.zeros(256, 100, dtype=torch.bfloat16)[:, :64]), c)
-    with pytest.raises(StridedArgument, match=r"argument 1 \('C'\): this kernel addresses the tensor row-major"):
+    assert e.value.copy_only  # no variant takes it: the kernel object copies
+    with pytest.raises(StridedArgument, match=r"argument 1 \('C'\): this kernel addresses the tensor row-major") as e:
         launcher(fake(torch.zeros(256, 64, dtype=torch.bfloat16)), fake(torch.zeros(256, 128, dtype=torch.bfloat16)[:, :64]))
+    assert not e.value.copy_only  # a variant with stride parameters would take it
     with pytest.raises(LaunchError, match=r"argument 0 \('A'\): the tensor's last dimension must be contiguous"):
         launcher(fake(torch.zeros(64, 256, dtype=torch.bfloat16).t()), c)
     assert calls == []

@@ -254,7 +254,7 @@ class CompiledKernel:
         """A launch with a view this kernel cannot address as it is: the variant with stride
         parameters where the backend has one (compiled at the first such launch), else the views
         copied to contiguous tensors around the launch (outputs copied back into them)."""
-        if self._result.metadata.get("strided_variant") and not self.options.strided:
+        if self._result.metadata.get("strided_variant") and not self.options.strided and not refusal.copy_only:
             if self._strided is None:
                 self._strided = self._recompiled(strided=True)
             return self._strided(*args, stream=stream)

@@ -269,6 +269,9 @@ class Launcher:
         """(argument, axis) of each ``.s64`` stride parameter, after the named dims (option strided)."""
         self.takes_views = any(p.strides for p in self.params)
         """Whether some strided view can be launched as it is (else each is a StridedArgument)."""
+        if self.stride_slots and any(enc.spec.fallback for enc in self.maps):
+            raise TkError(f"kernel metadata: '{name}' has stride parameters and tensor maps with a copying "
+                          "fallback; a kernel addresses a tensor one way or the other")
         self._prepare_param_block()
         self._strided_fast = None
         if self.launch_api == "native" and self.order is None and len(self.checks) <= _NATIVE_MAX_CHECKS \
@@ -435,8 +438,8 @@ class Launcher:
         the kernel needs it row-major, or TMA cannot take its strides or base."""
         where = self._where(i)
         if p.strides is None:
-            return (f"{where}: this kernel addresses the tensor row-major (it has no stride parameters "
-                    f"for it): {shared.first_strided(shape, raw)}; got strides {raw} for shape {shape}")
+            return (f"{where}: {self.ROW_MAJOR_ONLY}: {shared.first_strided(shape, raw)}; got strides "
+                    f"{raw} for shape {shape}")
         if ptr % 16:
             return (f"{where}: the view's data pointer {ptr:#x} is not 16-byte aligned (an offset of "
                     f"{ptr % 16} bytes); the kernel's copies need aligned rows")
@@ -445,6 +448,8 @@ class Launcher:
             if why is not None:
                 return why
         return None
+
+    ROW_MAJOR_ONLY = "this kernel addresses the tensor row-major (it has no stride parameters for it)"
 
     def _has_view(self, args) -> bool:
         Tensor = self._torch.Tensor
@@ -609,8 +614,8 @@ class Launcher:
                       for enc in self.maps if enc.spec.fallback
                       and (args[enc.spec.param].shape[-1] * ITEMSIZE[enc.spec.dtype]) % 16]
         refused = [v for v in views if isinstance(v, str)]
-        if refused:
-            raise StridedArgument(refused[0])
+        if refused:  # a variant with stride parameters helps only views of row-major-only tensors
+            raise StridedArgument(refused[0], copy_only=not any(self.ROW_MAJOR_ONLY in v for v in refused))
         if dev < 0:
             raise NotAvailableError(f"{self.name}: no CUDA device (PyTorch sees no GPU)")
         return tuple(fixed), {k: v[0] for k, v in bound.items()}
