@@ -211,3 +211,15 @@ def test_strided_variants_assemble_without_spills(example):
     _, report = toolchain.assemble(ptx, name=meta["name"])
     fn = report[meta["name"]]
     assert fn.spill_store_bytes == 0 and fn.spill_load_bytes == 0
+
+
+def test_the_strides_a_kernel_is_given_and_a_views_span():
+    from tkjit.runtime.strides import effective, overlaps_itself, span_bytes, tma_refusal
+    assert effective((4, 1, 8), (999, 5, 1)) == (999, 8, 1)      # a dim of one element: row-major
+    assert effective((3, 0, 2), (7, 7, 1)) == (7, 2, 1)
+    x = torch.zeros(6, 10)[1:5, 2:9]
+    assert span_bytes(tuple(x.shape), x.stride(), 4) == (3 * 10 + 6 + 1) * 4
+    assert overlaps_itself((4, 8), (0, 1)) and not overlaps_itself((4, 8), (8, 1))
+    assert overlaps_itself((4, 8), (4, 1)) and not overlaps_itself((2, 4, 8), (8, 16, 1))
+    assert tma_refusal("w", (4, 8), (16, 1), 2) is None
+    assert "dim 0 has stride 13 (26 bytes" in tma_refusal("w", (4, 8), (13, 1), 2)

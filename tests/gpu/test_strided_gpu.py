@@ -138,3 +138,19 @@ def test_a_register_tile_kernel_takes_views_through_its_strided_variant():
     contiguous_y = nan(300, 256)                             # contiguous launches keep the default kernel
     softmax(x.contiguous(), contiguous_y)
     torch.testing.assert_close(contiguous_y.float(), y.float(), rtol=0, atol=0)
+
+
+def test_the_general_lowering_reads_and_writes_a_view_through_its_strided_variant():
+    """gemm_alpha_beta loads and stores C from registers (by pointer): a window of a larger C is
+    taken by the variant with stride parameters, read and written in place."""
+    kernel = tkjit.load(EXAMPLES / "gemm_alpha_beta.tk")
+    m, n, k = 1000, 768, 256
+    a, b = rand(m, k), rand(k, n)
+    c_base = rand(m + 1, n + 40)
+    c = c_base[1:, 40:]
+    expected = 0.5 * (a.float() @ b.float()) + 2.0 * c.float()
+    around = (c_base[0].clone(), c_base[1:, :40].clone())
+    assert run_quietly(kernel, a, b, c, 0.5, 2.0) == []
+    torch.testing.assert_close(c.float(), expected, rtol=2e-2, atol=2e-1)
+    assert torch.equal(c_base[0], around[0]) and torch.equal(c_base[1:, :40], around[1])
+    assert kernel._strided is not None and kernel._strided.metadata["lowering"] == "general"
