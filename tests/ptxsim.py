@@ -566,6 +566,8 @@ class CTA:
             self.set(ops[0], np.rint(self.f32(ops[1])), active)
         elif dst_t == "s64" and src_t == "s32":
             self.set(ops[0], self.s32(ops[1]).astype(np.int64).view(np.uint64), active)
+        elif dst_t == "u32" and src_t == "u64":       # the low word
+            self.set(ops[0], (self.val(ops[1]).astype(np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32), active)
         else:
             raise SimError(f"unsupported cvt {'.'.join(parts)}")
 
@@ -748,12 +750,13 @@ class CTA:
 
 
 def launch(ptx: str, meta: dict, args: list, dims: dict, num_sms: int = 4, mem: Memory | None = None,
-           max_ctas: int = 64) -> None:
-    """Run a kernel on the simulator: ``args`` are ints (addresses from ``mem.alloc``) or floats."""
+           max_ctas: int = 64, strides: list[int] = ()) -> None:
+    """Run a kernel on the simulator: ``args`` are ints (addresses from ``mem.alloc``) or floats;
+    ``strides``: the values of the stride parameters (option strided), after the dims."""
     from tkjit.runtime.launcher import compile_grid
     kernel = Kernel(ptx)
     dims = {d: dims[d] for d in meta["dims"]}
-    values = list(args) + [dims[d] for d in meta["dims"]]
+    values = list(args) + [dims[d] for d in meta["dims"]] + list(strides)
     params = {name: v for (_, name), v in zip(kernel.params, values)}
     grid = compile_grid(meta["grid"], tuple(meta["dims"]), num_sms)(**dims)
     total = grid[0] * grid[1] * grid[2]

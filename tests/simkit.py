@@ -78,3 +78,30 @@ def assemble(kernel) -> dict:
     ptx, meta = emit_ptx(kernel)
     _, report = toolchain.assemble(ptx, name=meta["name"])
     return report[meta["name"]]
+
+
+def simulate_views(args: list, ptx_meta: tuple[str, dict], dims: dict, max_ctas: int = 64) -> None:
+    """Run the PTX of a kernel compiled with the option ``strided`` on tensor views, in place:
+    each tensor argument is a view of a contiguous base (``t._base``, or itself); the bases are
+    copied into simulator memory whole, each argument's address is its view's first element, its
+    strides go to the stride parameters, and every base is copied back afterwards (so that what
+    the kernel wrote, and did not, is visible through the caller's tensors)."""
+    from tkjit.runtime.strides import effective
+    ptx, meta = ptx_meta
+    mem = Memory(1 << 24)
+    addrs, bases, strides = [], {}, []
+    for v in args:
+        if not isinstance(v, torch.Tensor):
+            addrs.append(v)
+            continue
+        base = v._base if v._base is not None else v
+        assert base.is_contiguous() and base.storage_offset() == 0
+        if id(base) not in bases:
+            bases[id(base)] = (base, mem.alloc(_raw(base)))
+        addrs.append(bases[id(base)][1] + v.storage_offset() * v.element_size())
+    for i, axis in [(i, a) for i, p in enumerate(meta["params"]) if p.get("strides") == "param"
+                    for a in range(len(p["dims"]) - 1)]:
+        strides.append(effective(tuple(args[i].shape), tuple(args[i].stride()))[axis])
+    launch(ptx, meta, addrs, dims, mem=mem, max_ctas=max_ctas, strides=strides)
+    for base, addr in bases.values():
+        base.copy_(_from_raw(mem.read_back(addr, _raw(base)), base).reshape(base.shape))

@@ -1,8 +1,9 @@
 """Strided global tensors: the interpreter reads and writes through any strides whose last
 dimension is contiguous (views of a fused QKV projection, transposes of leading dimensions, row
-slices), refuses a non-contiguous last dimension and an output that overlaps itself; the GPU
-launcher, which takes row-major tensors only so far, refuses the rest naming the argument and
-the stride (never a wrong answer)."""
+slices), refuses a non-contiguous last dimension and an output that overlaps itself; a GPU
+launcher whose kernel has no stride parameters for a tensor refuses a view of it as a
+StridedArgument naming the argument and the stride (the kernel object then takes its strided
+variant or copies: tests/test_strided_views.py, tests/gpu/test_strided_gpu.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import tkjit
-from tkjit.errors import LaunchError
+from tkjit.errors import LaunchError, StridedArgument
 from tkjit.runtime.launcher import Launcher
 from support import fake_cuda_tensor_class
 
@@ -82,7 +83,7 @@ def test_the_interpreter_refuses_what_it_cannot_read():
 FakeCuda = fake_cuda_tensor_class()
 
 
-def test_the_gpu_launcher_refuses_strides_naming_the_argument_and_the_stride():
+def test_a_launcher_without_stride_parameters_refuses_a_view_naming_the_argument_and_the_stride():
     def launch(*a):
         raise AssertionError("a strided tensor must not be launched")
     params = [{"kind": "global", "name": n, "dtype": "f32", "dims": ["M", "K"]} for n in ("x", "out")]
@@ -92,8 +93,9 @@ def test_the_gpu_launcher_refuses_strides_naming_the_argument_and_the_stride():
     x.fake_device = 0
     out = torch.zeros(64, 64).as_subclass(FakeCuda)
     out.fake_device = 0
-    with pytest.raises(LaunchError, match=r"copy: argument 0 \('x'\): the tensor must be contiguous \(row-major\) "
-                                          r"on the GPU: dim 0 has stride 96, row-major needs 64"):
+    with pytest.raises(StridedArgument, match=r"copy: argument 0 \('x'\): this kernel addresses the tensor row-major "
+                                              r"\(it has no stride parameters for it\): dim 0 has stride 96, "
+                                              r"row-major needs 64"):
         launcher(x, out)
 
 

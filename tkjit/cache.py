@@ -534,6 +534,8 @@ def _detail(metadata: dict) -> str | None:
             parts.append(f"pipeline {options['pipeline']}")
         if options.get("unaligned_rows"):
             parts.append("unaligned rows")
+        if options.get("strided"):
+            parts.append("strided")
         if options.get("lowering"):
             parts.append(f"{options['lowering']} lowering")
         if options.get("require_hopper"):

@@ -381,7 +381,7 @@ def _emit_ptx(result: CompileResult) -> None:
     emit_hopper = getattr(require_module("tkjit.codegen", "the PTX backend"), "emit_hopper_ptx", None)
     declined: list[dict] = []  # why the Hopper path does not apply
     options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows,
-               "lowering": result.options.lowering}
+               "lowering": result.options.lowering, **({"strided": True} if result.options.strided else {})}
     if result.options.runs_checks:  # the GEMM and attention templates have no checks: never them
         options["lowering"] = "general"
     hopper = emit_hopper(result.ir, options, declined) if emit_hopper else None
@@ -389,7 +389,8 @@ def _emit_ptx(result: CompileResult) -> None:
         _refused_hopper(result, next((d.pop("refusal") for d in declined if "refusal" in d), None), declined)
     # The register-tile backend takes the IR before the Hopper scheduling passes: their
     # decisions (stages, swizzles, ...) are not its own (docs/hopper-schedule.md).
-    ptx, metadata = hopper if hopper is not None else emit_ptx(result.portable_ir, {})
+    ptx, metadata = hopper if hopper is not None else emit_ptx(
+        result.portable_ir, {"strided": True} if result.options.strided else {})
     metadata = dict(metadata)
     for entry in declined + metadata.pop("decisions", []):
         _record_backend_decision(result, entry)
@@ -574,6 +575,8 @@ def dump_folder_name(kernel_name: str, options: CompileOptions) -> str:
         parts.append(f"pipeline-{hashlib.sha256(options.pipeline.encode()).hexdigest()[:8]}")
     if options.unaligned_rows:
         parts.append("unaligned_rows")
+    if getattr(options, "strided", False):
+        parts.append("strided")
     if getattr(options, "lowering", "auto") != "auto":
         parts.append(f"lowering={options.lowering}")
     if getattr(options, "require_hopper", False):

@@ -46,6 +46,18 @@ class RowsNotAligned(LaunchError):
     fallback instead of raising this."""
 
 
+class StridedArgument(LaunchError):
+    """A strided view (last dimension contiguous) that this compiled kernel cannot address as it
+    is: a tensor it reads by pointer without stride parameters, or one whose strides or base TMA
+    cannot take. A kernel object takes its variant with stride parameters (option ``strided``)
+    or copies the view around the launch instead of raising this (runtime/strides.py).
+    ``copy_only``: no variant would take it either (TMA refuses its strides or base)."""
+
+    def __init__(self, message: str, copy_only: bool = False):
+        super().__init__(message)
+        self.copy_only = copy_only
+
+
 class ToolchainError(TkError):
     """ptxas / cuobjdump / nvdisasm missing or failing."""
 

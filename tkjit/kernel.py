@@ -11,6 +11,9 @@ interpreter when they are CPU tensors or numpy arrays (or when the backend is fo
 ``backend="interpret"`` / ``TKJIT_BACKEND``). After the first GPU launch a call goes straight to
 the launcher's generated fast path; whatever that path refuses comes back to the kernel
 (``_refused``), which picks the interpreter, another device's launcher, or the launcher's checker.
+A launch with strided views the compiled kernel cannot take as they are (a StridedArgument from the
+launcher: runtime/strides.py) takes the variant compiled with stride parameters (option
+``strided``, made once) where the backend has one, else the views are copied around the launch.
 A kernel annotated ``@fill_sms`` launches on the GPU through ``fill_sms.ShapeDispatch`` instead:
 per argument shapes, a variant compiled with the tile constants chosen for them. A kernel whose
 metadata says ``serial_launches`` (stream-K's workspace is the loaded module's) gets a launcher
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import compiler
 from .compiler import CompileResult, StageNotAvailableError
-from .errors import LaunchError, NotAvailableError, RowsNotAligned, TkError, user_facing
+from .errors import LaunchError, NotAvailableError, RowsNotAligned, StridedArgument, TkError, user_facing
 from .options import CompileOptions
 
 if TYPE_CHECKING:
@@ -113,6 +116,10 @@ class CompiledKernel:
         self._gpu_fast = None
         self._general: CompiledKernel | None = None
         """This kernel with the fallback for unaligned rows, once a launch needed it."""
+        self._strided: CompiledKernel | None = None
+        """This kernel with stride parameters (option ``strided``), once a view needed it."""
+        self._copied_warned: set = set()
+        """Arguments whose views were copied around a launch (warned about once each)."""
         """The generated fast path of the launcher used last (its refusals come to ``_refused``)."""
         self.asm = AsmView(result)
 
@@ -236,12 +243,16 @@ class CompiledKernel:
         if launcher.fast is not self._gpu_fast:  # the first launch, or another device than last time
             self._use_fast(launcher.fast)
             return launcher.fast(*args, stream=stream)
+        if self._strided is not None and launcher._has_view(args):
+            return self._strided(*args, stream=stream)  # views: the variant with stride parameters
         try:
             return launcher.slow(args, stream, checked)
         except RowsNotAligned:
             general = self._with_unaligned_rows()
             if general is None:
                 raise
+        except StridedArgument as e:
+            return self._launch_view(launcher, args, stream, e)
         self._use_fast(general)  # from now on: its fast path takes aligned rows as well
         return general(*args, stream=stream)
 
@@ -268,6 +279,44 @@ class CompiledKernel:
         error = device_checks.check_error(words.tolist(), checks, self._result.source, self._result.filename)
         if error is not None:
             raise error
+
+    def _launch_view(self, launcher, args: tuple, stream: Any, refusal: StridedArgument) -> None:
+        """A launch with a view this kernel cannot address as it is: the variant with stride
+        parameters where the backend has one (compiled at the first such launch), else the views
+        copied to contiguous tensors around the launch (outputs copied back into them)."""
+        if self._result.metadata.get("strided_variant") and not self.options.strided and not refusal.copy_only:
+            if self._strided is None:
+                self._strided = self._recompiled(strided=True)
+            return self._strided(*args, stream=stream)
+        return self._launch_copied(launcher, args, stream, refusal)
+
+    def _launch_copied(self, launcher, args: tuple, stream: Any, refusal: StridedArgument) -> None:
+        """The copying fallback: every view among the tensor arguments copied to a contiguous
+        tensor on the launch's stream, the kernel launched on those, each written one copied back
+        into the caller's view (the launcher checked overlaps on the views themselves first). Warns
+        once per argument, with the refusal that made the copy necessary."""
+        import contextlib
+        import warnings
+
+        import torch
+        if refusal.message not in self._copied_warned:
+            self._copied_warned.add(refusal.message)
+            warnings.warn(f"{refusal.message}: copied to a contiguous tensor around the launch "
+                          "(outputs copied back; see docs/api.md, 'Strided tensors')", stacklevel=4)
+        on = contextlib.nullcontext()
+        if stream is not None:
+            on = torch.cuda.stream(stream if isinstance(stream, torch.cuda.Stream)
+                                   else torch.cuda.ExternalStream(launcher._stream_handle(stream, launcher._current_device())))
+        with on:
+            fixed, back = list(args), []
+            for i, (p, a) in enumerate(zip(launcher.params, args)):
+                if p.is_tensor and isinstance(a, torch.Tensor) and not a.is_contiguous():
+                    fixed[i] = a.contiguous()
+                    if p.writes:
+                        back.append((a, fixed[i]))
+            launcher(*fixed)
+            for view, copy in back:
+                view.copy_(copy)
 
     def _with_unaligned_rows(self) -> "CompiledKernel | None":
         """This kernel compiled with the copying fallback for rows TMA cannot address, where it was

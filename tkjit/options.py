@@ -45,6 +45,12 @@ class CompileOptions(Frozen):
     """Also handle tensors whose rows TMA cannot address (not a multiple of 16 bytes) with the
     copying fallback. Off, the Hopper GEMM leaves that fallback out, which makes ptxas about 40%
     faster; a kernel object compiles the variant with it at the first launch that needs it."""
+    strided: bool = False
+    """Tensors' strides as kernel parameters (``.s64``, after the named dims): the variant that
+    takes any view whose last dimension is contiguous, where the kernel addresses a tensor itself
+    (the register-tile backend, the general lowering's fragment and vector accesses). Off, a
+    kernel takes row-major tensors and views that only its TMA maps read; a kernel object compiles
+    this variant at the first launch that needs it (runtime/strides.py)."""
     lowering: str = "auto"
     """``auto``, ``general`` or ``template`` (``LOWERINGS``)."""
     require_hopper: bool = False
@@ -99,6 +105,8 @@ class CompileOptions(Frozen):
                "pipeline": self.pipeline}
         if self.unaligned_rows:
             key["unaligned_rows"] = True
+        if self.strided:
+            key["strided"] = True
         if self.lowering != "auto":
             key["lowering"] = self.lowering
         if self.require_hopper:

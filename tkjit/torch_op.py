@@ -13,9 +13,10 @@ The fake (meta) implementation computes the same shapes from the symbolic sizes 
 so ``torch.compile(fullgraph=True)`` and ``torch.export`` trace through the op without a graph
 break. The real implementation calls the kernel: on CPU tensors the interpreter, on CUDA tensors
 the compiled kernel on torch's current stream of the inputs' device (the kernel's default when
-no ``stream=`` is given, so CUDA graph capture records it on the capturing stream). Inputs that are not
-contiguous are copied to contiguous tensors first (``Tensor.contiguous()``, a no-op otherwise),
-so a strided view never gives a wrong answer.
+no ``stream=`` is given, so CUDA graph capture records it on the capturing stream). An input view
+whose last dimension is contiguous goes to the kernel as it is (the kernel reads through its
+strides, or copies it itself: runtime/strides.py); one whose last dimension is not (a transpose)
+is copied to a contiguous tensor first, so a strided view never gives a wrong answer.
 
 Refused at registration, with the reason: an output that is not a ``gl`` parameter, that the
 kernel never stores into, or that it also loads from (fresh outputs start uninitialized); a
@@ -229,7 +230,7 @@ def register(kernel: "CompiledKernel", qualname: str, outputs: Sequence[str], *,
         full: list[Any] = [None] * len(sig.params)
         for j, i in enumerate(sig.inputs):
             a = args[j]
-            full[i] = a.contiguous() if isinstance(a, torch.Tensor) else a
+            full[i] = _readable(a) if isinstance(a, torch.Tensor) else a
         for out, i in zip(outs, sig.outputs):
             full[i] = out
         device = outs[0].device
@@ -247,3 +248,11 @@ def register(kernel: "CompiledKernel", qualname: str, outputs: Sequence[str], *,
     op.register_fake(fake)
     op.tkjit_signature = sig
     return op
+
+
+def _readable(a):
+    """An input as the kernel takes it: a view with a contiguous last dimension as it is, any
+    other tensor made contiguous (a copy)."""
+    if a.dim() and a.shape[-1] > 1 and a.stride(-1) != 1:
+        return a.contiguous()
+    return a

@@ -130,6 +130,7 @@ class Ctx:
         self.globals: dict[int, str] = {}   # id(param) -> .u64 global address register
         self.check_buffer: str | None = None  # checked mode's error buffer (emit_check.py)
         self.dims: dict[str, str] = {}      # named dim -> .s32 register
+        self.strides: dict[int, list[str]] = {}  # id(param) -> .s64 stride registers (option strided)
         self.decisions: list[dict] = []
         self.pipelines: dict = {}           # id(for) -> LoopPipeline
         self.prefetched: dict[int, object] = {}  # id(load) -> its SharedTile this trip

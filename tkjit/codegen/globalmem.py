@@ -8,6 +8,11 @@ predicated ``st.global.v4`` (clipped). A chunk is all in or all out when the ten
 dimension is a multiple of the chunk's element count (8 bf16, 4 f32, 16 fp8); when it is not
 (known at compile time for a constant dimension, tested once at run time otherwise) the copy
 takes a slow path that moves single elements with per-element predicates.
+
+A tensor of a kernel compiled with the option ``strided`` has its strides in registers
+(``ctx.strides``): the window's origin is the sum of coordinate x stride, a row is ``row stride``
+elements from the next, and the chunked copy needs every stride to be a multiple of a chunk too
+(else the per-element path runs).
 """
 from __future__ import annotations
 
@@ -47,9 +52,17 @@ class GlobalView:
             else:
                 out.append(f"setp.lt.and.u32 {p}, {c}, {ctx.dim_operand(d)}, {self.lead_ok};")
             self.lead_ok = p
+        self.strides = ctx.strides.get(id(param))
+        """The .s64 registers of dims 0..n-2's strides (option ``strided``), or None: row-major."""
+        self.row_stride = self.strides[-1] if self.strides and self.is_tile else None
+        self.stride_bits = self._stride_bits(out) if self.strides else None
         # the element offset of the window's (0, 0), in 64 bits
         lin = ctx.new("b64")
-        if lead_n:
+        if self.strides:
+            out.append(f"mov.b64 {lin}, 0;")
+            for st, c in zip(self.strides, regs[:lead_n]):
+                self._add_scaled(lin, c, st, out)
+        elif lead_n:
             out.append(f"cvt.s64.s32 {lin}, {regs[0]};")
             for d, c in zip(lead_dims[1:], regs[1:lead_n]):
                 self._mad64(lin, d, c, out)
@@ -60,8 +73,15 @@ class GlobalView:
         if self.is_tile:
             self.row0 = ctx.new("b32")
             out.append(f"mul.lo.s32 {self.row0}, {regs[-2]}, {rows};")
-            self._mad64(lin, g.dims[-2], self.row0, out)
-        self._mad64(lin, g.dims[-1], self.col0, out)
+            if self.strides:
+                self._add_scaled(lin, self.row0, self.row_stride, out)
+            else:
+                self._mad64(lin, g.dims[-2], self.row0, out)
+        if self.strides:
+            c64 = ctx.new("b64")
+            out += [f"cvt.s64.s32 {c64}, {self.col0};", f"add.s64 {lin}, {lin}, {c64};"]
+        else:
+            self._mad64(lin, g.dims[-1], self.col0, out)
         self.base = ctx.new("b64")
         out.append(f"shl.b64 {lin}, {lin}, {_LOG2[self.es]};")
         out.append(f"add.s64 {self.base}, {self.ptr}, {lin};")
@@ -74,11 +94,31 @@ class GlobalView:
         out.append(f"cvt.s64.s32 {c64}, {coord};")
         out.append(f"mad.lo.s64 {lin}, {lin}, {d64}, {c64};")
 
+    def _add_scaled(self, lin: str, coord: str, stride: str, out: list[str]) -> None:
+        """lin += coord * stride (64-bit; a stride register of the option ``strided``)."""
+        c64 = self.ctx.new("b64")
+        out += [f"cvt.s64.s32 {c64}, {coord};", f"mad.lo.s64 {lin}, {c64}, {stride}, {lin};"]
+
+    def _stride_bits(self, out: list[str]) -> str:
+        """A register OR-ing the low words of the strides and the last dim: its low bits are 0 when
+        every row (and every leading step) keeps an alignment that the last dim keeps."""
+        bits = self.ctx.new("b32")
+        out.append(f"mov.b32 {bits}, {self.d_cols};")
+        for st in self.strides:
+            low = self.ctx.new("b32")
+            out += [f"cvt.u32.u64 {low}, {st};", f"or.b32 {bits}, {bits}, {low};"]
+        return bits
+
     def element_address(self, row: str | None, col: str, out: list[str]) -> str:
-        """base + (row * d_cols + col) * es for window-relative row/col registers."""
+        """base + (row * row stride + col) * es for window-relative row/col registers (the row
+        stride is d_cols for a row-major tensor)."""
         ctx = self.ctx
         a, c = ctx.new("b64"), ctx.new("b64")
-        if row is not None:
+        if row is not None and self.row_stride is not None:
+            out += [f"cvt.s64.s32 {a}, {row};", f"mul.lo.s64 {a}, {a}, {self.row_stride};"]
+            out.append(f"cvt.s64.s32 {c}, {col};")
+            out.append(f"add.s64 {a}, {a}, {c};")
+        elif row is not None:
             out.append(f"mul.wide.s32 {a}, {row}, {self.d_cols};")
             out.append(f"cvt.s64.s32 {c}, {col};")
             out.append(f"add.s64 {a}, {a}, {c};")
@@ -150,7 +190,10 @@ class _ChunkWalk:
         epc, es = geo.elems_per_chunk, geo.elem_bytes
         # global: address of chunk (r0, ch0) and the row stride, both 64-bit
         self.rowstride = ctx.new("b64")
-        out.append(f"mul.wide.s32 {self.rowstride}, {view.d_cols}, {es};")
+        if view.row_stride is not None:
+            out.append(f"mul.lo.s64 {self.rowstride}, {view.row_stride}, {es};")
+        else:
+            out.append(f"mul.wide.s32 {self.rowstride}, {view.d_cols}, {es};")
         col = ctx.new("b32")
         out.append(f"mul.lo.u32 {col}, {self.ch0}, {epc};")
         self.gaddr0 = view.element_address(self.r0 if view.is_tile else None, col, out)
@@ -224,12 +267,15 @@ class _ChunkWalk:
 
 
 def _aligned_cols(ctx, view: GlobalView, geo: Geometry, out: list[str]) -> str | bool:
-    """True/False when known statically, else a predicate: the last dim is a multiple of a chunk."""
+    """True/False when known statically, else a predicate: the last dim is a multiple of a chunk
+    (and, for a strided tensor, every stride: then each row of a window starts on a chunk)."""
     epc = geo.elems_per_chunk
-    if view.const_cols is not None:
+    if view.const_cols is not None and view.stride_bits is None:
         return view.const_cols % epc == 0
+    if view.const_cols is not None and view.const_cols % epc:
+        return False
     r, p = ctx.new("b32"), ctx.new("pred")
-    out.append(f"and.b32 {r}, {view.d_cols}, {epc - 1};")
+    out.append(f"and.b32 {r}, {view.stride_bits or view.d_cols}, {epc - 1};")
     out.append(f"setp.eq.u32 {p}, {r}, 0;")
     return p
 

@@ -3,7 +3,7 @@ and the metadata the runtime launches it with.
 
 Parameter ABI (docs/architecture.md): every kernel parameter in order (a global tensor is a
 ``.u64`` pointer, a scalar its own type), then every named runtime dimension as ``.s32`` in order
-of first appearance. The grid is a JSON expression over the named dims; the block is
+of first appearance, then (option ``strided``) each tensor's strides as ``.s64``. The grid is a JSON expression over the named dims; the block is
 ``32 * warps`` threads; shared memory is dynamic (``.extern .shared .align 1024``).
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import NotAvailableError, PassError
 from ..ir.core import Kernel
 from ..ir.ops import Blocks
-from .abi import grid_expr, param_entries  # noqa: F401 - the shared launch ABI, re-exported
+from .abi import grid_expr, launch_params, param_entries, stride_registers  # noqa: F401 - the shared launch ABI
 from .context import SMEM_SYMBOL, Ctx
 from .layout import choose_warp_grid
 from .padding import analyze_padding
@@ -38,10 +38,16 @@ def _load_params(ctx: Ctx, entries) -> list[str]:
             r = ctx.new("f32" if meta["dtype"] == "f32" else "b32")
             out.append(f"ld.param{ptx_type} {r}, [{name}];")
             ctx.bind(p, Scalar(r, p.type.dtype))
-        else:
+        elif meta["kind"] == "dim":
             r = ctx.new("b32")
             out.append(f"ld.param.s32 {r}, [{name}];")
             ctx.dims[meta["name"]] = r
+
+    def load_stride(entry) -> str:
+        r = ctx.new("b64")
+        out.append(f"ld.param.s64 {r}, [{entry[1]}];")
+        return r
+    ctx.strides = stride_registers(entries, load_stride)
     return out
 
 
@@ -84,7 +90,7 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
                                  f"groups, fetched {pipe.stages - 1} trip(s) ahead"
                                  + (" (pinned by @stages)" if pinned and pipe.loop.attrs["stages"] == pipe.stages
                                     else " (lowered to fit shared memory)" if pinned else " (the default)")})
-    entries = param_entries(kernel)
+    entries = param_entries(kernel, bool(options.get("strided")))
     loads = _load_params(ctx, entries)
     body = ctx.emit_block(kernel.body)
     counts = [grid_expr(v, blocks) for v in blocks.variadic()]
@@ -109,7 +115,8 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
         "entry": kernel.name,
         "arch": ARCH,
         "backend": "mma.sync",
-        "params": [e[2] for e in entries if e[2]["kind"] != "dim"],
+        "params": launch_params(entries),
+        "strided_variant": True,  # the option ``strided`` gives a variant taking any view's strides
         "dims": kernel.named_dims(),
         "grid": launch_grid,
         "block": [grid.threads, 1, 1],

@@ -24,6 +24,7 @@ from ..ir.types import BF16, BOOL, E4M3, E5M2, F16, F32, I32, DType, GlobalType,
 from ..runtime import launch_checks as shared
 from ..runtime.launch_checks import launch_checks, launch_error
 from ..runtime.overlap import Extent, overlap_error
+from ..runtime.strides import check as check_strides
 from .numerics import round_scalar
 from .values import GlobalValue
 
@@ -113,36 +114,12 @@ def _tensor_memory(arg: Any, t: GlobalType, where: str, writes: bool) -> np.ndar
         if dt != t.dtype:
             shared.dtype(where, t.dtype.name, _torch_name(t.dtype), f"numpy {arg.dtype.name}")
         itemsize = arg.itemsize
-        _check_strides(where, arg.shape, tuple(st // itemsize if st % itemsize == 0 else st / itemsize
+        check_strides(where, arg.shape, tuple(st // itemsize if st % itemsize == 0 else st / itemsize
                                               for st in arg.strides), writes)
         if writes and not arg.flags.writeable:
             raise LaunchError(f"{where}: the kernel stores into it, but the array is read-only")
         return arg.view(_BIT_VIEWS[dt]) if dt in _BIT_VIEWS else arg
     raise LaunchError(f"{where}: expected a tensor for {t}, got {type(arg).__name__}")
-
-
-def _check_strides(where: str, shape: tuple, strides: tuple, writes: bool) -> None:
-    """Strides in elements: the last dimension's must be 1 (any other strides are read through);
-    a tensor the kernel writes must not overlap itself."""
-    if shape and shape[-1] > 1 and strides[-1] != 1:
-        shared.not_contiguous(where, strides, shape)  # the GPU launcher's words for this
-    if writes and _overlaps_itself(shape, strides):
-        raise LaunchError(f"{where}: the kernel stores into it, but its elements overlap (shape {tuple(shape)}, "
-                          f"strides {tuple(strides)}: a broadcast or expanded view); pass a tensor of its own")
-
-
-def _overlaps_itself(shape: tuple, strides: tuple) -> bool:
-    """Whether two indices reach one element: dims of more than one element, by stride, each
-    stride at least the span of the dims inside it (a sufficient test; torch's own is the same)."""
-    if any(n == 0 for n in shape):
-        return False
-    dims = sorted((abs(st), n) for st, n in zip(strides, shape) if n > 1)
-    span = 1
-    for st, n in dims:
-        if st < span:
-            return True
-        span = st * (n - 1) + span
-    return False
 
 
 def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str, writes: bool = False) -> np.ndarray:
@@ -152,7 +129,7 @@ def _torch_memory(torch: Any, arg: Any, t: GlobalType, where: str, writes: bool 
         shared.dtype(where, t.dtype.name, _torch_name(t.dtype), arg.dtype)
     if arg.device.type != "cpu":
         raise LaunchError(f"{where}: the interpreter runs on the CPU; got a tensor on {arg.device}")
-    _check_strides(where, tuple(arg.shape), tuple(arg.stride()), writes)
+    check_strides(where, tuple(arg.shape), tuple(arg.stride()), writes)
     arg = arg.detach()
     if dt == BF16:
         return arg.view(torch.int16).numpy().view(np.uint16)

@@ -58,7 +58,8 @@ def shape(at: str, index: int, dims, sizes, bound: dict, where_of) -> None:
 def not_contiguous(at: str, strides, sizes) -> None:
     """The refusal of a strided tensor, naming the dimension whose stride is wrong: a last dimension
     that is not contiguous (both backends refuse it alike), or on the GPU any other stride that is
-    not row-major (the interpreter reads through those: interpreter/launch.py)."""
+    not row-major (the GPU launcher's own refusal of a view it cannot launch as it is, a
+    StridedArgument, is answered by the kernel object with a variant or a copy: runtime/strides.py)."""
     sizes, strides = tuple(sizes), tuple(strides)
     if sizes and sizes[-1] > 1 and strides[-1] != 1:
         raise LaunchError(f"{at}: the tensor's last dimension must be contiguous (stride 1), got stride "

@@ -56,6 +56,18 @@ expression of the named dims that must not be 0) are evaluated inline, or as pos
 C. Their refusals go to ``slow`` like the rest, where ``check_args`` words them as the interpreter
 does (``launch_checks.py``). Not measured on a GPU yet: a few comparisons per launch.
 
+Strided views (runtime/strides.py). Tensors whose metadata entry says ``"strides"`` can be
+launched as views: ``"map"`` (only TMA maps address them: the maps are encoded with the view's
+own strides, ``TensorMapEncoder.strided``) or ``"param"`` (the kernel, compiled with the option
+``strided``, takes their strides as ``.s64`` parameters after the named dims). A kernel with
+stride parameters takes the generated Python path (fastlaunch.c reads no strides), which reads
+each such tensor's ``stride()`` instead of requiring it contiguous. For any other kernel the fast
+paths stay as they are, and a view they refuse goes through ``slow`` to ``strided_path()``, a
+second generated function made on first use. A view the kernel cannot take as it is (no
+capability, a stride or base TMA cannot take, a tensor with a ``fallback`` map whose rows are not
+16-byte units) is a StridedArgument, raised after every other check: the kernel object answers it
+with its strided variant or a copy (kernel.py). Contiguous launches are unchanged.
+
 The driver calls are injected (``launch``, ``current_device``, ``current_stream``, ``num_sms``,
 and ``cu`` for the ordering's event calls) so the checking and packing can be tested without a
 GPU. The caller sets the function's dynamic shared memory limit first
@@ -68,8 +80,9 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from ..errors import LaunchError, NotAvailableError, RowsNotAligned, TkError
+from ..errors import LaunchError, NotAvailableError, RowsNotAligned, StridedArgument, TkError
 from . import launch_checks as shared
+from . import strides
 from .launch_checks import evaluate, launch_error
 from .overlap import ITEMSIZE, Extent, overlap_error, overlap_pairs
 from .tensormap import fast_path_lines, row_multiples, rows_not_aligned, tensor_map_encoders
@@ -98,6 +111,10 @@ class Param:
     dims: tuple[str | int, ...] | None = None
     writes: bool = False
     """A tensor the kernel stores into: no other argument may share its memory (overlap.py)."""
+    strides: str | None = None
+    """How the kernel takes a strided view of it (runtime/strides.py): ``"param"`` (its strides are
+    kernel parameters), ``"map"`` (only its TMA maps address it: they take the view's strides),
+    None (row-major only: a view is refused with StridedArgument)."""
 
     @property
     def is_tensor(self) -> bool:
@@ -119,13 +136,16 @@ def parse_signature(signature: list[dict]) -> tuple[Param, ...]:
             for d in dims:
                 if not (isinstance(d, int) and d >= 0 or isinstance(d, str) and d.isidentifier()):
                     raise TkError(f"kernel metadata: parameter '{name}' has a bad dimension {d!r}")
-            params.append(Param(name, dtype, dims, bool(entry.get("writes", False))))
+            how = entry.get("strides")
+            if how not in (None, "map", "param"):
+                raise TkError(f"kernel metadata: parameter '{name}' has strides {how!r}; expected 'map' or 'param'")
+            params.append(Param(name, dtype, dims, bool(entry.get("writes", False)), how))
         elif kind == "scalar":
             if dtype not in _SCALAR_SLOTS:
                 raise TkError(f"kernel metadata: scalar '{name}' has unsupported dtype {dtype!r}")
             params.append(Param(name, dtype))
-        elif kind == "tensormap":
-            continue  # not an argument: encoded from one at launch (tensormap.py)
+        elif kind in ("tensormap", "stride"):
+            continue  # not an argument: encoded from one at launch (tensormap.py), or its strides
         else:
             raise TkError(f"kernel metadata: parameter '{name}' has kind {kind!r}; the launcher "
                           "handles 'global' and 'scalar' (tensor maps are not supported yet)")
@@ -244,15 +264,27 @@ class Launcher:
         """(output, other) tensor argument pairs whose memory must not overlap (overlap.py)."""
         self.order = LaunchOrder(name, cu) if serial_launches else None
         """The launches' ordering across streams (None: the kernel's launches may run at once)."""
+        self.stride_slots = [(i, axis) for i, p in enumerate(self.params) if p.strides == "param"
+                             for axis in range(len(p.dims) - 1)]
+        """(argument, axis) of each ``.s64`` stride parameter, after the named dims (option strided)."""
+        self.takes_views = any(p.strides for p in self.params)
+        """Whether some strided view can be launched as it is (else each is a StridedArgument)."""
+        if self.stride_slots and any(enc.spec.fallback for enc in self.maps):
+            raise TkError(f"kernel metadata: '{name}' has stride parameters and tensor maps with a copying "
+                          "fallback; a kernel addresses a tensor one way or the other")
         self._prepare_param_block()
-        if self.launch_api == "native" and self.order is None and len(self.checks) <= _NATIVE_MAX_CHECKS:
+        self._strided_fast = None
+        if self.launch_api == "native" and self.order is None and len(self.checks) <= _NATIVE_MAX_CHECKS \
+                and not self.stride_slots:  # fastlaunch.c reads no strides
             self.source = None
             self.fast = self._native_fast_path(on_refusal or self.slow)
         else:
-            self.source = self._fast_path_source()
+            self.source = self._fast_path_source(strided=bool(self.stride_slots))
             scope = self._fast_path_scope(on_refusal or self.slow)
             exec(compile(self.source, f"<tkjit launcher {name}>", "exec"), scope)
             self.fast = scope["fast"]
+            if self.stride_slots:
+                self._strided_fast = self.fast
         """The fast path, ``fast(*args, stream=None)``: the generated function (``source``), or
         with the native launch API the C object that does the same (fastlaunch.c), except for a
         kernel whose launches are ordered (``order``): the generated function, calling the native
@@ -271,7 +303,8 @@ class Launcher:
         Parameter blocks come from a pool (a list: ``pop``/``append`` are atomic under the GIL), so
         threads launching the same kernel at once never share a block and no lock is taken: a
         thread that finds the pool empty makes itself a new block (``_new_param_block``)."""
-        fmt = ["Q" if p.is_tensor else _SCALAR_SLOTS[p.dtype] for p in self.params] + ["i4x"] * len(self.dims)
+        fmt = ["Q" if p.is_tensor else _SCALAR_SLOTS[p.dtype] for p in self.params] + ["i4x"] * len(self.dims) \
+            + ["q"] * len(self.stride_slots)
         self._n_slots = len(fmt)
         self._pack = struct.Struct("<" + "".join(fmt)).pack_into
         self._pool: list = [self._new_param_block()]
@@ -287,15 +320,18 @@ class Launcher:
             address = ctypes.c_void_p(address)  # passed as is: no per-call conversion
         return slots, address, pointers
 
-    def _fast_path_source(self) -> str:
+    def _fast_path_source(self, strided: bool = False) -> str:
         """Python source of the per-call function: checks, dim binding, grid, pack, launch.
 
         The checks are grouped by kind (every tensor's type, then every dtype, device, contiguity,
         shape, pointer) so that each group is one ``if``; any failure hands the call to ``slow``.
         With ``order``, the launch is made holding its lock, between ``order.before`` and
-        ``order.after`` (a launch that fails records nothing)."""
+        ``order.after`` (a launch that fails records nothing). ``strided``: the tensors that the
+        kernel takes as views (``Param.strides``) are read through ``view_strides`` instead of
+        being required contiguous; their strides go to the stride parameters and the maps."""
         names = [f"a{i}" for i in range(len(self.params))]
         tensors = [i for i, p in enumerate(self.params) if p.is_tensor]
+        views = [i for i in tensors if strided and self.params[i].strides]
         slow = "return slow(args, stream, checked)"
         body = (["try:", f"    {', '.join(names)}, = args", "except ValueError:", f"    {slow}"]
                 if names else [f"if args: {slow}"])
@@ -308,18 +344,21 @@ class Launcher:
             body += _all_hold([f"isinstance(a{i}, Tensor)" for i in tensors], slow)
             body += _any_fails([f"a{i}.dtype is not T{i}" for i in tensors], slow)
             body += _all_hold([f"a{i}.get_device() == dev" for i in tensors], slow)
-            body += _all_hold([f"a{i}.is_contiguous()" for i in tensors], slow)
+            rowmajor = [i for i in tensors if i not in views]
+            body += _all_hold([f"a{i}.is_contiguous()" for i in rowmajor], slow) if rowmajor else []
             body += self._shape_checks(slow)
             body += [f"p{i} = a{i}.data_ptr()" for i in tensors]
             body.append(f"if ({' | '.join(f'p{i}' for i in tensors)}) & 15: {slow}")
-            body += self._overlap_lines(slow)
+            body += [f"st{i} = view_strides{i}(a{i})" for i in views]
+            body += _any_fails([f"st{i} is None" for i in views] + self._fallback_rows(), slow) if views else []
+            body += self._overlap_lines(slow, views)
         body += _any_fails([f"({grid_expr_source(c['expr'], self.dims, True)}) == 0" for c in self.checks], slow) \
             if self.checks else []
         body += self._grid_lines()
         body += ["if stream is None: stream = current_stream(dev)",
                  "elif type(stream) is not int or stream < 0: stream = stream_handle(stream, dev)"]
         values = [f"p{i}" if p.is_tensor else names[i] for i, p in enumerate(self.params)] + \
-                 [f"d_{d}" for d in self.dims]
+                 [f"d_{d}" for d in self.dims] + [f"st{i}[{axis}]" for i, axis in self.stride_slots]
         bx, by, bz = self.block
         handle = "(cstream(stream) if stream else None)" if self.launch_api == "ctypes" else "stream"
         gx, gy, gz = (str(e) if isinstance(e, int) else f"g{axis}" for axis, e in zip("xyz", self._grid3()))
@@ -331,7 +370,8 @@ class Launcher:
         call += "" if self.launch_api in ("ctypes", "native") else "[0]"
         shapes = {i: [d if isinstance(d, int) else f"d_{d}" for d in p.dims]
                   for i, p in enumerate(self.params) if p.is_tensor}
-        map_lookups, map_stores, self._map_scope = fast_path_lines(self.maps, shapes, self._n_slots)
+        map_lookups, map_stores, self._map_scope = fast_path_lines(self.maps, shapes, self._n_slots,
+                                                                   {i: f"st{i}" for i in views})
         body += map_lookups
         body += ["try:", "    block = take()", "except IndexError:", "    block = new_block()",
                  "slots, params, ptrs = block", *map_stores,
@@ -346,14 +386,93 @@ class Launcher:
         body.insert(0, "if named: return slow(args, stream, checked, named)")  # by name: bound, then again
         return "def fast(*args, stream=None, checked=False, **named):\n" + "".join(f"    {b}\n" for b in body)
 
-    def _overlap_lines(self, slow: str) -> list[str]:
-        """Each tensor's end address, and one check that no output overlaps another tensor."""
+    def _overlap_lines(self, slow: str, views=()) -> list[str]:
+        """Each tensor's end address, and one check that no output overlaps another tensor (a view's
+        end: its span, runtime/strides.span_bytes)."""
         if not self.overlaps:
             return []
         used = sorted({i for pair in self.overlaps for i in pair})
-        lines = [f"e{i} = p{i} + {' * '.join([str(ITEMSIZE[self.params[i].dtype])] + [str(d) if isinstance(d, int) else f'd_{d}' for d in self.params[i].dims])}"
-                 for i in used]
+        lines = []
+        for i in used:
+            sizes = [str(d) if isinstance(d, int) else f"d_{d}" for d in self.params[i].dims]
+            es = ITEMSIZE[self.params[i].dtype]
+            if i in views:
+                lines.append(f"e{i} = p{i} + span(({''.join(s + ', ' for s in sizes)}), st{i}, {es})")
+            else:
+                lines.append(f"e{i} = p{i} + {' * '.join([str(es)] + sizes)}")
         return lines + _any_fails([f"(p{o} < e{t} and p{t} < e{o})" for o, t in self.overlaps], slow)
+
+    def _fallback_rows(self) -> list[str]:
+        """Conditions (source) that some tensor with a ``fallback`` map has rows TMA cannot address:
+        the kernel then copies it by pointer, row-major, so no view may be launched as it is."""
+        out = []
+        for enc in self.maps:
+            dims = self.params[enc.spec.param].dims
+            if enc.spec.fallback and dims:
+                last = dims[-1] if isinstance(dims[-1], int) else f"d_{dims[-1]}"
+                out.append(f"({last} * {ITEMSIZE[enc.spec.dtype]}) % 16")
+        return out
+
+    def _view_strides(self, i: int):
+        """``view_strides(tensor)`` for argument ``i`` of the strided fast path: the strides the
+        kernel is given (strides.effective), or None where this launch cannot take the view as it
+        is (the slow path then says why: check_args)."""
+        p = self.params[i]
+        es = ITEMSIZE[p.dtype]
+        mapped = any(enc.spec.param == i for enc in self.maps)
+
+        def view_strides(a):
+            shape, raw = a.shape, a.stride()
+            if shape and shape[-1] > 1 and raw[-1] != 1:
+                return None
+            eff = strides.effective(shape, raw)
+            if p.writes and strides.overlaps_itself(shape, eff):
+                return None
+            if mapped and strides.tma_refusal("", shape, eff, es) is not None:
+                return None
+            return eff
+        return view_strides
+
+    def _view_refusal(self, i: int, p: Param, shape: tuple, eff: tuple, raw: tuple, ptr: int) -> str | None:
+        """Why this compiled kernel cannot launch argument ``i``, a view, as it is (None: it can):
+        the kernel needs it row-major, or TMA cannot take its strides or base."""
+        where = self._where(i)
+        if p.strides is None:
+            return (f"{where}: {self.ROW_MAJOR_ONLY}: {shared.first_strided(shape, raw)}; got strides "
+                    f"{raw} for shape {shape}")
+        if ptr % 16:
+            return (f"{where}: the view's data pointer {ptr:#x} is not 16-byte aligned (an offset of "
+                    f"{ptr % 16} bytes); the kernel's copies need aligned rows")
+        if any(enc.spec.param == i for enc in self.maps):
+            why = strides.tma_refusal(where, shape, eff, ITEMSIZE[p.dtype])
+            if why is not None:
+                return why
+        return None
+
+    ROW_MAJOR_ONLY = "this kernel addresses the tensor row-major (it has no stride parameters for it)"
+
+    def _has_view(self, args) -> bool:
+        Tensor = self._torch.Tensor
+        return any(isinstance(a, Tensor) and not a.is_contiguous() for a in args)
+
+    def strided_path(self):
+        """The generated function that launches views as they are (made on first use): the fast
+        path itself where the kernel has stride parameters; else, for a kernel whose TMA maps take
+        some tensors' strides, a second function whose refusals go to ``_strided_refused``."""
+        if self._strided_fast is None:
+            source = self._fast_path_source(strided=True)
+            scope = self._fast_path_scope(self._strided_refused)
+            exec(compile(source, f"<tkjit launcher {self.name}, views>", "exec"), scope)
+            self.strided_source, self._strided_fast = source, scope["fast"]
+        return self._strided_fast
+
+    def _strided_refused(self, args, stream, checked=False, named=None):
+        """What the strided path refuses: check_args names it, or it goes again, checked."""
+        if checked:
+            raise TkError(f"internal error: the launcher of '{self.name}' refused views that its "
+                          f"checker accepted; please report this with the kernel's metadata")
+        fixed, _ = self.check_args(args)
+        return self.strided_path()(*fixed, stream=stream, checked=True)
 
     def _native_fast_path(self, slow):
         """The native path's Launch object (fastlaunch.c): the same checks, pack and launch as the
@@ -434,7 +553,8 @@ class Launcher:
                      grid_out_of_range=self._grid_out_of_range, pack=self._pack, StructError=struct.error,
                      take=self._pool.pop, give=self._pool.append, new_block=self._new_param_block,
                      launch=launch, fn=fn, cstream=ctypes.c_void_p, launch_failed=self._launch_failed,
-                     num_sms=self.num_sms, **self._map_scope)
+                     num_sms=self.num_sms, span=strides.span_bytes, **self._map_scope)
+        scope.update({f"view_strides{i}": self._view_strides(i) for i, p in enumerate(self.params) if p.strides})
         return scope
 
     # -- the slow path: diagnosis ---------------------------------------------------------------
@@ -450,6 +570,8 @@ class Launcher:
         if checked:
             raise TkError(f"internal error: the launcher of '{self.name}' refused arguments that its "
                           f"checker accepted; please report this with the kernel's metadata")
+        if self.takes_views and not self.stride_slots and self._has_view(args):
+            return self.strided_path()(*args, stream=stream)  # views its TMA maps take as they are
         fixed, _ = self.check_args(args)
         return self.fast(*fixed, stream=stream, checked=True)
 
@@ -464,15 +586,17 @@ class Launcher:
             raise LaunchError(f"{self.name}: the kernel was loaded on cuda:{self.device} but the current "
                               f"device is cuda:{dev}; load it on this device")
         bound: dict[str, tuple[int, int, int]] = {}  # name -> (value, argument index, axis)
-        fixed = []
+        fixed, views = [], []  # views: why this kernel cannot launch a view as it is, if it cannot
         for i, (p, a) in enumerate(zip(self.params, args)):
             if p.is_tensor:
-                self._check_tensor(i, p, a, dev, bound)
+                self._check_tensor(i, p, a, dev, bound, views)
                 fixed.append(a)
             else:
                 fixed.append(self._check_scalar(i, p, a))
         if self.overlaps:
-            extents = [Extent(i, p.name, a.data_ptr(), a.numel() * a.element_size(), p.writes)
+            extents = [Extent(i, p.name, a.data_ptr(),
+                              strides.span_bytes(tuple(a.shape), strides.effective(a.shape, a.stride()),
+                                                 a.element_size()), p.writes)
                        for i, (p, a) in enumerate(zip(self.params, args)) if p.is_tensor]
             overlap = overlap_error(self.name, extents)
             if overlap is not None:
@@ -484,11 +608,19 @@ class Launcher:
         for d, (multiple, i) in self.row_multiples.items():
             if bound[d][0] % multiple:
                 raise RowsNotAligned(rows_not_aligned(self._where(i), tuple(args[i].shape), self.params[i].dtype))
+        if views and not any(isinstance(v, str) for v in views):  # every view can go as it is, unless
+            views += [rows_not_aligned(self._where(enc.spec.param), tuple(args[enc.spec.param].shape),
+                                       enc.spec.dtype) + " (the kernel then copies it row-major)"
+                      for enc in self.maps if enc.spec.fallback
+                      and (args[enc.spec.param].shape[-1] * ITEMSIZE[enc.spec.dtype]) % 16]
+        refused = [v for v in views if isinstance(v, str)]
+        if refused:  # a variant with stride parameters helps only views of row-major-only tensors
+            raise StridedArgument(refused[0], copy_only=not any(self.ROW_MAJOR_ONLY in v for v in refused))
         if dev < 0:
             raise NotAvailableError(f"{self.name}: no CUDA device (PyTorch sees no GPU)")
         return tuple(fixed), {k: v[0] for k, v in bound.items()}
 
-    def _check_tensor(self, i: int, p: Param, a, dev: int, bound: dict) -> None:
+    def _check_tensor(self, i: int, p: Param, a, dev: int, bound: dict, views: list) -> None:
         where, torch = self._where(i), self._torch
         if not isinstance(a, torch.Tensor):
             raise LaunchError(f"{where}: expected a torch.Tensor ({p.describe()}), got {type(a).__name__}")
@@ -499,8 +631,14 @@ class Launcher:
         if a.get_device() != dev:
             raise LaunchError(f"{where}: the tensor is on {a.device} but the current device is cuda:{dev}")
         shared.shape(where, i, p.dims, a.shape, bound, self._where)
-        if not a.is_contiguous():
-            shared.not_contiguous(where, a.stride(), a.shape)
+        if not a.is_contiguous():  # a view: refused here only where no kernel could take it
+            shape, raw = tuple(a.shape), tuple(a.stride())
+            if shape and shape[-1] > 1 and raw[-1] != 1:
+                shared.not_contiguous(where, raw, shape)
+            eff = strides.effective(shape, raw)
+            strides.check(where, shape, eff, p.writes)
+            views.append(self._view_refusal(i, p, shape, eff, raw, a.data_ptr()) or True)
+            return
         if a.data_ptr() % 16:
             raise LaunchError(f"{where}: the data pointer {a.data_ptr():#x} is not 16-byte aligned "
                               "(a view with an offset?); pass an aligned tensor or .clone() it")

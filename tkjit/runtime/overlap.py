@@ -11,9 +11,9 @@ kernel reading neighbouring rows is order-dependent), so it cannot stay sound in
 read-only inputs may share memory freely (``attention(q, kv, kv, ...)``).
 
 Both backends call ``overlap_error`` with every tensor's byte range, so the message is the same on
-both: on the GPU the tensors are contiguous (it refuses anything else first); the interpreter also
-takes strided views, whose range is the span from their lowest to their highest element (a bound:
-views that interleave without sharing an element are refused as well).
+both. Both take strided views, whose range is the span from their lowest to their highest element
+(runtime/strides.span_bytes; a bound: views that interleave without sharing an element are
+refused as well); the GPU launcher checks the views themselves, before any copy of them.
 """
 from __future__ import annotations
 

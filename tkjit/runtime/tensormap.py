@@ -11,11 +11,12 @@ a 64-byte-aligned buffer (cuda-python's own CUtensorMap object sits at an addres
 and a tensor-map parameter must be 64-byte aligned). Maps are cached per (pointer, shape), so
 a repeated launch costs one dict lookup per map.
 
-Tensors are row-major and contiguous (the launcher checks that): the global dims are the shape
-reversed and the strides follow from it. TMA refuses what it cannot address, and so does this
+A contiguous tensor's global dims are the shape reversed and the strides follow from it; a
+strided view (``encoder.strided``: the launcher's path for views, runtime/strides.py) gives its
+own, cached per (pointer, shape, strides). TMA refuses what it cannot address, and so does this
 module, before the GPU sees it, with a LaunchError naming the argument: a base address that is
 not 16-byte aligned, rows (every stride) that are not a multiple of 16 bytes (unless the kernel
-has the fallback).
+has the fallback); for a view, the refusal names the dimension and its stride.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import LaunchError, RowsNotAligned, TkError
+from .strides import tma_refusal
 
 MAP_BYTES = 128
 MAP_ALIGN = 64
@@ -120,7 +122,16 @@ class TensorMapEncoder:
             return hit[0]
         return self._miss(ptr, shape)
 
-    def _miss(self, ptr: int, shape: tuple[int, ...]) -> int:
+    def strided(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+        """The map of a strided view: ``strides`` in elements, one per dimension (the last 1;
+        runtime/strides.effective's), cached per (pointer, shape, strides)."""
+        key = (ptr, shape, strides)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit[0]
+        return self._miss(ptr, shape, strides)
+
+    def _miss(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...] | None = None) -> int:
         spec = self.spec
         if len(shape) != len(spec.box):
             raise LaunchError(f"{self.where}: a {len(spec.box)}-D tensor map cannot describe a tensor of "
@@ -128,26 +139,32 @@ class TensorMapEncoder:
         buf = (ctypes.c_uint8 * (MAP_BYTES + MAP_ALIGN))()
         addr = -(-ctypes.addressof(buf) // MAP_ALIGN) * MAP_ALIGN
         if all(shape) and not self._copied(shape):  # else the kernel never reads the map: zeros
-            ctypes.memmove(addr, self._encoded(ptr, shape), MAP_BYTES)
+            ctypes.memmove(addr, self._encoded(ptr, shape, strides), MAP_BYTES)
         if len(self.cache) >= self.capacity:
             del self.cache[next(iter(self.cache))]
-        self.cache[(ptr, shape)] = (addr, buf)
+        self.cache[(ptr, shape) if strides is None else (ptr, shape, strides)] = (addr, buf)
         return addr
 
     def _copied(self, shape: tuple[int, ...]) -> bool:
         """Whether the kernel copies this tensor without TMA (its fallback for unaligned rows)."""
         return self.spec.fallback and (shape[-1] * ELEMENT_BYTES[self.spec.dtype]) % 16 != 0
 
-    def _encoded(self, ptr: int, shape: tuple[int, ...]) -> bytes:
+    def _encoded(self, ptr: int, shape: tuple[int, ...], elements: tuple[int, ...] | None = None) -> bytes:
         esize = ELEMENT_BYTES[self.spec.dtype]
         if ptr % 16:
             raise LaunchError(f"{self.where}: TMA needs a 16-byte-aligned base address, got {ptr:#x} "
                               "(a view with an offset?); pass an aligned tensor or .clone() it")
         dims = tuple(reversed(shape))
-        strides, stride = [], esize
-        for d in dims[:-1]:
-            stride *= d
-            strides.append(stride)
+        if elements is not None:  # a strided view: its own strides, innermost first
+            why = tma_refusal(self.where, shape, elements, esize)
+            if why is not None:
+                raise LaunchError(why)
+            strides = [st * esize for st in reversed(elements[:-1])]
+        else:
+            strides, stride = [], esize
+            for d in dims[:-1]:
+                stride *= d
+                strides.append(stride)
         if strides and strides[0] % 16:
             raise RowsNotAligned(rows_not_aligned(self.where, shape, self.spec.dtype))
         if any(d >= 2**32 for d in dims) or any(s >= 2**40 for s in strides):
@@ -193,16 +210,22 @@ def tensor_map_encoders(signature: list[dict], num_params: int, kernel: str,
     return out
 
 
-def fast_path_lines(encoders: list[TensorMapEncoder], tensor_dims: dict[int, tuple], first_slot: int
-                    ) -> tuple[list[str], list[str], dict]:
+def fast_path_lines(encoders: list[TensorMapEncoder], tensor_dims: dict[int, tuple], first_slot: int,
+                    views: dict[int, str] | None = None) -> tuple[list[str], list[str], dict]:
     """What a launcher's generated fast path adds for the tensor maps: lines that look the maps
     up (before a parameter block is taken: a refusal raises there and leaks nothing), lines that
     point the block's ``ptrs`` entries from ``first_slot`` on at them, and the names they use.
-    ``tensor_dims[i]`` is argument i's shape as source (``d_M`` or a literal)."""
+    ``tensor_dims[i]`` is argument i's shape as source (``d_M`` or a literal); ``views[i]`` names
+    the strides of an argument taken as a view (its maps are then encoded with them)."""
     lookups, stores, scope = [], [], {}
     for j, enc in enumerate(encoders):
-        shape = "".join(f", {d}" for d in tensor_dims[enc.spec.param])
-        lookups.append(f"tm{j} = tmap{j}(p{enc.spec.param}{shape})")
+        dims = tensor_dims[enc.spec.param]
+        view = (views or {}).get(enc.spec.param)
+        if view is not None:
+            lookups.append(f"tm{j} = tmapS{j}(p{enc.spec.param}, ({''.join(f'{d}, ' for d in dims)}), {view})")
+            scope[f"tmapS{j}"] = enc.strided
+        else:
+            lookups.append(f"tm{j} = tmap{j}(p{enc.spec.param}{''.join(f', {d}' for d in dims)})")
+            scope[f"tmap{j}"] = enc
         stores.append(f"ptrs[{first_slot + j}] = tm{j}")
-        scope[f"tmap{j}"] = enc
     return lookups, stores, scope

@@ -40,7 +40,7 @@ from dataclasses import replace
 from ...passes.sync_protocol import (Advance, IfPrevTile, IfTrips, Load, Loop, LoopPlan, Mma, MmaWait, NotFirst,
                                      OneShotUse, Protocol, Release, Ring, Tiles, Wait, producer_fill,
                                      standard_protocol)
-from ..abi import param_entries
+from ..abi import Pointers, map_only, param_entries
 from . import mbarrier, tma, wgmma
 from .attention_match import AttentionMatch
 from .attention_plan import L2_BUDGET, AttentionPlan, launch_grid, operand_k, operand_q, operand_v
@@ -177,7 +177,7 @@ class AttentionKernel:
         raw, self.smem = b.reg(), b.reg()
         b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
           f"and.b32 {self.smem}, {self.smem}, -1024;")
-        self.globals: dict[int, str] = {}
+        self.globals = Pointers()  # by parameter index; remembers which ones emitters read
         self.scalars = {}
         for i, (ptx, name, meta) in enumerate(self.entries):
             if meta["kind"] == "global" and i in (m.o, m.l):
@@ -279,8 +279,10 @@ class AttentionKernel:
         from ..kernel import grid_expr
         m, plan = self.m, self.plan
         c = [grid_expr(v, m.blocks) for v in m.blocks.variadic()]
-        params = [meta for _, _, meta in self.entries if meta["kind"] != "dim"]
-        params += [t.entry() for t in self.maps.values()]
+        params = [dict(meta) for _, _, meta in self.entries if meta["kind"] != "dim"]
+        maps = [t.entry() for t in self.maps.values()]
+        map_only(params, maps, self.globals.read)  # tensors only TMA addresses take views' strides
+        params += maps
         tiles = ["mul", ["mul", c[0], c[1]], c[2]]
         grid = launch_grid(m, plan, tiles)
         return {"name": m.kernel.name, "entry": m.kernel.name, "arch": ARCH, "backend": "wgmma",

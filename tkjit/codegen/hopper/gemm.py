@@ -26,9 +26,11 @@ map per TMA operand (metadata entries of kind "tensormap").
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from ...passes.sync_protocol import (Load, LoopPlan, Loop, Protocol, Ring, Tiles, consumer_loop, pingpong_consumer,
                                      producer_fill)
-from ..abi import param_entries
+from ..abi import Pointers, map_only, param_entries
 from . import copy, mbarrier, tma, wgmma  # multicast, reduce, streamk: where a plan asks for them
 from .builder import Builder
 from .epilogue import PANEL_COLS, Fragment, Staging, pack_tile, packed_registers, staging_lanes, store_fragment, store_staged
@@ -104,7 +106,8 @@ class GemmKernel:
         Producer(self).run(done)
         b(f"bra.uni {done};")
         b.place(copying)
-        CopyProducer(self).run()
+        with self.globals.fallback():  # runs only where A's or B's rows are not 16-byte units
+            CopyProducer(self).run()
         b.place(done)
         b("ret;")
         return self.module_text(), self.metadata()
@@ -119,7 +122,7 @@ class GemmKernel:
         raw, self.smem = b.reg(), b.reg()
         b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
           f"and.b32 {self.smem}, {self.smem}, -1024;")
-        self.globals: dict[int, str] = {}
+        self.globals = Pointers()  # by parameter index; remembers which ones emitters read
         for i, (ptx, name, meta) in enumerate(self.entries):
             if meta["kind"] == "global" and i in (g.a, g.b, g.c):
                 raw64, addr = b.reg("b64"), b.reg("b64")
@@ -271,8 +274,10 @@ class GemmKernel:
         elif plan.multicast > 1:  # pair units, at most one cluster per two SMs; whole clusters
             units = ["mul", ["cdiv", g.counts[0], 2], g.counts[1]]
             grid = [["mul", ["min", units, ["cdiv", ["add", ["num_sms"], -1], 2]], 2]]
-        params = [meta for _, _, meta in self.entries if meta["kind"] != "dim"]
-        params += [m.entry() for m in self.maps.values()]
+        params = [dict(meta) for _, _, meta in self.entries if meta["kind"] != "dim"]
+        maps = [m.entry() for m in self.maps.values()]
+        map_only(params, maps, self.globals.read)  # tensors only TMA addresses take views' strides
+        params += maps
         return {"name": g.kernel.name, "entry": g.kernel.name, "arch": ARCH, "backend": "wgmma",
                 "params": params, "dims": g.kernel.named_dims(), "grid": grid,
                 "block": [plan.threads, 1, 1], "smem_bytes": plan.smem_bytes,
@@ -647,11 +652,13 @@ class Consumer(GemmRole):
             b(f"bra.uni {done};")
         b.place(registers)
         inside = self.tile_inside(dim_m, dim_n)
+        with k.globals.fallback() if self.staging is not None else nullcontext():  # staged: C's rows unaligned
+            c_address = k.globals[g.c]
         for slab, pieces in enumerate(self.acc):
             for piece, regs in enumerate(pieces):
                 row, col = b.reg(), b.reg()
                 b(f"add.s32 {row}, {row0}, {64 * slab};", f"add.s32 {col}, {col0}, {plan.wgmma_n * piece};")
-                store_fragment(b, Fragment(tuple(regs), row, col, plan.wgmma_n), k.globals[g.c],
+                store_fragment(b, Fragment(tuple(regs), row, col, plan.wgmma_n), c_address,
                                dim_m, dim_n, g.c_dtype, inside)
         b.place(done)
 

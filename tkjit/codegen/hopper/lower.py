@@ -31,7 +31,7 @@ from ...ir.ops import Blocks, For, If, Load
 from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, TileType
 from ...passes.hopper import block_loop, depends_on, is_shared, pipelined_loops, swizzle_bytes
 from ...passes.mbarrier import Schedule, schedule_of
-from ..abi import param_entries
+from ..abi import Pointers, launch_params, map_only, param_entries, stride_registers
 from . import mbarrier, tma
 from .builder import Builder
 from .program import ARCH, SMEM_SYMBOL, module_text
@@ -164,7 +164,8 @@ class LoweredKernel:
         self.smem_bytes = kernel.attrs["smem"]
         self.blocks = block_loop(kernel)
         self.b = Builder()
-        self.entries = param_entries(kernel)
+        self.strided = bool(self.options.get("strided"))
+        self.entries = param_entries(kernel, self.strided)
         self.maps: dict[int, tma.TensorMap] = {}
         self.ring_bars: dict[str, tuple[int, int]] = {}  # ring -> (full offset, stages)
         self.decisions: list[dict] = [{"decision": "backend", "value": "wgmma",
@@ -227,7 +228,7 @@ class LoweredKernel:
         raw, self.smem = b.reg(), b.reg()
         b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
           f"and.b32 {self.smem}, {self.smem}, -1024;")
-        self.globals: dict[int, str] = {}   # id(param) -> generic address
+        self.globals = Pointers()   # id(param) -> generic address (which ones emitters read)
         self.check_buffer: str | None = None  # checked mode's error buffer (emit_check.py)
         self.scalars: dict[int, tuple[str, object]] = {}  # id(param) -> (register, dtype)
         for ptx_type, name, meta, p in self.entries:
@@ -242,10 +243,16 @@ class LoweredKernel:
                 r = b.reg("f32" if meta["dtype"] == "f32" else "b32")
                 b(f"ld.param{ptx_type} {r}, [{name}];")
                 self.scalars[id(p)] = (r, p.type.dtype)
-            else:
+            elif meta["kind"] == "dim":
                 r = b.reg()
                 b(f"ld.param.s32 {r}, [{name}];")
                 b.dims[meta["name"]] = r
+
+        def load_stride(entry) -> str:
+            r = b.reg("b64")
+            b(f"ld.param.s64 {r}, [{entry[1]}];")
+            return r
+        self.strides = stride_registers(self.entries, load_stride)  # option strided: the roles' ctx
         self.init_barriers()
 
     def bar_base(self, ring: str) -> tuple[str, str]:
@@ -280,14 +287,18 @@ class LoweredKernel:
 
     def metadata(self) -> dict:
         from ...passes.grid import launch_grid
-        params = [meta for _, _, meta, _ in self.entries if meta["kind"] != "dim"]
-        params += [m.entry() for m in self.maps.values()]
+        params = [dict(meta) for meta in launch_params(self.entries)]
+        maps = [m.entry() for m in self.maps.values()]
+        addressed = {i for i, p in enumerate(self.kernel.params) if id(p) in self.globals.read}
+        map_only(params, maps, addressed)
+        params += maps
         return {"name": self.kernel.name, "entry": self.kernel.name, "arch": ARCH, "backend": "wgmma",
                 "lowering": "general", "params": params, "dims": self.kernel.named_dims(),
                 "grid": [launch_grid(self.kernel)], "block": [self.threads, 1, 1],
                 "smem_bytes": self.smem_bytes + 1024, "num_warps": self.threads // 32,
                 "registers": list(self.regs), "protocol": self.proto.text(),
                 "assumes_aligned_rows": True,  # TMA: a launch with other rows recompiles (kernel.py)
+                "strided_variant": True,  # the option ``strided``: views' strides as parameters
                 "decisions": list(self.decisions)}
 
 

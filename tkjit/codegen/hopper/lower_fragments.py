@@ -95,7 +95,7 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
     inside, e, odd = ctx.new("pred"), ctx.new("b32"), ctx.new("b32")
     out += [f"add.s32 {e}, {view.row0}, {t.rows};", f"setp.le.s32 {inside}, {e}, {view.d_rows};",
             f"add.s32 {e}, {view.col0}, {t.cols};", f"setp.le.and.s32 {inside}, {e}, {view.d_cols}, {inside};",
-            f"and.b32 {odd}, {view.d_cols}, 1;", f"setp.eq.and.s32 {inside}, {odd}, 0, {inside};"]
+            f"and.b32 {odd}, {view.stride_bits or view.d_cols}, 1;", f"setp.eq.and.s32 {inside}, {odd}, 0, {inside};"]
     if view.lead_ok is not None:
         out.append(f"and.pred {inside}, {inside}, {view.lead_ok};")
     if guard is not None:

@@ -35,6 +35,7 @@ def role_ctx(k, warps: int, slab_warps: int = 0, pads: PaddingInfo | None = None
     ctx.namer = k.b.namer
     ctx.globals = k.globals
     ctx.check_buffer = k.check_buffer
+    ctx.strides = k.strides
     ctx.dims = k.b.dims
     for p in k.kernel.params:
         if id(p) in k.scalars:
