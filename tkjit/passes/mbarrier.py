@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
-from .hopper import block_loop, check_supported_loads, is_shared, nbytes, shared_loads
+from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipelined_loops, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
 from .sync_report import CheckReport, default_cases
@@ -27,6 +27,12 @@ from .sync_protocol import Load as RingLoad
 from . import sync_verdicts
 
 CHECKS = ("auto", "off", "quick", "full")
+LEVEL2_STAGES = 3
+"""Level 2 holds each stage until the next trip's second product retires, so the producer refills
+it about half a trip ahead of its use; with 2 stages that starves the ring. Measured (H200,
+2026-11-27, examples/attention.tk D=128, 176-key blocks, 2 stages, same run): 0.51-0.58x of the
+template with level 2, 0.69-0.75x without (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-2.json``).
+Separate rings per operand (the V ring released a trip after K's) would lift this."""
 
 
 class _Builder:
@@ -50,24 +56,25 @@ class _Builder:
         self.names: set[str] = set()
 
     def level2_fits(self, loop: For) -> bool:
-        """Level 2 holds a second copy of the second product's register A beside the first
-        product's result, that A and the accumulator: it is chosen only where those (f32 and
-        packed 16-bit registers per consumer thread) and 32 more fit what a consumer gets.
-        Measured (H200, 2026-11-27, against FlexAttention, same runs): softcap 2.11 -> 2.50x,
-        ALiBi 1.16 -> 1.23x, the fused MLP 1.35 -> 1.43x cuBLAS; attention at D = 128 with
-        176-key blocks (which does not fit) spilled and fell 0.49 -> 0.42x of its template."""
-        parts = pipelined(loop)
-        if parts is None:
+        """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
+        in flight) beside the first product's result and the accumulator: it is chosen only where
+        those and 32 more (``level2_need``) fit the most a consumer can get, beside a producer of
+        24 (reg-budget then keeps the producer at 24 when they need it). The A of the current
+        trip is made only after the previous product's wait, into registers of its own, so one
+        copy is live while the softmax runs. Measured (H200, 2026-11-27, against FlexAttention,
+        same runs): softcap 2.11 -> 2.50x, ALiBi 1.16 -> 1.23x, the fused MLP 1.35 -> 1.43x
+        cuBLAS."""
+        if pipelined(loop) is None:
             return False
-        first, second, _ = parts
-        share = 128 * (1 if self.pingpong else self.consumers)
-        s_regs = first.result.type.rows * first.result.type.cols // share
-        p_regs = second.operands[0].type.rows * second.operands[0].type.cols // share // 2
-        o_regs = second.result.type.rows * second.result.type.cols // share
-        from .hopper import consumer_registers
+        from .hopper import SETMAXNREG_MIN, consumer_registers
         room = (self.kernel.attrs["regs"][1] if "regs" in self.kernel.attrs
-                else consumer_registers(self.consumers, 40))
-        return s_regs + 2 * p_regs + o_regs + 32 <= room
+                else consumer_registers(self.consumers, SETMAXNREG_MIN))
+        return level2_need(loop, self.share) <= room
+
+    @property
+    def share(self) -> int:
+        """Threads splitting each tile's rows: every consumer's, or one's (ping-pong)."""
+        return 128 * (1 if self.pingpong else self.consumers)
 
     def unique(self, hint: str | None, fallback: str) -> str:
         base = hint or fallback
@@ -131,7 +138,7 @@ class _Builder:
                 rings = tuple(dict.fromkeys(self.ring_of[v] for v in inner.operands if v in self.ring_of))
                 if rings:
                     reads.append(rings)
-        level2 = self.overlap and op.attrs["stages"] >= 2 and self.level2_fits(op)
+        level2 = self.overlap and op.attrs["stages"] >= LEVEL2_STAGES and self.level2_fits(op)
         self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op)))
         if level2:
             self.level2.append(op)
@@ -185,6 +192,26 @@ def pipelined(loop: For):
                                                             for _ in (0,)):
             return None  # something else reads the carried tile's chain
     return first, second, arg
+
+
+def level2_need(loop: For, share: int) -> int:
+    """Registers per consumer thread a level-2 trip keeps live at once: the first product's f32
+    result, the second product's packed 16-bit register A (the previous trip's, read by the
+    wgmma in flight), its f32 accumulator, and 32 for addresses and loop state (``share``: the
+    threads splitting each tile's rows)."""
+    first, second, _ = pipelined(loop)
+    s, a, o = first.result.type, second.operands[0].type, second.result.type
+    return (s.rows * s.cols + a.rows * a.cols * a.dtype.nbytes // 4 + o.rows * o.cols) // share + 32
+
+
+def level2_needs(kernel: Kernel) -> list[tuple[For, int]]:
+    """(loop, ``level2_need``) of each loop the mbarrier pass software-pipelines (reg-budget keeps
+    the producer at 24 where a need does not fit beside one of 40)."""
+    if not kernel.attrs.get("overlap", True):
+        return []
+    builder = _Builder(kernel)
+    return [(loop, level2_need(loop, builder.share)) for loop in pipelined_loops(kernel)
+            if loop.attrs.get("stages", 0) >= LEVEL2_STAGES and builder.level2_fits(loop)]
 
 
 def in_flight(loop: For) -> bool:
