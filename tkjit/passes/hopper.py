@@ -69,6 +69,9 @@ def consumer_registers(consumers: int, producer: int) -> int:
 
 
 MAX_WGMMA_N = 256
+L2_BUDGET = 24 << 20
+"""Bytes a heaviest-first tile order keeps in flight at once per chunk of tiles (the grid pass's
+``heavy`` order: H100 L2 50 MB, H200 60 MB; the attention template's measured budget)."""
 
 
 def wgmma_n(cols: int, atom: int = 8) -> int | None:
