@@ -145,3 +145,87 @@ kernel copy(X: gl<f32>[B, H, N, 16], Y: gl<f32>[B, H, N, 16]) {
     x = torch.randn(2, 3, 80, 16)
     (y,) = simulate(k, [x, torch.empty_like(x)], [1], max_ctas=64)
     assert torch.equal(y, x + 1.0)
+
+
+SPLIT = "canonicalize,layout,warp-spec,pipeline,smem-plan,mbarrier{split=on},reg-budget,grid"
+
+
+def test_split_rings_give_level_2_its_refill_distance_at_two_stages():
+    """mbarrier{split=on}: at D = 128 with 176-key blocks (2 stages) K and V get rings of their
+    own, so level 2 applies: K's stage is released once S retires, V's a trip later."""
+    from tkjit.passes.mbarrier import schedule_of
+    k = general(128, False, pipeline=SPLIT)
+    text = k.explain()
+    assert "ring j_v: a ring of its own for the second product's tiles" in text
+    assert "level 2: the second product runs one trip behind" in text
+    assert "setmaxnreg: producer 40, consumers 232" in text
+    proto = schedule_of(k.ir).protocol.text()
+    assert "tma_load k -> j.s" in proto and "tma_load v -> j_v.s" in proto
+    assert "release: arrive empty[j.s]" in proto and "release: arrive empty[j_v.prev]" in proto
+    assert k.ir.attrs["smem"] == general(128, False).ir.attrs["smem"] + 32  # j_v's 2 barrier pairs
+    for d, causal in ((128, True), (64, False)):  # 3 and 6 stages: one ring, as without the option
+        assert "a ring of its own" not in general(d, causal, pipeline=SPLIT).explain()
+
+
+def _split_protocol():
+    from tkjit.passes.mbarrier import schedule_of
+    return schedule_of(general(128, False, pipeline=SPLIT).ir).protocol
+
+
+def _replace_loop_body(proto, edit):
+    """``proto`` with its consumer's key loop body passed through ``edit``."""
+    import dataclasses
+    from tkjit.passes import sync_protocol as sp
+
+    def walk(steps):
+        out = []
+        for st in steps:
+            if isinstance(st, sp.Loop) and st.ring == "j":
+                st = dataclasses.replace(st, body=tuple(edit(st.body)))
+            elif hasattr(st, "body"):
+                st = dataclasses.replace(st, body=tuple(walk(st.body)))
+            out.append(st)
+        return out
+    return dataclasses.replace(proto, consumer=tuple(walk(proto.consumer)))
+
+
+def test_the_split_protocol_is_checked_and_its_broken_forms_caught():
+    from tkjit.passes import sync_protocol as sp
+    from tkjit.passes.sync_check import SyncError, check_protocol
+    proto = _split_protocol()
+    assert "no violation" in check_protocol(proto).text()
+    no_v_wait = _replace_loop_body(proto, lambda body: [s for s in body if s != sp.Wait("j_v", "full")])
+    early_k = _replace_loop_body(proto, lambda body: [sp.Release("j") if s == sp.Release("j") else s
+                                                      for s in body if not isinstance(s, sp.First)
+                                                      and s != sp.NotFirst((sp.MmaWait(1),))])
+    for broken in (no_v_wait, early_k):
+        with pytest.raises(SyncError):
+            check_protocol(broken)
+
+
+def test_the_split_schedule_matches_the_interpreter_on_the_cpu():
+    import torch
+    from tkjit.interpreter.roles import run_roles
+    k = general(128, False, pipeline=SPLIT)
+    torch.manual_seed(0)
+    b, h, n, d = 1, 2, 300, 128
+    q, kk, v = (torch.randn(b, h, n, d).bfloat16() for _ in range(3))
+    args = [q, kk, v, torch.full((b, h, n, d), float("nan")).bfloat16(), torch.full((b, h, n), float("nan")),
+            d ** -0.5]
+    ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    k(*ref)
+    for seed in (0, 1):
+        mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        run_roles(k.ir, mine, seed=seed)
+        assert torch.equal(mine[3].float().nan_to_num(7.0), ref[3].float().nan_to_num(7.0))
+        assert torch.equal(mine[4].nan_to_num(7.0), ref[4].nan_to_num(7.0))
+
+
+def test_the_split_kernel_has_no_spills_and_only_protocol_syncs():
+    k = general(128, False, pipeline=SPLIT)
+    try:
+        sass = k.asm["sass"]
+    except tkjit.errors.NotAvailableError as e:
+        pytest.skip(str(e))
+    assert sass.count("HGMMA.64x176x16") == 2 * 8 and not re.search(r"\b(LDL|STL)\b", sass)
+    assert sync_outside_the_protocol(k.asm["ptx"])[0] == []

@@ -39,6 +39,9 @@ class _Builder:
     def __init__(self, kernel: Kernel, overlap: bool = True):
         self.kernel = kernel
         self.overlap = overlap
+        self.split = bool(kernel.attrs.get("split_rings"))  # the pass option split=on
+        self.split_bars: dict[str, int] = {}  # a split-off ring -> its barriers' shared offset
+        self.ring_loop: dict[str, For] = {}  # every loop ring (split-off ones too) -> its loop
         self.level2: list[For] = []  # loops software-pipelined one product behind
         consumers = kernel.attrs.get("consumers")
         if not isinstance(consumers, int):
@@ -120,28 +123,65 @@ class _Builder:
                             op.span)
         name = self.unique(op.regions[0].args[0].hint, "loop")
         loads = shared_loads(op.regions[0])
-        ring_loads = tuple(RingLoad(ld.result.hint or f"load{i}", ld.result.type.nbytes)
-                           for i, ld in enumerate(loads))
-        expect = op.attrs.get("stage_bytes", stage_data_bytes(op))
-        self.rings.append(Ring(name, op.attrs["stages"], ring_loads, expect, self.readers,
-                               where=_where(op)))
-        for ld, ring_load in zip(loads, ring_loads):
-            self.ring_of[ld.result] = name
-            self.load_of[ld] = (name, ring_load.name)
+        groups = self.split_groups(op, loads)
+        if groups is None:
+            groups = (loads,)
+        names = [name] + [self.unique(f"{name}_{g[0].result.hint or 'b'}", f"{name}_b") for g in groups[1:]]
+        stages = op.attrs["stages"]
+        for ring_name, group in zip(names, groups):
+            ring_loads = tuple(RingLoad(ld.result.hint or f"load{i}", ld.result.type.nbytes)
+                               for i, ld in enumerate(group))
+            expect = (op.attrs.get("stage_bytes", stage_data_bytes(op)) if len(groups) == 1
+                      else sum(ld.result.type.nbytes for ld in group))
+            self.rings.append(Ring(ring_name, stages, ring_loads, expect, self.readers,
+                                   where=_where(op)))
+            for ld, ring_load in zip(group, ring_loads):
+                self.ring_of[ld.result] = ring_name
+                self.load_of[ld] = (ring_name, ring_load.name)
+            self.ring_loop[ring_name] = op
+            if all("smem" in ld.attrs for ld in loads):
+                start = min(ld.attrs["smem"] for ld in loads)
+                self.extent[ring_name] = (start, start + stages * stage_stride(op))
         self.loop_of[op] = name
-        if all("smem" in ld.attrs for ld in loads):
-            start = min(ld.attrs["smem"] for ld in loads)
-            self.extent[name] = (start, start + op.attrs["stages"] * stage_stride(op))
+        if len(names) > 1:
+            base = self.kernel.attrs.get("split_bars", self.kernel.attrs.get("smem", 0))
+            base += 16 * stages * sum(1 for other in self.split_bars.values())  # (one split loop)
+            self.split_bars[names[1]] = base
         reads = []
         for inner in op.walk():
             if isinstance(inner, (*MMA_OPS, Copy)):
                 rings = tuple(dict.fromkeys(self.ring_of[v] for v in inner.operands if v in self.ring_of))
                 if rings:
                     reads.append(rings)
-        level2 = self.overlap and op.attrs["stages"] >= LEVEL2_STAGES and self.level2_fits(op)
-        self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op)))
+        level2 = self.level2_allowed(op, split=len(names) > 1)
+        self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op),
+                                   split=names[1] if len(names) > 1 and level2 else ""))
         if level2:
             self.level2.append(op)
+
+    def level2_allowed(self, op: For, split: bool) -> bool:
+        """Level 2 where it fits, with 3 stages or a ring of its own for the second product."""
+        stages = op.attrs.get("stages", 0)
+        return self.overlap and (stages >= LEVEL2_STAGES or (split and stages >= 2)) and \
+            self.level2_fits(op)
+
+    def split_groups(self, op: For, loads: list[Load]):
+        """(the first product's loads, the second product's) when the option asks for split
+        rings, the loop is a level-2 candidate with fewer than LEVEL2_STAGES stages, and each
+        load is read by exactly one of its two products; else None."""
+        if not self.split or op.attrs.get("stages", 0) >= LEVEL2_STAGES or op.attrs.get("stages", 0) < 2:
+            return None
+        parts = pipelined(op)
+        if parts is None:
+            return None
+        first, second, _ = parts
+        a = [ld for ld in loads if ld.result in first.operands]
+        b = [ld for ld in loads if ld.result in second.operands]
+        if not a or not b or len(a) + len(b) != len(loads) or set(a) & set(b):
+            return None
+        if not self.level2_fits(op):
+            return None
+        return a, b
 
     def staging(self, op: Store) -> None:
         size, _ = staging_sizes(op, self.consumers, op.attrs.get("staging_cols"),
@@ -211,7 +251,8 @@ def level2_needs(kernel: Kernel) -> list[tuple[For, int]]:
         return []
     builder = _Builder(kernel)
     return [(loop, level2_need(loop, builder.share)) for loop in pipelined_loops(kernel)
-            if loop.attrs.get("stages", 0) >= LEVEL2_STAGES and builder.level2_fits(loop)]
+            if builder.level2_allowed(loop, split=builder.split_groups(loop, shared_loads(loop.regions[0]))
+                                      is not None)]
 
 
 def in_flight(loop: For) -> bool:
@@ -252,6 +293,10 @@ class Schedule:
     """The loops whose second product runs one trip behind (LoopPlan.pipelined)."""
     staged_over_rings: list = field(default_factory=list)
     """The stores whose staging tile goes over a ring (each StagingReuse item's), in order."""
+    ring_loop: dict = field(default_factory=dict)
+    """Every loop ring (a split-off second ring too) -> its IR loop (stage stride, trips)."""
+    split_bars: dict = field(default_factory=dict)
+    """A split-off ring -> the shared offset of its full[s]/empty[s] (after smem-plan's map)."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -259,7 +304,7 @@ def schedule_of(kernel: Kernel) -> Schedule:
     builder = _Builder(kernel, bool(kernel.attrs.get("overlap", True)))
     proto = builder.build()
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
-                    list(builder.reused))
+                    list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars))
 
 
 def _where(op: Op) -> str:
@@ -305,6 +350,9 @@ class Mbarrier(Pass):
     (quick; full in debug mode)."""
     overlap: str = "auto"
     """Level-2 software pipelining of a trip's second product (auto: where it applies; off)."""
+    split: str = "off"
+    """on: a level-2 loop with fewer than 3 stages gets a ring of its own for the second
+    product's tiles (``sync_protocol.split_loop``), so level 2 keeps its refill distance."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.check not in CHECKS:
@@ -313,8 +361,22 @@ class Mbarrier(Pass):
             raise PassError(f"mbarrier: overlap must be auto or off, got '{self.overlap}'")
         if self.overlap == "off":
             kernel.attrs["overlap"] = False
+        if self.split not in ("on", "off"):
+            raise PassError(f"mbarrier: split must be on or off, got '{self.split}'")
+        if self.split == "on":
+            kernel.attrs["split_rings"] = True
         builder = _Builder(kernel, self.overlap != "off")
         proto = builder.build()
+        if builder.split_bars and "split_bars" not in kernel.attrs:
+            kernel.attrs["split_bars"] = kernel.attrs["smem"]
+            extra = sum(16 * r.stages for r in proto.rings if r.name in builder.split_bars)
+            kernel.attrs["smem"] += extra
+            for ring, at in builder.split_bars.items():
+                ctx.decide(f"ring {ring}", "a ring of its own for the second product's tiles",
+                           f"level 2 holds those tiles a trip longer than the first product's: with "
+                           f"{proto.ring(ring).stages} stages one shared ring would refill half a trip "
+                           f"ahead; its full/empty barriers at bytes {at:,} .. {at + extra - 1:,} "
+                           f"(shared memory {kernel.attrs['smem']:,} B)")
         for loop in builder.level2:
             ctx.decide(f"loop at {_where(loop)}", "level 2: the second product runs one trip behind",
                        "the trip's second product reads registers made from the first's result and "

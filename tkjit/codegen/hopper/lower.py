@@ -176,6 +176,9 @@ class LoweredKernel:
         loops = {ring: loop for loop, ring in self.schedule.loop_of.items()}
         one_shots = {ring: ld for ld, (ring, _) in self.schedule.load_of.items() if ring not in loops}
         for ring in self.proto.rings:
+            if ring.name in self.schedule.split_bars:  # a ring split off a loop's (mbarrier)
+                self.ring_bars[ring.name] = (self.schedule.split_bars[ring.name], ring.stages)
+                continue
             owner = loops.get(ring.name) or one_shots[ring.name]
             self.ring_bars[ring.name] = (owner.attrs["bars"], ring.stages)
 

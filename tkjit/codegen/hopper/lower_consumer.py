@@ -342,7 +342,7 @@ class ConsumerRole(RoleEmitter):
         """Shared address of ``load``'s tile in the current (or previous) stage of its ring."""
         b = self.b
         ring = self.rings[self.ring_of_load[load]]
-        loop = self.loop_of.get(ring.ring.name)
+        loop = self.k.schedule.ring_loop.get(ring.ring.name)
         stage = self.stage_before(ring) if which == "prev" else ring.s
         addr = b.reg()
         b(f"mad.lo.u32 {addr}, {stage}, {load_stage_stride(loop)}, {self.k.smem};",
