@@ -57,15 +57,20 @@ def test_level_2_at_d64_takes_the_producers_registers():
     assert "level 2 of the loop at attention.tk" in text
 
 
-def test_level_2_needs_three_stages():
-    """D = 128 with 176-key blocks has a 2-stage ring: level 2 would hold each stage half a trip
-    longer than the producer can wait (measured 0.51-0.58x of the template against 0.69-0.75x
-    without), so the loop keeps level 1 and the producer its 40 registers."""
-    text = general(128, False).explain()
+ONE_RING = "canonicalize,layout,warp-spec,pipeline,smem-plan,mbarrier{split=off},reg-budget,grid"
+
+
+def test_level_2_over_one_ring_needs_three_stages():
+    """D = 128 with 176-key blocks has a 2-stage ring: level 2 over one ring would hold each
+    stage half a trip longer than the producer can wait (measured 0.51-0.58x of the template
+    against 0.69-0.75x without), so with split rings off the loop keeps level 1 (and by default
+    V gets a ring of its own: test_split_rings_...)."""
+    text = general(128, False, pipeline=ONE_RING).explain()
     assert "2 stage(s)" in text and "level 2" not in text
     assert "setmaxnreg: producer 40, consumers 232" in text
-    causal = general(128, True).explain()  # 128-key blocks: 3 stages, level 2
+    causal = general(128, True).explain()  # 128-key blocks: 3 stages, level 2, one ring
     assert "3 stage(s)" in causal and "level 2: the second product runs one trip behind" in causal
+    assert "a ring of its own" not in causal
 
 
 @pytest.mark.parametrize("d,causal", SHAPES)
@@ -147,12 +152,12 @@ kernel copy(X: gl<f32>[B, H, N, 16], Y: gl<f32>[B, H, N, 16]) {
     assert torch.equal(y, x + 1.0)
 
 
-SPLIT = "canonicalize,layout,warp-spec,pipeline,smem-plan,mbarrier{split=on},reg-budget,grid"
+SPLIT = None  # the default pipeline: mbarrier{split=auto}
 
 
 def test_split_rings_give_level_2_its_refill_distance_at_two_stages():
-    """mbarrier{split=on}: at D = 128 with 176-key blocks (2 stages) K and V get rings of their
-    own, so level 2 applies: K's stage is released once S retires, V's a trip later."""
+    """mbarrier (split=auto): at D = 128 with 176-key blocks (2 stages) K and V get rings of
+    their own, so level 2 applies: K's stage is released once S retires, V's a trip later."""
     from tkjit.passes.mbarrier import schedule_of
     k = general(128, False, pipeline=SPLIT)
     text = k.explain()
@@ -162,7 +167,10 @@ def test_split_rings_give_level_2_its_refill_distance_at_two_stages():
     proto = schedule_of(k.ir).protocol.text()
     assert "tma_load k -> j.s" in proto and "tma_load v -> j_v.s" in proto
     assert "release: arrive empty[j.s]" in proto and "release: arrive empty[j_v.prev]" in proto
-    assert k.ir.attrs["smem"] == general(128, False).ir.attrs["smem"] + 32  # j_v's 2 barrier pairs
+    one = general(128, False, pipeline=ONE_RING)
+    k.asm["ptx"], one.asm["ptx"]  # (the metadata comes with the PTX)
+    assert k.ir.attrs["split_bars"] == one.ir.attrs["smem"]  # j_v's barriers after smem-plan's map
+    assert k.metadata["smem_bytes"] == one.metadata["smem_bytes"] + 32  # 2 stages x (full, empty)
     for d, causal in ((128, True), (64, False)):  # 3 and 6 stages: one ring, as without the option
         assert "a ring of its own" not in general(d, causal, pipeline=SPLIT).explain()
 

@@ -32,14 +32,14 @@ LEVEL2_STAGES = 3
 it about half a trip ahead of its use; with 2 stages that starves the ring. Measured (H200,
 2026-11-27, examples/attention.tk D=128, 176-key blocks, 2 stages, same run): 0.51-0.58x of the
 template with level 2, 0.69-0.75x without (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-2.json``).
-Separate rings per operand (the V ring released a trip after K's) would lift this."""
+Below 3 stages the pass gives the second product's tiles a ring of their own instead (``split``)."""
 
 
 class _Builder:
     def __init__(self, kernel: Kernel, overlap: bool = True):
         self.kernel = kernel
         self.overlap = overlap
-        self.split = bool(kernel.attrs.get("split_rings"))  # the pass option split=on
+        self.split = bool(kernel.attrs.get("split_rings", True))  # the pass option split=off: False
         self.split_bars: dict[str, int] = {}  # a split-off ring -> its barriers' shared offset
         self.ring_loop: dict[str, For] = {}  # every loop ring (split-off ones too) -> its loop
         self.level2: list[For] = []  # loops software-pipelined one product behind
@@ -350,9 +350,12 @@ class Mbarrier(Pass):
     (quick; full in debug mode)."""
     overlap: str = "auto"
     """Level-2 software pipelining of a trip's second product (auto: where it applies; off)."""
-    split: str = "off"
-    """on: a level-2 loop with fewer than 3 stages gets a ring of its own for the second
-    product's tiles (``sync_protocol.split_loop``), so level 2 keeps its refill distance."""
+    split: str = "auto"
+    """auto: a level-2 loop with fewer than 3 stages gets a ring of its own for the second
+    product's tiles (``sync_protocol.split_loop``), so level 2 keeps its refill distance; off.
+    Measured (H200, 2026-11-27, examples/attention.tk D=128, 176-key blocks, 2 stages, same
+    run, ratio to the template): 0.79-0.87x split, 0.71-0.75x with one ring and level 1
+    (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-3-split.json``)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.check not in CHECKS:
@@ -361,22 +364,21 @@ class Mbarrier(Pass):
             raise PassError(f"mbarrier: overlap must be auto or off, got '{self.overlap}'")
         if self.overlap == "off":
             kernel.attrs["overlap"] = False
-        if self.split not in ("on", "off"):
-            raise PassError(f"mbarrier: split must be on or off, got '{self.split}'")
-        if self.split == "on":
-            kernel.attrs["split_rings"] = True
+        if self.split not in ("auto", "on", "off"):
+            raise PassError(f"mbarrier: split must be auto or off, got '{self.split}'")
+        if self.split == "off":
+            kernel.attrs["split_rings"] = False
         builder = _Builder(kernel, self.overlap != "off")
         proto = builder.build()
         if builder.split_bars and "split_bars" not in kernel.attrs:
-            kernel.attrs["split_bars"] = kernel.attrs["smem"]
-            extra = sum(16 * r.stages for r in proto.rings if r.name in builder.split_bars)
-            kernel.attrs["smem"] += extra
+            kernel.attrs["split_bars"] = kernel.attrs["smem"]  # right after smem-plan's map
             for ring, at in builder.split_bars.items():
+                end = at + 16 * proto.ring(ring).stages
                 ctx.decide(f"ring {ring}", "a ring of its own for the second product's tiles",
                            f"level 2 holds those tiles a trip longer than the first product's: with "
                            f"{proto.ring(ring).stages} stages one shared ring would refill half a trip "
-                           f"ahead; its full/empty barriers at bytes {at:,} .. {at + extra - 1:,} "
-                           f"(shared memory {kernel.attrs['smem']:,} B)")
+                           f"ahead; its full/empty barriers at bytes {at:,} .. {end - 1:,}, after "
+                           f"smem-plan's map (the kernel's shared memory: {end:,} B)")
         for loop in builder.level2:
             ctx.decide(f"loop at {_where(loop)}", "level 2: the second product runs one trip behind",
                        "the trip's second product reads registers made from the first's result and "

@@ -161,7 +161,9 @@ class LoweredKernel:
         self.threads = kernel.attrs["threads"]
         self.regs = tuple(kernel.attrs["regs"])
         self.maxnreg = kernel.attrs.get("maxnreg", 168)
-        self.smem_bytes = kernel.attrs["smem"]
+        self.smem_bytes = max([kernel.attrs["smem"]] + [at + 16 * self.proto.ring(ring).stages for ring, at
+                                                         in self.schedule.split_bars.items()])
+        """smem-plan's map, and the barriers of rings the mbarrier pass split off after it."""
         self.blocks = block_loop(kernel)
         self.b = Builder()
         self.entries = param_entries(kernel)
