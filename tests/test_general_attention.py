@@ -126,6 +126,11 @@ def test_causal_tiles_run_heaviest_first_and_others_in_order():
     window = tkjit.load(Path(__file__).resolve().parents[1] / "examples" / "attention_window.tk",
                         cache=False)  # its loop starts later as it ends later: equal trips
     assert "heaviest" not in window.explain()
+    off = general(128, True, pipeline="canonicalize,layout,warp-spec,pipeline,smem-plan,mbarrier,"
+                                      "reg-budget,grid{heavy=-1}")
+    from tkjit.passes.hopper import block_loop
+    assert "heaviest" not in off.explain() and "heavy" not in block_loop(off.ir).attrs
+    assert block_loop(causal.ir).attrs["heavy"] == 2
 
 
 @pytest.mark.parametrize("budget", [1, 4, 1 << 30])
