@@ -41,13 +41,18 @@ def test_every_schedule_matches_the_interpreter(case):
         assert _same(case.outputs, mine, ref), f"{case.name}: schedule {seed} differs from the interpreter"
 
 
-ATTENTION = [("attention_nol", {"CAUSAL": True}), ("attention_softcap", {}), ("attention_window", {}), ("mlp", {})]
+ATTENTION = [("attention_nol", {"CAUSAL": True}), ("attention_softcap", {}), ("attention_window", {}), ("mlp", {}),
+             ("attention", {"D": 64}), ("attention", {"D": 64, "CAUSAL": True}), ("attention", {"D": 128})]
 
 
-@pytest.mark.parametrize("name,constants", ATTENTION, ids=[n for n, _ in ATTENTION])
+@pytest.mark.parametrize("name,constants", ATTENTION,
+                         ids=[n + "".join(f"-{k}{v}" for k, v in c.items()) for n, c in ATTENTION])
 def test_attention_and_the_fused_mlp_schedules_match(name, constants):
-    """Two products per trip, one with A in registers, a one-shot Q ring, a causal loop bound."""
-    k = tkjit.load(EXAMPLES / f"{name}.tk", cache=False, constants=constants or None)
+    """Two products per trip, one with A in registers, a one-shot Q ring, a causal loop bound;
+    the example with L through the general lowering (level 2 with three consumers at D = 64,
+    level 1 with a 2-stage ring at D = 128)."""
+    k = tkjit.load(EXAMPLES / f"{name}.tk", cache=False, constants=constants or None,
+                   lowering="general" if name == "attention" else None)
     torch.manual_seed(0)
     if name == "mlp":
         m, d, f = 200, 128, 192
@@ -55,14 +60,16 @@ def test_attention_and_the_fused_mlp_schedules_match(name, constants):
                 (torch.randn(f, d) / 8).bfloat16(), torch.full((m, d), float("nan")).bfloat16()]
         outputs = (3,)
     else:
-        b, h, hkv, n, d = 1, 2, 1, 300, 128
+        b, h, hkv, n, d = 1, 2, 1, 300, constants.get("D", 128)
         q, kk, v = (torch.randn(b, x, n, d).bfloat16() for x in (h, hkv, hkv))
         args = [q, kk, v, torch.full((b, h, n, d), float("nan")).bfloat16(), d ** -0.5]
+        if name == "attention":  # and L
+            args.insert(4, torch.full((b, h, n), float("nan")))
         if name == "attention_softcap":
             args.append(20.0)
         if name == "attention_window":
             args.append(96)
-        outputs = (3,)
+        outputs = (3, 4) if name == "attention" else (3,)
     ref = _copy(args)
     k(*ref)
     for seed in SEEDS[:2]:

@@ -134,6 +134,9 @@ class Ctx:
         self.decisions: list[dict] = []
         self.pipelines: dict = {}           # id(for) -> LoopPipeline
         self.prefetched: dict[int, object] = {}  # id(load) -> its SharedTile this trip
+        self.edge_branched: list | None = None
+        """None, or (the general lowering's option) the reductions that mask padding only on
+        tiles reaching past their tensor's edge, behind a uniform branch (emit_reduce)."""
 
     # -- values --------------------------------------------------------------------------
     def bind(self, v: Value, rep) -> None:

@@ -142,8 +142,11 @@ def emit_if(ctx, op: If) -> list[str]:
 
 
 def block_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) -> list[str]:
-    """Block indices from the linear block number (last index fastest, optional grouping)."""
+    """Block indices from the linear block number (last index fastest, optional grouping, or
+    heaviest first: ``heavy_indices``)."""
     n = len(counts)
+    if "heavy" in op.attrs:
+        return heavy_indices(ctx, op, lin, counts, out)
     group = op.attrs.get("group", 1)
     idx = [None] * n
     rest = lin
@@ -176,6 +179,57 @@ def block_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) 
         r, q = ctx.new("b32"), ctx.new("b32")
         out.append(f"rem.u32 {r}, {rest}, {counts[d]};")
         out.append(f"div.u32 {q}, {rest}, {counts[d]};")
+        idx[d], rest = r, q
+    return idx
+
+
+def heavy_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) -> list[str]:
+    """The grid pass's heaviest-first order: index ``heavy`` descending, in chunks of the other
+    indices (row-major, a "head") whose streamed tensors fit ``L2_BUDGET``: chunk = L2_BUDGET /
+    the bytes of the last two dimensions of every tensor the block body's ring loops load (at
+    least 1, at most every head). Linear number t: chunk c = t / (chunk·n), inside it the heavy
+    index runs slowest (n - 1 - (t mod chunk·n) / height) and the heads fastest."""
+    from ..passes.hopper import L2_BUDGET, pipelined_loops, shared_loads
+    axis = op.attrs["heavy"]
+    others = [d for d in range(len(counts)) if d != axis]
+    heads = ctx.new("b32")
+    out.append(f"mov.u32 {heads}, 1;")
+    for d in others:
+        out.append(f"mul.lo.u32 {heads}, {heads}, {counts[d]};")
+    slice_bytes = ctx.new("b32")
+    out.append(f"mov.u32 {slice_bytes}, 1;")
+    loops = [loop for loop in pipelined_loops(op) if loop in op.regions[0].ops]
+    for ld in (ld for loop in loops for ld in shared_loads(loop.regions[0])):
+        g = ld.operands[0].type
+        const, named = g.dtype.nbytes, []
+        for x in g.dims[-2:]:
+            if isinstance(x, int):
+                const *= x
+            else:
+                named.append(ctx.dim_operand(x))
+        t = ctx.new("b32")
+        out.append(f"mov.u32 {t}, {const};")
+        out += [f"mul.lo.u32 {t}, {t}, {r};" for r in named]
+        out.append(f"add.u32 {slice_bytes}, {slice_bytes}, {t};")
+    chunk, per, c, inside, first, height, ii, hh, head = (ctx.new("b32") for _ in range(9))
+    out += [f"div.u32 {chunk}, {L2_BUDGET}, {slice_bytes};", f"max.u32 {chunk}, {chunk}, 1;",
+            f"min.u32 {chunk}, {chunk}, {heads};",
+            f"mul.lo.u32 {per}, {chunk}, {counts[axis]};", f"div.u32 {c}, {lin}, {per};",
+            f"rem.u32 {inside}, {lin}, {per};", f"mul.lo.u32 {first}, {c}, {chunk};",
+            f"sub.u32 {height}, {heads}, {first};", f"min.u32 {height}, {height}, {chunk};",
+            f"div.u32 {ii}, {inside}, {height};", f"rem.u32 {hh}, {inside}, {height};",
+            f"add.u32 {head}, {first}, {hh};"]
+    idx = [None] * len(counts)
+    heavy = ctx.new("b32")
+    out += [f"sub.u32 {heavy}, {counts[axis]}, 1;", f"sub.u32 {heavy}, {heavy}, {ii};"]
+    idx[axis] = heavy
+    rest = head
+    for k, d in enumerate(reversed(others)):
+        if k == len(others) - 1:
+            idx[d] = rest
+            break
+        r, q = ctx.new("b32"), ctx.new("b32")
+        out += [f"rem.u32 {r}, {rest}, {counts[d]};", f"div.u32 {q}, {rest}, {counts[d]};"]
         idx[d], rest = r, q
     return idx
 

@@ -54,10 +54,31 @@ def emit_reduce(ctx, op) -> list[str]:
     out: list[str] = []
     tile = ctx.get(op.operands[0])
     layout = tile.layout
-    fn = op.FN
-    preds = _mask_preds(ctx, op, tile, out)
-    ident = f32_imm(_IDENTITY[fn])
     row = op.AXIS == "row"
+    if ctx.edge_branched is not None and _needs_mask(ctx, op):
+        partial = _edge_branch(ctx, op, tile, out)
+    else:
+        partial = _partials(ctx, op, tile, _mask_preds(ctx, op, tile, out), out)
+    split = layout.cols if row else layout.rows
+    if split.groups > 1:
+        partial = _across_warps(ctx, op, layout, partial, out)
+    t: VectorType = op.result.type
+    vsplit = layout.rows if row else layout.cols
+    regs = [[ctx.round_f32(t.dtype, partial[(u, k)], out) for k in (0, 1)] for u in range(vsplit.per_warp)]
+    ctx.bind(op.result, RegVec(t, vsplit, regs))
+    return out
+
+
+def _needs_mask(ctx, op) -> bool:
+    pad = ctx.pads[op.operands[0]]
+    axis = pad.cols if op.AXIS == "row" else pad.rows
+    return axis is not None and not (op.FN == "sum" and axis.clean)
+
+
+def _partials(ctx, op, tile, preds, out: list[str]) -> dict:
+    """Each thread's reduced values (the quad or row-lane combine included), per (unit, half)."""
+    layout, fn, row = tile.layout, op.FN, op.AXIS == "row"
+    ident = f32_imm(_IDENTITY[fn])
     outer = [(b, h) for b in range(layout.bands) for h in (0, 1)] if row else \
         [(j, c) for j in range(layout.chunks) for c in (0, 1)]
     partial = {}
@@ -73,14 +94,37 @@ def emit_reduce(ctx, op) -> list[str]:
                 x = m
             acc = x if acc is None else binary_f32(ctx, _COMBINE[fn], acc, x, out)
         partial[(u, k)] = _shuffle_combine(ctx, fn, acc, (1, 2) if row else (4, 8, 16), out)
-    split = layout.cols if row else layout.rows
-    if split.groups > 1:
-        partial = _across_warps(ctx, op, layout, partial, out)
-    t: VectorType = op.result.type
-    vsplit = layout.rows if row else layout.cols
-    regs = [[ctx.round_f32(t.dtype, partial[(u, k)], out) for k in (0, 1)] for u in range(vsplit.per_warp)]
-    ctx.bind(op.result, RegVec(t, vsplit, regs))
-    return out
+    return partial
+
+
+def _edge_branch(ctx, op, tile, out: list[str]) -> dict:
+    """Padding masks only where the tile reaches past its tensor's edge (the schedule option
+    ``edge_branches`` of the general lowering): a uniform branch on the axis's valid count
+    takes the unmasked reduction when the whole tile is in range (every key block of an
+    attention but the last), the masked one at the edge."""
+    ctx.edge_branched.append(op)
+    pad = ctx.pads[op.operands[0]]
+    row = op.AXIS == "row"
+    axis = pad.cols if row else pad.rows
+    extent = tile.type.cols if row else tile.type.rows
+    count = ctx.limit_count(axis.limit, "the reduced tile", op, out)
+    inside, masked, done = ctx.new("pred"), ctx.label("edge"), ctx.label("edge_done")
+    out.append(f"setp.ge.s32 {inside}, {count}, {extent};")
+    out.append(f"@!{inside} bra {masked};")
+    fast = _partials(ctx, op, tile, None, out)
+    result = {key: ctx.new("f32") for key in fast}
+    out += [f"mov.f32 {result[key]}, {x};" for key, x in fast.items()]
+    out.append(f"bra.uni {done};")
+    out.append(f"{masked}:")
+    rel = ctx.new("b32")
+    split = tile.layout.cols if row else tile.layout.rows
+    base = ctx.row_base(split) if not row else ctx.col_base(split)
+    out.append(f"sub.s32 {rel}, {count}, {base};")
+    from .context import AxisMask
+    slow = _partials(ctx, op, tile, AxisMask(ctx, rel, "cols" if row else "rows", out, split), out)
+    out += [f"mov.f32 {result[key]}, {x};" for key, x in slow.items()]
+    out.append(f"{done}:")
+    return result
 
 
 def _across_warps(ctx, op, layout, partial: dict, out: list[str]) -> dict:

@@ -18,6 +18,14 @@ block indices; where it does, as in causal attention, the hardware's dynamic ass
 CTAs to SMs balances the tiles better than a fixed stride). The pass runs before warp-spec,
 smem-plan and mbarrier, which read the schedule.
 
+Heaviest first (``heavy``, chosen when a ring loop's trip count grows with one block index and
+the order is not grouped; option ``heavy=-1`` turns it off): tiles are visited with that index
+descending, in chunks of the other indices whose streamed tensors fit ``L2_BUDGET`` together
+(chunk = L2_BUDGET / the bytes of the loop's loaded tensors' last two dimensions, at launch): so
+the longest tiles (the causal attention's last query blocks) start first and the short ones fill
+the last wave, while the CTAs in flight share K and V in L2. Recorded as the block loop's
+attribute ``heavy`` (the index's position); codegen/emit_control.block_indices follows it.
+
 Records the kernel attributes ``ctas`` (the launch size, readable) and ``tile_order``;
 ``launch_grid(kernel)`` gives the runtime the JSON expression (architecture.md, "Grid").
 """
@@ -29,7 +37,7 @@ from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import Add, CDiv, Const, Dim, FloorDiv, For, Max, Min, Mul, Sub
 from ..source import Span
-from .hopper import block_loop, depends_on, has_producer, one_shot_loads, pipelined_loops
+from .hopper import L2_BUDGET, block_loop, depends_on, has_producer, one_shot_loads, pipelined_loops
 from .manager import Pass, PassContext, register_pass
 
 EXPRESSIONS = {CDiv: "cdiv", Mul: "mul", Add: "add", Sub: "sub", FloorDiv: "floordiv",
@@ -143,6 +151,10 @@ class Grid(Pass):
     """CTAs per cluster sharing B through TMA multicast (the Hopper GEMM: 2 pairs tiles along M,
     1 turns it off; 0: the backend's default). Recorded as the kernel attribute ``multicast``."""
 
+    heavy: int = 0
+    """-1: never order tiles heaviest first (0: where a ring loop's trip count grows with a block
+    index)."""
+
     stream_k: int = 0
     """1: a persistent Hopper GEMM splits the K loops of its last, partial wave of tiles over
     every CTA (stream-K, codegen/hopper/streamk.py); -1 turns it off; 0: the backend's default.
@@ -178,6 +190,16 @@ class Grid(Pass):
         elif group > 1:
             ctx.decide(f"@{kernel.name}", f"group {group} ignored",
                        "grouping needs a block loop of at least two indices")
+        heavy = None if self.heavy == -1 or group > 1 else heaviest_axis(kernel)
+        if heavy is not None:
+            blocks.attrs["heavy"] = heavy
+            order = f"heaviest first along {indices[heavy]}"
+            ctx.decide(f"@{kernel.name}", f"tile order: {order}",
+                       f"the trip count of the loop at {heavy_loop(kernel, heavy).span.location()} grows "
+                       f"with {indices[heavy]}: tiles run with {indices[heavy]} descending, so the "
+                       "longest start first and the shortest fill the last wave, in chunks of the "
+                       f"other indices whose loaded tensors fit {L2_BUDGET >> 20} MB of L2 (they share "
+                       "them while in flight)", heavy=heavy)
         kernel.attrs["tile_order"] = order
         split = blocks.attrs.get("split", 1)
         if split > 1:
@@ -204,3 +226,55 @@ class Grid(Pass):
         ctx.decide(f"@{kernel.name}", what, f"{why}; {tiles}", grid=grid, schedule=schedule,
                    group=group, order=order, split=split)
         return kernel
+
+
+def heaviest_axis(kernel: Kernel) -> int | None:
+    """The block index a ring loop's trip count grows with (its upper bound nondecreasing in it,
+    its lower bound and step not depending on it), when there is exactly one such index."""
+    blocks = block_loop(kernel)
+    args = list(blocks.regions[0].args)
+    found = {i for i in range(len(args)) if heavy_loop(kernel, i) is not None}
+    return found.pop() if len(found) == 1 else None
+
+
+def heavy_loop(kernel: Kernel, axis: int):
+    arg = block_loop(kernel).regions[0].args[axis]
+    for loop in pipelined_loops(kernel):
+        lo, hi, step = loop.operands[:3]
+        if depends_on(hi, {arg}) and not depends_on(lo, {arg}) and not depends_on(step, {arg}) \
+                and nondecreasing(hi, arg):
+            return loop
+    return None
+
+
+def nondecreasing(v: Value, arg: Value, depth: int = 0) -> bool:
+    """Whether ``v`` cannot decrease as ``arg`` grows, all other leaves (sizes, constants, other
+    indices) held fixed and non-negative: sums, products and quotients by what does not depend on
+    ``arg``, min and max of such, a difference whose right side does not depend on it."""
+    if v is arg or not depends_on(v, {arg}):
+        return True
+    op = v.owner
+    if depth > 32 or not isinstance(op, Op):
+        return False
+    if isinstance(op, (Add, Min, Max)):
+        return all(nondecreasing(x, arg, depth + 1) for x in op.operands)
+    if isinstance(op, Mul):
+        return all(nondecreasing(x, arg, depth + 1) for x in op.operands) and \
+            all(_non_negative(x) for x in op.operands)
+    if isinstance(op, (CDiv, FloorDiv, Sub)):
+        a, b = op.operands
+        return nondecreasing(a, arg, depth + 1) and not depends_on(b, {arg}) and \
+            (isinstance(op, Sub) or _positive_const(b) or isinstance(b.owner, Dim))
+    return False
+
+
+def _non_negative(v: Value) -> bool:
+    op = v.owner
+    if isinstance(op, Const):
+        return op.attrs["value"] >= 0
+    return True  # indices, sizes and products of them
+
+
+def _positive_const(v: Value) -> bool:
+    op = v.owner
+    return isinstance(op, Const) and op.attrs["value"] > 0

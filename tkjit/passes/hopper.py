@@ -70,6 +70,22 @@ def consumer_registers(consumers: int, producer: int) -> int:
     return min(SETMAXNREG_MAX, floor_to(share, 8))
 
 
+MAX_WGMMA_N = 256
+L2_BUDGET = 24 << 20
+"""Bytes a heaviest-first tile order keeps in flight at once per chunk of tiles (the grid pass's
+``heavy`` order: H100 L2 50 MB, H200 60 MB; the attention template's measured budget)."""
+
+
+def wgmma_n(cols: int, atom: int = 8) -> int | None:
+    """The widest wgmma N (a multiple of 8 up to 256, and of ``atom``: an MN-major B is read in
+    whole swizzle atoms) that divides ``cols``: fewer, wider wgmmas per k16 step (176 key columns
+    are one m64n176k16, not eleven m64n16k16). None when no width divides it."""
+    for n in range(MAX_WGMMA_N, 7, -8):
+        if cols % n == 0 and n % atom == 0:
+            return n
+    return None
+
+
 def swizzle_for_row_bytes(row_bytes: int) -> int:
     """The largest swizzle span (128/64/32 B) dividing the row bytes, or 0 (no swizzle)."""
     return next((span for span in SWIZZLE_SPANS if row_bytes % span == 0), 0)

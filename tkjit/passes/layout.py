@@ -24,7 +24,7 @@ from ..ir.ops import (BINARY_OPS, BROADCAST_OPS, MMA_OPS, REDUCE_OPS, UNARY_OPS,
                       Cvt, Mma)
 from ..ir.types import FP8, TileType, Type, VectorType, is_register
 from .decisions import subject_of
-from .hopper import carried_groups, swizzle_for_row_bytes
+from .hopper import carried_groups, swizzle_for_row_bytes, wgmma_n
 from .manager import Pass, PassContext, register_pass
 
 SWIZZLE_NAMES = {128: "128B", 64: "64B", 32: "32B", 0: "none"}
@@ -172,8 +172,10 @@ class Layout(Pass):
         parts.append(f"B {op.attrs['b_major']}-major (tB={int(not op.TB)})")
         if not op.TB and b.dtype in FP8:
             transpose += "B"
-        pieces = -(-n // 256)
-        shape = f"m64n{n // pieces}k{kstep}"
+        span_b = swizzle_for_row_bytes(b.cols * b.dtype.nbytes)
+        width = wgmma_n(n, span_b // b.dtype.nbytes if not op.TB and span_b else 8) or n // -(-n // 256)
+        pieces = n // width
+        shape = f"m64n{width}k{kstep}"
         reasons = [f"tiles are row-major: A is [{a.rows}, {a.cols}] and B [{b.rows}, {b.cols}], so "
                    f"{'M' if op.TA else 'K'} is A's contiguous dimension and "
                    f"{'K' if op.TB else 'N'} is B's; MN-major f16/bf16 operands are read in place "

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
-from .hopper import block_loop, check_supported_loads, is_shared, nbytes, shared_loads
+from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipelined_loops, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
 from .sync_report import CheckReport, default_cases
@@ -27,12 +27,21 @@ from .sync_protocol import Load as RingLoad
 from . import sync_verdicts
 
 CHECKS = ("auto", "off", "quick", "full")
+LEVEL2_STAGES = 3
+"""Level 2 holds each stage until the next trip's second product retires, so the producer refills
+it about half a trip ahead of its use; with 2 stages that starves the ring. Measured (H200,
+2026-11-27, examples/attention.tk D=128, 176-key blocks, 2 stages, same run): 0.51-0.58x of the
+template with level 2, 0.69-0.75x without (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-2.json``).
+Below 3 stages the pass gives the second product's tiles a ring of their own instead (``split``)."""
 
 
 class _Builder:
     def __init__(self, kernel: Kernel, overlap: bool = True):
         self.kernel = kernel
         self.overlap = overlap
+        self.split = bool(kernel.attrs.get("split_rings", True))  # the pass option split=off: False
+        self.split_bars: dict[str, int] = {}  # a split-off ring -> its barriers' shared offset
+        self.ring_loop: dict[str, For] = {}  # every loop ring (split-off ones too) -> its loop
         self.level2: list[For] = []  # loops software-pipelined one product behind
         consumers = kernel.attrs.get("consumers")
         if not isinstance(consumers, int):
@@ -50,24 +59,25 @@ class _Builder:
         self.names: set[str] = set()
 
     def level2_fits(self, loop: For) -> bool:
-        """Level 2 holds a second copy of the second product's register A beside the first
-        product's result, that A and the accumulator: it is chosen only where those (f32 and
-        packed 16-bit registers per consumer thread) and 32 more fit what a consumer gets.
-        Measured (H200, 2026-11-27, against FlexAttention, same runs): softcap 2.11 -> 2.50x,
-        ALiBi 1.16 -> 1.23x, the fused MLP 1.35 -> 1.43x cuBLAS; attention at D = 128 with
-        176-key blocks (which does not fit) spilled and fell 0.49 -> 0.42x of its template."""
-        parts = pipelined(loop)
-        if parts is None:
+        """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
+        in flight) beside the first product's result and the accumulator: it is chosen only where
+        those and 32 more (``level2_need``) fit the most a consumer can get, beside a producer of
+        24 (reg-budget then keeps the producer at 24 when they need it). The A of the current
+        trip is made only after the previous product's wait, into registers of its own, so one
+        copy is live while the softmax runs. Measured (H200, 2026-11-27, against FlexAttention,
+        same runs): softcap 2.11 -> 2.50x, ALiBi 1.16 -> 1.23x, the fused MLP 1.35 -> 1.43x
+        cuBLAS."""
+        if pipelined(loop) is None:
             return False
-        first, second, _ = parts
-        share = 128 * (1 if self.pingpong else self.consumers)
-        s_regs = first.result.type.rows * first.result.type.cols // share
-        p_regs = second.operands[0].type.rows * second.operands[0].type.cols // share // 2
-        o_regs = second.result.type.rows * second.result.type.cols // share
-        from .hopper import consumer_registers
+        from .hopper import SETMAXNREG_MIN, consumer_registers
         room = (self.kernel.attrs["regs"][1] if "regs" in self.kernel.attrs
-                else consumer_registers(self.consumers, 40))
-        return s_regs + 2 * p_regs + o_regs + 32 <= room
+                else consumer_registers(self.consumers, SETMAXNREG_MIN))
+        return level2_need(loop, self.share) <= room
+
+    @property
+    def share(self) -> int:
+        """Threads splitting each tile's rows: every consumer's, or one's (ping-pong)."""
+        return 128 * (1 if self.pingpong else self.consumers)
 
     def unique(self, hint: str | None, fallback: str) -> str:
         base = hint or fallback
@@ -113,28 +123,65 @@ class _Builder:
                             op.span)
         name = self.unique(op.regions[0].args[0].hint, "loop")
         loads = shared_loads(op.regions[0])
-        ring_loads = tuple(RingLoad(ld.result.hint or f"load{i}", ld.result.type.nbytes)
-                           for i, ld in enumerate(loads))
-        expect = op.attrs.get("stage_bytes", stage_data_bytes(op))
-        self.rings.append(Ring(name, op.attrs["stages"], ring_loads, expect, self.readers,
-                               where=_where(op)))
-        for ld, ring_load in zip(loads, ring_loads):
-            self.ring_of[ld.result] = name
-            self.load_of[ld] = (name, ring_load.name)
+        groups = self.split_groups(op, loads)
+        if groups is None:
+            groups = (loads,)
+        names = [name] + [self.unique(f"{name}_{g[0].result.hint or 'b'}", f"{name}_b") for g in groups[1:]]
+        stages = op.attrs["stages"]
+        for ring_name, group in zip(names, groups):
+            ring_loads = tuple(RingLoad(ld.result.hint or f"load{i}", ld.result.type.nbytes)
+                               for i, ld in enumerate(group))
+            expect = (op.attrs.get("stage_bytes", stage_data_bytes(op)) if len(groups) == 1
+                      else sum(ld.result.type.nbytes for ld in group))
+            self.rings.append(Ring(ring_name, stages, ring_loads, expect, self.readers,
+                                   where=_where(op)))
+            for ld, ring_load in zip(group, ring_loads):
+                self.ring_of[ld.result] = ring_name
+                self.load_of[ld] = (ring_name, ring_load.name)
+            self.ring_loop[ring_name] = op
+            if all("smem" in ld.attrs for ld in loads):
+                start = min(ld.attrs["smem"] for ld in loads)
+                self.extent[ring_name] = (start, start + stages * stage_stride(op))
         self.loop_of[op] = name
-        if all("smem" in ld.attrs for ld in loads):
-            start = min(ld.attrs["smem"] for ld in loads)
-            self.extent[name] = (start, start + op.attrs["stages"] * stage_stride(op))
+        if len(names) > 1:
+            base = self.kernel.attrs.get("split_bars", self.kernel.attrs.get("smem", 0))
+            base += 16 * stages * sum(1 for other in self.split_bars.values())  # (one split loop)
+            self.split_bars[names[1]] = base
         reads = []
         for inner in op.walk():
             if isinstance(inner, (*MMA_OPS, Copy)):
                 rings = tuple(dict.fromkeys(self.ring_of[v] for v in inner.operands if v in self.ring_of))
                 if rings:
                     reads.append(rings)
-        level2 = self.overlap and op.attrs["stages"] >= 2 and self.level2_fits(op)
-        self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op)))
+        level2 = self.level2_allowed(op, split=len(names) > 1)
+        self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op),
+                                   split=names[1] if len(names) > 1 and level2 else ""))
         if level2:
             self.level2.append(op)
+
+    def level2_allowed(self, op: For, split: bool) -> bool:
+        """Level 2 where it fits, with 3 stages or a ring of its own for the second product."""
+        stages = op.attrs.get("stages", 0)
+        return self.overlap and (stages >= LEVEL2_STAGES or (split and stages >= 2)) and \
+            self.level2_fits(op)
+
+    def split_groups(self, op: For, loads: list[Load]):
+        """(the first product's loads, the second product's) when the option asks for split
+        rings, the loop is a level-2 candidate with fewer than LEVEL2_STAGES stages, and each
+        load is read by exactly one of its two products; else None."""
+        if not self.split or op.attrs.get("stages", 0) >= LEVEL2_STAGES or op.attrs.get("stages", 0) < 2:
+            return None
+        parts = pipelined(op)
+        if parts is None:
+            return None
+        first, second, _ = parts
+        a = [ld for ld in loads if ld.result in first.operands]
+        b = [ld for ld in loads if ld.result in second.operands]
+        if not a or not b or len(a) + len(b) != len(loads) or set(a) & set(b):
+            return None
+        if not self.level2_fits(op):
+            return None
+        return a, b
 
     def staging(self, op: Store) -> None:
         size, _ = staging_sizes(op, self.consumers, op.attrs.get("staging_cols"),
@@ -187,6 +234,27 @@ def pipelined(loop: For):
     return first, second, arg
 
 
+def level2_need(loop: For, share: int) -> int:
+    """Registers per consumer thread a level-2 trip keeps live at once: the first product's f32
+    result, the second product's packed 16-bit register A (the previous trip's, read by the
+    wgmma in flight), its f32 accumulator, and 32 for addresses and loop state (``share``: the
+    threads splitting each tile's rows)."""
+    first, second, _ = pipelined(loop)
+    s, a, o = first.result.type, second.operands[0].type, second.result.type
+    return (s.rows * s.cols + a.rows * a.cols * a.dtype.nbytes // 4 + o.rows * o.cols) // share + 32
+
+
+def level2_needs(kernel: Kernel) -> list[tuple[For, int]]:
+    """(loop, ``level2_need``) of each loop the mbarrier pass software-pipelines (reg-budget keeps
+    the producer at 24 where a need does not fit beside one of 40)."""
+    if not kernel.attrs.get("overlap", True):
+        return []
+    builder = _Builder(kernel)
+    return [(loop, level2_need(loop, builder.share)) for loop in pipelined_loops(kernel)
+            if builder.level2_allowed(loop, split=builder.split_groups(loop, shared_loads(loop.regions[0]))
+                                      is not None)]
+
+
 def in_flight(loop: For) -> bool:
     """Whether the trip's last product can stay in flight into the next trip: its A operand is a
     shared tile (a register A must not change while the wgmma reads it), its result is read only
@@ -225,6 +293,10 @@ class Schedule:
     """The loops whose second product runs one trip behind (LoopPlan.pipelined)."""
     staged_over_rings: list = field(default_factory=list)
     """The stores whose staging tile goes over a ring (each StagingReuse item's), in order."""
+    ring_loop: dict = field(default_factory=dict)
+    """Every loop ring (a split-off second ring too) -> its IR loop (stage stride, trips)."""
+    split_bars: dict = field(default_factory=dict)
+    """A split-off ring -> the shared offset of its full[s]/empty[s] (after smem-plan's map)."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -232,7 +304,7 @@ def schedule_of(kernel: Kernel) -> Schedule:
     builder = _Builder(kernel, bool(kernel.attrs.get("overlap", True)))
     proto = builder.build()
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
-                    list(builder.reused))
+                    list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars))
 
 
 def _where(op: Op) -> str:
@@ -278,6 +350,12 @@ class Mbarrier(Pass):
     (quick; full in debug mode)."""
     overlap: str = "auto"
     """Level-2 software pipelining of a trip's second product (auto: where it applies; off)."""
+    split: str = "auto"
+    """auto: a level-2 loop with fewer than 3 stages gets a ring of its own for the second
+    product's tiles (``sync_protocol.split_loop``), so level 2 keeps its refill distance; off.
+    Measured (H200, 2026-11-27, examples/attention.tk D=128, 176-key blocks, 2 stages, same
+    run, ratio to the template): 0.79-0.87x split, 0.71-0.75x with one ring and level 1
+    (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-3-split.json``)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.check not in CHECKS:
@@ -286,8 +364,21 @@ class Mbarrier(Pass):
             raise PassError(f"mbarrier: overlap must be auto or off, got '{self.overlap}'")
         if self.overlap == "off":
             kernel.attrs["overlap"] = False
+        if self.split not in ("auto", "on", "off"):
+            raise PassError(f"mbarrier: split must be auto or off, got '{self.split}'")
+        if self.split == "off":
+            kernel.attrs["split_rings"] = False
         builder = _Builder(kernel, self.overlap != "off")
         proto = builder.build()
+        if builder.split_bars and "split_bars" not in kernel.attrs:
+            kernel.attrs["split_bars"] = kernel.attrs["smem"]  # right after smem-plan's map
+            for ring, at in builder.split_bars.items():
+                end = at + 16 * proto.ring(ring).stages
+                ctx.decide(f"ring {ring}", "a ring of its own for the second product's tiles",
+                           f"level 2 holds those tiles a trip longer than the first product's: with "
+                           f"{proto.ring(ring).stages} stages one shared ring would refill half a trip "
+                           f"ahead; its full/empty barriers at bytes {at:,} .. {end - 1:,}, after "
+                           f"smem-plan's map (the kernel's shared memory: {end:,} B)")
         for loop in builder.level2:
             ctx.decide(f"loop at {_where(loop)}", "level 2: the second product runs one trip behind",
                        "the trip's second product reads registers made from the first's result and "

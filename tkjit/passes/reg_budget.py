@@ -19,6 +19,7 @@ from .hopper import (SETMAXNREG_MAX, SETMAXNREG_MIN, WARPGROUP, consumer_registe
                      register_pool, threads_for)
 from .liveness import CONSUMER_OVERHEAD, PRODUCER_NEED, consumer_pressure
 from .manager import Pass, PassContext, register_pass
+from .mbarrier import level2_needs
 
 PRODUCER_DEFAULT = 40
 
@@ -57,10 +58,19 @@ class RegBudget(Pass):
             p = PRODUCER_DEFAULT
             c = consumer_registers(n, p)
             how = f"the producer keeps {p} (its elected thread needs about {PRODUCER_NEED})"
+            level2 = [(loop, x) for loop, x in level2_needs(kernel) if x > c]
             if need > c:
                 p, c = SETMAXNREG_MIN, consumer_registers(n, SETMAXNREG_MIN)
                 how = (f"tight: consumers need about {need} > {consumer_registers(n, PRODUCER_DEFAULT)}"
                        f" beside a producer of {PRODUCER_DEFAULT}, so the producer keeps only {p}")
+            elif level2:
+                loop, x = level2[0]
+                where = loop.span.location() if loop.span else "a loop"
+                p, c = SETMAXNREG_MIN, consumer_registers(n, SETMAXNREG_MIN)
+                how = (f"tight: level 2 of the loop at {where} holds about {x} (the first product's "
+                       f"result, the in-flight product's register A, its accumulator, + 32) > "
+                       f"{consumer_registers(n, PRODUCER_DEFAULT)} beside a producer of "
+                       f"{PRODUCER_DEFAULT}, so the producer keeps only {p}")
         kernel.attrs["regs"] = (p, c)
         kernel.attrs["maxnreg"] = entry
         used = WARPGROUP * p + WARPGROUP * n * c

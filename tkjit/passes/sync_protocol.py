@@ -419,6 +419,10 @@ class LoopPlan(Frozen):
     result only flows, through the yield, into the next trip's wgmma as the accumulator. When
     anything else reads it (a register op in the loop, a rescaled accumulator), every group is
     drained before the trip ends (wait_group 0) and the current stage is released at once."""
+    split: str = ""
+    """Level 2 with a ring of its own for the second product's tiles (named here): the first
+    ring's stage is released as soon as the first product retires, the second's a trip later,
+    once the held second product does (``split_loop``)."""
 
 
 @dataclass(unsafe_hash=True)
@@ -455,6 +459,8 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     loads, and without ``in_flight`` the trip reads its own product: all of these wait for
     everything and release the current stage."""
     r = plan.ring
+    if plan.pipelined and plan.split and len(plan.mmas) == 2:
+        return split_loop(plan)
     if plan.pipelined and len(plan.mmas) == 2 and stages >= 2:
         return pipelined_loop(plan)
     body: list[Step] = [Wait(r, "full")]
@@ -487,6 +493,22 @@ def pipelined_loop(plan: LoopPlan) -> tuple[Step, ...]:
             First((MmaWait(0),)), NotFirst((MmaWait(1),)),
             NotFirst((MmaWait(0), Release(r, "prev"))), Advance(r))
     return (IfTrips(r, (Loop(r, body), Mma(second, "prev"), MmaWait(0), Release(r, "prev"))),)
+
+
+def split_loop(plan: LoopPlan) -> tuple[Step, ...]:
+    """Level 2 over two rings (``plan.split``: the second product's, e.g. V beside K): trip j
+    waits for its first-ring stage, issues the first product, then the previous trip's second
+    (reading the second ring's previous stage), waits for the first alone and releases its
+    stage at once (the producer refills it a whole trip ahead), runs the register work under
+    the second product, waits for it and releases the second ring's previous stage, and waits
+    for its own second-ring stage (read by the next trip's held product). So a 2-stage ring
+    keeps its refill distance under level 2 (FlashAttention-3's separate K and V barriers)."""
+    r, v = plan.ring, plan.split
+    first, second = plan.mmas
+    body = (Wait(r, "full"), Mma(first), NotFirst((Mma(second, "prev"),)),
+            First((MmaWait(0),)), NotFirst((MmaWait(1),)), Release(r),
+            NotFirst((MmaWait(0), Release(v, "prev"))), Wait(v, "full"), Advance(r), Advance(v))
+    return (IfTrips(r, (Loop(r, body), Mma(second, "prev"), MmaWait(0), Release(v, "prev"))),)
 
 
 def pingpong_consumer(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
@@ -535,7 +557,10 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             prod.extend(producer_fill(by_name[item.ring]))
             cons.append(Wait(item.ring, "full"))
         elif isinstance(item, LoopPlan):
-            prod.append(Loop(item.ring, producer_fill(by_name[item.ring])))
+            fills = producer_fill(by_name[item.ring])
+            if item.split:
+                fills += producer_fill(by_name[item.split])
+            prod.append(Loop(item.ring, fills))
             cons.extend(consumer_loop(item, by_name[item.ring].stages))
         else:
             cons.extend(consumer_staging(item))

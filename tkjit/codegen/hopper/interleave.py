@@ -110,10 +110,13 @@ def pipelined_trip(loop: For, steps) -> list[tuple]:
     product, the first product; the previous trip's second product and the waits; the register
     work (under that second product); its wait and the previous stage's release; the ops that
     read the carried tile (now final for the previous trip); then ``("hold", None, second)``:
-    the second product's operands kept for the next trip (or the loop's end)."""
+    the second product's operands kept for the next trip (or the loop's end). Split rings
+    (sync_protocol.split_loop) add the first ring's release before the work and the second
+    ring's wait and advance, which are steps where they stand."""
     from ...passes.sync_protocol import Advance, NotFirst, Release
     before, first, work, rescale, second = level2_parts(loop)
     out: list[tuple] = []
+    held = False
     for step in steps:
         if isinstance(step, Mma) and step.which == "cur":
             out += [("op", None, op) for op in before]
@@ -121,10 +124,11 @@ def pipelined_trip(loop: For, steps) -> list[tuple]:
         elif isinstance(step, NotFirst) and any(isinstance(s, Release) for s in step.body):
             out += [("op", None, op) for op in work]
             out.append(("step", step, None))
-        elif isinstance(step, Advance):
+        elif isinstance(step, Advance) and not held:  # (split rings: the first Advance)
             out += [("op", None, op) for op in rescale]
             out.append(("hold", None, second))
             out.append(("step", step, None))
+            held = True
         else:
             out.append(("step", step, None))
     return out

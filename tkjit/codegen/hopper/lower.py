@@ -161,7 +161,9 @@ class LoweredKernel:
         self.threads = kernel.attrs["threads"]
         self.regs = tuple(kernel.attrs["regs"])
         self.maxnreg = kernel.attrs.get("maxnreg", 168)
-        self.smem_bytes = kernel.attrs["smem"]
+        self.smem_bytes = max([kernel.attrs["smem"]] + [at + 16 * self.proto.ring(ring).stages for ring, at
+                                                         in self.schedule.split_bars.items()])
+        """smem-plan's map, and the barriers of rings the mbarrier pass split off after it."""
         self.blocks = block_loop(kernel)
         self.b = Builder()
         self.strided = bool(self.options.get("strided"))
@@ -177,6 +179,9 @@ class LoweredKernel:
         loops = {ring: loop for loop, ring in self.schedule.loop_of.items()}
         one_shots = {ring: ld for ld, (ring, _) in self.schedule.load_of.items() if ring not in loops}
         for ring in self.proto.rings:
+            if ring.name in self.schedule.split_bars:  # a ring split off a loop's (mbarrier)
+                self.ring_bars[ring.name] = (self.schedule.split_bars[ring.name], ring.stages)
+                continue
             owner = loops.get(ring.name) or one_shots[ring.name]
             self.ring_bars[ring.name] = (owner.attrs["bars"], ring.stages)
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, REDUCE_OPS, Copy, For, If, Load, Store, Yield
 from ...ir.types import BF16, F16, F32, TileType
-from ...passes.hopper import is_shared, swizzle_bytes
+from ...passes.hopper import is_shared, swizzle_bytes, wgmma_n
 from . import wgmma
 from .lower import MMA_DTYPES
-
-WGMMA_N = (256, 192, 128, 96, 64, 32, 16, 8)
 
 
 def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
@@ -100,13 +98,6 @@ def users_of(kernel) -> dict[int, list[Op]]:
     return users
 
 
-def wgmma_n(cols: int, atom: int) -> int | None:
-    for n in WGMMA_N:
-        if n <= cols and cols % n == 0 and n % atom == 0:
-            return n
-    return None
-
-
 def a_operand(op):
     """How A lies in shared memory: K-major [M, K] for mma_AB/ABt, MN-major [K, M] for AtB/AtBt."""
     t = op.operands[0].type
@@ -129,4 +120,4 @@ def b_operand(op):
 
 
 
-__all__ = ["consumer_refusal", "users_of", "wgmma_n", "a_operand", "b_operand", "WGMMA_N"]
+__all__ = ["consumer_refusal", "users_of", "wgmma_n", "a_operand", "b_operand"]

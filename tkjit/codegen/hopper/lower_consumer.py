@@ -55,6 +55,7 @@ class ConsumerRole(RoleEmitter):
         self.ctx.label = k.b.label
         self.ctx.role = self
         self.ctx.emitters = consumer_table()
+        self.ctx.edge_branched = []
         self.loop_of = {ring: loop for loop, ring in k.schedule.loop_of.items()}
         self.ring_of_load = {op: names[0] for op, names in k.schedule.load_of.items()}
         self.shared: dict[int, Load] = {}  # id(value) -> the ring load it reads
@@ -91,6 +92,14 @@ class ConsumerRole(RoleEmitter):
             b(*self.deferred.flush(ctx))
         b(*drain(self))
         b.lines[start:start] = ctx.prologue
+        if ctx.edge_branched:
+            where = ", ".join(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
+                              for op in dict.fromkeys(ctx.edge_branched))
+            k.decisions.append({"decision": "padding masks", "value": "edge tiles only",
+                                "why": f"{where}: a uniform branch on the valid count takes the "
+                                       "unmasked reduction when the whole tile lies inside its "
+                                       "tensor, the masked one only at the edge (no per-element "
+                                       "compare and select on the other tiles)"})
 
     def plan_stagings(self) -> dict:
         """The staging of every register-tile store smem-plan staged (lower_epilogue), set up once."""
@@ -333,7 +342,7 @@ class ConsumerRole(RoleEmitter):
         """Shared address of ``load``'s tile in the current (or previous) stage of its ring."""
         b = self.b
         ring = self.rings[self.ring_of_load[load]]
-        loop = self.loop_of.get(ring.ring.name)
+        loop = self.k.schedule.ring_loop.get(ring.ring.name)
         stage = self.stage_before(ring) if which == "prev" else ring.s
         addr = b.reg()
         b(f"mad.lo.u32 {addr}, {stage}, {load_stage_stride(loop)}, {self.k.smem};",

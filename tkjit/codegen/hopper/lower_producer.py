@@ -116,7 +116,7 @@ class ProducerRole(RoleEmitter):
         t = load.result.type
         coords = [ctx.get(v).reg for v in load.variadic()]
         stage = b.reg()
-        stride = load_stage_stride(self.loop_of.get(step.ring))
+        stride = load_stage_stride(self.k.schedule.ring_loop.get(step.ring))
         b(f"mad.lo.u32 {stage}, {r.s}, {stride}, {self.k.smem};",
           f"add.u32 {stage}, {stage}, {load.attrs['smem']};")
         bar = self.bar(r, "full")

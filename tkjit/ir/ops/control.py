@@ -31,12 +31,14 @@ class Blocks(Op):
     One program instance per point of the 1-3-D block grid. ``schedule``: ``grid`` (one CTA per
     block) or ``persistent`` (CTAs loop over blocks); ``group``: blocks of rows visited together
     for L2 reuse; ``split``: how many CTAs share each block's reduction loop (split-K: a cluster
-    of that many CTAs, each taking a slice of the loop, their partial sums added on chip)."""
+    of that many CTAs, each taking a slice of the loop, their partial sums added on chip);
+    ``heavy``: the position of the index visited descending, heaviest tiles first (the grid
+    pass)."""
 
     NAME = "blocks"
     OPERANDS = ("counts*",)
-    ATTRS = {"schedule": str, "group": int, "split": int}
-    OPTIONAL_ATTRS = frozenset({"schedule", "group", "split"})
+    ATTRS = {"schedule": str, "group": int, "split": int, "heavy": int}
+    OPTIONAL_ATTRS = frozenset({"schedule", "group", "split", "heavy"})
     NUM_RESULTS = 0
     NUM_REGIONS = 1
 
@@ -52,6 +54,8 @@ class Blocks(Op):
             raise self.error(f"group must be at least 1, got {self.attrs['group']}")
         if "split" in self.attrs and self.attrs["split"] < 1:
             raise self.error(f"split must be at least 1, got {self.attrs['split']}")
+        if "heavy" in self.attrs and not 0 <= self.attrs["heavy"] < len(counts):
+            raise self.error(f"heavy must name one of the {len(counts)} block indices, got {self.attrs['heavy']}")
         return []
 
     def verify_regions(self) -> None:

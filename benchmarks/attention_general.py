@@ -1,0 +1,166 @@
+"""examples/attention.tk through the general lowering against its template, same run (GPU).
+
+    python3 benchmarks/attention_general.py [--shapes 128:4096,64:8192:causal] [--json OUT.json]
+        [--variant NAME[@D]=PIPELINE]   # also the general lowering under this pass pipeline
+        [--profile D:N[:causal]]   # one launch of each lowering, for ncu to look at
+
+Rows: D 64 and 128, causal and not, N 1024 .. 16384 (issue 18's "Done when"), with B·N = 16384
+tokens and 16 heads (as benchmarks/attention_variants.py). Each row times the general lowering,
+the template and SDPA cuDNN in interleaved batches (CUDA events, median of 15 batches of 10
+launches, the order reversed every other batch, inputs rotating over enough sets to exceed the
+60 MB L2). Before timing, both kernels run on NaN-poisoned outputs and their O and L are checked
+against float64 torch on two heads. ``general_vs_template`` is template ms / general ms (the
+issue's target: >= 0.98 on every row).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+import torch
+
+import tkjit
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = (ROOT / "examples" / "attention.tk").read_text()
+L2_BYTES = 60 << 20
+TOKENS, HEADS = 16384, 16
+DEFAULT_SHAPES = [f"{d}:{n}{c}" for d in (128, 64) for c in ("", ":causal")
+                  for n in (1024, 2048, 4096, 8192, 16384)]
+
+
+def batch_ms(fn, sets, per_batch=10) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(per_batch):
+        fn(*sets[i % len(sets)])
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / per_batch
+
+
+def parse(shape: str) -> tuple[int, int, bool]:
+    parts = shape.split(":")
+    return int(parts[0]), int(parts[1]), parts[2:] == ["causal"]
+
+
+def kernels(d: int, causal: bool, variants: dict | None = None) -> dict:
+    """general, template, and each variant (the general lowering under its pass pipeline)."""
+    consts = {"D": d, "CAUSAL": causal}
+    out = {low: tkjit.compile(SOURCE, filename="attention.tk", constants=consts, lowering=low)
+           for low in ("general", "template")}
+    for name, (only_d, pipeline) in (variants or {}).items():
+        if only_d in (None, d):
+            out[name] = tkjit.compile(SOURCE, filename="attention.tk", constants=consts,
+                                      lowering="general", pipeline=pipeline)
+    return out
+
+
+def reference(q, k, v, causal: bool, scale: float):
+    """O and the natural-log L of heads 0 and H-1 of batch 0, in float64."""
+    out = []
+    for h in (0, q.shape[1] - 1):
+        s = (q[0, h].double() @ k[0, h].double().T) * scale
+        if causal:
+            n = s.shape[0]
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+        out.append((torch.softmax(s, -1) @ v[0, h].double(), torch.logsumexp(s, -1)))
+    return out
+
+
+def check(kern, sets, causal: bool, scale: float) -> dict:
+    q, k, v, o, lse = sets[0]
+    o.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    kern(q, k, v, o, lse, scale)
+    torch.cuda.synchronize()
+    errs = {"o": 0.0, "l": 0.0, "nan": int(o.isnan().sum().item() + lse.isnan().sum().item())}
+    for (ref_o, ref_l), h in zip(reference(q, k, v, causal, scale), (0, q.shape[1] - 1)):
+        errs["o"] = max(errs["o"], ((o[0, h].double() - ref_o).norm() / ref_o.norm()).item())
+        errs["l"] = max(errs["l"], (lse[0, h].double() - ref_l).abs().max().item())
+    return errs
+
+
+def row(shape: str, variants: dict) -> dict:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    d, n, causal = parse(shape)
+    b, scale = TOKENS // n, 1 / math.sqrt(d)
+    set_bytes = 2 * 4 * b * HEADS * n * d
+    sets = [tuple(torch.randn(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+            + (torch.empty(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda"),
+               torch.empty(b, HEADS, n, dtype=torch.float32, device="cuda"))
+            for _ in range(max(2, -(-2 * L2_BYTES // set_bytes)))]
+    ks = kernels(d, causal, variants)
+    out = {"D": d, "N": n, "B": b, "H": HEADS, "causal": causal,
+           "backend": {name: f"{k.metadata.get('backend')}/{k.metadata.get('lowering', 'template')}"
+                       for name, k in ks.items()}}
+    for name, k in ks.items():
+        out[f"{name}_err"] = check(k, sets, causal, scale)
+    fns = {name: (lambda kk: lambda q, k_, v, o, l: kk(q, k_, v, o, l, scale))(k) for name, k in ks.items()}
+    fns["cudnn"] = lambda q, k_, v, o, l: torch.nn.functional.scaled_dot_product_attention(
+        q, k_, v, is_causal=causal, scale=scale)
+    times = {name: [] for name in fns}
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        for fn in fns.values():
+            batch_ms(fn, sets, 3)
+        for i in range(15):
+            for name, fn in (list(fns.items()) if i % 2 == 0 else list(reversed(fns.items()))):
+                times[name].append(batch_ms(fn, sets))
+    med = {name: statistics.median(t) for name, t in times.items()}
+    out.update({f"{name}_ms": round(v, 5) for name, v in med.items()})
+    out["general_vs_template"] = round(med["template"] / med["general"], 4)
+    out["general_vs_cudnn"] = round(med["cudnn"] / med["general"], 4)
+    out["template_vs_cudnn"] = round(med["cudnn"] / med["template"], 4)
+    for name in ks:
+        if name not in ("general", "template"):
+            out[f"{name}_vs_template"] = round(med["template"] / med[name], 4)
+    return out
+
+
+def profile(shape: str) -> None:
+    d, n, causal = parse(shape)
+    b = TOKENS // n
+    q, k, v = (torch.randn(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    o, lse = torch.empty_like(q), torch.empty(b, HEADS, n, device="cuda")
+    for kern in kernels(d, causal).values():
+        for _ in range(3):
+            kern(q, k, v, o, lse, d ** -0.5)
+    torch.cuda.synchronize()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
+    ap.add_argument("--json")
+    ap.add_argument("--profile")
+    ap.add_argument("--variant", action="append", default=[])
+    args = ap.parse_args()
+    if args.profile:
+        return profile(args.profile)
+    variants = {}
+    for v in args.variant:
+        name, pipeline = v.split("=", 1)
+        name, _, only = name.partition("@")
+        variants[name] = (int(only) if only else None, pipeline)
+    rows = []
+    for shape in args.shapes.split(","):
+        r = row(shape, variants)
+        print(json.dumps(r), flush=True)
+        rows.append(r)
+    print("shape".ljust(20) + "gen/tmpl  gen/cudnn  tmpl/cudnn")
+    for r in rows:
+        label = f"D{r['D']} N{r['N']}" + (" causal" if r["causal"] else "")
+        extra = "  ".join(f"{k}={v}" for k, v in r.items() if k.endswith("_vs_template")
+                          and k != "general_vs_template")
+        print(label.ljust(20) + f"{r['general_vs_template']:8.3f} {r['general_vs_cudnn']:10.3f} "
+                                f"{r['template_vs_cudnn']:11.3f}  {extra}")
+    if args.json:
+        info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+        Path(args.json).write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
