@@ -1,0 +1,69 @@
+"""Run the attention backward — attention_bwd_prep.tk, attention_bwd_dkdv.tk, attention_bwd_dq.tk
+after the forward examples/attention.tk (which gives O and the log-sum-exp L) — and check dQ, dK
+and dV against torch's autograd in float64.
+
+    python examples/attention_bwd.py [B H N] [--causal]
+
+On a GPU the kernels run there; without one they run on tkjit's CPU interpreter, at smaller sizes.
+"""
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import tkjit
+
+HERE = Path(__file__).resolve().parent
+
+
+def kernels(d: int, causal: bool) -> dict:
+    """The forward and the three backward kernels at head dim d."""
+    c = {"D": d, "CAUSAL": causal}
+    return {"fwd": tkjit.load(HERE / "attention.tk", constants=c),
+            "prep": tkjit.load(HERE / "attention_bwd_prep.tk", constants={"D": d}),
+            "dkdv": tkjit.load(HERE / "attention_bwd_dkdv.tk", constants=c),
+            "dq": tkjit.load(HERE / "attention_bwd_dq.tk", constants=c)}
+
+
+def backward(ks: dict, q, k, v, o, lse, do, scale):
+    """dQ, dK, dV from the forward's O and L (outputs NaN-poisoned, so unwritten ones show)."""
+    nan = float("nan")
+    di = torch.full(lse.shape, nan, dtype=torch.float32, device=q.device)
+    dq, dk, dv = (torch.full_like(t, nan) for t in (q, k, v))
+    ks["prep"](o, do, di)
+    ks["dkdv"](q, k, v, do, lse, di, dk, dv, scale)
+    ks["dq"](q, k, v, do, lse, di, dq, scale)
+    return dq, dk, dv
+
+
+def check(device: str, sizes=None, causal: bool = False, d: int = 128) -> tuple[str, float]:
+    """Forward and backward once on fresh random inputs; return (shape, the largest relative error
+    of dQ, dK and dV against float64 autograd)."""
+    bsz, h, n = sizes if sizes and len(sizes) == 3 else ((4, 16, 4096) if device == "cuda" else (1, 2, 150))
+    bf = dict(dtype=torch.bfloat16, device=device)
+    q, k, v, do = (torch.randn(bsz, h, n, d, **bf) for _ in range(4))
+    o = torch.full((bsz, h, n, d), float("nan"), **bf)
+    lse = torch.full((bsz, h, n), float("nan"), dtype=torch.float32, device=device)
+    scale = d ** -0.5
+    ks = kernels(d, causal)
+    ks["fwd"](q, k, v, o, lse, scale)
+    grads = backward(ks, q, k, v, o, lse, do, scale)
+
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*leaves, is_causal=causal, scale=scale)
+    ref.backward(do.double())
+    err = max(((g.double() - x.grad).norm() / x.grad.norm()).item() for g, x in zip(grads, leaves))
+    return f"{bsz}x{h}x{n}x{d}{' causal' if causal else ' full'}", err
+
+
+def main(argv: list[str]) -> int:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    causal = "--causal" in argv
+    shape, err = check(device, [int(a) for a in argv if a != "--causal"] or None, causal=causal)
+    print(f"attention backward {shape} on {device}: largest relative error of dQ, dK, dV {err:.2e}")
+    return 0 if err < 2e-2 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
