@@ -2,7 +2,7 @@
 after the forward examples/attention.tk (which gives O and the log-sum-exp L) — and check dQ, dK
 and dV against torch's autograd in float64.
 
-    python examples/attention_bwd.py [B H N] [--causal]
+    python examples/attention_bwd.py [B H HKV N] [--causal]
 
 On a GPU the kernels run there; without one they run on tkjit's CPU interpreter, at smaller sizes.
 """
@@ -40,9 +40,10 @@ def backward(ks: dict, q, k, v, o, lse, do, scale):
 def check(device: str, sizes=None, causal: bool = False, d: int = 128) -> tuple[str, float]:
     """Forward and backward once on fresh random inputs; return (shape, the largest relative error
     of dQ, dK and dV against float64 autograd)."""
-    bsz, h, n = sizes if sizes and len(sizes) == 3 else ((4, 16, 4096) if device == "cuda" else (1, 2, 150))
+    bsz, h, hkv, n = sizes if sizes and len(sizes) == 4 else ((4, 16, 4, 4096) if device == "cuda" else (1, 4, 2, 150))
     bf = dict(dtype=torch.bfloat16, device=device)
-    q, k, v, do = (torch.randn(bsz, h, n, d, **bf) for _ in range(4))
+    q, do = (torch.randn(bsz, h, n, d, **bf) for _ in range(2))
+    k, v = (torch.randn(bsz, hkv, n, d, **bf) for _ in range(2))
     o = torch.full((bsz, h, n, d), float("nan"), **bf)
     lse = torch.full((bsz, h, n), float("nan"), dtype=torch.float32, device=device)
     scale = d ** -0.5
@@ -51,10 +52,11 @@ def check(device: str, sizes=None, causal: bool = False, d: int = 128) -> tuple[
     grads = backward(ks, q, k, v, o, lse, do, scale)
 
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
-    ref = F.scaled_dot_product_attention(*leaves, is_causal=causal, scale=scale)
+    kr, vr = (t.repeat_interleave(h // hkv, dim=1) for t in leaves[1:])
+    ref = F.scaled_dot_product_attention(leaves[0], kr, vr, is_causal=causal, scale=scale)
     ref.backward(do.double())
     err = max(((g.double() - x.grad).norm() / x.grad.norm()).item() for g, x in zip(grads, leaves))
-    return f"{bsz}x{h}x{n}x{d}{' causal' if causal else ' full'}", err
+    return f"{bsz}x{h}(kv {hkv})x{n}x{d}{' causal' if causal else ' full'}", err
 
 
 def main(argv: list[str]) -> int:

@@ -75,10 +75,10 @@ SCHEDULED = [
     ("attention_mask", {"D": 64, "BQ": 128, "BKV": 64}, (1, 2, 1, 150)),
     ("attention_f16", {"D": 64, "BQ": 128, "BKV": 64}, (1, 2, 2, 40)),
     ("attention_nol", {"D": 96, "CAUSAL": True}, (1, 2, 1, 150)),
-    ("attention_bwd_dkdv", {"D": 64, "CAUSAL": True}, (1, 2, 300)),
-    ("attention_bwd_dkdv", {"D": 64}, (1, 1, 40)),
-    ("attention_bwd_dq", {"D": 64, "CAUSAL": True}, (1, 2, 300)),
-    ("attention_bwd_dq", {"D": 64}, (1, 1, 40)),
+    ("attention_bwd_dkdv", {"D": 64, "CAUSAL": True}, (1, 4, 2, 300)),
+    ("attention_bwd_dkdv", {"D": 64}, (1, 1, 1, 40)),
+    ("attention_bwd_dq", {"D": 64, "CAUSAL": True}, (1, 4, 2, 300)),
+    ("attention_bwd_dq", {"D": 64}, (1, 1, 1, 40)),
 ]
 
 

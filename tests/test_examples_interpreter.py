@@ -217,15 +217,17 @@ def make_attention_f16(shape, constants):
 def _attention_backward(shape, constants):
     """Inputs of the backward kernels and their float64 truth: L and Di from the exact forward,
     the gradients from autograd."""
-    bsz, h, n = shape
+    bsz, h, hkv, n = shape
     d, causal = constants.get("D", 128), constants.get("CAUSAL", False)
-    q, k, v, do = (_bf16(bsz, h, n, d) for _ in range(4))
+    q, do = _bf16(bsz, h, n, d), _bf16(bsz, h, n, d)
+    k, v = _bf16(bsz, hkv, n, d), _bf16(bsz, hkv, n, d)
     scale = d ** -0.5
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
-    scores = scale * leaves[0] @ leaves[1].transpose(-1, -2)
+    kr, vr = (t.repeat_interleave(h // hkv, dim=1) for t in leaves[1:])
+    scores = scale * leaves[0] @ kr.transpose(-1, -2)
     if causal:
         scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-    o = torch.softmax(scores, -1) @ leaves[2]
+    o = torch.softmax(scores, -1) @ vr
     o.backward(do.double())
     lse = torch.logsumexp(scores.detach(), -1).float()
     di = (do.double() * o.detach()).sum(-1)
@@ -286,13 +288,13 @@ CASES = {
                            [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_mask),
     "attention_f16": Case([{"D": 64, "BQ": 64, "BKV": 64}, {"D": 96, "CAUSAL": True, "BQ": 64, "BKV": 32}],
                           [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_f16),
-    "attention_bwd_prep": Case([{"D": 64}], [(1, 2, 150)], make_attention_bwd_prep),
+    "attention_bwd_prep": Case([{"D": 64}], [(1, 2, 2, 150)], make_attention_bwd_prep),
     "attention_bwd_dkdv": Case([{"D": 64, "BQ": 32, "BKV": 64}, {"D": 64, "CAUSAL": True, "BQ": 32, "BKV": 64},
                                 {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}],
-                               [(1, 2, 150), (1, 1, 40)], make_attention_bwd_dkdv),
+                               [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_bwd_dkdv),
     "attention_bwd_dq": Case([{"D": 64, "BQ": 64, "BKV": 32}, {"D": 64, "CAUSAL": True, "BQ": 32, "BKV": 64},
                               {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}],
-                             [(1, 2, 150), (1, 1, 40)], make_attention_bwd_dq),
+                             [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_bwd_dq),
 }
 
 
