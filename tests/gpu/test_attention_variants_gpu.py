@@ -98,7 +98,7 @@ def test_backward_against_float64_autograd(d, causal, n):
     torch.cuda.synchronize()
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
     _exact(*leaves, scale, causal).backward(do.double())
-    for label, g, x in zip(("dQ", "dK", "dV"), grads, leaves):
+    for label, g, x in zip(("dQ", "dK", "dV"), grads[:3], leaves):
         assert not torch.isnan(g).any(), f"{label}: an element was never written"
         err = ((g.double() - x.grad).norm() / x.grad.norm()).item()
         assert err < 2e-2, f"{label} D={d} causal={causal} N={n}: relative error {err:.3g}"
