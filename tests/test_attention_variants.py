@@ -143,4 +143,4 @@ def test_chunked_linear_attention_is_refused_at_the_state_copy():
     assert ((o.double() - ref).norm() / ref.norm()).item() < 1e-2
     with pytest.raises(NotAvailableError) as info:
         tkjit.compile(LINEAR_ATTENTION, lowering="general", require_hopper=True, cache=False).asm["ptx"]
-    assert "'copy' at <string>:16:7: copies between shared and register tiles are not lowered yet" in str(info.value)
+    assert "'copy' at <string>:15:7: copies between shared and register tiles are not lowered yet" in str(info.value)
