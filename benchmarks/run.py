@@ -2,7 +2,7 @@
 """Run the GPU test suite and the benchmarks in one go (on a Hopper GPU, in under ten minutes),
 print a short table last, and write every number to JSON.
 
-    python benchmarks/run.py [--quick] [--only gemm,attention,...] [--no-tests] [--out PATH]
+    python benchmarks/run.py [--quick] [--only gemm,attention,...] [--kernels NAMES] [--no-tests] [--out PATH]
                              [--plot] [--dry-run] [--budget S] [--case-timeout S]
     tkjit bench [the same options]
 
@@ -42,6 +42,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="skip the largest shapes (GEMM 16384³)")
     parser.add_argument("--only", type=_families, default=None, metavar="NAMES",
                         help=f"comma-separated families: {', '.join(families.FAMILIES)}")
+    parser.add_argument("--kernels", type=lambda t: tuple(n.strip() for n in t.split(",") if n.strip()), default=(),
+                        metavar="NAMES", help="generality: only the rows of these examples (attention_exp,...)")
     parser.add_argument("--no-tests", action="store_true", help="do not run the GPU test suite first")
     parser.add_argument("--out", type=Path, default=None, metavar="PATH", help="where to write the JSON")
     parser.add_argument("--plot", action="store_true", help="also write PNG plots of the ratios (matplotlib)")
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the benchmarks need a CUDA GPU (a Hopper, with a CUDA build of torch) and none is usable "
               "here; --dry-run checks this script on the CPU", file=sys.stderr)
         return 1
-    mode = Mode(quick=args.quick, dry_run=args.dry_run)
+    mode = Mode(quick=args.quick, dry_run=args.dry_run, kernels=args.kernels)
     begin = time.monotonic()
     budget = args.budget or BUDGET_S["dry_run" if args.dry_run else "quick" if args.quick else "full"]
     deadline = begin + budget

@@ -78,7 +78,8 @@ def test_dry_run_generality_rows(dry_run):
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("kernel", ["gemm_bias_gelu", "gemm_bias_silu", "bmm", "gemm_alpha_beta", "gemm_atb",
                                     "gemm_fp8", "mlp", "rmsnorm", "residual_layernorm", "attention_nol",
-                                    "attention_window", "attention_softcap", "attention_alibi"])
+                                    "attention_window", "attention_softcap", "attention_alibi", "attention_exp",
+                                    "attention_mask", "attention_f16", "attention_bwd"])
 def test_generality_references_compute_what_the_kernel_does(kernel):
     """Every generality reference (FlexAttention's score_mod/block_mask, torch.compile's
     expression run eagerly here, the cuBLAS calls) matches the float64 truth the kernel is
@@ -327,3 +328,16 @@ def test_pair_timing_alternates_the_sides(monkeypatch):
     assert rounds[:4] == ["a", "b", "b", "a"] and len(rounds) == 2 * timing.PAIR_ROUNDS
     assert (a.median_ms, b.median_ms) == (1.0, 2.0) and a.runs == b.runs == 3 * timing.PAIR_ROUNDS
     assert "interleaved" in a.method
+
+
+def test_generality_rows_of_chosen_examples():
+    """--kernels: the generality rows of the named examples only (their GPU shapes, or the dry
+    run's); a name without rows is refused."""
+    from tkbench import generality
+    from tkbench.context import Mode
+    full = generality.cases(Mode(kernels=("attention_bwd", "attention_f16")))
+    assert {c["kernel"] for c in full} == {"attention_bwd", "attention_f16"} and all(c["N"] == 4096 for c in full)
+    assert [c["kernel"] for c in generality.cases(Mode(dry_run=True, kernels=("attention_exp",)))] == ["attention_exp"]
+    assert Mode.from_json(Mode(kernels=("attention_exp",)).to_json()).kernels == ("attention_exp",)
+    with pytest.raises(ValueError, match="no example attention_nope"):
+        generality.cases(Mode(kernels=("attention_nope",)))

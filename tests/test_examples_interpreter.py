@@ -196,6 +196,65 @@ def make_attention_alibi(shape, constants):
     return [q, k, v, o, scale], [o], [ref]
 
 
+def make_attention_exp(shape, constants):
+    return make_attention_nol(shape, constants)
+
+
+def make_attention_mask(shape, constants):
+    return make_attention_nol(shape, dict(constants, CAUSAL=True))
+
+
+def make_attention_f16(shape, constants):
+    bsz, h, hkv, n = shape
+    d, causal = constants.get("D", 128), constants.get("CAUSAL", False)
+    q, k, v = (torch.randn(bsz, x, n, d).half() for x in (h, hkv, hkv))
+    o = _nan(bsz, h, n, d, dtype=torch.float16)
+    kr, vr = (t.double().repeat_interleave(h // hkv, dim=1) for t in (k, v))
+    ref = F.scaled_dot_product_attention(q.double(), kr, vr, is_causal=causal, scale=d ** -0.5)
+    return [q, k, v, o, d ** -0.5], [o], [ref]
+
+
+def _attention_backward(shape, constants):
+    """Inputs of the backward kernels and their float64 truth: L and Di from the exact forward,
+    the gradients from autograd."""
+    bsz, h, hkv, n = shape
+    d, causal = constants.get("D", 128), constants.get("CAUSAL", False)
+    q, do = _bf16(bsz, h, n, d), _bf16(bsz, h, n, d)
+    k, v = _bf16(bsz, hkv, n, d), _bf16(bsz, hkv, n, d)
+    scale = d ** -0.5
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    kr, vr = (t.repeat_interleave(h // hkv, dim=1) for t in leaves[1:])
+    scores = scale * leaves[0] @ kr.transpose(-1, -2)
+    if causal:
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    o = torch.softmax(scores, -1) @ vr
+    o.backward(do.double())
+    lse = torch.logsumexp(scores.detach(), -1).float()
+    di = (do.double() * o.detach()).sum(-1)
+    return dict(q=q, k=k, v=v, do=do, o=o.detach(), lse=lse, di=di, scale=scale,
+                grads=[x.grad for x in leaves])
+
+
+def make_attention_bwd_prep(shape, constants):
+    t = _attention_backward(shape, constants)
+    o = t["o"].bfloat16()
+    di = _nan(*t["lse"].shape, dtype=torch.float32)
+    return [o, t["do"], di], [di], [(t["do"].double() * o.double()).sum(-1)]
+
+
+def make_attention_bwd_dkdv(shape, constants):
+    t = _attention_backward(shape, constants)
+    dk, dv = _nan(*t["k"].shape), _nan(*t["v"].shape)
+    return ([t["q"], t["k"], t["v"], t["do"], t["lse"], t["di"].float(), dk, dv, t["scale"]], [dk, dv],
+            t["grads"][1:])
+
+
+def make_attention_bwd_dq(shape, constants):
+    t = _attention_backward(shape, constants)
+    dq = _nan(*t["q"].shape)
+    return [t["q"], t["k"], t["v"], t["do"], t["lse"], t["di"].float(), dq, t["scale"]], [dq], t["grads"][:1]
+
+
 CASES = {
     "gemm": Case([{}], [(256, 512, 128), (200, 300, 100), (129, 257, 65)], make_gemm),
     "attention": Case(
@@ -215,13 +274,27 @@ CASES = {
     "gemm_fp8": Case([{"BM": 64, "BN": 64, "BK": 64}], [(70, 100, 136)], make_gemm_fp8),
     "rmsnorm": Case([{}, {"D": 256}], [(20,), (3,)], make_rmsnorm),
     "residual_layernorm": Case([{}, {"D": 256}], [(20,)], make_residual_layernorm),
-    "attention_nol": Case([{"D": 64, "BQ": 64, "BKV": 64}, {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}],
-                          [(1, 2, 1, 150)], make_attention_nol),
+    "attention_nol": Case([{"D": 64, "BQ": 64, "BKV": 64}, {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32},
+                           {"D": 96, "CAUSAL": True, "BQ": 64, "BKV": 32}, {"D": 256, "BQ": 64}],
+                          [(1, 2, 1, 150), (1, 4, 2, 40)], make_attention_nol),
     "attention_window": Case([{"D": 64, "BQ": 64, "BKV": 32}, {"D": 64, "BQ": 32, "BKV": 64}],
                              [(1, 2, 1, 300), (1, 1, 1, 50)], make_attention_window),
     "attention_softcap": Case([{"D": 64, "BQ": 64, "BKV": 64}], [(1, 2, 1, 150)], make_attention_softcap),
     "attention_alibi": Case([{"D": 64, "BQ": 64, "BKV": 64}, {"D": 64, "BQ": 32, "BKV": 64}],
                             [(1, 4, 2, 150)], make_attention_alibi),
+    "attention_exp": Case([{"D": 64, "BQ": 64, "BKV": 64}, {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}],
+                          [(1, 2, 1, 150), (1, 1, 1, 40)], make_attention_exp),
+    "attention_mask": Case([{"D": 64, "BQ": 64, "BKV": 32}, {"D": 64, "BQ": 32, "BKV": 64}],
+                           [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_mask),
+    "attention_f16": Case([{"D": 64, "BQ": 64, "BKV": 64}, {"D": 96, "CAUSAL": True, "BQ": 64, "BKV": 32}],
+                          [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_f16),
+    "attention_bwd_prep": Case([{"D": 64}], [(1, 2, 2, 150)], make_attention_bwd_prep),
+    "attention_bwd_dkdv": Case([{"D": 64, "BQ": 32, "BKV": 64}, {"D": 64, "CAUSAL": True, "BQ": 32, "BKV": 64},
+                                {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}],
+                               [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_bwd_dkdv),
+    "attention_bwd_dq": Case([{"D": 64, "BQ": 64, "BKV": 32}, {"D": 64, "CAUSAL": True, "BQ": 32, "BKV": 64},
+                              {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}],
+                             [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_bwd_dq),
 }
 
 

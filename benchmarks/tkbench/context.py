@@ -14,16 +14,19 @@ CPU_NOMINAL_L2 = 256 * 1024
 @dataclass(frozen=True)
 class Mode:
     """How the run was asked for: ``quick`` (fewer, smaller shapes), ``dry_run`` (tiny shapes on
-    the CPU interpreter, to test the script itself)."""
+    the CPU interpreter, to test the script itself), ``kernels`` (generality rows of these
+    examples only)."""
     quick: bool = False
     dry_run: bool = False
+    kernels: tuple = ()      # generality: only these examples' cases (empty: the family's own choice)
 
     def to_json(self) -> dict:
-        return {"quick": self.quick, "dry_run": self.dry_run}
+        return {"quick": self.quick, "dry_run": self.dry_run, "kernels": list(self.kernels)}
 
     @classmethod
     def from_json(cls, data: dict) -> "Mode":
-        return cls(quick=bool(data.get("quick")), dry_run=bool(data.get("dry_run")))
+        return cls(quick=bool(data.get("quick")), dry_run=bool(data.get("dry_run")),
+                   kernels=tuple(data.get("kernels") or ()))
 
 
 @dataclass

@@ -11,7 +11,10 @@ References, one row each:
 - norms vs ``torch.compile`` of the expression (their share of the measured copy bandwidth is
   filled in by run.py, as for the other memory-bound families);
 - attention variants vs FlexAttention (``torch.compile``d ``flex_attention`` with the equivalent
-  ``score_mod``/``block_mask``), and ``attention_nol`` also vs SDPA cuDNN.
+  ``score_mod``/``block_mask``), and the plain ones (``attention_nol`` at head dims 64 to 256 and
+  with grouped-query heads, ``attention_exp``, ``attention_mask``, ``attention_f16``) also vs SDPA
+  cuDNN; ``attention_bwd`` is the forward (``attention.tk``, for O and L) and the three backward
+  kernels against FlexAttention's and cuDNN's forward + backward (autograd), dQ, dK and dV checked.
 
 In the dry run (CPU) ``torch.compile`` is replaced by the eager expression (the row's reference
 name says so): compiling with Inductor on the CPU takes longer than the whole dry run.
@@ -44,6 +47,7 @@ class Spec:
     flops: Callable | None = None
     bytes: Callable | None = None
     inout: tuple = ()         # outputs that are read too (not poisoned)
+    load: Callable | None = None   # (p, kernels) -> (kernel, compile_s); default: the example p["kernel"]
 
 
 # ------------------------------------------------------------------ the cases
@@ -54,17 +58,26 @@ attention checked on two heads). tests/test_bench_script.py checks every spec's 
 
 
 def cases(mode) -> list[dict]:
+    chosen = getattr(mode, "kernels", ())
+    unknown = [k for k in chosen if k not in FULL]
+    if unknown:
+        raise ValueError(f"generality: no example {', '.join(unknown)}; choose from {', '.join(FULL)}")
     if mode.dry_run:
-        return [dict(kernel=k, **DRY[k]) for k in DRY_RUN]
+        return [dict(kernel=k, **DRY[k]) for k in (chosen or DRY_RUN)]
     out = []
     for kernel, shapes in FULL.items():
+        if chosen and kernel not in chosen:
+            continue
         for shape in shapes[:1] if mode.quick else shapes:
             out.append(dict(kernel=kernel, **shape))
     return out
 
 
 GEMMS = ("gemm_bias_gelu", "gemm_bias_silu", "gemm_alpha_beta", "gemm_atb", "gemm_fp8")
-ATTENTION = ("attention_nol", "attention_window", "attention_softcap", "attention_alibi")
+ATTENTION = ("attention_nol", "attention_window", "attention_softcap", "attention_alibi", "attention_exp",
+             "attention_mask", "attention_f16", "attention_bwd")
+PLAIN_ATTENTION = ("nol", "exp", "mask", "f16")
+"""Variants that compute plain softmax attention (causal or not): SDPA cuDNN computes them too."""
 FULL = {
     **{k: [{"M": 4096, "N": 4096, "K": 4096}, {"M": 8192, "N": 8192, "K": 8192}]
        for k in ("gemm_bias_gelu", "gemm_bias_silu", "gemm_fp8")},
@@ -79,7 +92,16 @@ FULL = {
     "attention_window": [{"B": 4, "H": 16, "N": 4096, "D": 128, "window": 1024}],
     "attention_softcap": [{"B": 4, "H": 16, "N": 4096, "D": 128, "softcap": 50.0}],
     "attention_alibi": [{"B": 4, "H": 16, "N": 4096, "D": 128}],
+    "attention_exp": [{"B": 4, "H": 16, "N": 4096, "D": 128, "causal": True},
+                      {"B": 4, "H": 16, "N": 4096, "D": 128, "causal": False}],
+    "attention_mask": [{"B": 4, "H": 16, "N": 4096, "D": 128}],
+    "attention_f16": [{"B": 4, "H": 16, "N": 4096, "D": 128, "causal": False}],
+    "attention_bwd": [{"B": 4, "H": 16, "N": 4096, "D": 128, "causal": True}],
 }
+FULL["attention_nol"] += [{"B": 4, "H": 32, "HKV": 8, "N": 4096, "D": 128, "causal": True},
+                          {"B": 4, "H": 16, "N": 4096, "D": 64, "causal": False},
+                          {"B": 4, "H": 16, "N": 4096, "D": 96, "causal": False},
+                          {"B": 4, "H": 16, "N": 4096, "D": 256, "causal": False}]
 DRY = {
     **{k: {"M": 96, "N": 80, "K": 64, "BM": 64, "BN": 64} for k in GEMMS},
     "bmm": {"BATCH": 2, "M": 64, "N": 80, "K": 64, "BM": 64, "BN": 64},
@@ -90,6 +112,10 @@ DRY = {
     "attention_window": {"B": 1, "H": 2, "N": 100, "D": 64, "window": 40},
     "attention_softcap": {"B": 1, "H": 2, "N": 100, "D": 64, "softcap": 5.0},
     "attention_alibi": {"B": 1, "H": 2, "N": 100, "D": 64},
+    "attention_exp": {"B": 1, "H": 2, "N": 100, "D": 64, "causal": True},
+    "attention_mask": {"B": 1, "H": 4, "HKV": 2, "N": 100, "D": 64},
+    "attention_f16": {"B": 1, "H": 2, "N": 100, "D": 64, "causal": False},
+    "attention_bwd": {"B": 1, "H": 2, "N": 100, "D": 64, "causal": True},
 }
 
 
@@ -98,13 +124,13 @@ def constants_of(p: dict) -> dict:
     keys = {"BM", "BN", "BQ", "BKV"}
     if p["kernel"] in ("rmsnorm", "residual_layernorm", "mlp") or p["kernel"] in ATTENTION:
         keys.add("D")
-    if p["kernel"] == "attention_nol":
+    if p["kernel"] in ("attention_nol", "attention_exp", "attention_f16", "attention_bwd"):
         keys.add("causal")
     out = {k: v for k, v in p.items() if k in keys}
     if "causal" in out:
         out["CAUSAL"] = out.pop("causal")
-    if p["kernel"] in ATTENTION and p["D"] < 128:
-        out.update(BQ=64, BKV=64)
+    if p["kernel"] in ATTENTION and p["D"] < 128 and p["N"] < 1024 and p["kernel"] != "attention_bwd":
+        out.update(BQ=64, BKV=64)   # the dry run's tiny shapes; the GPU rows keep the examples' tiles
     return out
 
 
@@ -331,37 +357,49 @@ def _attention(variant: str):
     def make(p, dev):
         import torch
         b, h, n, d = p["B"], p["H"], p["N"], p["D"]
-        q, k, v = (torch.randn(b, h, n, d, dtype=torch.bfloat16, device=dev) for _ in range(3))
-        args = [q, k, v, torch.empty(b, h, n, d, dtype=torch.bfloat16, device=dev), d ** -0.5]
+        dt = torch.float16 if variant == "f16" else torch.bfloat16
+        hkv = p.get("HKV", h)
+        q = torch.randn(b, h, n, d, dtype=dt, device=dev)
+        k, v = (torch.randn(b, hkv, n, d, dtype=dt, device=dev) for _ in range(2))
+        args = [q, k, v, torch.empty(b, h, n, d, dtype=dt, device=dev), d ** -0.5]
         if variant == "window":
             args.append(p["window"])
         elif variant == "softcap":
             args.append(p["softcap"])
         return args
 
-    def heads(p):
-        return sorted({(0, 0), (p["B"] - 1, p["H"] - 1)})
-
     def exact(p, args):
         q, k, v, _, scale = args[:5]
-        return [exact_scores_softmax(p, variant, q[b, i].double(), k[b, i].double(), v[b, i].double(), scale, i)
-                for b, i in heads(p)]
+        g = p["H"] // p.get("HKV", p["H"])
+        return [exact_scores_softmax(p, variant, q[b, i].double(), k[b, i // g].double(), v[b, i // g].double(),
+                                     scale, i)
+                for b, i in checked_heads(p)]
 
     def views(p, args):
-        return [args[3][b, i] for b, i in heads(p)]
+        return [args[3][b, i] for b, i in checked_heads(p)]
 
     def refs(p, ctx):
         out = [flex_reference(p, variant, ctx)]
-        if variant == "nol":
-            out.append(("SDPA cuDNN", _sdpa_cudnn(p)))
+        if variant in PLAIN_ATTENTION:
+            out.append(("SDPA cuDNN", _sdpa_cudnn(p, variant)))
         return out
 
     return Spec(make, (3,), exact, views=views, refs=refs, flops=attention_flops)
 
 
+def checked_heads(p):
+    """The (batch, head) pairs checked in float64: the first and the last."""
+    return sorted({(0, 0), (p["B"] - 1, p["H"] - 1)})
+
+
 def alibi_slopes(h: int):
     import torch
     return 2.0 ** (-8.0 * torch.arange(1, h + 1, dtype=torch.float64) / h)
+
+
+def is_causal(p, variant: str) -> bool:
+    """Whether the variant hides the keys after each query (besides what else it hides)."""
+    return variant in ("alibi", "window", "mask") or (variant in ("nol", "exp", "f16", "bwd") and bool(p.get("causal")))
 
 
 def exact_scores_softmax(p, variant: str, q, k, v, scale: float, head: int):
@@ -376,7 +414,7 @@ def exact_scores_softmax(p, variant: str, q, k, v, scale: float, head: int):
     if variant == "alibi":
         s = s - alibi_slopes(p["H"])[head].item() * dist
     hidden = torch.zeros_like(dist, dtype=torch.bool)
-    if variant in ("alibi", "window") or (variant == "nol" and p.get("causal")):
+    if is_causal(p, variant):
         hidden |= dist < 0
     if variant == "window":
         hidden |= dist >= p["window"]
@@ -385,9 +423,11 @@ def exact_scores_softmax(p, variant: str, q, k, v, scale: float, head: int):
 
 def attention_flops(p) -> float:
     full = 4.0 * p["B"] * p["H"] * p["N"] ** 2 * p["D"]
+    if p["kernel"] == "attention_bwd":
+        full *= 3.5   # forward (2 products) and backward (5 products)
     if p["kernel"] == "attention_window":
         return full * min(1.0, p["window"] / p["N"])
-    if p["kernel"] == "attention_alibi" or p.get("causal"):
+    if is_causal(p, p["kernel"].removeprefix("attention_")):
         return full / 2
     return full
 
@@ -396,7 +436,7 @@ def flex_mods(p, variant: str, device: str):
     """(score_mod, mask_mod) for FlexAttention: the variant's scores and visible keys."""
     import torch
     mask_mod = score_mod = None
-    if variant in ("alibi", "window") or (variant == "nol" and p.get("causal")):
+    if is_causal(p, variant):
         window = p.get("window")
 
         def mask_mod(b, h, q_idx, kv_idx):
@@ -416,7 +456,9 @@ def flex_mods(p, variant: str, device: str):
 
 
 def flex_reference(p, variant: str, ctx):
-    name = "FlexAttention" + ("" if ctx.cuda else " (eager, dry run)")
+    if variant == "bwd" and not ctx.cuda:   # FlexAttention has no backward on the CPU
+        return "SDPA math fwd + bwd (dry run: no FlexAttention backward on the CPU)", _with_backward(_sdpa_math(p))
+    name = "FlexAttention" + (" fwd + bwd" if variant == "bwd" else "") + ("" if ctx.cuda else " (eager, dry run)")
     try:
         import torch
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -424,22 +466,106 @@ def flex_reference(p, variant: str, ctx):
         return name, _raiser(exc)
     score_mod, mask_mod = flex_mods(p, variant, ctx.device)
     fn = torch.compile(flex_attention) if ctx.cuda else flex_attention
+    gqa = {"enable_gqa": True} if p.get("HKV", p["H"]) != p["H"] else {}
     state = {}
 
     def call(q, k, v, o, scale, *rest):
         if mask_mod is not None and "mask" not in state:   # built once, outside the timed calls
             state["mask"] = create_block_mask(mask_mod, None, None, p["N"], p["N"], device=ctx.device)
-        return fn(q, k, v, score_mod=score_mod, block_mask=state.get("mask"), scale=scale)
+        return fn(q, k, v, score_mod=score_mod, block_mask=state.get("mask"), scale=scale, **gqa)
+    if variant == "bwd":
+        return name, _with_backward(call)
     return name, call
 
 
-def _sdpa_cudnn(p):
+def _sdpa_cudnn(p, variant: str = "nol"):
     def call(q, k, v, o, scale, *rest):
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
+        gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=bool(p.get("causal")), scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal(p, variant), scale=scale, **gqa)
+    if variant == "bwd":
+        return _with_backward(call)
     return call
+
+
+def _sdpa_math(p):
+    def call(q, k, v, o, scale, *rest):
+        import torch.nn.functional as F
+        return F.scaled_dot_product_attention(q, k, v, is_causal=bool(p.get("causal")), scale=scale)
+    return call
+
+
+# ---- the attention backward: the forward for O and L, then Di, dK/dV and dQ
+
+class _Backward:
+    """examples/attention.tk's forward and the three backward kernels as one call, over the
+    arguments ``q, k, v, do, scale, o, lse, di, dq, dk, dv`` (the last six written)."""
+
+    def __init__(self, kernels, p):
+        c = {"D": p["D"], "CAUSAL": bool(p.get("causal"))}
+        self.parts = [kernels.get("attention", c), kernels.get("attention_bwd_prep", {"D": p["D"]}),
+                      kernels.get("attention_bwd_dkdv", c), kernels.get("attention_bwd_dq", c)]
+        self.fwd, self.prep, self.dkdv, self.dq = (k for k, _ in self.parts)
+        self.decisions = list(getattr(self.dkdv, "decisions", []))   # the backend the row names
+
+    @property
+    def compile_s(self) -> float:
+        return sum(s for _, s in self.parts)
+
+    def __call__(self, q, k, v, do, scale, o, lse, di, dq, dk, dv):
+        self.fwd(q, k, v, o, lse, scale)
+        self.prep(o, do, di)
+        self.dkdv(q, k, v, do, lse, di, dk, dv, scale)
+        self.dq(q, k, v, do, lse, di, dq, scale)
+
+
+def _with_backward(forward):
+    """A reference's forward + autograd backward over the backward's arguments: (dq, dk, dv)."""
+    def call(q, k, v, do, scale, *outs):
+        import torch
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = forward(*leaves, None, scale)
+        return torch.autograd.grad(out, leaves, do)
+    return call
+
+
+def _attention_backward():
+    def make(p, dev):
+        import torch
+        b, h, n, d = p["B"], p["H"], p["N"], p["D"]
+        bf = dict(dtype=torch.bfloat16, device=dev)
+        q, k, v, do = (torch.randn(b, h, n, d, **bf) for _ in range(4))
+        grads = [torch.empty(b, h, n, d, **bf) for _ in range(3)]
+        rows = [torch.empty(b, h, n, dtype=torch.float32, device=dev) for _ in range(2)]
+        return [q, k, v, do, d ** -0.5, torch.empty(b, h, n, d, **bf), *rows, *grads]
+
+    def exact(p, args):
+        """dV, then dK, then dQ of the checked heads (dV first: a reference's last output)."""
+        import torch
+        q, k, v, do, scale = args[:5]
+        out = {"dq": [], "dk": [], "dv": []}
+        for b, i in checked_heads(p):
+            leaves = [t[b, i].double().requires_grad_() for t in (q, k, v)]
+            o = exact_scores_softmax(p, "bwd", *leaves, scale, i)
+            for name, g in zip(("dq", "dk", "dv"), torch.autograd.grad(o, leaves, do[b, i].double())):
+                out[name].append(g)
+        return out["dv"] + out["dk"] + out["dq"]
+
+    def views(p, args):
+        dq, dk, dv = args[8:11]
+        return [t[b, i] for t in (dv, dk, dq) for b, i in checked_heads(p)]
+
+    def refs(p, ctx):
+        return [flex_reference(p, "bwd", ctx), ("SDPA cuDNN fwd + bwd", _sdpa_cudnn(p, "bwd"))]
+
+    return Spec(make, (5, 6, 7, 8, 9, 10), exact, views=views, refs=refs, flops=attention_flops,
+                load=lambda p, kernels: _loaded(_Backward(kernels, p)))
+
+
+def _loaded(kernel):
+    return kernel, kernel.compile_s
 
 
 def _raiser(exc: Exception):
@@ -452,7 +578,8 @@ SPECS: dict[str, Spec] = {
     "gemm_bias_gelu": _gemm_epilogue("gelu"), "gemm_bias_silu": _gemm_epilogue("silu"), "bmm": _bmm(),
     "gemm_alpha_beta": _alpha_beta(), "gemm_atb": _atb(), "gemm_fp8": _fp8(), "mlp": _mlp(),
     "rmsnorm": _rmsnorm(), "residual_layernorm": _residual_layernorm(),
-    **{f"attention_{v}": _attention(v) for v in ("nol", "window", "softcap", "alibi")},
+    **{f"attention_{v}": _attention(v) for v in ("nol", "window", "softcap", "alibi", "exp", "mask", "f16")},
+    "attention_bwd": _attention_backward(),
 }
 
 
@@ -466,7 +593,7 @@ def run(p: dict, ctx, kernels) -> list[Row]:
     spec = SPECS[p["kernel"]]
     kernel, compile_s, failure = None, None, None
     try:
-        kernel, compile_s = kernels.get(p["kernel"], constants_of(p) or None)
+        kernel, compile_s = spec.load(p, kernels) if spec.load else kernels.get(p["kernel"], constants_of(p) or None)
     except Exception as exc:  # noqa: BLE001
         failure = exc
     backend = backend_of(kernel, ctx)
@@ -529,7 +656,7 @@ def reference_error(ref, pristine: list, p: dict, spec: Spec, truth: list) -> fl
     out = ref(*args)
     out = out[-1] if isinstance(out, tuple) else out
     if spec.views is not None:
-        parts = [out[b, i] for b, i in sorted({(0, 0), (p["B"] - 1, p["H"] - 1)})]
+        parts = [out[b, i] for b, i in checked_heads(p)]
         return max(rel_err(x, t) for x, t in zip(parts, truth))
     return rel_err(out, truth[-1])
 

@@ -17,7 +17,8 @@ SIZES = {
     "bmm": [2, 200, 264, 136], "gemm_alpha_beta": [300, 264, 136], "gemm_atb": [200, 264, 136],
     "mlp": [200, 256], "gemm_fp8": [200, 304, 256], "rmsnorm": [300], "residual_layernorm": [300],
     "attention_nol": [1, 2, 1, 300], "attention_window": [1, 2, 1, 300], "attention_softcap": [1, 2, 1, 300],
-    "attention_alibi": [1, 2, 1, 300],
+    "attention_alibi": [1, 2, 1, 300], "attention_exp": [1, 2, 1, 300], "attention_mask": [1, 2, 1, 300],
+    "attention_f16": [1, 2, 1, 300], "attention_bwd": [1, 2, 1, 300],
 }
 
 

@@ -21,6 +21,8 @@ SIZES = {
     "gemm_fp8": [1000, 600, 512], "rmsnorm": [1000], "residual_layernorm": [1000],
     "attention_nol": [1, 4, 2, 1000], "attention_window": [1, 4, 2, 1000],
     "attention_softcap": [1, 4, 2, 1000], "attention_alibi": [1, 4, 2, 1000],
+    "attention_exp": [1, 4, 2, 1000], "attention_mask": [1, 4, 2, 1000], "attention_f16": [1, 4, 2, 1000],
+    "attention_bwd": [1, 4, 2, 1000],
 }
 
 
