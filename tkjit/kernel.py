@@ -261,14 +261,26 @@ class CompiledKernel:
         return self._launch_copied(launcher, args, stream, refusal)
 
     def _launch_copied(self, launcher, args: tuple, stream: Any, refusal: StridedArgument) -> None:
-        """The copying fallback: every view among the tensor arguments copied to a contiguous
-        tensor on the launch's stream, the kernel launched on those, each written one copied back
-        into the caller's view (the launcher checked overlaps on the views themselves first). Warns
-        once per argument, with the refusal that made the copy necessary."""
+        """The copying fallback: each view the kernel cannot take as it is (all of them, where the
+        refusal is the kernel's, not a view's: rows its fallback copies row-major) copied to a
+        contiguous tensor on the launch's stream, the kernel launched on those, each written one
+        copied back into the caller's view (the launcher checked overlaps on the views themselves
+        first). Warns once per refusal, with the reason the copy was needed."""
         import contextlib
         import warnings
 
         import torch
+
+        from .runtime import strides
+
+        def refused(i: int, a) -> bool:
+            shape, raw = tuple(a.shape), tuple(a.stride())
+            why = launcher._view_refusal(i, launcher.params[i], shape, strides.effective(shape, raw), raw,
+                                         a.data_ptr())
+            return why is not None
+        views = [i for i, (p, a) in enumerate(zip(launcher.params, args))
+                 if p.is_tensor and isinstance(a, torch.Tensor) and not a.is_contiguous()]
+        copied = [i for i in views if refused(i, args[i])] or views
         if refusal.message not in self._copied_warned:
             self._copied_warned.add(refusal.message)
             warnings.warn(f"{refusal.message}: copied to a contiguous tensor around the launch "
@@ -279,11 +291,10 @@ class CompiledKernel:
                                    else torch.cuda.ExternalStream(launcher._stream_handle(stream, launcher._current_device())))
         with on:
             fixed, back = list(args), []
-            for i, (p, a) in enumerate(zip(launcher.params, args)):
-                if p.is_tensor and isinstance(a, torch.Tensor) and not a.is_contiguous():
-                    fixed[i] = a.contiguous()
-                    if p.writes:
-                        back.append((a, fixed[i]))
+            for i in copied:
+                fixed[i] = args[i].contiguous()
+                if launcher.params[i].writes:
+                    back.append((args[i], fixed[i]))
             launcher(*fixed)
             for view, copy in back:
                 view.copy_(copy)
