@@ -92,7 +92,7 @@ def cases(quick: bool):
     out = [gemm_case(4096, 4096, 4096, False), gemm_case(4096, 4096, 4096, True),
            gemm_case(4096, 4096, 1024, False),
            attention_case(4, 16, 4096, 128, False), attention_case(4, 16, 4096, 128, True),
-           gelu_case(4096, 4096, 4096), softmax_case(16384, 1024)]
+           gelu_case(4096, 4096, 4096), softmax_case(65536, 1024)]
     if not quick:
         out.insert(5, attention_case(4, 16, 4096, 64, False))
     return out

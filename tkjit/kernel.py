@@ -225,6 +225,8 @@ class CompiledKernel:
             from .arguments import bind_by_name
             names = [name for name, _ in self._result.signature()]
             return self(*bind_by_name(self.name, names, args, named), stream=stream)
+        if self._strided is not None and _has_cuda_view(args):  # views: the variant (its own devices)
+            return self._strided(*args, stream=stream)
         backend = self.options.backend or self._backend_for(args)
         if backend == "interpret":
             return self._interpret(args, stream)
@@ -237,8 +239,6 @@ class CompiledKernel:
         if launcher.fast is not self._gpu_fast:  # the first launch, or another device than last time
             self._use_fast(launcher.fast)
             return launcher.fast(*args, stream=stream)
-        if self._strided is not None and launcher._has_view(args):
-            return self._strided(*args, stream=stream)  # views: the variant with stride parameters
         try:
             return launcher.slow(args, stream, checked)
         except RowsNotAligned:
@@ -414,6 +414,11 @@ def _calling(fast) -> type:
     return type("CompiledKernel", (CompiledKernel,), {"__call__": staticmethod(fast),
                                                       "__module__": CompiledKernel.__module__,
                                                       "__doc__": CompiledKernel.__doc__})
+
+
+def _has_cuda_view(args: tuple) -> bool:
+    """Whether some argument is a CUDA tensor that is not contiguous (a view)."""
+    return any(getattr(a, "is_cuda", False) and not a.is_contiguous() for a in args)
 
 
 def _is_host_tensor(a: Any) -> bool:
