@@ -100,9 +100,11 @@ def refusal(where: str, how: str | None, shape: tuple, eff: tuple, raw: tuple, p
 def acceptor(itemsize: int, writes: bool, mapped: bool):
     """``view_strides(tensor)`` for a launcher's generated strided path: the strides the kernel is
     given (``effective``), or None where the view cannot go as it is (the launcher's checker then
-    says why). The base's alignment is checked there for every tensor."""
-    def view_strides(a):
-        shape, raw = a.shape, a.stride()
+    says why). The base's alignment is checked there for every tensor. Answers are remembered per
+    (shape, strides), ``MEMO`` of them: a launch then costs one lookup per view."""
+    memo: dict = {}
+
+    def judge(shape, raw):
         if shape and shape[-1] > 1 and raw[-1] != 1:
             return None
         eff = effective(shape, raw)
@@ -111,7 +113,21 @@ def acceptor(itemsize: int, writes: bool, mapped: bool):
         if mapped and tma_refusal("", shape, eff, itemsize) is not None:
             return None
         return eff
+
+    def view_strides(a):
+        key = (a.shape, a.stride())
+        try:
+            return memo[key]
+        except KeyError:
+            if len(memo) >= MEMO:
+                memo.clear()
+            out = memo[key] = judge(*key)
+            return out
     return view_strides
+
+
+MEMO = 256
+"""(shape, strides) pairs an acceptor remembers before it starts again."""
 
 
 __all__ = ["effective", "check", "overlaps_itself", "span_bytes", "tma_refusal", "refusal", "acceptor",
