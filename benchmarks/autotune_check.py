@@ -10,8 +10,8 @@ second process reuses every choice from the disk cache without timing anything.
 Both processes use one fresh TKJIT_CACHE_DIR. The timer the autotuner is given counts its
 calls (each call times one candidate); the second process must make none. Timing the two
 choices: tkbench.timing.measure_pair (per-call CUDA events, alternating rounds, medians).
-The JSON goes to --out, else $OUT/autotune_check.json when $OUT is set, else
-benchmarks/results/<date>-<gpu>-autotune.json.
+The JSON goes to --out, else <date>-<gpu>-autotune.json in $OUT when it is set, else in
+benchmarks/results/.
 """
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ def main(argv=None) -> int:
     print(f"total {time.perf_counter() - begin:.1f} s (both processes)")
     gpu = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
-    out = args.out or (Path(os.environ["OUT"]) / "autotune_check.json" if os.environ.get("OUT") else
-                       HERE / "results" / f"{date}-{gpu.lower().replace(' ', '-')}-autotune.json")
+    name = f"{date}-{gpu.lower().replace(' ', '-')}-autotune.json"
+    out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else HERE / "results") / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": date, "gpu": gpu, "space": SPACE, "first": first, "second": second,
                                "second_returncode": proc.returncode, "ok": ok}, indent=1, default=str) + "\n")

@@ -12,8 +12,8 @@ of each view, then the kernel (timed the same way, against the same contiguous l
 also says how the views went: ``as is`` (TMA maps or stride parameters; no copy) or ``copied``
 (the kernel's copying fallback warned). Outputs are checked against torch once per case.
 
-The JSON goes to --out, else $OUT/strided.json when $OUT is set, else
-benchmarks/results/<date>-<gpu>-strided.json.
+The JSON goes to --out, else <date>-<gpu>-strided.json in $OUT when it is set, else in
+benchmarks/results/.
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def cases(quick: bool):
     out = [gemm_case(4096, 4096, 4096, False), gemm_case(4096, 4096, 4096, True),
            gemm_case(4096, 4096, 1024, False),
            attention_case(4, 16, 4096, 128, False), attention_case(4, 16, 4096, 128, True),
-           gelu_case(4096, 4096, 4096), softmax_case(16384, 1024)]
+           gelu_case(4096, 4096, 4096), softmax_case(65536, 1024)]
     if not quick:
         out.insert(5, attention_case(4, 16, 4096, 64, False))
     return out
@@ -153,8 +153,8 @@ def main(argv=None) -> int:
         print(f"{r['case']:<52} {r['views']:>6} {r['ratio']:>11.3f} {r['copy_ratio']:>11.3f}  "
               f"{'ok' if r['within_target'] else 'MISSED'}")
     date = datetime.date.today().isoformat()
-    out = args.out or (Path(os.environ["OUT"]) / "strided.json" if os.environ.get("OUT") else
-                       HERE / "results" / f"{date}-{gpu.lower().replace(' ', '-')}-strided.json")
+    name = f"{date}-{gpu.lower().replace(' ', '-')}-strided.json"
+    out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else HERE / "results") / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": date, "gpu": gpu, "torch": torch.__version__, "target": TARGET,
                                "rows": rows}, indent=1) + "\n")

@@ -223,3 +223,94 @@ def test_the_strides_a_kernel_is_given_and_a_views_span():
     assert overlaps_itself((4, 8), (4, 1)) and not overlaps_itself((2, 4, 8), (8, 16, 1))
     assert tma_refusal("w", (4, 8), (16, 1), 2) is None
     assert "dim 0 has stride 13 (26 bytes" in tma_refusal("w", (4, 8), (13, 1), 2)
+
+
+# ------------------------------------------------------------------ the kernel object's routing, fake GPU
+
+class FakeGpu:
+    """Stands in for the GPU under CompiledKernel: each kernel object's launcher is made from its
+    own metadata with a recording launch (the parameter block's slots read back) and a recording
+    tensor-map encoder."""
+
+    def __init__(self):
+        self.launches, self.maps = [], FakeEncode()
+
+    def launcher(self, kernel):
+        kernel.asm["ptx"]  # noqa: B018 - the metadata
+        meta = kernel.metadata
+        gpu = self
+
+        def launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            slots = kernel._launchers[0]._n_slots
+            pointers = (ctypes.c_void_p * slots).from_address(params)
+            gpu.launches.append((kernel.options.strided, [ctypes.c_int64.from_address(pointers[i]).value
+                                                         for i in range(slots)]))
+            return (0,)
+        return Launcher(object(), meta["params"], meta["grid"], meta["block"], 0, name=kernel.name, launch=launch,
+                        current_device=lambda: 0, current_stream=lambda dev: 0, on_refusal=kernel._refused,
+                        encode_map=self.maps, num_sms=132)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    from tkjit.kernel import CompiledKernel
+    gpu = FakeGpu()
+
+    def device_launcher(self):
+        if 0 not in self._launchers:
+            self._launchers[0] = gpu.launcher(self)
+        return self._launchers[0]
+    monkeypatch.setattr(CompiledKernel, "_device_launcher", device_launcher)
+    return gpu
+
+
+def test_a_register_tile_kernel_launches_views_through_its_strided_variant(fake_gpu, recwarn):
+    softmax = tkjit.load(EXAMPLES / "softmax.tk", constants={"C": 64}, cache=False)
+    x = fake(torch.randn(40, 192, dtype=torch.bfloat16)[:, 64:128])
+    y_base = torch.zeros(80, 64, dtype=torch.bfloat16)
+    y = fake(y_base[::2])
+    softmax(x, y)
+    softmax(x, y)  # again: straight to the variant
+    assert [strided for strided, _ in fake_gpu.launches] == [True, True]
+    slots = fake_gpu.launches[0][1]
+    assert slots[0] == x.data_ptr() and slots[1] == y.data_ptr() and slots[2:] == [40, 192, 128]  # R, strides
+    softmax(fake(torch.zeros(40, 64, dtype=torch.bfloat16)), fake(torch.zeros(40, 64, dtype=torch.bfloat16)))
+    assert fake_gpu.launches[-1][0] is False  # contiguous: the default kernel
+    assert not [w for w in recwarn if "copied" in str(w.message)]
+
+
+def test_a_view_tma_cannot_take_is_copied_and_written_back(fake_gpu):
+    kernel = tkjit.load(EXAMPLES / "gemm_bias_gelu.tk", cache=False)
+    a = fake(torch.randn(128, 67, dtype=torch.bfloat16)[:, :64])     # rows of 134 bytes: TMA cannot
+    b = fake(torch.randn(64, 256, dtype=torch.bfloat16))
+    bias = fake(torch.randn(256, dtype=torch.bfloat16))
+    c_base = torch.full((128, 512), 7.0, dtype=torch.bfloat16)
+    c = fake(c_base[:, 256:])                                          # TMA takes this one as it is
+    with pytest.warns(UserWarning, match=r"argument 0 \('A'\): TMA needs every stride but the last.*dim 0 has "
+                                         r"stride 67.*copied to a contiguous tensor"):
+        kernel(a, b, bias, c)
+    (strided, slots), = fake_gpu.launches
+    assert strided is False and kernel._strided is None              # copy_only: no variant compiled
+    assert slots[0] != a.data_ptr() and slots[3] == c.data_ptr()     # A copied, C launched in place
+    assert [call for call in fake_gpu.maps.calls if call[0] == c.data_ptr()] == \
+        [(c.data_ptr(), (256, 128), (1024,))]                          # C's store map: its own row stride
+    assert [call for call in fake_gpu.maps.calls if call[0] == slots[0]] == [(slots[0], (64, 128), (128,))]
+
+
+def test_only_the_views_a_kernel_cannot_take_are_copied(fake_gpu):
+    """Attention's template reads Q, K, V through TMA (their views go as they are) and stores O by
+    pointer: an O view is the one copy, written back into the caller's (B, N, H, D) buffer."""
+    attention = tkjit.load(EXAMPLES / "attention.tk", constants={"D": 64}, cache=False)
+    bsz, n, h, d = 1, 128, 2, 64
+    qkv = torch.randn(bsz, n, 3 * h * d, dtype=torch.bfloat16)
+    q, k, v = (fake(t) for t in qkv.view(bsz, n, 3, h, d).permute(2, 0, 3, 1, 4))
+    o_base = torch.full((bsz, n, h, d), 3.0, dtype=torch.bfloat16)
+    o = fake(o_base.transpose(1, 2))
+    lse = fake(torch.zeros(bsz, h, n))
+    with pytest.warns(UserWarning, match=r"argument 3 \('O'\): this kernel addresses the tensor row-major"):
+        attention(q, k, v, o, lse, 0.125)
+    (_, slots), = fake_gpu.launches
+    assert slots[:3] == [q.data_ptr(), k.data_ptr(), v.data_ptr()] and slots[3] != o.data_ptr()
+    # byte strides of N, H, B (B has one element: its row-major stride, strides.effective)
+    assert sorted(call[2] for call in fake_gpu.maps.calls) == [(3 * h * d * 2, d * 2, h * n * d * 2)] * 3
+    assert (o_base == 3.0).all()  # the fake launch wrote nothing: the copy of O went back unchanged

@@ -231,6 +231,8 @@ class CompiledKernel:
             if not checked:
                 return self._checked(args, stream)
             return self._device_launcher().slow(args, stream, True)  # the checker accepted what fast refused
+        if self._strided is not None and _has_cuda_view(args):  # views: the variant (its own devices)
+            return self._strided(*args, stream=stream)
         backend = self.options.backend or self._backend_for(args)
         if backend == "interpret":
             return self._interpret(args, stream)
@@ -243,8 +245,6 @@ class CompiledKernel:
         if launcher.fast is not self._gpu_fast:  # the first launch, or another device than last time
             self._use_fast(launcher.fast)
             return launcher.fast(*args, stream=stream)
-        if self._strided is not None and launcher._has_view(args):
-            return self._strided(*args, stream=stream)  # views: the variant with stride parameters
         try:
             return launcher.slow(args, stream, checked)
         except RowsNotAligned:
@@ -291,14 +291,26 @@ class CompiledKernel:
         return self._launch_copied(launcher, args, stream, refusal)
 
     def _launch_copied(self, launcher, args: tuple, stream: Any, refusal: StridedArgument) -> None:
-        """The copying fallback: every view among the tensor arguments copied to a contiguous
-        tensor on the launch's stream, the kernel launched on those, each written one copied back
-        into the caller's view (the launcher checked overlaps on the views themselves first). Warns
-        once per argument, with the refusal that made the copy necessary."""
+        """The copying fallback: each view the kernel cannot take as it is (all of them, where the
+        refusal is the kernel's, not a view's: rows its fallback copies row-major) copied to a
+        contiguous tensor on the launch's stream, the kernel launched on those, each written one
+        copied back into the caller's view (the launcher checked overlaps on the views themselves
+        first). Warns once per refusal, with the reason the copy was needed."""
         import contextlib
         import warnings
 
         import torch
+
+        from .runtime import strides
+
+        def refused(i: int, a) -> bool:
+            shape, raw = tuple(a.shape), tuple(a.stride())
+            why = launcher._view_refusal(i, launcher.params[i], shape, strides.effective(shape, raw), raw,
+                                         a.data_ptr())
+            return why is not None
+        views = [i for i, (p, a) in enumerate(zip(launcher.params, args))
+                 if p.is_tensor and isinstance(a, torch.Tensor) and not a.is_contiguous()]
+        copied = [i for i in views if refused(i, args[i])] or views
         if refusal.message not in self._copied_warned:
             self._copied_warned.add(refusal.message)
             warnings.warn(f"{refusal.message}: copied to a contiguous tensor around the launch "
@@ -309,11 +321,10 @@ class CompiledKernel:
                                    else torch.cuda.ExternalStream(launcher._stream_handle(stream, launcher._current_device())))
         with on:
             fixed, back = list(args), []
-            for i, (p, a) in enumerate(zip(launcher.params, args)):
-                if p.is_tensor and isinstance(a, torch.Tensor) and not a.is_contiguous():
-                    fixed[i] = a.contiguous()
-                    if p.writes:
-                        back.append((a, fixed[i]))
+            for i in copied:
+                fixed[i] = args[i].contiguous()
+                if launcher.params[i].writes:
+                    back.append((args[i], fixed[i]))
             launcher(*fixed)
             for view, copy in back:
                 view.copy_(copy)
@@ -433,6 +444,11 @@ def _calling(fast) -> type:
     return type("CompiledKernel", (CompiledKernel,), {"__call__": staticmethod(fast),
                                                       "__module__": CompiledKernel.__module__,
                                                       "__doc__": CompiledKernel.__doc__})
+
+
+def _has_cuda_view(args: tuple) -> bool:
+    """Whether some argument is a CUDA tensor that is not contiguous (a view)."""
+    return any(getattr(a, "is_cuda", False) and not a.is_contiguous() for a in args)
 
 
 def _is_host_tensor(a: Any) -> bool:

@@ -284,7 +284,7 @@ class Launcher:
             exec(compile(self.source, f"<tkjit launcher {name}>", "exec"), scope)
             self.fast = scope["fast"]
             if self.stride_slots:
-                self._strided_fast = self.fast
+                self.strided_source, self._strided_fast = self.source, self.fast
         """The fast path, ``fast(*args, stream=None)``: the generated function (``source``), or
         with the native launch API the C object that does the same (fastlaunch.c), except for a
         kernel whose launches are ordered (``order``): the generated function, calling the native
@@ -414,42 +414,14 @@ class Launcher:
         return out
 
     def _view_strides(self, i: int):
-        """``view_strides(tensor)`` for argument ``i`` of the strided fast path: the strides the
-        kernel is given (strides.effective), or None where this launch cannot take the view as it
-        is (the slow path then says why: check_args)."""
+        """``view_strides(tensor)`` for argument ``i`` of the strided fast path (strides.acceptor)."""
         p = self.params[i]
-        es = ITEMSIZE[p.dtype]
-        mapped = any(enc.spec.param == i for enc in self.maps)
-
-        def view_strides(a):
-            shape, raw = a.shape, a.stride()
-            if shape and shape[-1] > 1 and raw[-1] != 1:
-                return None
-            eff = strides.effective(shape, raw)
-            if p.writes and strides.overlaps_itself(shape, eff):
-                return None
-            if mapped and strides.tma_refusal("", shape, eff, es) is not None:
-                return None
-            return eff
-        return view_strides
+        return strides.acceptor(ITEMSIZE[p.dtype], p.writes, any(enc.spec.param == i for enc in self.maps))
 
     def _view_refusal(self, i: int, p: Param, shape: tuple, eff: tuple, raw: tuple, ptr: int) -> str | None:
-        """Why this compiled kernel cannot launch argument ``i``, a view, as it is (None: it can):
-        the kernel needs it row-major, or TMA cannot take its strides or base."""
-        where = self._where(i)
-        if p.strides is None:
-            return (f"{where}: {self.ROW_MAJOR_ONLY}: {shared.first_strided(shape, raw)}; got strides "
-                    f"{raw} for shape {shape}")
-        if ptr % 16:
-            return (f"{where}: the view's data pointer {ptr:#x} is not 16-byte aligned (an offset of "
-                    f"{ptr % 16} bytes); the kernel's copies need aligned rows")
-        if any(enc.spec.param == i for enc in self.maps):
-            why = strides.tma_refusal(where, shape, eff, ITEMSIZE[p.dtype])
-            if why is not None:
-                return why
-        return None
-
-    ROW_MAJOR_ONLY = "this kernel addresses the tensor row-major (it has no stride parameters for it)"
+        """Why this compiled kernel cannot launch argument ``i``, a view, as it is (None: it can)."""
+        return strides.refusal(self._where(i), p.strides, shape, eff, raw, ptr, ITEMSIZE[p.dtype],
+                               any(enc.spec.param == i for enc in self.maps))
 
     def _has_view(self, args) -> bool:
         Tensor = self._torch.Tensor
@@ -615,7 +587,7 @@ class Launcher:
                       and (args[enc.spec.param].shape[-1] * ITEMSIZE[enc.spec.dtype]) % 16]
         refused = [v for v in views if isinstance(v, str)]
         if refused:  # a variant with stride parameters helps only views of row-major-only tensors
-            raise StridedArgument(refused[0], copy_only=not any(self.ROW_MAJOR_ONLY in v for v in refused))
+            raise StridedArgument(refused[0], copy_only=not any(strides.ROW_MAJOR_ONLY in v for v in refused))
         if dev < 0:
             raise NotAvailableError(f"{self.name}: no CUDA device (PyTorch sees no GPU)")
         return tuple(fixed), {k: v[0] for k, v in bound.items()}

@@ -81,4 +81,54 @@ def tma_refusal(where: str, shape: tuple, strides: tuple, itemsize: int) -> str 
     return None
 
 
-__all__ = ["effective", "check", "overlaps_itself", "span_bytes", "tma_refusal"]
+ROW_MAJOR_ONLY = "this kernel addresses the tensor row-major (it has no stride parameters for it)"
+
+
+def refusal(where: str, how: str | None, shape: tuple, eff: tuple, raw: tuple, ptr: int, itemsize: int,
+            mapped: bool) -> str | None:
+    """Why a compiled kernel cannot launch a view (last dimension contiguous, checked already) as
+    it is, or None: ``how`` is the tensor's ``strides`` capability (launcher.Param), ``mapped``
+    whether a TMA map of the kernel describes it; ``eff`` its strides.effective, ``raw`` torch's."""
+    if how is None:
+        return f"{where}: {ROW_MAJOR_ONLY}: {shared.first_strided(shape, raw)}; got strides {raw} for shape {shape}"
+    if ptr % 16:
+        return (f"{where}: the view's data pointer {ptr:#x} is not 16-byte aligned (an offset of "
+                f"{ptr % 16} bytes); the kernel's copies need aligned rows")
+    return tma_refusal(where, shape, eff, itemsize) if mapped else None
+
+
+def acceptor(itemsize: int, writes: bool, mapped: bool):
+    """``view_strides(tensor)`` for a launcher's generated strided path: the strides the kernel is
+    given (``effective``), or None where the view cannot go as it is (the launcher's checker then
+    says why). The base's alignment is checked there for every tensor. Answers are remembered per
+    (shape, strides), ``MEMO`` of them: a launch then costs one lookup per view."""
+    memo: dict = {}
+
+    def judge(shape, raw):
+        if shape and shape[-1] > 1 and raw[-1] != 1:
+            return None
+        eff = effective(shape, raw)
+        if writes and overlaps_itself(shape, eff):
+            return None
+        if mapped and tma_refusal("", shape, eff, itemsize) is not None:
+            return None
+        return eff
+
+    def view_strides(a):
+        key = (a.shape, a.stride())
+        try:
+            return memo[key]
+        except KeyError:
+            if len(memo) >= MEMO:
+                memo.clear()
+            out = memo[key] = judge(*key)
+            return out
+    return view_strides
+
+
+MEMO = 256
+"""(shape, strides) pairs an acceptor remembers before it starts again."""
+
+
+__all__ = ["effective", "check", "overlaps_itself", "span_bytes", "tma_refusal", "refusal", "acceptor",
+           "ROW_MAJOR_ONLY"]
