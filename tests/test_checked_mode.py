@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ptxsim import Memory, launch
 
 import tkjit
 from tkjit import compiler
@@ -20,8 +21,6 @@ from tkjit.errors import CheckError, InterpreterError
 from tkjit.options import CompileOptions
 from tkjit.passes import default_pipeline
 from tkjit.runtime.device_checks import CHECK_WORDS, check_error
-
-from ptxsim import Memory, launch
 
 SHIFT = """
 kernel shift(X: gl<f32>[M, 64], Y: gl<f32>[M, 64], s: i32, d: i32) {
@@ -157,7 +156,7 @@ def test_a_good_checked_launch_computes_what_the_unchecked_one_does(src, file, s
     assert not words.any()
     _, plain, _ = _simulate(src, file, scalars, checked=False, arrays=[a.copy() for a in arrays])
     np.testing.assert_array_equal(checked, plain)
-    error, expected = _interpret(src, file, scalars, checked=False)
+    error, _ = _interpret(src, file, scalars, checked=False)
     assert error is None
 
 
@@ -271,6 +270,7 @@ def test_the_roles_interpreter_runs_the_checks_as_the_general_lowering_schedules
     coroutines over the protocol): with the checks in, a good launch matches the plain
     interpreter and a bad one raises the same located error."""
     import torch
+
     from tkjit.interpreter.roles import run_roles
     k = tkjit.compile(OFFSET_GEMM, filename="offset_gemm.tk", checked=True, cache=False)
     a, b = torch.rand(256, 64).bfloat16(), torch.rand(64, 256).bfloat16()

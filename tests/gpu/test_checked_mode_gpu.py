@@ -12,11 +12,10 @@ import re
 
 import pytest
 import torch
+from test_checked_mode import BAD_LAUNCHES, DIVIDE, LEAD, OFFSET_GEMM, SHIFT, _arrays
 
 import tkjit
 from tkjit.errors import CheckError, InterpreterError
-
-from test_checked_mode import BAD_LAUNCHES, DIVIDE, LEAD, OFFSET_GEMM, SHIFT, _arrays
 
 pytestmark = pytest.mark.gpu
 
@@ -48,7 +47,8 @@ def test_register_tile_checked_launch_raises_the_interpreters_error(src, file, s
     else:  # one block fails, or all with the same values
         assert str(info.value) == str(expected)
     good = {SHIFT: (0, 1), LEAD: (1,), DIVIDE: (3,)}[src]  # the context is still usable
-    again, plain = _cuda(src), _cuda(src)
+    again = _cuda(src)
+    plain = [t.clone() for t in again]
     k(*again, *good)
     tkjit.compile(src, filename=file)(*plain, *good)
     torch.cuda.synchronize()

@@ -97,17 +97,17 @@ def _memory_checks(at: _Inserter, op: Op, ids: list) -> None:
             continue  # in range whatever the launch
         size = at.size(dim)
         if k < 0:
-            at.check(_in_range(at, c, size), [c, size], index_template(op.NAME, name, axis, dim), ids)
+            at.check(_in_range(at, c, size), [c, size], f"{op.NAME}: {index_template(name, axis, dim)}", ids)
             continue
         count = at.value(CDiv, size, at.const(extent))
         at.check(_in_range(at, c, count), [c, count, size],
-                 tile_coordinate_template(op.NAME, name, axis, dim, extent, units[k]), ids)
+                 f"{op.NAME}: {tile_coordinate_template(name, axis, dim, extent, units[k])}", ids)
 
 
 def _division_check(at: _Inserter, op: Op, ids: list, guard: bool) -> None:
     a, b = op.operands
     ok = at.value(Ne, b, at.const(0))
-    at.check(ok, [a], division_template(op.NAME, _DIVISIONS[type(op)]), ids)
+    at.check(ok, [a], f"{op.NAME}: {division_template(_DIVISIONS[type(op)])}", ids)
     if guard:
         op.operands[1] = at.value(Select, ok, b, at.const(1))
 
@@ -115,7 +115,7 @@ def _division_check(at: _Inserter, op: Op, ids: list, guard: bool) -> None:
 def _step_check(at: _Inserter, op: For, ids: list) -> None:
     lo, hi, step = op.operands[:3]
     ok = at.value(Or, at.value(Gt, step, at.const(0)), at.value(Ge, lo, hi))
-    at.check(ok, [step, lo, hi], loop_step_template(), ids)
+    at.check(ok, [step, lo, hi], f"{op.NAME}: {loop_step_template()}", ids)
     op.operands[1] = at.value(Select, ok, hi, lo)
     op.operands[2] = at.value(Select, ok, step, at.const(1))
 

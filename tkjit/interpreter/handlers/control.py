@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 
-from ...errors import InterpreterError
 from ...ir.ops.check import loop_step_template, render
 
 
@@ -22,7 +21,7 @@ def run_blocks(it, op, args):
 def run_for(it, op, args):
     lo, hi, step, *carried = args
     if step <= 0 and lo < hi:
-        raise InterpreterError(render(loop_step_template(), [step, lo, hi]), op.span)
+        raise it.error(op, render(loop_step_template(), [step, lo, hi]))
     body = op.regions[0]
     k = lo
     while k < hi:

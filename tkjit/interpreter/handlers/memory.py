@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import InterpreterError
 from ...ir.ops.check import index_template, render, tile_coordinate_template
 from ...ir.types import TileType
 from ..numerics import decode, encode, round_to
@@ -35,8 +34,7 @@ def _locate(it, op, g: GlobalValue, coords: list[int], shape: tuple[int, ...]) -
     for axis in range(lead):
         c, size = coords[axis], g.shape[axis]
         if not 0 <= c < size:
-            template = index_template(op.NAME, g.name, axis, g.type.dims[axis])
-            raise InterpreterError(render(template, [c, size]), op.span)
+            raise it.error(op, render(index_template(g.name, axis, g.type.dims[axis]), [c, size]))
         index.append(c)
     units = ("rows", "columns") if ntile == 2 else ("elements",)
     extents = []
@@ -45,8 +43,8 @@ def _locate(it, op, g: GlobalValue, coords: list[int], shape: tuple[int, ...]) -
         c, size = coords[axis], g.shape[axis]
         count = -(-size // extent)
         if not 0 <= c < count:
-            template = tile_coordinate_template(op.NAME, g.name, axis, g.type.dims[axis], extent, unit)
-            raise InterpreterError(render(template, [c, count, size]), op.span)
+            template = tile_coordinate_template(g.name, axis, g.type.dims[axis], extent, unit)
+            raise it.error(op, render(template, [c, count, size]))
         start = c * extent
         n = min(extent, size - start)
         index.append(slice(start, start + n))

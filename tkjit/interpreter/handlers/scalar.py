@@ -116,7 +116,7 @@ def _int_binary(it, op, name: str, a: int, b: int) -> int:
     if name in INT_DIVISION:
         fn, symbol = INT_DIVISION[name]
         if b == 0:
-            raise InterpreterError(render(division_template(op.NAME, symbol), [a]), op.span)
+            raise it.error(op, render(division_template(symbol), [a]))
         return wrap_i32(fn(a, b))
     return wrap_i32(INT_ARITH[name](a, b))
 

@@ -5,9 +5,9 @@ share.
 passes/checks.py only in checked mode): when %ok is false at run time the op at this span failed.
 The interpreter raises ``InterpreterError(render(message, values))`` at the span; a GPU records
 (id, values) in the launch's error buffer and the launcher raises the same text
-(runtime/device_checks.py). ``message`` is a template: ``{i}`` is value i, ``{i|one|many}`` the
-word for value i's count (``1 tile``, ``2 tiles``). The same templates word the interpreter's own
-checks (``tile_coordinate`` ...), so both say exactly the same thing.
+(runtime/device_checks.py). ``message`` is a template (the checked op's name, then one of the
+templates below, which word the interpreter's own errors after the op's name): ``{i}`` is value i, ``{i|one|many}`` the
+word for value i's count (``1 tile``, ``2 tiles``). So both say exactly the same thing.
 """
 from __future__ import annotations
 
@@ -36,31 +36,30 @@ def _escape(text: str) -> str:
     return text.replace("{", "(").replace("}", ")")
 
 
-def index_template(op_name: str, tensor: str, axis: int, dim: str | int) -> str:
+def index_template(tensor: str, axis: int, dim: str | int) -> str:
     """Values: the index, the dimension's size."""
     t = _escape(tensor)
     label = f"{dim} = {{1}}" if isinstance(dim, str) else "size {1}"
-    return (f"{op_name}: index {{0}} of {t} is out of range: {t} has {{1}} {{1|entry|entries}} "
+    return (f"index {{0}} of {t} is out of range: {t} has {{1}} {{1|entry|entries}} "
             f"along dimension {axis} ({label})")
 
 
-def tile_coordinate_template(op_name: str, tensor: str, axis: int, dim: str | int, extent: int,
-                             unit: str) -> str:
+def tile_coordinate_template(tensor: str, axis: int, dim: str | int, extent: int, unit: str) -> str:
     """Values: the tile coordinate, the tensor's tile count along the axis, the axis' size."""
     t = _escape(tensor)
     label = f"{dim} = {{2}}" if isinstance(dim, str) else "size {2}"
-    return (f"{op_name}: tile coordinate {{0}} of {t} is out of range: {t} has {{1}} {{1|tile|tiles}} "
+    return (f"tile coordinate {{0}} of {t} is out of range: {t} has {{1}} {{1|tile|tiles}} "
             f"of {extent} {unit} along dimension {axis} ({label})")
 
 
-def division_template(op_name: str, symbol: str) -> str:
+def division_template(symbol: str) -> str:
     """Values: the dividend."""
-    return f"{op_name}: integer division by zero ({{0}} {symbol} 0)"
+    return f"integer division by zero ({{0}} {symbol} 0)"
 
 
 def loop_step_template() -> str:
     """Values: the step, the lower and the upper bound."""
-    return "for: the loop step must be positive, got {0} (from {1} to {2})"
+    return "the loop step must be positive, got {0} (from {1} to {2})"
 
 
 class Check(Op):
