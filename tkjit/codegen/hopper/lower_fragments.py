@@ -93,7 +93,11 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
     if store and (layout.rows.replicated or layout.cols.replicated):
         guard = ctx.writer(layout.rows, layout.cols, None)
     inside, e, odd = ctx.new("pred"), ctx.new("b32"), ctx.new("b32")
+    # inside: the whole tile in [0, rows) x [0, cols) (a tile at a negative coordinate is not:
+    # unchecked launches never touch memory outside the tensor, docs/reliability.md)
     out += [f"add.s32 {e}, {view.row0}, {t.rows};", f"setp.le.s32 {inside}, {e}, {view.d_rows};",
+            f"setp.ge.and.s32 {inside}, {view.row0}, 0, {inside};",
+            f"setp.ge.and.s32 {inside}, {view.col0}, 0, {inside};",
             f"add.s32 {e}, {view.col0}, {t.cols};", f"setp.le.and.s32 {inside}, {e}, {view.d_cols}, {inside};",
             f"and.b32 {odd}, {view.stride_bits or view.d_cols}, 1;", f"setp.eq.and.s32 {inside}, {odd}, 0, {inside};"]
     if view.lead_ok is not None:
@@ -128,13 +132,13 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
                             f"cvt.f32.{half} {a}, {x};", f"cvt.f32.{half} {c}, {y};"]
     out.append(f"bra.uni {done};")
     out.append(f"{edge}:")
-    cols_left = ctx.new("b32")
-    out += [f"add.s32 {cols_left}, {view.col0}, {cb};", f"sub.s32 {cols_left}, {view.d_cols}, {cols_left};"]
+    col_base = ctx.new("b32")  # element (r, c) is in the tensor when r and c, as unsigned, are below its dims
+    out.append(f"add.s32 {col_base}, {view.col0}, {cb};")
     for (u, h), addr in addrs.items():
         row_ok = ctx.new("pred")
         r = rows_left[(u, h)]
         gr = ctx.new("b32")
-        out += [f"add.s32 {gr}, {r}, {view.row0};", f"setp.lt.s32 {row_ok}, {gr}, {view.d_rows};"]
+        out += [f"add.s32 {gr}, {r}, {view.row0};", f"setp.lt.u32 {row_ok}, {gr}, {view.d_rows};"]
         if view.lead_ok is not None:
             out.append(f"and.pred {row_ok}, {row_ok}, {view.lead_ok};")
         if guard is not None:
@@ -150,8 +154,9 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
                     values = [x, y]
             halves = []
             for e_ in (0, 1):
-                ok = ctx.new("pred")
-                out += [f"setp.gt.s32 {ok}, {cols_left}, {coff + e_};", f"and.pred {ok}, {ok}, {row_ok};"]
+                ok, gc = ctx.new("pred"), ctx.new("b32")
+                out += [f"add.s32 {gc}, {col_base}, {coff + e_};", f"setp.lt.u32 {ok}, {gc}, {view.d_cols};",
+                        f"and.pred {ok}, {ok}, {row_ok};"]
                 at = f"[{addr}+{(coff + e_) * es}]"
                 if store:
                     out.append(f"@{ok} st.global.{'f32' if gd == F32 else 'b16'} {at}, {values[e_]};")
