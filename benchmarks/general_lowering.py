@@ -1,6 +1,6 @@
 """The general sm_90a lowering against the templates and against torch, same run (GPU).
 
-    python3 benchmarks/general_lowering.py [--quick] [--json OUT.json]
+    python3 benchmarks/general_lowering.py [--quick] [--all-gemm] [--json OUT.json]
 
 Rows:
 * the plain GEMM (examples/gemm.tk) through the general lowering and through the template, each
@@ -180,12 +180,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--only", default="gemm,corpus,attention", help="comma-separated: gemm, corpus, attention")
+    ap.add_argument("--all-gemm", action="store_true",
+                    help="the GEMM rows at benchmarks/run.py's shapes too (square, K sweep, LLM projections)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     torch.zeros(1, device="cuda")
     rows: list = []
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 1024), (8192, 8192, 1024),
               (4096, 4096, 256), (1000, 3000, 520), (8192, 14336, 4096)]
+    if args.all_gemm:  # every GEMM row of benchmarks/run.py as well, once each
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from tkbench.gemm import K_SWEEP, LLM_M, LLM_NK, SQUARE
+        more = [(n, n, n) for n in SQUARE] + [(4096, 4096, k) for k in K_SWEEP]
+        more += [(m, n, k) for m in LLM_M for n, k in LLM_NK]
+        shapes += [s for s in more if s not in shapes]
     if "gemm" in only:
         gemm_rows(shapes[:2] + shapes[5:6] if args.quick else shapes, rows)
     if "corpus" in only:

@@ -22,7 +22,8 @@ from .hopper import block_loop, check_supported_loads, is_shared, nbytes, shared
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
 from .sync_report import CheckReport, default_cases
-from .sync_protocol import Item, LoopPlan, OneShotUse, Protocol, Ring, StagingReuse, standard_protocol
+from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse,
+                            standard_protocol)
 from .sync_protocol import Load as RingLoad
 from . import sync_verdicts
 
@@ -48,6 +49,9 @@ class _Builder:
         self.reused: list[Store] = []  # stores whose staging goes over a ring, in item order
         self.extent: dict[str, tuple[int, int]] = {}  # ring -> shared bytes [start, end)
         self.names: set[str] = set()
+        self.split = int(block_loop(kernel).attrs.get("split", 1) or 1)
+        """Split-K: CTAs (a cluster) sharing each tile's reduction loop (the block loop's ``split``)."""
+        self.split_loop: For | None = None
 
     def level2_fits(self, loop: For) -> bool:
         """Level 2 holds a second copy of the second product's register A beside the first
@@ -92,7 +96,8 @@ class _Builder:
                      for inner in op.walk() if inner is not op):
                 raise PassError("a loop that loads shared tiles must sit directly in the block "
                                 "body for the producer to follow it", op.span)
-        persistent = blocks.attrs.get("schedule") == "persistent"
+        # split-K gives each cluster one tile: its ring is reused for the partials
+        persistent = blocks.attrs.get("schedule") == "persistent" and self.split == 1
         return standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
                                  tuple(self.items), pingpong=self.pingpong)
 
@@ -135,8 +140,13 @@ class _Builder:
         self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op)))
         if level2:
             self.level2.append(op)
+        if self.split > 1 and reads and self.split_loop is None:
+            self.items.append(SplitReduce(name, self.split))
+            self.split_loop = op
 
     def staging(self, op: Store) -> None:
+        if self.split > 1:  # split-K stores each CTA's part from registers: nothing is staged
+            return
         size, _ = staging_sizes(op, self.consumers, op.attrs.get("staging_cols"),
                                 self.pingpong)[op.attrs.get("staging", "tile")]
         lo, hi = op.attrs["smem"], op.attrs["smem"] + size
@@ -225,6 +235,9 @@ class Schedule:
     """The loops whose second product runs one trip behind (LoopPlan.pipelined)."""
     staged_over_rings: list = field(default_factory=list)
     """The stores whose staging tile goes over a ring (each StagingReuse item's), in order."""
+    split: int = 1
+    """Split-K: the CTAs of a cluster sharing ``split_loop``'s trips (1: no split)."""
+    split_loop: object = None
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -232,7 +245,8 @@ def schedule_of(kernel: Kernel) -> Schedule:
     builder = _Builder(kernel, bool(kernel.attrs.get("overlap", True)))
     proto = builder.build()
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
-                    list(builder.reused))
+                    list(builder.reused), builder.split if builder.split_loop is not None else 1,
+                    builder.split_loop)
 
 
 def _where(op: Op) -> str:
@@ -303,6 +317,15 @@ class Mbarrier(Pass):
                        f"barrier ({proto.consumers} x 128 threads) before writing the staging tile",
                        "smem-plan put the staging tile over the ring; a consumer may still have "
                        "wgmmas reading it until every consumer has drained its own")
+        if builder.split_loop is not None:
+            ring = builder.loop_of[builder.split_loop]
+            ctx.decide(f"loop at {_where(builder.split_loop)}", f"split-K over a cluster of {builder.split} CTAs",
+                       f"the block loop's split = {builder.split}: CTA r of each tile's cluster runs trips "
+                       f"[r*ceil(T/{builder.split}), (r+1)*ceil(T/{builder.split})) of ring {ring}'s loop; after "
+                       "it every consumer meets at a cluster barrier (its ring drained), sends each peer "
+                       "that peer's part of its partial accumulators through distributed shared memory "
+                       f"over the peer's ring {ring}, meets again, and adds the partials of its own part, "
+                       "which it stores", split=builder.split, ring=ring)
         mode = self.check
         if mode == "auto":
             mode = "full" if ctx.options.debug else "quick"

@@ -91,7 +91,7 @@ class ProducerRole(RoleEmitter):
         bind_block_indices(self)
         self.emit_scalars(self.k.blocks.regions[0])
         for ring, loop in self.loop_of.items():
-            self.rings[ring].trips = trip_count(self.ctx, self.b, loop)
+            ring_trips(self, ring, loop)
 
     def emit_scalars(self, block: Block) -> None:
         for op in block.ops:
@@ -101,7 +101,8 @@ class ProducerRole(RoleEmitter):
     def trip(self, step: Loop) -> None:
         """The trip's scalars (the loop variable, the load coordinates), then its steps."""
         loop = self.loop_of[step.ring]
-        bind_loop_index(self.ctx, self.b, loop, self.rings[step.ring].counter)
+        r = self.rings[step.ring]
+        bind_loop_index(self.ctx, self.b, loop, r.counter, r.first)
         self.emit_scalars(loop.regions[0])
         self.emit(step.body)
 
@@ -145,10 +146,31 @@ def trip_count(ctx: Ctx, b, loop: For) -> str:
     return n
 
 
-def bind_loop_index(ctx: Ctx, b, loop: For, counter: str) -> None:
-    """The loop variable of trip ``counter``: lo + counter * step."""
+def ring_trips(role, ring: str, loop: For) -> None:
+    """The ring's trip count this tile in ``role.rings[ring]``; split-K (``role.k.split`` CTAs
+    per tile): this CTA's share, trips [r*per, r*per + per) of the tile's T with per = ceil(T/S)
+    and r its rank in the cluster (possibly none), and its first trip."""
+    b, k = role.b, role.k
+    n = trip_count(role.ctx, b, loop)
+    r = role.rings[ring]
+    r.trips = n
+    if k.split > 1 and loop is k.schedule.split_loop:
+        per, first = b.reg(), b.reg()
+        b(f"add.s32 {per}, {n}, {k.split - 1};", f"div.s32 {per}, {per}, {k.split};",
+          f"mul.lo.s32 {first}, {k.rank}, {per};", f"sub.s32 {n}, {n}, {first};",
+          f"min.s32 {n}, {n}, {per};", f"max.s32 {n}, {n}, 0;")
+        r.first = first
+
+
+def bind_loop_index(ctx: Ctx, b, loop: For, counter: str, first: str | None = None) -> None:
+    """The loop variable of trip ``counter``: lo + counter * step (split-K: lo + (first +
+    counter) * step)."""
     lo, _, step = (ctx.get(v).reg for v in loop.operands[:3])
     k = b.reg()
+    if first is not None:
+        trip = b.reg()
+        b(f"add.s32 {trip}, {first}, {counter};")
+        counter = trip
     b(f"mad.lo.s32 {k}, {counter}, {step}, {lo};")
     ctx.bind(loop.regions[0].args[0], Scalar(k, I32))
 
@@ -165,12 +187,13 @@ def tile_walk_begin(role) -> None:
     for c in counts[1:]:
         b(f"mul.lo.u32 {role.tile_count}, {role.tile_count}, {c};")
     role.counts = counts
-    b(f"mov.u32 {role.tile}, %ctaid.x;")
+    # split-K: a cluster of S CTAs per tile (grid.launch_grid), so the tile is the cluster's index
+    b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 else '%ctaid.x'};")
 
 
 def tile_walk_next(role) -> None:
     b = role.b
-    if role.k.blocks.attrs.get("schedule", "grid") == "persistent":
+    if role.k.blocks.attrs.get("schedule", "grid") == "persistent" and role.k.split == 1:
         step = b.reg()
         b(f"mov.u32 {step}, %nctaid.x;", f"add.u32 {role.tile}, {role.tile}, {step};")
     else:
@@ -186,5 +209,5 @@ def bind_block_indices(role) -> None:
         role.ctx.bind(arg, Scalar(reg, I32))
 
 
-__all__ = ["ProducerRole", "role_ctx", "is_scalar_op", "trip_count", "bind_loop_index",
+__all__ = ["ProducerRole", "role_ctx", "is_scalar_op", "trip_count", "ring_trips", "bind_loop_index",
            "tile_walk_begin", "tile_walk_next", "bind_block_indices", "load_stage_stride"]
