@@ -59,6 +59,7 @@ class ConsumerRole(RoleEmitter):
         self.ring_of_load = {op: names[0] for op, names in k.schedule.load_of.items()}
         self.shared: dict[int, Load] = {}  # id(value) -> the ring load it reads
         self.carried_homes: list = []
+        self.hoisted: set[int] = set()  # block-body scalars emitted once before the tile walk
         self.table[ConsumerSync] = self.consumer_sync
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
@@ -175,7 +176,8 @@ class ConsumerRole(RoleEmitter):
         """The block body's scalars and every ring loop's trip count, before the walk."""
         from .lower_producer import is_scalar_op
         for op in ops:
-            if is_scalar_op(op) and all(id(x) in self.ctx.values for x in op.operands):
+            if is_scalar_op(op) and id(op) not in self.hoisted and all(id(x) in self.ctx.values
+                                                                       for x in op.operands):
                 self.b(*self.ctx.emit_op(op))
                 self.bound.add(id(op))
         for ring, loop in self.loop_of.items():
@@ -184,7 +186,7 @@ class ConsumerRole(RoleEmitter):
 
     def ops(self, ops: list[Op]) -> None:
         for op in ops:
-            if isinstance(op, Yield) or id(op) in self.bound:
+            if isinstance(op, Yield) or id(op) in self.bound or id(op) in self.hoisted:
                 continue
             if isinstance(op, Load) and is_shared(op.result):
                 self.shared[id(op.result)] = op

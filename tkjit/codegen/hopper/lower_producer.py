@@ -56,6 +56,7 @@ class ProducerRole(RoleEmitter):
         self.ctx = role_ctx(k, 4)
         self.loads = {names: op for op, names in k.schedule.load_of.items()}
         self.loop_of = {ring: loop for loop, ring in k.schedule.loop_of.items()}
+        self.hoisted: set[int] = set()  # block-body scalars emitted once before the tile walk
 
     def run(self) -> None:
         k, b = self.k, self.b
@@ -95,7 +96,7 @@ class ProducerRole(RoleEmitter):
 
     def emit_scalars(self, block: Block) -> None:
         for op in block.ops:
-            if is_scalar_op(op):
+            if is_scalar_op(op) and id(op) not in self.hoisted:
                 self.b(*self.ctx.emit_op(op))
 
     def trip(self, step: Loop) -> None:
@@ -138,12 +139,21 @@ def load_stage_stride(loop: For | None) -> int:
 
 
 def trip_count(ctx: Ctx, b, loop: For) -> str:
-    """max(0, ceil((hi - lo) / step)) from the loop's operands (emitted already)."""
+    """max(0, ceil((hi - lo) / step)) from the loop's operands (emitted already); a constant step
+    of 1 needs no division (ptxas keeps a generic 32-bit division even by a constant 1)."""
     lo, hi, step = (ctx.get(v).reg for v in loop.operands[:3])
     n = b.reg()
+    if _constant(loop.operands[2]) == 1:
+        b(f"sub.s32 {n}, {hi}, {lo};", f"max.s32 {n}, {n}, 0;")
+        return n
     b(f"sub.s32 {n}, {hi}, {lo};", f"add.s32 {n}, {n}, {step};", f"sub.s32 {n}, {n}, 1;",
       f"div.s32 {n}, {n}, {step};", f"max.s32 {n}, {n}, 0;")
     return n
+
+
+def _constant(v):
+    from ...ir.ops import Const
+    return v.owner.attrs["value"] if isinstance(v.owner, Const) else None
 
 
 def ring_trips(role, ring: str, loop: For) -> None:
@@ -187,8 +197,20 @@ def tile_walk_begin(role) -> None:
     for c in counts[1:]:
         b(f"mul.lo.u32 {role.tile_count}, {role.tile_count}, {c};")
     role.counts = counts
+    hoist_invariants(role)
     # split-K: a cluster of S CTAs per tile (grid.launch_grid), so the tile is the cluster's index
     b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 else '%ctaid.x'};")
+
+
+def hoist_invariants(role) -> None:
+    """The block body's scalars that depend on no block index (a loop bound K / BK, a tile's
+    constant offsets), emitted once before the tile walk instead of once per tile: each may be a
+    32-bit division, which ptxas keeps generic, on both roles' per-tile path."""
+    role.hoisted = set()
+    for op in role.k.blocks.regions[0].ops:
+        if is_scalar_op(op) and all(id(x) in role.ctx.values for x in op.operands):
+            role.b(*role.ctx.emit_op(op))
+            role.hoisted.add(id(op))
 
 
 def tile_walk_next(role) -> None:
@@ -203,11 +225,11 @@ def tile_walk_next(role) -> None:
 def bind_block_indices(role) -> None:
     from ..emit_control import block_indices
     out: list[str] = []
-    regs = block_indices(role.ctx, role.k.blocks, role.tile, role.counts, out)
+    regs = block_indices(role.ctx, role.k.blocks, role.tile, role.counts, out, bounded=True)
     role.b(*out)
     for arg, reg in zip(role.k.blocks.regions[0].args, regs):
         role.ctx.bind(arg, Scalar(reg, I32))
 
 
 __all__ = ["ProducerRole", "role_ctx", "is_scalar_op", "trip_count", "ring_trips", "bind_loop_index",
-           "tile_walk_begin", "tile_walk_next", "bind_block_indices", "load_stage_stride"]
+           "tile_walk_begin", "tile_walk_next", "hoist_invariants", "bind_block_indices", "load_stage_stride"]
