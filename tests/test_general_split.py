@@ -4,18 +4,17 @@ through distributed shared memory over each CTA's drained ring (the protocol's `
 step, which the sync checker explores and the PTX lint accounts for), each CTA storing its part.
 On the CPU: the PTX (ptxas, SASS, no spills), the protocol and its check (a reduction over a ring
 still in use is caught), the refusals (what a split tile may do after its loop), and the CPU run
-of the schedule (clusters of CTAs, ragged trips) against the plain interpreter."""
+of the schedule (clusters of CTAs, ragged trips) against the plain interpreter is in
+tests/test_roles.py."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 import pytest
-import torch
 
 import tkjit
 from tkjit.errors import NotAvailableError
-from tkjit.interpreter.roles import run_roles
 
 from test_general_lowering import sync_outside_the_protocol
 
@@ -113,39 +112,6 @@ def test_a_split_tile_that_mixes_parts_is_refused_at_the_op(what, tail, why):
     with pytest.raises(NotAvailableError, match=why):
         tkjit.compile(src, filename="gemm.tk", constants={"SPLIT": 2}, lowering="general",
                       require_hopper=True, cache=False).asm["ptx"]
-
-
-@pytest.mark.parametrize("constants,shape", [
-    ({"SPLIT": 2, "BM": 64, "BN": 64}, (100, 130, 520)),     # ragged, 9 trips over 2
-    ({"SPLIT": 4, "BM": 64, "BN": 64}, (70, 72, 320)),       # 5 trips over 4: 2, 2, 1, 0
-])
-def test_split_schedules_match_the_interpreter(constants, shape):
-    """Every CTA of a cluster as coroutines, each over its share of the trips, meeting at the
-    reduction; the sums are in another order than the plain loop's, so to rounding."""
-    k = tkjit.compile(GEMM, filename="gemm.tk", constants=constants, cache=False)
-    torch.manual_seed(0)
-    m, n, kk = shape
-    a, b = torch.randn(m, kk).bfloat16(), torch.randn(kk, n).bfloat16()
-    ref = torch.full((m, n), float("nan")).bfloat16()
-    k(a, b, ref)
-    exact = a.float() @ b.float()
-    for seed in (0, 1, 2):
-        c = torch.full((m, n), float("nan")).bfloat16()
-        run_roles(k.ir, [a, b, c], seed=seed)
-        assert not torch.isnan(c).any()
-        assert torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-2)
-        assert ((c.float() - exact).norm() / exact.norm()).item() < 1e-2
-
-
-def test_a_split_epilogue_schedule_matches_the_interpreter():
-    k = tkjit.compile(EPILOGUE, constants={"BM": 64, "BN": 64}, cache=False)
-    torch.manual_seed(1)
-    a, b, bias = torch.randn(90, 330).bfloat16(), torch.randn(330, 72).bfloat16(), torch.randn(72)
-    ref = torch.full((90, 72), float("nan")).bfloat16()
-    k(a, b, bias, ref)
-    c = torch.full((90, 72), float("nan")).bfloat16()
-    run_roles(k.ir, [a, b, bias, c], seed=3)
-    assert torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-2)
 
 
 def test_a_split_epilogue_takes_the_general_lowering():
