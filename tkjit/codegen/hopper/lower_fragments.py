@@ -218,7 +218,8 @@ def _pair(ctx, tile: RegTile, u: int, j: int, h: int, gd, out: list[str]) -> str
 
 
 def consumer_table() -> EmitterTable:
-    table = EmitterTable()
+    from .lower_producer import scalar_table
+    table = scalar_table(EmitterTable())
     table.entries[(Store, "memory")] = emit_store
     table.entries[(Load, "memory")] = emit_load
     for cls in MMA_OPS:

@@ -20,7 +20,8 @@ from ..context import Ctx
 from ..layout import WarpGrid
 from ..padding import PaddingInfo
 from ..smem import SmemPlan
-from ..table import DEFAULT_TABLE
+from ..emit_scalar import emit_scalar_binary
+from ..table import EmitterTable
 from ..values import Scalar
 from . import tma
 from .program import RingRegs, RoleEmitter
@@ -31,7 +32,7 @@ def role_ctx(k, warps: int, slab_warps: int = 0, pads: PaddingInfo | None = None
     parameters and named dims (loaded in the common prologue). No shared scratch: the ops that
     would need it are refused by ``lower.refusal``."""
     grid = WarpGrid(warps, warps, 1, slab_warps)
-    ctx = Ctx(k.kernel, grid, SmemPlan({}, {}, 0, []), pads or PaddingInfo(), {}, DEFAULT_TABLE)
+    ctx = Ctx(k.kernel, grid, SmemPlan({}, {}, 0, []), pads or PaddingInfo(), {}, scalar_table(EmitterTable()))
     ctx.namer = k.b.namer
     ctx.globals = k.globals
     ctx.dims = k.b.dims
@@ -40,6 +41,34 @@ def role_ctx(k, warps: int, slab_warps: int = 0, pads: PaddingInfo | None = None
             reg, dtype = k.scalars[id(p)]
             ctx.bind(p, Scalar(reg, dtype))
     return ctx
+
+
+def scalar_table(table: EmitterTable) -> EmitterTable:
+    """``table`` with the general lowering's integer divisions by a constant power of two as
+    shifts (``cdiv``, ``//``): ptxas keeps a generic 32-bit division for a constant that reaches
+    it through a register, and the tile counts and loop bounds (M / BM, K / BK) are on every
+    CTA's path to its first load. The register-tile backend keeps its own (its PTX unchanged)."""
+    from ...ir.ops import CDiv, FloorDiv
+    table.entries[(CDiv, "scalar")] = table.entries[(FloorDiv, "scalar")] = emit_division
+    return table
+
+
+def emit_division(ctx, op) -> list[str]:
+    """``cdiv(a, 2^s)`` = -((-a) >> s) and ``a // 2^s`` = a >> s (arithmetic shifts: floor, exact
+    for negative a too); other divisors through the shared emitter."""
+    from ...ir.ops import CDiv, Const
+    c = op.operands[1].owner
+    d = c.attrs["value"] if isinstance(c, Const) else None
+    a = ctx.get(op.operands[0])
+    if not isinstance(d, int) or isinstance(d, bool) or d <= 0 or d & (d - 1) or a.dtype != I32:
+        return emit_scalar_binary(ctx, op)
+    shift, r = d.bit_length() - 1, ctx.new("b32")
+    if isinstance(op, CDiv):
+        out = [f"neg.s32 {r}, {a.reg};", f"shr.s32 {r}, {r}, {shift};", f"neg.s32 {r}, {r};"]
+    else:
+        out = [f"shr.s32 {r}, {a.reg}, {shift};"]
+    ctx.bind(op.result, Scalar(r, I32))
+    return out
 
 
 def is_scalar_op(op: Op) -> bool:
@@ -166,7 +195,9 @@ def ring_trips(role, ring: str, loop: For) -> None:
     r.trips = n
     if k.split > 1 and loop is k.schedule.split_loop:
         per, first = b.reg(), b.reg()
-        b(f"add.s32 {per}, {n}, {k.split - 1};", f"div.s32 {per}, {per}, {k.split};",
+        divide = (f"shr.s32 {per}, {per}, {k.split.bit_length() - 1};" if k.split & (k.split - 1) == 0
+                  else f"div.s32 {per}, {per}, {k.split};")  # per >= 0: a shift is the division
+        b(f"add.s32 {per}, {n}, {k.split - 1};", divide,
           f"mul.lo.s32 {first}, {k.rank}, {per};", f"sub.s32 {n}, {n}, {first};",
           f"min.s32 {n}, {n}, {per};", f"max.s32 {n}, {n}, 0;")
         r.first = first
@@ -231,5 +262,5 @@ def bind_block_indices(role) -> None:
         role.ctx.bind(arg, Scalar(reg, I32))
 
 
-__all__ = ["ProducerRole", "role_ctx", "is_scalar_op", "trip_count", "ring_trips", "bind_loop_index",
+__all__ = ["ProducerRole", "role_ctx", "scalar_table", "emit_division", "is_scalar_op", "trip_count", "ring_trips", "bind_loop_index",
            "tile_walk_begin", "tile_walk_next", "hoist_invariants", "bind_block_indices", "load_stage_stride"]
