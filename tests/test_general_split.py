@@ -119,3 +119,45 @@ def test_a_split_epilogue_takes_the_general_lowering():
     ptx = k.asm["ptx"]
     assert k.metadata["lowering"] == "general" and ".reqnctapercluster 2" in ptx
     assert sync_outside_the_protocol(ptx)[0] == []
+
+
+@pytest.mark.parametrize("cls", ["cdiv", "floordiv"])
+def test_divisions_by_a_power_of_two_are_exact_shifts(cls):
+    """The general lowering's cdiv / floordiv by a constant 2^s (lower_producer.emit_division),
+    run line by line on int32 values of both signs, against Python's ceil and floor division."""
+    from types import SimpleNamespace
+
+    from tkjit.codegen.hopper.lower_producer import emit_division
+    from tkjit.codegen.values import Scalar
+    from tkjit.ir.ops import CDiv, Const, FloorDiv
+    from tkjit.ir.types import I32
+
+    def run(lines, a):
+        regs = {"%a": a}
+        for line in lines:
+            op, rest = line.rstrip(";").split(" ", 1)
+            dst, *src = [x.strip() for x in rest.split(",")]
+            x = regs[src[0]]
+            if op == "neg.s32":
+                regs[dst] = -x
+            elif op == "shr.s32":
+                regs[dst] = x >> int(src[1])   # Python's >> is arithmetic (floor), as shr.s32
+            else:
+                raise AssertionError(line)
+        return regs[dst]
+
+    for d in (1, 2, 64, 128):
+        const = Const.__new__(Const)
+        const.attrs = {"value": d}
+        op = (CDiv if cls == "cdiv" else FloorDiv).__new__(CDiv if cls == "cdiv" else FloorDiv)
+        op.operands = [SimpleNamespace(owner=None), SimpleNamespace(owner=const)]
+        op.results = [object()]
+        bound = {}
+        ctx = SimpleNamespace(get=lambda v: Scalar("%a", I32), new=lambda kind: f"%r{len(bound)}",
+                              bind=lambda v, s: bound.update(r=s))
+        lines = emit_division(ctx, op)
+        assert not any(line.startswith("div") for line in lines)
+        for a in (-1000, -129, -128, -127, -65, -1, 0, 1, 63, 64, 65, 520, 4095, 4096, 1 << 30):
+            want = -(-a // d) if cls == "cdiv" else a // d
+            got = run(lines, a) if lines else a
+            assert got == want, (cls, d, a, lines)
