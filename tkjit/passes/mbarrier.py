@@ -325,7 +325,8 @@ class Mbarrier(Pass):
                        "it every consumer meets at a cluster barrier (its ring drained), sends each peer "
                        "that peer's part of its partial accumulators through distributed shared memory "
                        f"over the peer's ring {ring}, meets again, and adds the partials of its own part, "
-                       "which it stores", split=builder.split, ring=ring)
+                       "which it stores from registers (a staging tile smem-plan planned for the "
+                       "tile's store is left unused)", split=builder.split, ring=ring)
         mode = self.check
         if mode == "auto":
             mode = "full" if ctx.options.debug else "quick"
