@@ -1,6 +1,6 @@
 """The general sm_90a lowering against the templates and against torch, same run (GPU).
 
-    python3 benchmarks/general_lowering.py [--quick] [--json OUT.json]
+    python3 benchmarks/general_lowering.py [--quick] [--all-gemm] [--json OUT.json]
 
 Rows:
 * the plain GEMM (examples/gemm.tk) through the general lowering and through the template, each
@@ -45,7 +45,9 @@ def batch_us(fn, sets, per_batch=20) -> float:
     return start.elapsed_time(end) / per_batch * 1e3
 
 
-def timed_together(fns: dict, sets, batches=15) -> dict[str, float]:
+def timed_together(fns: dict, sets, batches=15, raw: dict | None = None) -> dict[str, float]:
+    """Median batch time of each fn, the batches interleaved; ``raw`` (a dict) receives every
+    batch's time per fn, in batch order (batch b of each fn ran next to the others' batch b)."""
     for fn in fns.values():
         batch_us(fn, sets, 3)
     times = {name: [] for name in fns}
@@ -53,7 +55,17 @@ def timed_together(fns: dict, sets, batches=15) -> dict[str, float]:
         order = list(fns.items()) if b % 2 == 0 else list(reversed(fns.items()))
         for name, fn in order:
             times[name].append(batch_us(fn, sets))
+    if raw is not None:
+        raw.update(times)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def paired_spread(raw: dict, num: str, den: str) -> list[float]:
+    """Quartiles (25%, 75%) of the per-batch ratios raw[num][b] / raw[den][b]: how far one run's
+    ratio can be trusted (a row 0.98 with quartiles 0.97-0.99 is not a row at 1.0)."""
+    ratios = sorted(n / d for n, d in zip(raw[num], raw[den]))
+    q = statistics.quantiles(ratios, n=4)
+    return [round(q[0], 3), round(q[2], 3)]
 
 
 def rotation(make, nbytes: int) -> list:
@@ -85,12 +97,14 @@ def gemm_rows(shapes, out: list) -> None:
             torch.cuda.synchronize()
             row[f"{name}_err"] = round(rel_err(sets[0][2], ref), 5)
             sets[0][2].fill_(float("nan"))
+        raw: dict = {}
         times = timed_together({"cublas": lambda a, b, c: torch.matmul(a, b, out=c),
-                                "general": general, "template": template}, sets)
+                                "general": general, "template": template}, sets, raw=raw)
         row.update({f"{k_}_us": round(v, 2) for k_, v in times.items()})
         row["general_vs_cublas"] = round(times["cublas"] / times["general"], 3)
         row["template_vs_cublas"] = round(times["cublas"] / times["template"], 3)
         row["general_vs_template"] = round(times["template"] / times["general"], 3)
+        row["general_vs_template_iqr"] = paired_spread(raw, "template", "general")
         row["tflops_general"] = round(2 * m * n * k / times["general"] / 1e6, 1)
         row["backend_general"] = backend(general)
         print(json.dumps(row), flush=True)
@@ -180,12 +194,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--only", default="gemm,corpus,attention", help="comma-separated: gemm, corpus, attention")
+    ap.add_argument("--all-gemm", action="store_true",
+                    help="the GEMM rows at benchmarks/run.py's shapes too (square, K sweep, LLM projections)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     torch.zeros(1, device="cuda")
     rows: list = []
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 1024), (8192, 8192, 1024),
               (4096, 4096, 256), (1000, 3000, 520), (8192, 14336, 4096)]
+    if args.all_gemm:  # every GEMM row of benchmarks/run.py as well, once each
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from tkbench.gemm import K_SWEEP, LLM_M, LLM_NK, SQUARE
+        more = [(n, n, n) for n in SQUARE] + [(4096, 4096, k) for k in K_SWEEP]
+        more += [(m, n, k) for m in LLM_M for n, k in LLM_NK]
+        shapes += [s for s in more if s not in shapes]
     if "gemm" in only:
         gemm_rows(shapes[:2] + shapes[5:6] if args.quick else shapes, rows)
     if "corpus" in only:
@@ -195,8 +217,14 @@ def main() -> None:
     print("row".ljust(18) + "shape".ljust(22) + "ratios")
     for r in rows:
         ratios = {k: v for k, v in r.items() if k.startswith("vs_") or k.endswith("_vs_cublas")
-                  or k == "general_vs_template"}
+                  or k.startswith("general_vs_template")}
         print(r["row"].ljust(18) + r["shape"].ljust(22) + "  ".join(f"{k}={v}" for k, v in ratios.items()))
+    gemm = [r for r in rows if r["row"] == "gemm"]
+    if gemm:  # the template's retirement criterion (issue 17): no GEMM row more than 2% slower
+        worst = min(gemm, key=lambda r: r["general_vs_template"])
+        ok = worst["general_vs_template"] >= 1 / 1.02  # general time <= 1.02 x template time
+        print(f"GEMM rows within 2% of the template (general time <= 1.02 x template): {'yes' if ok else 'no'}; "
+              f"worst {worst['shape']} {worst['general_vs_template']} (quartiles {worst['general_vs_template_iqr']})")
     if args.json:
         info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
         Path(args.json).write_text(json.dumps({"info": info, "rows": rows}, indent=1))

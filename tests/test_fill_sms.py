@@ -376,3 +376,22 @@ def test_the_split_model_says_why():
     assert "ceil(CTAs / SMs) x the bytes a CTA streams" in why
     # 192*128*32 + 32768 B streamed in 8.2 us, under the arguments' 34 MB at 4.2 TB/s
     assert "BM = 128, BN = 64, SPLIT = 2: 128 CTAs, 1 x 819200 B, 8.5 us" in why
+
+
+@pytest.mark.parametrize("m, n, k", [(1000, 3000, 520), (4096, 4096, 512), (128, 14336, 4096),
+                                     (128, 4096, 4096), (4096, 4096, 4096)])
+def test_the_general_lowering_launches_the_variants_the_template_does(monkeypatch, m, n, k):
+    """The general lowering's metadata carries the reduction shape ("gemm": tile, split, K trips,
+    ping-pong) that the launch model reads, so both paths launch the same tiles and split; without
+    it the general path fell to the tile-area model (1000x3000x520: 0.67x of the template)."""
+    from tkjit.runtime import driver
+    monkeypatch.setattr(driver, "gpu_available", lambda: True)
+    monkeypatch.setattr(driver, "ensure_context", lambda: 0)
+    monkeypatch.setattr(driver, "num_sms", lambda device=None: H200_SMS)
+    chosen = {}
+    for lowering in ("template", "general"):
+        kernel = tkjit.load(EXAMPLE, cache=False, lowering=lowering)
+        variant = kernel._shape_dispatch()._choose(tensors(m, n, k))
+        assert variant.metadata.get("lowering", "template") == lowering
+        chosen[lowering] = (variant.options.constants, variant.metadata["gemm"])
+    assert chosen["general"] == chosen["template"]

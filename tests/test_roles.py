@@ -1,7 +1,8 @@
 """The general lowering's schedule, run on the CPU (tkjit/interpreter/roles.py): each kernel's
 producer and consumers as coroutines over the checked protocol, the IR placed between its steps
 as the PTX emitter places it, TMA landings and role interleavings picked by a seeded scheduler.
-Every schedule must give the plain interpreter's result bit for bit; a schedule that releases a
+Every schedule must give the plain interpreter's result bit for bit (split-K: to rounding, the
+partials are added in another order); a schedule that releases a
 stage before the wgmma reading it was waited for, or reads a product before its wait, must be
 caught."""
 from __future__ import annotations
@@ -130,3 +131,37 @@ def test_reading_a_product_before_its_wait_is_caught(monkeypatch):
     q, kk, v = (torch.randn(1, 1, 300, 128).bfloat16() for _ in range(3))
     with pytest.raises(ScheduleError, match="not waited for"):
         run_roles(k.ir, [q, kk, v, torch.empty(1, 1, 300, 128).bfloat16(), 0.1])
+
+
+@pytest.mark.parametrize("constants,shape", [
+    ({"SPLIT": 2, "BM": 64, "BN": 64}, (100, 130, 520)),     # ragged, 9 trips over 2
+    ({"SPLIT": 4, "BM": 64, "BN": 64}, (70, 72, 320)),       # 5 trips over 4: 2, 2, 1, 0
+])
+def test_split_schedules_match_the_interpreter(constants, shape):
+    """Every CTA of a cluster as coroutines, each over its share of the trips, meeting at the
+    reduction; the sums are in another order than the plain loop's, so to rounding."""
+    k = tkjit.compile((EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk", constants=constants, cache=False)
+    torch.manual_seed(0)
+    m, n, kk = shape
+    a, b = torch.randn(m, kk).bfloat16(), torch.randn(kk, n).bfloat16()
+    ref = torch.full((m, n), float("nan")).bfloat16()
+    k(a, b, ref)
+    exact = a.float() @ b.float()
+    for seed in (0, 1, 2):
+        c = torch.full((m, n), float("nan")).bfloat16()
+        run_roles(k.ir, [a, b, c], seed=seed)
+        assert not torch.isnan(c).any()
+        assert torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-2)
+        assert ((c.float() - exact).norm() / exact.norm()).item() < 1e-2
+
+
+def test_a_split_epilogue_schedule_matches_the_interpreter():
+    from test_general_split import EPILOGUE
+    k = tkjit.compile(EPILOGUE, constants={"BM": 64, "BN": 64}, cache=False)
+    torch.manual_seed(1)
+    a, b, bias = torch.randn(90, 330).bfloat16(), torch.randn(330, 72).bfloat16(), torch.randn(72)
+    ref = torch.full((90, 72), float("nan")).bfloat16()
+    k(a, b, bias, ref)
+    c = torch.full((90, 72), float("nan")).bfloat16()
+    run_roles(k.ir, [a, b, bias, c], seed=3)
+    assert torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-2)

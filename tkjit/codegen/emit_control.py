@@ -141,9 +141,12 @@ def emit_if(ctx, op: If) -> list[str]:
     return out
 
 
-def block_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) -> list[str]:
+def block_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str],
+                  bounded: bool = False) -> list[str]:
     """Block indices from the linear block number (last index fastest, optional grouping, or
-    heaviest first: ``heavy_indices``)."""
+    heaviest first: ``heavy_indices``). ``bounded``: ``lin`` is known to be below the tile count
+    (the general lowering's tile walk tests it first), so a 2-D grouped loop needs no
+    ``lin mod (mb * nb)``: one 32-bit division less per tile in each role."""
     n = len(counts)
     if "heavy" in op.attrs:
         return heavy_indices(ctx, op, lin, counts, out)
@@ -152,11 +155,14 @@ def block_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) 
     rest = lin
     if group > 1 and n >= 2:
         mb, nb = counts[-2], counts[-1]
-        inner, size = ctx.new("b32"), ctx.new("b32")
-        out.append(f"mul.lo.u32 {size}, {mb}, {nb};")
-        out.append(f"rem.u32 {inner}, {lin}, {size};")
-        lead = ctx.new("b32")
-        out.append(f"div.u32 {lead}, {lin}, {size};")
+        if bounded and n == 2:
+            inner = lead = lin
+        else:
+            inner, size = ctx.new("b32"), ctx.new("b32")
+            out.append(f"mul.lo.u32 {size}, {mb}, {nb};")
+            out.append(f"rem.u32 {inner}, {lin}, {size};")
+            lead = ctx.new("b32")
+            out.append(f"div.u32 {lead}, {lin}, {size};")
         width, gid, first, gsize, within = (ctx.new("b32") for _ in range(5))
         out.append(f"mul.lo.u32 {width}, {nb}, {group};")
         out.append(f"div.u32 {gid}, {inner}, {width};")

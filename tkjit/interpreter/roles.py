@@ -17,6 +17,13 @@ catches: a stage read before its bytes land or after the producer refilled it (a
 the wgmma that reads the stage was waited for), an IR op reading a wgmma result before its wait,
 deadlocks, a role left waiting at the end. What it does not model: register layouts and PTX
 (the GPU tests and the PTX simulator cover those).
+
+Split-K (the block loop's ``split = S``): each tile is a cluster of S CTAs run together, CTA r
+looping over its share of the reduction loop's trips; at the protocol's ``ClusterReduce`` every
+consumer of every CTA of the cluster meets, and each then holds the sum of the partials (its own
+first, then the others by rank: the order in which the GPU adds them); rank 0 stores (on the GPU
+each rank stores its part). The sum is in another order than the plain interpreter's single loop,
+so a split kernel matches it to rounding, not bit for bit.
 """
 from __future__ import annotations
 
@@ -107,12 +114,23 @@ class Regs:
 
 
 @dataclass
+class Cluster:
+    """Split-K's meeting of every consumer of a cluster's CTAs, and their partial sums."""
+
+    size: int
+    arrived: int = 0
+    partials: dict = field(default_factory=dict)   # (rank, consumer) -> partial accumulator
+
+
+@dataclass
 class Cta:
     rings: dict
     tile_count: int = 0
     landings: list = field(default_factory=list)
     turns: dict = field(default_factory=dict)
     meeting: list = field(default_factory=lambda: [0, 0])
+    rank: int = 0
+    cluster: Cluster | None = None
 
 
 BLOCKED = "blocked"
@@ -128,6 +146,7 @@ class Role:
         self.env.dims = dict(rt.launch.dims)
         self.it = Interpreter(rt.kernel, self.env, rt.handlers)
         self.regs = {name: Regs() for name in cta.rings}
+        self.first: dict[str, int] = {}  # ring -> this CTA's first trip (split-K)
         self.tile_i = 0
 
     # -- shared structure -----------------------------------------------------------------
@@ -231,7 +250,8 @@ class Role:
         loop = self.rt.loop_of[step.ring]
         self.current_ring = step.ring
         lo, _, st = (self.env.values[v] for v in loop.operands[:3])
-        self.env.bind([loop.regions[0].args[0]], [lo + self.regs[step.ring].counter * st])
+        trip = self.first.get(step.ring, 0) + self.regs[step.ring].counter
+        self.env.bind([loop.regions[0].args[0]], [lo + trip * st])
         return loop
 
     def trip_counts(self) -> None:
@@ -239,9 +259,16 @@ class Role:
             self.trip_count(loop, ring)
 
     def trip_count(self, loop: For, ring: str) -> None:
-        """The ring's trip count this tile: max(0, ceil((hi - lo) / step))."""
+        """The ring's trip count this tile: max(0, ceil((hi - lo) / step)); split-K: this CTA's
+        share, trips [r*per, r*per + per) with per = ceil(T / S)."""
         lo, hi, step = (self.env.values[v] for v in loop.operands[:3])
-        self.regs[ring].trips = max(0, -(-(hi - lo) // step))
+        trips = max(0, -(-(hi - lo) // step))
+        self.first[ring] = 0
+        if self.cta.cluster is not None and loop is self.rt.split_loop:
+            per = -(-trips // self.rt.split)
+            self.first[ring] = self.cta.rank * per
+            trips = max(0, min(per, trips - self.first[ring]))
+        self.regs[ring].trips = trips
 
 
 class Producer(Role):
@@ -287,7 +314,7 @@ class Consumer(Role):
             mine = mine[self.index::n]
         body = list(self.rt.blocks.regions[0].ops)
         anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings)
-        self.shadow = not step.alternate and self.index > 0
+        self.shadow = (not step.alternate and self.index > 0) or self.cta.rank > 0
         for self.tile_i, tile in mine:
             self.bind_tile(tile)
             if step.alternate:  # as the emitter does (lower_consumer.ahead): SkipTrips comes first
@@ -321,8 +348,32 @@ class Consumer(Role):
         elif isinstance(step, sp.ConsumerSync):
             yield from self.run((step,))
             self.exec(op)
+        elif isinstance(step, sp.ClusterReduce):
+            yield from self.cluster_reduce(step)
+            self.exec(op)
         else:
             raise ScheduleError(f"no meaning for {step.text()} at '{op.NAME}'")
+
+    def cluster_reduce(self, step):
+        """Split-K: meet every consumer of the cluster, then hold the sum of the CTAs' partials
+        (this CTA's first, then the others by rank). The ring must be drained: no group in flight."""
+        if self.groups:
+            raise ScheduleError("split-K's reduction with a wgmma group still in flight")
+        loop = self.rt.loop_of[step.ring]
+        value = resolved(self.env.values[loop.results[0]])
+        if isinstance(value, Pending):
+            raise ScheduleError("split-K's reduction reads a wgmma result not waited for")
+        cl = self.cta.cluster
+        cl.partials[(self.cta.rank, self.index)] = value
+        cl.arrived += 1
+        while cl.arrived < cl.size * self.rt.proto.consumers:
+            yield BLOCKED
+        total = value
+        for r in range(cl.size):
+            if r != self.cta.rank:
+                other = cl.partials[(r, self.index)]
+                total = total.with_data((total.data + other.data).astype(np.float32))
+        self.env.bind(loop.results, [total])
 
     def trip(self, step):
         from ..codegen.hopper.interleave import body_ops, interleave, pipelined_trip, trip_anchor
@@ -428,6 +479,7 @@ class Roles:
         self.loop_of = {ring: loop for loop, ring in sched.loop_of.items()}
         self.level2 = list(sched.level2)
         self.staged_over_rings = list(sched.staged_over_rings)
+        self.split, self.split_loop = sched.split, sched.split_loop
         self.blocks = block_loop(kernel)
         self.rng = random.Random(seed)
         self.ctas = ctas
@@ -449,27 +501,36 @@ class Roles:
 
     def run(self) -> None:
         tiles = self.all_tiles()
+        if self.split > 1:  # a cluster of S CTAs per tile, run together
+            for tile in tiles:
+                self.run_ctas([[tile]] * self.split, Cluster(self.split))
+            return
         persistent = self.blocks.attrs.get("schedule") == "persistent"
         n = min(len(tiles), self.ctas) if persistent else len(tiles)
         for b in range(n):
-            self.run_cta(tiles[b::n] if persistent else [tiles[b]])
+            self.run_ctas([tiles[b::n] if persistent else [tiles[b]]])
 
-    def run_cta(self, tiles: list[tuple]) -> None:
-        rings = {}
-        for ring in self.proto.rings:
-            rings[ring.name] = Ring(ring.stages, [Barrier(ring.full_arrivals) for _ in range(ring.stages)],
-                                    [Barrier(ring.empty_arrivals) for _ in range(ring.stages)],
-                                    [{} for _ in range(ring.stages)])
-        cta = Cta(rings, len(tiles))
-        roles = [Producer(self, cta, tiles, None)]
-        roles += [Consumer(self, cta, tiles, c) for c in range(self.proto.consumers)]
-        running = {i: (role, role.run(self.proto.producer if i == 0 else self.proto.consumer))
-                   for i, role in enumerate(roles)}
+    def run_ctas(self, tiles_of: list[list[tuple]], cluster: Cluster | None = None) -> None:
+        """Run CTAs together (one, or the CTAs of a split-K cluster, CTA r with ``tiles_of[r]``)."""
+        ctas, roles = [], []
+        for rank, tiles in enumerate(tiles_of):
+            rings = {}
+            for ring in self.proto.rings:
+                rings[ring.name] = Ring(ring.stages, [Barrier(ring.full_arrivals) for _ in range(ring.stages)],
+                                        [Barrier(ring.empty_arrivals) for _ in range(ring.stages)],
+                                        [{} for _ in range(ring.stages)])
+            cta = Cta(rings, len(tiles), rank=rank, cluster=cluster)
+            ctas.append(cta)
+            roles.append((Producer(self, cta, tiles, None), self.proto.producer))
+            roles += [(Consumer(self, cta, tiles, c), self.proto.consumer) for c in range(self.proto.consumers)]
+        running = {i: (role, role.run(program)) for i, (role, program) in enumerate(roles)}
         stalled = 0
         while running:
-            choices = list(running) + (["land"] if cta.landings else [])
+            landing = [c for c in ctas if c.landings]
+            choices = list(running) + (["land"] if landing else [])
             pick = self.rng.choice(choices)
             if pick == "land":
+                cta = self.rng.choice(landing)
                 ring, s, load, value, nbytes = cta.landings.pop(self.rng.randrange(len(cta.landings)))
                 cta.rings[ring].slots[s][load] = value
                 cta.rings[ring].full[s].land(nbytes)
@@ -484,10 +545,10 @@ class Roles:
             except StopIteration:
                 del running[pick]
                 stalled = 0
-            if stalled > 50 * (len(running) + 1) and not cta.landings:
+            if stalled > 50 * (len(running) + 1) and not any(c.landings for c in ctas):
                 raise ScheduleError("deadlock: every role waits and no copy is in flight "
                                     f"({', '.join(type(running[i][0]).__name__ for i in running)})")
-        if cta.landings:
+        if any(c.landings for c in ctas):
             raise ScheduleError("copies still in flight when the CTA ended")
 
 

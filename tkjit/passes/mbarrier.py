@@ -22,7 +22,8 @@ from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipeli
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
 from .sync_report import CheckReport, default_cases
-from .sync_protocol import Item, LoopPlan, OneShotUse, Protocol, Ring, StagingReuse, standard_protocol
+from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse,
+                            standard_protocol)
 from .sync_protocol import Load as RingLoad
 from . import sync_verdicts
 
@@ -57,6 +58,9 @@ class _Builder:
         self.reused: list[Store] = []  # stores whose staging goes over a ring, in item order
         self.extent: dict[str, tuple[int, int]] = {}  # ring -> shared bytes [start, end)
         self.names: set[str] = set()
+        self.split_k = int(block_loop(kernel).attrs.get("split", 1) or 1)
+        """Split-K: CTAs (a cluster) sharing each tile's reduction loop (the block loop's ``split``)."""
+        self.split_loop: For | None = None
 
     def level2_fits(self, loop: For) -> bool:
         """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
@@ -102,7 +106,8 @@ class _Builder:
                      for inner in op.walk() if inner is not op):
                 raise PassError("a loop that loads shared tiles must sit directly in the block "
                                 "body for the producer to follow it", op.span)
-        persistent = blocks.attrs.get("schedule") == "persistent"
+        # split-K gives each cluster one tile: its ring is reused for the partials
+        persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
         return standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
                                  tuple(self.items), pingpong=self.pingpong)
 
@@ -158,6 +163,9 @@ class _Builder:
                                    split=names[1] if len(names) > 1 and level2 else ""))
         if level2:
             self.level2.append(op)
+        if self.split_k > 1 and reads and self.split_loop is None:
+            self.items.append(SplitReduce(name, self.split_k))
+            self.split_loop = op
 
     def level2_allowed(self, op: For, split: bool) -> bool:
         """Level 2 where it fits, with 3 stages or a ring of its own for the second product."""
@@ -184,6 +192,8 @@ class _Builder:
         return a, b
 
     def staging(self, op: Store) -> None:
+        if self.split_k > 1:  # split-K stores each CTA's part from registers: nothing is staged
+            return
         size, _ = staging_sizes(op, self.consumers, op.attrs.get("staging_cols"),
                                 self.pingpong)[op.attrs.get("staging", "tile")]
         lo, hi = op.attrs["smem"], op.attrs["smem"] + size
@@ -297,6 +307,9 @@ class Schedule:
     """Every loop ring (a split-off second ring too) -> its IR loop (stage stride, trips)."""
     split_bars: dict = field(default_factory=dict)
     """A split-off ring -> the shared offset of its full[s]/empty[s] (after smem-plan's map)."""
+    split: int = 1
+    """Split-K: the CTAs of a cluster sharing ``split_loop``'s trips (1: no split)."""
+    split_loop: object = None
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -304,7 +317,8 @@ def schedule_of(kernel: Kernel) -> Schedule:
     builder = _Builder(kernel, bool(kernel.attrs.get("overlap", True)))
     proto = builder.build()
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
-                    list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars))
+                    list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars),
+                    builder.split_k if builder.split_loop is not None else 1, builder.split_loop)
 
 
 def _where(op: Op) -> str:
@@ -394,6 +408,16 @@ class Mbarrier(Pass):
                        f"barrier ({proto.consumers} x 128 threads) before writing the staging tile",
                        "smem-plan put the staging tile over the ring; a consumer may still have "
                        "wgmmas reading it until every consumer has drained its own")
+        if builder.split_loop is not None:
+            ring = builder.loop_of[builder.split_loop]
+            ctx.decide(f"loop at {_where(builder.split_loop)}", f"split-K over a cluster of {builder.split_k} CTAs",
+                       f"the block loop's split = {builder.split_k}: CTA r of each tile's cluster runs trips "
+                       f"[r*ceil(T/{builder.split_k}), (r+1)*ceil(T/{builder.split_k})) of ring {ring}'s loop; after "
+                       "it every consumer meets at a cluster barrier (its ring drained), sends each peer "
+                       "that peer's part of its partial accumulators through distributed shared memory "
+                       f"over the peer's ring {ring}, meets again, and adds the partials of its own part, "
+                       "which it stores from registers (a staging tile smem-plan planned for the "
+                       "tile's store is left unused)", split=builder.split_k, ring=ring)
         mode = self.check
         if mode == "auto":
             mode = "full" if ctx.options.debug else "quick"

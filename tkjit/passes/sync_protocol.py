@@ -42,6 +42,13 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
     TurnPass()             ping-pong: bar.arrive on the next consumer's turn barrier
     StagingBegin(ring)     the epilogue writes its staging tile over every stage of the ring
     StagingEnd(ring)       ... and its TMA store has read it (cp.async.bulk.wait_group.read 0)
+    ClusterReduce(ring, ctas)  split-K: the ``ctas`` CTAs of a cluster each ran 1/ctas of the
+                           ring loop's trips; at a cluster barrier (every consumer of every CTA
+                           past the loop, its ring drained) each sends its partial accumulators
+                           into the peers' ring bytes (DSMEM), a second cluster barrier, then each
+                           adds the partials of its own part. Checked as a meeting of the
+                           consumers around a write over every stage of the ring (the peers are
+                           assumed to mirror this CTA, as for multicast)
 
 Every class is ``@dataclass(unsafe_hash=True)`` over ``Frozen`` (tkjit/frozen.py): protocols are
 compared, hashed (``mbarrier``'s cache of checks) and keyed by their repr (the verdicts kept on
@@ -219,6 +226,21 @@ class StagingEnd(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class ClusterReduce(Frozen):
+    """Split-K: the cluster's CTAs add their partial accumulators of ``ring``'s loop through
+    distributed shared memory, written over every stage of that (drained) ring, between two
+    cluster barriers."""
+
+    ring: str
+    ctas: int
+
+    def text(self) -> str:
+        return (f"split-K over a cluster of {self.ctas}: barrier.cluster; send the partials of "
+                f"loop {self.ring} into the peers' ring {self.ring} (DSMEM); barrier.cluster; "
+                "add this CTA's part")
+
+
+@dataclass(unsafe_hash=True)
 class SkipTrips(Frozen):
     """Advance the ring past the previous tile's trips (ping-pong: the other consumer's stages)."""
 
@@ -245,7 +267,7 @@ class TurnPass(Frozen):
 
 
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync,
-              StagingBegin, StagingEnd, SkipTrips, TurnWait, TurnPass]
+              StagingBegin, StagingEnd, ClusterReduce, SkipTrips, TurnWait, TurnPass]
 
 
 # -- structure --------------------------------------------------------------------------------
@@ -439,7 +461,16 @@ class StagingReuse(Frozen):
     rings: tuple[str, ...]
 
 
-Item = Union[LoopPlan, OneShotUse, StagingReuse]
+@dataclass(unsafe_hash=True)
+class SplitReduce(Frozen):
+    """Split-K: after this ring's loop the cluster's ``ctas`` CTAs add their partials
+    (``ClusterReduce``)."""
+
+    ring: str
+    ctas: int
+
+
+Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce]
 
 
 def producer_fill(ring: Ring) -> tuple[Step, ...]:
@@ -562,6 +593,8 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
                 fills += producer_fill(by_name[item.split])
             prod.append(Loop(item.ring, fills))
             cons.extend(consumer_loop(item, by_name[item.ring].stages))
+        elif isinstance(item, SplitReduce):
+            cons.append(ClusterReduce(item.ring, item.ctas))
         else:
             cons.extend(consumer_staging(item))
     one_shots = [item.ring for item in items if isinstance(item, OneShotUse)]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sync_protocol import (Advance, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips, Loop,
+from .sync_protocol import (Advance, ClusterReduce, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips, Loop,
                             First, Mma, MmaWait, NotFirst, Protocol, Release, Reset, SkipTrips, StagingBegin,
                             StagingEnd, Step, Tiles, TmaLoad, TurnPass, TurnWait, Wait)
 
@@ -223,6 +223,14 @@ class _Unroller:
         self.emit(ARRIVE, bar, label="bar.sync: arrive")
         self.emit(WAIT, bar, self.syncs & 1, label="bar.sync: wait for every consumer")
         self.syncs += 1
+
+    def _ClusterReduce(self, st: ClusterReduce) -> None:
+        """Split-K: the cluster barrier (every consumer meets; the peers mirror this CTA), the
+        partials written over the ring, the second cluster barrier after which they are read."""
+        self._ConsumerSync(ConsumerSync())
+        self._StagingBegin(StagingBegin(st.ring))
+        self._ConsumerSync(ConsumerSync())
+        self._StagingEnd(StagingEnd(st.ring))
 
     def _StagingBegin(self, st: StagingBegin) -> None:
         self.emit(STAGING_BEGIN, self.layout.base[st.ring], self.proto.ring(st.ring).stages,

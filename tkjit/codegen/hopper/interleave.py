@@ -6,7 +6,7 @@ follow, so that what the CPU checks is what the GPU runs.
 
 ``anchor(step, ops)`` gives the index of the IR op a step stands for (a one-shot tile's full
 ``Wait``, a ring loop's ``IfTrips``, a trip's ``Mma``, the ``ConsumerSync`` before a store staged
-over a ring) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
+over a ring, split-K's ``ClusterReduce`` before the first op reading the loop's results) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
 (``"anchored"``); a step with no op of its own comes where it stands among the anchored ones (a
 wait right after its wgmma), or, after the last of them, once every pending op has run (the
 releases and waits that end a trip or a tile). Items: ``("op", None, op)``, ``("step", step,
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
-from ...passes.sync_protocol import ConsumerSync, IfTrips, Mma, Wait
+from ...passes.sync_protocol import ClusterReduce, ConsumerSync, IfTrips, Mma, Wait
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -54,8 +54,20 @@ def tile_anchor(ring_of_load: dict, loop_of: dict, staged_over_rings: list):
             return ops.index(loop_of[step.ring])
         if isinstance(step, ConsumerSync):
             return ops.index(next(syncs))
+        if isinstance(step, ClusterReduce):
+            return first_reader(ops, loop_of[step.ring])
         return None
     return anchor
+
+
+def first_reader(ops: list[Op], loop: For) -> int | None:
+    """The index of the first op after ``loop`` that reads one of its results (split-K's
+    reduction comes right before it)."""
+    results = set(map(id, loop.results))
+    for i in range(ops.index(loop) + 1, len(ops)):
+        if any(id(x) in results for inner in ops[i].walk() for x in inner.operands):
+            return i
+    return None
 
 
 def trip_anchor(loop: For):

@@ -73,7 +73,10 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
                                          "every tile must have the same trip count; this loop's "
                                          "bounds depend on the block indices")
     if int(blocks.attrs.get("split", 1)) > 1:
-        return Refusal(blocks, "split-K over clusters is not an option of the general lowering yet")
+        from .lower_checks import split_refusal
+        why = split_refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"])
+        if why is not None:
+            return why
     if int(kernel.attrs.get("multicast", 1) or 1) > 1 or int(kernel.attrs.get("stream_k", 0) or 0) > 0:
         return Refusal(None, "multicast and stream-K are not options of the general lowering yet")
     if options.get("unaligned_rows"):
@@ -165,6 +168,9 @@ class LoweredKernel:
                                                          in self.schedule.split_bars.items()])
         """smem-plan's map, and the barriers of rings the mbarrier pass split off after it."""
         self.blocks = block_loop(kernel)
+        self.split = self.schedule.split
+        """Split-K: the CTAs of a cluster sharing each tile's reduction loop (1: none)."""
+        self.rank: str | None = None
         self.b = Builder()
         self.strided = bool(self.options.get("strided"))
         self.entries = param_entries(kernel, self.strided)
@@ -173,6 +179,8 @@ class LoweredKernel:
         self.decisions: list[dict] = [{"decision": "backend", "value": "wgmma",
                                        "why": "the general sm_90a lowering: TMA producer, wgmma consumers, "
                                               "the mbarrier pass's protocol, every IR op by its emitter"}]
+        if self.split > 1:
+            self.decisions.append(split_decision(self.schedule, self.consumers))
         self._ring_offsets()
 
     def _ring_offsets(self) -> None:
@@ -233,6 +241,9 @@ class LoweredKernel:
         raw, self.smem = b.reg(), b.reg()
         b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
           f"and.b32 {self.smem}, {self.smem}, -1024;")
+        if self.split > 1:  # this CTA's share of each tile's reduction loop
+            self.rank = b.reg()
+            b(f"mov.u32 {self.rank}, %cluster_ctarank;")
         self.globals = Pointers()   # id(param) -> generic address (which ones emitters read)
         self.check_buffer: str | None = None  # checked mode's error buffer (emit_check.py)
         self.scalars: dict[int, tuple[str, object]] = {}  # id(param) -> (register, dtype)
@@ -288,7 +299,7 @@ class LoweredKernel:
     def module_text(self) -> str:
         entries = [entry[:3] for entry in self.entries]
         return module_text("tile program", self.kernel.name, entries, self.maps.values(), self,
-                           self.b.body())
+                           self.b.body(), cluster=self.split)
 
     def metadata(self) -> dict:
         from ...passes.grid import launch_grid
@@ -304,7 +315,51 @@ class LoweredKernel:
                 "registers": list(self.regs), "protocol": self.proto.text(),
                 "assumes_aligned_rows": True,  # TMA: a launch with other rows recompiles (kernel.py)
                 "strided_variant": True,  # the option ``strided``: views' strides as parameters
-                "decisions": list(self.decisions)}
+                "decisions": list(self.decisions)} | reduction_shape(self.kernel, self.schedule)
+
+
+def split_decision(schedule: Schedule, consumers: int) -> dict:
+    from .lower_checks import split_part_registers, split_reduce_bytes
+    loop = schedule.split_loop
+    acc = loop.variadic()[0].type
+    s, regs = schedule.split, split_part_registers(loop.variadic()[0].type, consumers)
+    return {"decision": "split", "value": s,
+            "why": f"the block loop's split = {s}: a cluster of {s} CTAs per tile "
+                   f"(.reqnctapercluster), CTA r runs trips [r*ceil(T/{s}), (r+1)*ceil(T/{s})) of the "
+                   f"reduction loop; each sends part r' of its partial accumulator (the r'-th run of "
+                   f"{regs // s} of each consumer thread's {regs} registers: whole 8-column groups) to "
+                   f"CTA r' through distributed shared memory ({split_reduce_bytes(acc, consumers, s)} B "
+                   "received per CTA, over its drained ring) between two cluster barriers; CTA r adds "
+                   "the partials of its part, runs the epilogue and stores that part from registers"}
+
+
+def reduction_shape(kernel: Kernel, schedule: Schedule) -> dict:
+    """``{"gemm": {"tile": [BM, BN, BK], "split": S, "k_trips": T}}`` (the launch-shape model of
+    ``fill_sms`` reads it) where the tile is one ring loop from 0 in steps of 1 accumulating
+    products into one carried tile; else {}."""
+    from ...ir.ops import MMA_OPS, Const
+    from ...errors import PassError
+    from ...passes.grid import count_expression
+    if len(schedule.loop_of) != 1:
+        return {}
+    (loop,) = schedule.loop_of
+    lo, hi, step = loop.operands[:3]
+    mmas = [op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)]
+    carried = list(loop.variadic())
+    if len(mmas) != 1 or len(carried) != 1 or not all(
+            isinstance(v.owner, Const) and v.owner.attrs["value"] == want for v, want in ((lo, 0), (step, 1))):
+        return {}
+    try:
+        trips = count_expression(hi)
+    except PassError:
+        return {}
+    a = mmas[0].operands[0].type
+    bk = a.cols if mmas[0].NAME in ("mma_AB", "mma_ABt") else a.rows
+    t = carried[0].type
+    shape = {"tile": [t.rows, t.cols, bk], "split": schedule.split, "k_trips": trips}
+    if schedule.protocol.pingpong:
+        shape["pingpong"] = True
+    return {"gemm": shape}
 
 
 def lower_kernel(kernel: Kernel, options: dict | None = None) -> tuple[str, dict]:

@@ -115,9 +115,90 @@ def b_operand(op):
         return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
     return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
 
+MAX_SPLIT = 8
+"""The portable cluster size: a split tile's CTAs form one cluster."""
 
 
+def split_part_registers(acc_type: TileType, consumers: int) -> int:
+    """f32 accumulator registers per consumer thread: what split-K cuts into parts."""
+    return acc_type.rows * acc_type.cols // (128 * consumers)
 
 
+def split_refusal(kernel, schedule, consumers: int):
+    """None when split-K (the block loop's ``split``) can be lowered: one ring loop carrying one
+    f32 accumulator from ``zeros()``, read in the loop only as its last product's accumulator,
+    and after the loop only elementwise ops of the accumulator's shape ending in stores of it
+    (each CTA computes the whole tile but stores only its part, so nothing may mix parts); the
+    parts are whole 8-column groups and the partials fit over the ring. Else a Refusal."""
+    from ...ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt, Zeros
+    from ...passes.hopper import block_loop
+    from ...passes.mbarrier import in_flight
+    from .lower import Refusal
+    blocks = block_loop(kernel)
+    split = schedule.split
+    loop = schedule.split_loop
+    if split > MAX_SPLIT:
+        return Refusal(blocks, f"split = {split}: a split tile is one cluster, at most {MAX_SPLIT} CTAs")
+    if loop is None:
+        return Refusal(blocks, "split-K needs a ring loop with a matrix product in the block body")
+    if kernel.attrs.get("pingpong"):
+        return Refusal(blocks, "ping-pong consumers alternate over a CTA's tiles; split-K gives a CTA one tile")
+    if len(schedule.protocol.rings) != 1:
+        return Refusal(blocks, "split-K reuses the one ring of its loop for the partials; this tile "
+                               "has other shared tiles")
+    carried = list(loop.variadic())
+    if len(carried) != 1 or not isinstance(carried[0].type, TileType) or carried[0].type.dtype != F32:
+        return Refusal(loop, "split-K adds the loop's partial results: it must carry exactly one "
+                             "f32 accumulator tile")
+    if not isinstance(carried[0].owner, Zeros):
+        return Refusal(loop, "split-K adds every CTA's partial: the accumulator must start from zeros()")
+    mmas = [op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)]
+    if not mmas or not in_flight(loop) or mmas[-1].operands[2] is not loop.regions[0].args[1]:
+        return Refusal(loop, "split-K adds the loop's partial results: the loop may use its "
+                             "carried tile only as the accumulator of its last product")
+    acc_t: TileType = carried[0].type
+    ops = [op for op in blocks.regions[0].ops if not isinstance(op, Yield)]
+    derived = set(map(id, loop.results))
+    for op in ops[ops.index(loop) + 1:]:
+        reads = any(id(x) in derived for x in op.operands)
+        if isinstance(op, Store):
+            v = op.operands[1]
+            if id(v) not in derived:
+                return Refusal(op, "with split-K every CTA of a cluster runs the tile's other ops: "
+                                   "only stores of the split accumulator (each CTA its part) are lowered")
+            continue
+        if isinstance(op, (For, If)):
+            return Refusal(op, "split-K: control flow after the split loop is not lowered yet")
+        if not reads:
+            continue
+        if not isinstance(op, (*BINARY_OPS, *UNARY_OPS, *BROADCAST_OPS, Cvt)):
+            return Refusal(op, "after a split loop each CTA holds the sum of only its part of the "
+                               "accumulator: only elementwise ops may read it")
+        t = op.result.type
+        if not isinstance(t, TileType) or (t.rows, t.cols) != (acc_t.rows, acc_t.cols):
+            return Refusal(op, "after a split loop only elementwise ops of the accumulator's shape may read it")
+        derived.add(id(op.result))
+    for op in ops[:ops.index(loop)]:
+        if any(isinstance(inner, Store) for inner in op.walk()):
+            return Refusal(op, "with split-K every CTA of a cluster runs the tile's ops: only stores "
+                               "of the split accumulator are lowered")
+    regs = split_part_registers(acc_t, consumers)
+    if (regs // 4) % split:
+        return Refusal(loop, f"split = {split}: each consumer thread's {regs} accumulator registers "
+                             f"do not part into {split} runs of whole 8-column groups")
+    ring = schedule.protocol.rings[0]
+    need = split_reduce_bytes(acc_t, consumers, split)
+    have = ring.stages * loop.attrs["stage_stride"]
+    if need > have:
+        return Refusal(loop, f"split = {split}: the partials ({need} B) do not fit over the {have}-byte ring")
+    return None
 
-__all__ = ["consumer_refusal", "users_of", "wgmma_n", "a_operand", "b_operand"]
+
+def split_reduce_bytes(acc_type: TileType, consumers: int, split: int) -> int:
+    """Shared memory a CTA of a split tile receives: one slot per other CTA of the cluster, each
+    1/split of every consumer thread's accumulator registers."""
+    return (split - 1) * consumers * 128 * (split_part_registers(acc_type, consumers) // split) * 4
+
+
+__all__ = ["consumer_refusal", "users_of", "wgmma_n", "a_operand", "b_operand", 
+           "split_refusal", "split_part_registers", "split_reduce_bytes", "MAX_SPLIT"]

@@ -20,8 +20,8 @@ from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
-from ...passes.sync_protocol import (ConsumerSync, IfTrips, Loop, Mma, StagingBegin, StagingEnd,
-                                     Wait)
+from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, IfTrips, Loop, Mma, StagingBegin,
+                                     StagingEnd, Wait)
 from ..emit_control import fresh, moves
 from ..padding import analyze_padding
 from ..values import RegTile
@@ -29,8 +29,8 @@ from . import wgmma
 from .interleave import body_ops, interleave, pipelined_trip, tile_anchor, trip_anchor
 from .lower_checks import a_operand, b_operand, consumer_refusal, users_of, wgmma_n
 from .lower_fragments import consumer_table
-from .lower_producer import (bind_block_indices, bind_loop_index, load_stage_stride, role_ctx,
-                             tile_walk_begin, tile_walk_next, trip_count)
+from .lower_producer import (bind_block_indices, bind_loop_index, load_stage_stride, ring_trips,
+                             role_ctx, tile_walk_begin, tile_walk_next)
 from .program import RingRegs, RoleEmitter
 
 CONSUMER_BARRIER = 1
@@ -60,6 +60,7 @@ class ConsumerRole(RoleEmitter):
         self.ring_of_load = {op: names[0] for op, names in k.schedule.load_of.items()}
         self.shared: dict[int, Load] = {}  # id(value) -> the ring load it reads
         self.carried_homes: list = []
+        self.hoisted: set[int] = set()  # block-body scalars emitted once before the tile walk
         self.table[ConsumerSync] = self.consumer_sync
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
@@ -102,9 +103,12 @@ class ConsumerRole(RoleEmitter):
                                        "compare and select on the other tiles)"})
 
     def plan_stagings(self) -> dict:
-        """The staging of every register-tile store smem-plan staged (lower_epilogue), set up once."""
+        """The staging of every register-tile store smem-plan staged (lower_epilogue), set up once.
+        Split-K: none (each CTA stores its part of the tile from registers)."""
         from .lower_epilogue import staging_columns, staging_for
         out = {}
+        if self.k.split > 1:
+            return out
         for op in self.k.blocks.walk():
             if isinstance(op, Store) and isinstance(op.operands[1].type, TileType) \
                     and op.operands[1].type.space == "rt":
@@ -181,16 +185,17 @@ class ConsumerRole(RoleEmitter):
         """The block body's scalars and every ring loop's trip count, before the walk."""
         from .lower_producer import is_scalar_op
         for op in ops:
-            if is_scalar_op(op) and all(id(x) in self.ctx.values for x in op.operands):
+            if is_scalar_op(op) and id(op) not in self.hoisted and all(id(x) in self.ctx.values
+                                                                       for x in op.operands):
                 self.b(*self.ctx.emit_op(op))
                 self.bound.add(id(op))
         for ring, loop in self.loop_of.items():
-            self.rings[ring].trips = trip_count(self.ctx, self.b, loop)
+            ring_trips(self, ring, loop)
             self.trips_ready.add(ring)
 
     def ops(self, ops: list[Op]) -> None:
         for op in ops:
-            if isinstance(op, Yield) or id(op) in self.bound:
+            if isinstance(op, Yield) or id(op) in self.bound or id(op) in self.hoisted:
                 continue
             if isinstance(op, Load) and is_shared(op.result):
                 self.shared[id(op.result)] = op
@@ -222,6 +227,11 @@ class ConsumerRole(RoleEmitter):
             self.emit((step,))
         elif isinstance(step, IfTrips):  # a ring loop
             self.ring_loop(op, step)
+        elif isinstance(step, ClusterReduce):  # split-K, before the first op reading the sum
+            self.b(f"// step: {step.text()}")
+            self.cluster_reduce(step)
+            self.b("// end step")
+            self.ops([op])
         elif isinstance(step, Mma):
             self.b(f"// step: {step.text()}")
             self.wgmma(op)
@@ -254,7 +264,7 @@ class ConsumerRole(RoleEmitter):
             self.second = second
             self.held = (fresh(ctx, second.operands[0].type), ctx.get(arg))
         if step.ring not in self.trips_ready:
-            self.rings[step.ring].trips = trip_count(ctx, b, loop)
+            ring_trips(self, step.ring, loop)
         self.emit((step,))
         if self.deferred is not None:  # a tile without trips issued no wgmma: flush here, before
             b(*self.deferred.flush(ctx))  # the epilogue makes the next tile's values
@@ -263,7 +273,8 @@ class ConsumerRole(RoleEmitter):
 
     def trip(self, step: Loop) -> None:
         loop = self.loop_of[step.ring]
-        bind_loop_index(self.ctx, self.b, loop, self.rings[step.ring].counter)
+        r = self.rings[step.ring]
+        bind_loop_index(self.ctx, self.b, loop, r.counter, r.first)
         if loop in self.k.schedule.level2:
             for kind, st, op in pipelined_trip(loop, step.body):
                 if kind == "op":
@@ -402,6 +413,28 @@ class ConsumerRole(RoleEmitter):
         lines.append(wgmma.COMMIT)
         b(*lines)
         ctx.bind(op.result, acc)
+
+    # -- split-K ----------------------------------------------------------------------------
+    split_part = None
+    """After split-K's reduction: (split, rank register, the accumulator's (band, chunk) pairs in
+    part order); a register tile of the accumulator's layout is stored part ``rank`` only
+    (lower_fragments.emit_store)."""
+
+    def cluster_reduce(self, step: ClusterReduce) -> None:
+        """Split-K: the cluster's CTAs add their partial sums of the loop's accumulator
+        (reduce.reduce_scatter, the template's reduction) over this CTA's drained ring; part r of
+        every consumer thread's registers then holds the tile's sum in CTA r, which stores it."""
+        from . import reduce
+        k, b = self.k, self.b
+        loop = self.loop_of[step.ring]
+        acc = self.ctx.get(loop.results[0])
+        chunks = [(u, j) for u in range(len(acc.regs)) for j in range(len(acc.regs[u]))]
+        regs = [acc.regs[u][j][r] for u, j in chunks for r in range(4)]
+        buffer = b.reg()
+        start = min(ld.attrs["smem"] for ld, (ring, _) in k.schedule.load_of.items() if ring == step.ring)
+        b(f"add.u32 {buffer}, {k.smem}, {start};")
+        reduce.reduce_scatter(b, regs, step.ctas, k.rank, buffer, self.index, k.consumers, k.tid_wg)
+        self.split_part = (step.ctas, k.rank, chunks)
 
     # -- named barriers -------------------------------------------------------------------
     def consumer_sync(self, step) -> None:

@@ -34,7 +34,31 @@ def emit_store(ctx, op) -> list[str]:
         return deferred.hold(ctx, rep)
     if staging is not None:
         return emit_staged(ctx.role, ctx, op, rep, staging)
+    if getattr(ctx.role, "split_part", None) is not None:
+        return _split_store(ctx, op, rep)
     return _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=True)
+
+
+def _split_store(ctx, op, rep: RegTile) -> list[str]:
+    """Split-K: CTA r of the cluster stores part r of the tile (the run of (band, chunk) pairs
+    whose registers held its sum after the reduction). The rank is a run-time value and
+    registers cannot be indexed, so each part's stores are emitted once, chosen by the rank."""
+    split, rank, chunks = ctx.role.split_part
+    layout = rep.layout
+    if [(u, j) for u in range(layout.bands) for j in range(layout.chunks)] != chunks:
+        raise NotAvailableError(f"{op.NAME}: a split-K store of a tile laid out unlike the accumulator",
+                                op.span)
+    n = len(chunks) // split
+    out: list[str] = []
+    done = ctx.label("parts_stored")
+    for p in range(split):
+        other, skip = ctx.new("pred"), ctx.label(f"part_{p}_other")
+        out += [f"setp.ne.u32 {other}, {rank}, {p};", f"@{other} bra.uni {skip};"]
+        out += _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=True,
+                          only=set(chunks[p * n:(p + 1) * n]))
+        out += [f"bra.uni {done};", f"{skip}:"]
+    out.append(f"{done}:")
+    return out
 
 
 def emit_load(ctx, op) -> list[str]:
@@ -72,11 +96,12 @@ def _elementwise_uses(ctx, v) -> bool:
                                for u in users)
 
 
-def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
+def _fragments(ctx, op, param, coords, tile: RegTile, store: bool, only: set | None = None) -> list[str]:
     """Store ``tile`` to (or load it from) ``param``'s tile at ``coords``, fragment by fragment:
     one address per thread row; pairs of neighbouring columns at immediate offsets when the whole
     tile lies inside the tensor (and its rows keep pairs aligned), else single elements under
-    row and column predicates (nothing outside the tensor is written; loads read zeros there)."""
+    row and column predicates (nothing outside the tensor is written; loads read zeros there).
+    ``only``: the (band, chunk) pairs to store (split-K's part); None: all."""
     from ..globalmem import GlobalView
     out: list[str] = []
     g = param.type
@@ -107,6 +132,8 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
     low = ctx.new("b64")  # pairs need the tensor's base aligned to a pair
     out += [f"and.b64 {low}, {view.ptr}, {2 * es - 1};", f"setp.eq.and.u64 {inside}, {low}, 0, {inside};"]
     addrs, rows_left = {}, {}
+    if only is not None:
+        rows = {key: off for key, off in rows.items() if any(u == key[0] for u, _ in only)}
     for key, roff in rows.items():
         r = ctx.new("b32")
         out.append(f"add.s32 {r}, {rb}, {roff};")
@@ -116,6 +143,8 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
     out.append(f"@!{inside} bra {edge};")
     for (u, h), addr in addrs.items():
         for j, coff in cols.items():
+            if only is not None and (u, j) not in only:
+                continue
             imm = f"+{coff * es}" if coff else ""
             if store:
                 out.append(f"st.global.{'v2.f32' if gd == F32 else 'b32'} [{addr}{imm}], "
@@ -144,6 +173,8 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool) -> list[str]:
         if guard is not None:
             out.append(f"and.pred {row_ok}, {row_ok}, {guard};")
         for j, coff in cols.items():
+            if only is not None and (u, j) not in only:
+                continue
             if store:
                 pair = _pair(ctx, tile, u, j, h, gd, out)
                 if gd == F32:
@@ -192,7 +223,8 @@ def _pair(ctx, tile: RegTile, u: int, j: int, h: int, gd, out: list[str]) -> str
 
 
 def consumer_table() -> EmitterTable:
-    table = EmitterTable()
+    from .lower_producer import scalar_table
+    table = scalar_table(EmitterTable())
     table.entries[(Store, "memory")] = emit_store
     table.entries[(Load, "memory")] = emit_load
     for cls in MMA_OPS:

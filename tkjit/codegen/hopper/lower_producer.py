@@ -20,7 +20,8 @@ from ..context import Ctx
 from ..layout import WarpGrid
 from ..padding import PaddingInfo
 from ..smem import SmemPlan
-from ..table import DEFAULT_TABLE
+from ..emit_scalar import emit_scalar_binary
+from ..table import EmitterTable
 from ..values import Scalar
 from . import tma
 from .program import RingRegs, RoleEmitter
@@ -31,7 +32,7 @@ def role_ctx(k, warps: int, slab_warps: int = 0, pads: PaddingInfo | None = None
     parameters and named dims (loaded in the common prologue). No shared scratch: the ops that
     would need it are refused by ``lower.refusal``."""
     grid = WarpGrid(warps, warps, 1, slab_warps)
-    ctx = Ctx(k.kernel, grid, SmemPlan({}, {}, 0, []), pads or PaddingInfo(), {}, DEFAULT_TABLE)
+    ctx = Ctx(k.kernel, grid, SmemPlan({}, {}, 0, []), pads or PaddingInfo(), {}, scalar_table(EmitterTable()))
     ctx.namer = k.b.namer
     ctx.globals = k.globals
     ctx.check_buffer = k.check_buffer
@@ -42,6 +43,34 @@ def role_ctx(k, warps: int, slab_warps: int = 0, pads: PaddingInfo | None = None
             reg, dtype = k.scalars[id(p)]
             ctx.bind(p, Scalar(reg, dtype))
     return ctx
+
+
+def scalar_table(table: EmitterTable) -> EmitterTable:
+    """``table`` with the general lowering's integer divisions by a constant power of two as
+    shifts (``cdiv``, ``//``): ptxas keeps a generic 32-bit division for a constant that reaches
+    it through a register, and the tile counts and loop bounds (M / BM, K / BK) are on every
+    CTA's path to its first load. The register-tile backend keeps its own (its PTX unchanged)."""
+    from ...ir.ops import CDiv, FloorDiv
+    table.entries[(CDiv, "scalar")] = table.entries[(FloorDiv, "scalar")] = emit_division
+    return table
+
+
+def emit_division(ctx, op) -> list[str]:
+    """``cdiv(a, 2^s)`` = -((-a) >> s) and ``a // 2^s`` = a >> s (arithmetic shifts: floor, exact
+    for negative a too); other divisors through the shared emitter."""
+    from ...ir.ops import CDiv, Const
+    c = op.operands[1].owner
+    d = c.attrs["value"] if isinstance(c, Const) else None
+    a = ctx.get(op.operands[0])
+    if not isinstance(d, int) or isinstance(d, bool) or d <= 0 or d & (d - 1) or a.dtype != I32:
+        return emit_scalar_binary(ctx, op)
+    shift, r = d.bit_length() - 1, ctx.new("b32")
+    if isinstance(op, CDiv):
+        out = [f"neg.s32 {r}, {a.reg};", f"shr.s32 {r}, {r}, {shift};", f"neg.s32 {r}, {r};"]
+    else:
+        out = [f"shr.s32 {r}, {a.reg}, {shift};"]
+    ctx.bind(op.result, Scalar(r, I32))
+    return out
 
 
 def is_scalar_op(op: Op) -> bool:
@@ -58,6 +87,7 @@ class ProducerRole(RoleEmitter):
         self.ctx = role_ctx(k, 4)
         self.loads = {names: op for op, names in k.schedule.load_of.items()}
         self.loop_of = {ring: loop for loop, ring in k.schedule.loop_of.items()}
+        self.hoisted: set[int] = set()  # block-body scalars emitted once before the tile walk
 
     def run(self) -> None:
         k, b = self.k, self.b
@@ -93,17 +123,18 @@ class ProducerRole(RoleEmitter):
         bind_block_indices(self)
         self.emit_scalars(self.k.blocks.regions[0])
         for ring, loop in self.loop_of.items():
-            self.rings[ring].trips = trip_count(self.ctx, self.b, loop)
+            ring_trips(self, ring, loop)
 
     def emit_scalars(self, block: Block) -> None:
         for op in block.ops:
-            if is_scalar_op(op):
+            if is_scalar_op(op) and id(op) not in self.hoisted:
                 self.b(*self.ctx.emit_op(op))
 
     def trip(self, step: Loop) -> None:
         """The trip's scalars (the loop variable, the load coordinates), then its steps."""
         loop = self.loop_of[step.ring]
-        bind_loop_index(self.ctx, self.b, loop, self.rings[step.ring].counter)
+        r = self.rings[step.ring]
+        bind_loop_index(self.ctx, self.b, loop, r.counter, r.first)
         self.emit_scalars(loop.regions[0])
         self.emit(step.body)
 
@@ -139,18 +170,50 @@ def load_stage_stride(loop: For | None) -> int:
 
 
 def trip_count(ctx: Ctx, b, loop: For) -> str:
-    """max(0, ceil((hi - lo) / step)) from the loop's operands (emitted already)."""
+    """max(0, ceil((hi - lo) / step)) from the loop's operands (emitted already); a constant step
+    of 1 needs no division (ptxas keeps a generic 32-bit division even by a constant 1)."""
     lo, hi, step = (ctx.get(v).reg for v in loop.operands[:3])
     n = b.reg()
+    if _constant(loop.operands[2]) == 1:
+        b(f"sub.s32 {n}, {hi}, {lo};", f"max.s32 {n}, {n}, 0;")
+        return n
     b(f"sub.s32 {n}, {hi}, {lo};", f"add.s32 {n}, {n}, {step};", f"sub.s32 {n}, {n}, 1;",
       f"div.s32 {n}, {n}, {step};", f"max.s32 {n}, {n}, 0;")
     return n
 
 
-def bind_loop_index(ctx: Ctx, b, loop: For, counter: str) -> None:
-    """The loop variable of trip ``counter``: lo + counter * step."""
+def _constant(v):
+    from ...ir.ops import Const
+    return v.owner.attrs["value"] if isinstance(v.owner, Const) else None
+
+
+def ring_trips(role, ring: str, loop: For) -> None:
+    """The ring's trip count this tile in ``role.rings[ring]``; split-K (``role.k.split`` CTAs
+    per tile): this CTA's share, trips [r*per, r*per + per) of the tile's T with per = ceil(T/S)
+    and r its rank in the cluster (possibly none), and its first trip."""
+    b, k = role.b, role.k
+    n = trip_count(role.ctx, b, loop)
+    r = role.rings[ring]
+    r.trips = n
+    if k.split > 1 and loop is k.schedule.split_loop:
+        per, first = b.reg(), b.reg()
+        divide = (f"shr.s32 {per}, {per}, {k.split.bit_length() - 1};" if k.split & (k.split - 1) == 0
+                  else f"div.s32 {per}, {per}, {k.split};")  # per >= 0: a shift is the division
+        b(f"add.s32 {per}, {n}, {k.split - 1};", divide,
+          f"mul.lo.s32 {first}, {k.rank}, {per};", f"sub.s32 {n}, {n}, {first};",
+          f"min.s32 {n}, {n}, {per};", f"max.s32 {n}, {n}, 0;")
+        r.first = first
+
+
+def bind_loop_index(ctx: Ctx, b, loop: For, counter: str, first: str | None = None) -> None:
+    """The loop variable of trip ``counter``: lo + counter * step (split-K: lo + (first +
+    counter) * step)."""
     lo, _, step = (ctx.get(v).reg for v in loop.operands[:3])
     k = b.reg()
+    if first is not None:
+        trip = b.reg()
+        b(f"add.s32 {trip}, {first}, {counter};")
+        counter = trip
     b(f"mad.lo.s32 {k}, {counter}, {step}, {lo};")
     ctx.bind(loop.regions[0].args[0], Scalar(k, I32))
 
@@ -167,12 +230,25 @@ def tile_walk_begin(role) -> None:
     for c in counts[1:]:
         b(f"mul.lo.u32 {role.tile_count}, {role.tile_count}, {c};")
     role.counts = counts
-    b(f"mov.u32 {role.tile}, %ctaid.x;")
+    hoist_invariants(role)
+    # split-K: a cluster of S CTAs per tile (grid.launch_grid), so the tile is the cluster's index
+    b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 else '%ctaid.x'};")
+
+
+def hoist_invariants(role) -> None:
+    """The block body's scalars that depend on no block index (a loop bound K / BK, a tile's
+    constant offsets), emitted once before the tile walk instead of once per tile: each may be a
+    32-bit division, which ptxas keeps generic, on both roles' per-tile path."""
+    role.hoisted = set()
+    for op in role.k.blocks.regions[0].ops:
+        if is_scalar_op(op) and all(id(x) in role.ctx.values for x in op.operands):
+            role.b(*role.ctx.emit_op(op))
+            role.hoisted.add(id(op))
 
 
 def tile_walk_next(role) -> None:
     b = role.b
-    if role.k.blocks.attrs.get("schedule", "grid") == "persistent":
+    if role.k.blocks.attrs.get("schedule", "grid") == "persistent" and role.k.split == 1:
         step = b.reg()
         b(f"mov.u32 {step}, %nctaid.x;", f"add.u32 {role.tile}, {role.tile}, {step};")
     else:
@@ -182,11 +258,11 @@ def tile_walk_next(role) -> None:
 def bind_block_indices(role) -> None:
     from ..emit_control import block_indices
     out: list[str] = []
-    regs = block_indices(role.ctx, role.k.blocks, role.tile, role.counts, out)
+    regs = block_indices(role.ctx, role.k.blocks, role.tile, role.counts, out, bounded=True)
     role.b(*out)
     for arg, reg in zip(role.k.blocks.regions[0].args, regs):
         role.ctx.bind(arg, Scalar(reg, I32))
 
 
-__all__ = ["ProducerRole", "role_ctx", "is_scalar_op", "trip_count", "bind_loop_index",
-           "tile_walk_begin", "tile_walk_next", "bind_block_indices", "load_stage_stride"]
+__all__ = ["ProducerRole", "role_ctx", "scalar_table", "emit_division", "is_scalar_op", "trip_count", "ring_trips", "bind_loop_index",
+           "tile_walk_begin", "tile_walk_next", "hoist_invariants", "bind_block_indices", "load_stage_stride"]

@@ -36,6 +36,9 @@ class RingRegs:
     trips: str
     counter: str | None = None
     """The current trip index while inside the ring's loop."""
+    first: str | None = None
+    """Split-K: this CTA's first trip of the tile's (its loop variable is lo + (first + counter)
+    * step); None: trip 0."""
 
 
 class RoleEmitter:
