@@ -64,10 +64,24 @@ def _block_loop(kernel: Kernel) -> Blocks:
     return loops[0]
 
 
+def _check_register_tiles(kernel: Kernel) -> None:
+    """A register tile over the limit reaches this backend only from a pipeline without
+    stream-cols (which runs such programs over column chunks): refuse it at its definition."""
+    from ..errors import NotAvailableError
+    from ..ir.types import register_tile_problem
+    for op in kernel.walk():
+        for v in op.results:
+            problem = register_tile_problem(v.type)
+            if problem:
+                raise NotAvailableError(f"{problem} (the stream-cols pass runs row-wise programs over "
+                                        "column chunks; it was not in the pipeline)", op.span)
+
+
 def emit_kernel(kernel: Kernel, options: dict | None = None,
                 table: EmitterTable | None = None) -> tuple[str, dict]:
     options = dict(options or {})
     table = table or DEFAULT_TABLE
+    _check_register_tiles(kernel)
     blocks = _block_loop(kernel)
     grid, decisions = choose_warp_grid(kernel, options)
     pads = analyze_padding(kernel)
