@@ -1,9 +1,12 @@
 """Row-wise kernels (RMSNorm, residual + LayerNorm, LayerNorm) against the copy bandwidth, one
 schedule variant per row: the examples as written and candidate schedules, for issue 17.
 
-    python3 benchmarks/norm_schedules.py [--out results.json] [--only SUBSTRING] [--profile NAME]
+    python3 benchmarks/norm_schedules.py [--out results.json] [--rows examples,variants,candidates]
+                                         [--only SUBSTRING,...] [--profile "LABEL D=N"]
 
-Each row: compile, check against float64 torch on fresh random inputs with the outputs poisoned
+Rows: the examples as written at D = 1024, 4096 and 8192 (``examples``), stream-cols options
+applied to them through the pipeline string (``variants``), the hand-written schedules of
+``norm_candidates/`` (``candidates``). Each row: compile, check against float64 torch on fresh random inputs with the outputs poisoned
 (NaN) first, then time with CUDA events (warm-up, median of many calls) alternating with a
 device-to-device copy of the same number of bytes (read + written) in the same run; the row's
 figure is the copy's time over the kernel's (share of the measured copy bandwidth).
@@ -72,28 +75,50 @@ FAMILIES = {  # name -> (make args, truth, tensors of R x D bytes moved)
 }
 
 
-def rows() -> list[dict]:
-    """(label, family, source file, constants, options) of every variant measured."""
+PORTABLE = "canonicalize,stream-cols"
+VARIANTS = {  # label -> stream-cols options (the register-tile backend takes the IR after them)
+    "default": "",
+    "S=4": "stages=4",
+    "S=8": "stages=8",
+    "DC=1024": "cols=1024",
+    "DC=1024 S=4": "cols=1024 stages=4",
+    "forward S=4": "order=forward stages=4",
+    "registers": "loads=registers",
+    "DC=256 S=8": "cols=256 stages=8",
+}
+
+
+def rows(which: str = "examples,variants") -> list[dict]:
+    """(label, family, source file, constants, pipeline) of every variant measured."""
     out = []
-    for fam in FAMILIES:
-        out.append(dict(label=f"{fam} example", family=fam, path=EXAMPLES / f"{fam}.tk", D=1024, constants={}))
-    for d in (4096, 8192):
+    if "examples" in which:
+        for fam in FAMILIES:
+            for d in (1024, 4096, 8192):
+                out.append(dict(label=f"{fam} example", family=fam, path=EXAMPLES / f"{fam}.tk", D=d,
+                                constants={} if d == 1024 else {"D": d}))
+    if "variants" in which:
         for fam in ("rmsnorm", "residual_layernorm"):
-            out.append(dict(label=f"{fam} example", family=fam, path=EXAMPLES / f"{fam}.tk", D=d,
-                            constants={"D": d}))
-    out.append(dict(label="rmsnorm example BR=32", family="rmsnorm", path=EXAMPLES / "rmsnorm.tk", D=1024,
-                    constants={"BR": 32}))
-    for d, dcs in ((1024, (256, 512)), (4096, (512, 1024)), (8192, (512, 1024))):
-        for dc in dcs:
-            out.append(dict(label=f"rms stream reg DC={dc}", family="rmsnorm", path=CANDIDATES / "rms_stream_reg.tk",
-                            D=d, constants={"D": d, "DC": dc}))
-    for d, dc, s in ((1024, 256, 3), (4096, 512, 2), (4096, 512, 4), (8192, 1024, 2), (8192, 512, 4)):
-        out.append(dict(label=f"rms stream st DC={dc} S={s}", family="rmsnorm", path=CANDIDATES / "rms_stream_st.tk",
-                        D=d, constants={"D": d, "DC": dc, "S": s}))
-    for d, dcs in ((1024, (512,)), (4096, (512, 1024)), (8192, (512, 1024))):
-        for dc in dcs:
-            out.append(dict(label=f"resln stream reg DC={dc}", family="residual_layernorm",
-                            path=CANDIDATES / "resln_stream_reg.tk", D=d, constants={"D": d, "DC": dc}))
+            for d in (4096, 8192):
+                for label, opts in VARIANTS.items():
+                    if label == "default":
+                        continue
+                    out.append(dict(label=f"{fam} {label}", family=fam, path=EXAMPLES / f"{fam}.tk", D=d,
+                                    constants={"D": d}, pipeline=f"{PORTABLE}{{{opts}}}"))
+            for label, opts in (("forced S=4", "force=true stages=4"), ("forced DC=256 S=4", "force=true cols=256 stages=4")):
+                out.append(dict(label=f"{fam} {label}", family=fam, path=EXAMPLES / f"{fam}.tk", D=1024,
+                                constants={}, pipeline=f"{PORTABLE}{{{opts}}}"))
+    if "candidates" in which:  # the hand-written schedules measured before stream-cols existed
+        for d, dcs in ((1024, (256, 512)), (4096, (512, 1024)), (8192, (512, 1024))):
+            for dc in dcs:
+                out.append(dict(label=f"rms stream reg DC={dc}", family="rmsnorm", D=d,
+                                path=CANDIDATES / "rms_stream_reg.tk", constants={"D": d, "DC": dc}))
+        for d, dc, st in ((1024, 256, 3), (4096, 512, 2), (4096, 512, 4), (8192, 1024, 2), (8192, 512, 4)):
+            out.append(dict(label=f"rms stream st DC={dc} S={st}", family="rmsnorm", D=d,
+                            path=CANDIDATES / "rms_stream_st.tk", constants={"D": d, "DC": dc, "S": st}))
+        for d, dcs in ((1024, (512,)), (4096, (512, 1024)), (8192, (512, 1024))):
+            for dc in dcs:
+                out.append(dict(label=f"resln stream reg DC={dc}", family="residual_layernorm", D=d,
+                                path=CANDIDATES / "resln_stream_reg.tk", constants={"D": d, "DC": dc}))
     return out
 
 
@@ -116,11 +141,10 @@ def measure(row: dict, rounds: int = 6, per_round: int = 15) -> dict:
     out = {k: (str(v) if isinstance(v, Path) else v) for k, v in row.items()}
     out["R"] = r
     try:
-        kernel = tkjit.load(row["path"], constants=row["constants"] or None)
-        backend = next((str(x.data.get("value")) for x in kernel.decisions
-                        if x.pass_name == "codegen" and str(x.decision).startswith("backend")), "?")
-        out["backend"] = backend
-        out["schedule"] = [x.decision for x in kernel.decisions if x.pass_name in ("stream-cols", "codegen")][:12]
+        kernel = tkjit.load(row["path"], constants=row["constants"] or None, pipeline=row.get("pipeline"))
+        out["backend"] = kernel.metadata.get("backend", "?")
+        out["schedule"] = [f"{x.pass_name}: {x.decision}" for x in kernel.decisions
+                           if x.pass_name in ("stream-cols", "codegen")][:12]
         fn0 = kernel.metadata.get("ptxas", {}).get("functions", [{}])[0]
         out["registers"], out["spills"] = fn0.get("registers"), fn0.get("spill_store_bytes")
         out["smem_bytes"], out["block"] = kernel.metadata.get("smem_bytes"), kernel.metadata.get("block")
@@ -158,27 +182,39 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out")
     ap.add_argument("--only", default="")
     ap.add_argument("--profile")
+    ap.add_argument("--rows", default="examples,variants", help="examples, variants, candidates")
     a = ap.parse_args(argv)
-    todo = [r for r in rows() if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]
+    todo = [r for r in rows(a.rows) if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]
     if a.profile:
         row = next(r for r in todo if f"{r['label']} D={r['D']}" == a.profile)
-        kernel = tkjit.load(row["path"], constants=row["constants"] or None)
+        kernel = tkjit.load(row["path"], constants=row["constants"] or None, pipeline=row.get("pipeline"))
         args, _ = FAMILIES[row["family"]][0](ROWS_OF_D[row["D"]], row["D"])
         for _ in range(4):
             kernel(*args)
         torch.cuda.synchronize()
         return 0
+    big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    big_dst = torch.empty_like(big)
+    _events(lambda: big_dst.copy_(big), 3)
+    gib_us = 1e3 * statistics.median(_events(lambda: big_dst.copy_(big), 20))
+    copy_gbps = 2 * (1 << 30) / (gib_us * 1e3)  # bytes read + written per ns
+    del big, big_dst
+    print(f"1 GiB d2d copy: {gib_us:.1f} us, {copy_gbps:.0f} GB/s", flush=True)
     results = []
     for row in todo:
         res = measure(row)
+        if "GBps" in res:
+            res["share_of_1GiB_copy"] = res["GBps"] / copy_gbps
         results.append(res)
         share = f"{100 * res['copy_share']:.0f}%" if "copy_share" in res else "-"
         print(f"{res['label']:<34} D={res['D']:<5} R={res['R']:<6} {res.get('backend', '-'):<9} "
               f"regs={res.get('registers')} smem={res.get('smem_bytes')} "
               f"tk={res.get('tkjit_us', 0):8.1f}us copy={res.get('copy_us', 0):8.1f}us share={share:>5} "
+              f"of1GiB={100 * res.get('share_of_1GiB_copy', 0):3.0f}% "
               f"err={res.get('rel_err', float('nan')):.1e} {res['status']}", flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                           "copy_1GiB_us": gib_us, "copy_1GiB_GBps": copy_gbps,
                                            "rows": results}, indent=1, default=str) + "\n")
     return 0
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ..errors import DiagnosticError, PassError
 from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import (BINARY_OPS, BROADCAST_OPS, REDUCE_OPS, UNARY_OPS, Add, Blocks, Const, Copy, Cvt,
-                      Fill, For, Load, Max, Min, Mul, Store, Yield, Zeros)
+                      Fill, For, Load, Max, Min, Mul, Store, Sub, Yield, Zeros)
 from ..ir.types import F32, I32, MAX_REGISTER_TILE_BYTES, ScalarType, TileType, VectorType, register_tile_problem
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
@@ -195,10 +195,15 @@ class StreamCols(Pass):
     """Pin this many pipeline stages on the chunk loops (0: the pipeline's choice)."""
     force: bool = False
     """Stream even when every register tile fits (for measurement)."""
+    order: str = "alternate"
+    """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
+    before read last); ``forward``: every pass from the first chunk."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.loads not in ("shared", "registers"):
             raise PassError(f"stream-cols: loads must be shared or registers, got {self.loads!r}")
+        if self.order not in ("alternate", "forward"):
+            raise PassError(f"stream-cols: order must be alternate or forward, got {self.order!r}")
         body = block_body(kernel)
         if body is None:
             return kernel
@@ -232,6 +237,7 @@ class _Rewriter:
         self.plan, self.options = plan, options
         self.out: list[Op] = []
         self.outer: dict[Value, Value] = {}     # narrow value -> its value in the new body
+        self.loops_made: list[For] = []
 
     def rewrite(self) -> list[tuple[For, list[str]]]:
         plan = self.plan
@@ -269,6 +275,14 @@ class _Rewriter:
             inits.append(init.result)
         body = Block([Value(I32_T, "c")] + [Value(v.type, f"{red.result.hint or 'acc'}") for v, red in zip(inits, reductions)])
         c = body.args[0]
+        if self.options.order == "alternate" and len(self.loops_made) % 2 == 1:
+            # every other pass walks the chunks backwards: it starts with those the pass before
+            # touched last, which L2 is likeliest to still hold
+            last = Const([], {"value": plan.width // plan.chunk - 1}, [I32_T], span=span)
+            back = Sub([last.result, c], {}, None, span=span, result_hints=["chunk"])
+            body.append(last)
+            body.append(back)
+            c = back.result
         local = dict(self.outer)
         needed = self._needed(sinks)
         loads = [op for op in plan.body.ops if op in needed and isinstance(op, Load) and isinstance(op.result.type, TileType)]
@@ -287,6 +301,7 @@ class _Rewriter:
         loop = For([zero, count, one, *inits], attrs, None, [body], span=span,
                    result_hints=[red.result.hint for red in reductions])
         self.out.append(loop)
+        self.loops_made.append(loop)
         for red, r in zip(reductions, loop.results):
             self.outer[red.result] = r
         names = [f"{red.NAME} of %{red.operands[0].hint or '?'}" for red in reductions] + \
