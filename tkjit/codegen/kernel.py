@@ -8,12 +8,14 @@ of first appearance. The grid is a JSON expression over the named dims; the bloc
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import NotAvailableError, PassError
 from ..ir.core import Kernel
 from ..ir.ops import Blocks
 from .abi import grid_expr, param_entries  # noqa: F401 - the shared launch ABI, re-exported
 from .context import SMEM_SYMBOL, Ctx
-from .layout import choose_warp_grid
+from .layout import choose_warp_grid, contiguous_columns
 from .padding import analyze_padding
 from .pipeline import find_pipelines
 from .smem import plan_shared_memory
@@ -84,6 +86,10 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
     _check_register_tiles(kernel)
     blocks = _block_loop(kernel)
     grid, decisions = choose_warp_grid(kernel, options)
+    contiguous, why = contiguous_columns(kernel, grid)
+    grid = dataclasses.replace(grid, contiguous_cols=contiguous)
+    decisions.append({"decision": "column_order", "value": "contiguous" if contiguous else "fragment",
+                      "why": why})
     pads = analyze_padding(kernel)
     pipelines, plan = _plan(kernel, table, grid)
     ctx = Ctx(kernel, grid, plan, pads, options, table)
