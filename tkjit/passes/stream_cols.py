@@ -195,6 +195,9 @@ class StreamCols(Pass):
     """Pin this many pipeline stages on the chunk loops (0: the pipeline's choice)."""
     force: bool = False
     """Stream even when every register tile fits (for measurement)."""
+    prefetch: bool = True
+    """With ``loads=registers``: each trip loads the next trip's chunk before it computes on its
+    own (carried through the loop), so a chunk's loads are in flight while the one before is used."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -273,20 +276,49 @@ class _Rewriter:
                 Fill([], {"value": IDENTITY[red.FN]}, [t], span=red.span)
             self.out.append(init)
             inits.append(init.result)
-        body = Block([Value(I32_T, "c")] + [Value(v.type, f"{red.result.hint or 'acc'}") for v, red in zip(inits, reductions)])
+        n = plan.width // plan.chunk
+        backward = self.options.order == "alternate" and len(self.loops_made) % 2 == 1
+        needed = self._needed(sinks)
+        loads = [op for op in plan.body.ops if op in needed and isinstance(op, Load) and isinstance(op.result.type, TileType)]
+        ahead = loads if self.options.loads == "registers" and self.options.prefetch else []
+        firsts = []
+        if ahead:  # software pipelining: the chunk a trip uses was loaded by the trip before
+            start = self._const(n - 1 if backward else 0, span)
+            pre = dict(self.outer)
+            for op in ahead:
+                self._chunk_op(op, start, pre, self.out, narrow=True)
+                firsts.append(pre[op.result])
+        body = Block([Value(I32_T, "c")] + [Value(v.type, f"{red.result.hint or 'acc'}") for v, red in zip(inits, reductions)]
+                     + [Value(v.type, f"{v.hint}_next") for v in firsts])
         c = body.args[0]
-        if self.options.order == "alternate" and len(self.loops_made) % 2 == 1:
+        if backward:
             # every other pass walks the chunks backwards: it starts with those the pass before
             # touched last, which L2 is likeliest to still hold
-            last = Const([], {"value": plan.width // plan.chunk - 1}, [I32_T], span=span)
+            last = Const([], {"value": n - 1}, [I32_T], span=span)
             back = Sub([last.result, c], {}, None, span=span, result_hints=["chunk"])
             body.append(last)
             body.append(back)
             c = back.result
         local = dict(self.outer)
-        needed = self._needed(sinks)
-        loads = [op for op in plan.body.ops if op in needed and isinstance(op, Load) and isinstance(op.result.type, TileType)]
-        ordered = loads + [op for op in plan.body.ops if op in needed and op not in loads]
+        nexts = []
+        if ahead:  # the next trip's chunk (the last trip loads its own again: a cache hit)
+            step = Const([], {"value": 1}, [I32_T], span=span)
+            end = Const([], {"value": 0 if backward else n - 1}, [I32_T], span=span)
+            moved = (Sub if backward else Add)([c, step.result], {}, None, span=span)
+            following = (Max if backward else Min)([moved.result, end.result], {}, None, span=span,
+                                                  result_hints=["next"])
+            for op in (step, end, moved, following):
+                body.append(op)
+            for op, arg in zip(ahead, body.args[1 + len(reductions):]):
+                self._chunk_op(op, following.result, local, body, narrow=True)
+                nexts.append(local[op.result])
+                local[op.result] = arg
+                if arg.type != _chunked(op.result.type, plan):  # carried in the tensor's dtype
+                    wide = Cvt([arg], {"dtype": op.result.type.dtype.name}, None, span=op.span,
+                               result_hints=[op.result.hint])
+                    body.append(wide)
+                    local[op.result] = wide.result
+        ordered = [op for op in loads if op not in ahead] + [op for op in plan.body.ops if op in needed and op not in loads]
         for op in ordered:  # the loop's shared loads first: the pipeline fetches those ahead
             self._chunk_op(op, c, local, body)
         yields = []
@@ -296,10 +328,10 @@ class _Rewriter:
             combined = COMBINE[red.FN]([acc, part.result], {}, None, span=red.span)
             body.append(combined)
             yields.append(combined.result)
-        body.append(Yield(yields, {}, None, span=span))
+        body.append(Yield(yields + nexts, {}, None, span=span))
         attrs = {"stages": self.options.stages} if self.options.stages else {}
-        loop = For([zero, count, one, *inits], attrs, None, [body], span=span,
-                   result_hints=[red.result.hint for red in reductions])
+        loop = For([zero, count, one, *inits, *firsts], attrs, None, [body], span=span,
+                   result_hints=[red.result.hint for red in reductions] + [None] * len(firsts))
         self.out.append(loop)
         self.loops_made.append(loop)
         for red, r in zip(reductions, loop.results):
@@ -318,7 +350,10 @@ class _Rewriter:
             todo += [v.owner for v in op.operands if v in plan.wide]
         return needed
 
-    def _chunk_op(self, op: Op, c: Value, local: dict, body: Block) -> None:
+    def _chunk_op(self, op: Op, c: Value, local: dict, body, narrow: bool = False) -> None:
+        """Append ``op``'s chunk form to ``body`` (a Block, or the list of ops before the loop).
+        ``narrow``: a tile load of a 16-bit tensor into an f32 tile keeps the tensor's dtype (half
+        the registers while it is carried; converting it later is exact)."""
         plan = self.plan
         if op.results == [] or op.result not in plan.wide:  # the sinks: stores (reductions: by the loop)
             if isinstance(op, Store):
@@ -337,6 +372,8 @@ class _Rewriter:
                 body.append(ld)
                 new = Copy([ld.result], {}, [ct], span=op.span, result_hints=[op.result.hint])
             else:
+                if narrow and isinstance(ct, TileType) and src.type.dtype.bits == 16 and ct.dtype == F32:
+                    ct = TileType("rt", src.type.dtype, ct.rows, ct.cols)
                 new = Load([src, *coords], {}, [ct], span=op.span, result_hints=[op.result.hint])
         else:
             operands = [local.get(v, v) for v in op.operands]
