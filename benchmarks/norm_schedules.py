@@ -4,7 +4,8 @@ schedule variant per row: the examples as written and candidate schedules, for i
     python3 benchmarks/norm_schedules.py [--out results.json] [--rows examples,variants,candidates]
                                          [--only SUBSTRING,...] [--profile "LABEL D=N"]
 
-Rows: the examples as written at D = 1024, 4096 and 8192 (``examples``), stream-cols options
+Rows: the examples as written at D = 1024, 4096 and 8192 (``examples``), the softmax and rotary
+examples (``others``: their code changes with the register-tile backend's column order), stream-cols options
 applied to them through the pipeline string (``variants``), the hand-written schedules of
 ``norm_candidates/`` (``candidates``). Each row: compile, check against float64 torch on fresh random inputs with the outputs poisoned
 (NaN) first, then time with CUDA events (warm-up, median of many calls) alternating with a
@@ -68,7 +69,31 @@ def _ln_truth(args):
     return [torch.nn.functional.layer_norm(x.double(), (x.shape[-1],), w.double(), b.double(), eps=args[4])]
 
 
+def _softmax_args(r, d):
+    return [(torch.randn(r, d, device="cuda") * 2).bfloat16(),
+            torch.full((r, d), float("nan"), dtype=torch.bfloat16, device="cuda")], (1,)
+
+
+def _softmax_truth(args):
+    return [torch.softmax(args[0].double(), -1)]
+
+
+def _rotary_args(r, d):  # r rows of D = 128 features: B=1, H=r//4096, N=4096
+    n, h = 4096, max(1, r // 4096)
+    bf = dict(dtype=torch.bfloat16, device="cuda")
+    return [torch.randn(1, h, n, d, **bf), torch.randn(n, d // 2, **bf), torch.randn(n, d // 2, **bf),
+            torch.full((1, h, n, d), float("nan"), **bf)], (3,)
+
+
+def _rotary_truth(args):
+    x, cos, sin = (a.double() for a in args[:3])
+    x1, x2 = x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return [torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)]
+
+
 FAMILIES = {  # name -> (make args, truth, tensors of R x D bytes moved)
+    "softmax": (_softmax_args, _softmax_truth, 2),
+    "rotary": (_rotary_args, _rotary_truth, 2),
     "rmsnorm": (_rms_args, _rms_truth, 2),
     "residual_layernorm": (_resln_args, _resln_truth, 4),
     "layernorm": (_ln_args, _ln_truth, 2),
@@ -78,19 +103,25 @@ FAMILIES = {  # name -> (make args, truth, tensors of R x D bytes moved)
 PORTABLE = "canonicalize,stream-cols"
 VARIANTS = {  # label -> stream-cols options (the register-tile backend takes the IR after them)
     "default": "",
-    "S=4": "stages=4",
-    "S=8": "stages=8",
-    "DC=1024 S=4": "cols=1024 stages=4",
-    "forward S=4": "order=forward stages=4",
+    "shared S=4": "loads=shared stages=4",
+    "shared DC=1024 S=4": "loads=shared cols=1024 stages=4",
     "registers": "loads=registers",
+    "registers DC=256": "loads=registers cols=256",
+    "registers DC=1024": "loads=registers cols=1024",
+    "registers no prefetch": "loads=registers prefetch=false",
 }
 
 
 def rows(which: str = "examples,variants") -> list[dict]:
     """(label, family, source file, constants, pipeline) of every variant measured."""
     out = []
+    if "others" in which:  # row-wise examples whose code the contiguous column order changes
+        out.append(dict(label="softmax example", family="softmax", path=EXAMPLES / "softmax.tk", D=1024,
+                        R=65536, constants={}))
+        out.append(dict(label="rotary example", family="rotary", path=EXAMPLES / "rotary.tk", D=128,
+                        R=4096 * 128, constants={}))
     if "examples" in which:
-        for fam in FAMILIES:
+        for fam in ("rmsnorm", "residual_layernorm", "layernorm"):
             for d in (1024, 4096, 8192):
                 out.append(dict(label=f"{fam} example", family=fam, path=EXAMPLES / f"{fam}.tk", D=d,
                                 constants={} if d == 1024 else {"D": d}))
@@ -102,9 +133,6 @@ def rows(which: str = "examples,variants") -> list[dict]:
                         continue
                     out.append(dict(label=f"{fam} {label}", family=fam, path=EXAMPLES / f"{fam}.tk", D=d,
                                     constants={"D": d}, pipeline=f"{PORTABLE}{{{opts}}}"))
-            for label, opts in (("forced S=4", "force=true stages=4"),):
-                out.append(dict(label=f"{fam} {label}", family=fam, path=EXAMPLES / f"{fam}.tk", D=1024,
-                                constants={}, pipeline=f"{PORTABLE}{{{opts}}}"))
     if "candidates" in which:  # the hand-written schedules measured before stream-cols existed
         for d, dcs in ((1024, (256, 512)), (4096, (512, 1024)), (8192, (512, 1024))):
             for dc in dcs:
@@ -180,7 +208,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out")
     ap.add_argument("--only", default="")
     ap.add_argument("--profile")
-    ap.add_argument("--rows", default="examples,variants", help="examples, variants, candidates")
+    ap.add_argument("--rows", default="examples,others,variants", help="examples, others, variants, candidates")
     a = ap.parse_args(argv)
     todo = [r for r in rows(a.rows) if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]
     if a.profile:

