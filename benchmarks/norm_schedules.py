@@ -133,6 +133,11 @@ def rows(which: str = "examples,variants") -> list[dict]:
                         continue
                     out.append(dict(label=f"{fam} {label}", family=fam, path=EXAMPLES / f"{fam}.tk", D=d,
                                     constants={"D": d}, pipeline=f"{PORTABLE}{{{opts}}}"))
+        for fam in ("rmsnorm", "residual_layernorm"):  # streaming rows that fit, for comparison
+            for label, opts in (("forced registers", "force=true loads=registers"),
+                                ("forced registers DC=256", "force=true loads=registers cols=256")):
+                out.append(dict(label=f"{fam} {label}", family=fam, path=EXAMPLES / f"{fam}.tk", D=1024,
+                                constants={}, pipeline=f"{PORTABLE}{{{opts}}}"))
     if "candidates" in which:  # the hand-written schedules measured before stream-cols existed
         for d, dcs in ((1024, (256, 512)), (4096, (512, 1024)), (8192, (512, 1024))):
             for dc in dcs:
