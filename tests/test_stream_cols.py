@@ -160,7 +160,7 @@ def _compiled(name: str, d: int, pipeline: str | None = None):
 
 @pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm", "layernorm"])
 def test_whole_rows_at_1024_load_and_store_16_bytes_a_lane_without_staging(name):
-    kernel, ops = _compiled(name, 1024)
+    kernel, ops = _compiled(name, 1024, "canonicalize,stream-cols{direct=true}")
     assert "LDG.E.128" in ops and "STG.E.128" in ops
     assert not {o for o in ops if o.startswith(("LDGSTS", "HMMA"))}
     assert kernel.metadata["smem_bytes"] <= 512  # only the cross-warp row reductions
@@ -181,3 +181,17 @@ def test_the_chunk_order_of_a_stream_is_the_passes_and_the_interpreter_runs_it()
                      filename="rmsnorm.tk")
     assert print_kernel(result.portable_ir) == result.asm["after:stream-cols"]
     assert "for %" in result.asm["after:stream-cols"]
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm", "layernorm"])
+def test_the_default_keeps_the_fragment_order_and_its_staged_loads(name):
+    kernel, ops = _compiled(name, 1024)
+    assert "LDGSTS.E.BYPASS.128" in ops and "STG.E.128" in ops
+    assert "column_order: fragment" in str(kernel.explain())
+
+
+def test_register_chunk_loads_take_the_contiguous_order():
+    kernel, ops = _compiled("rmsnorm", 4096, "canonicalize,stream-cols{loads=registers}")
+    assert "LDG.E.128" in ops and not {o for o in ops if o.startswith("LDGSTS")}
+    text = str(kernel.explain())
+    assert "column_order: contiguous" in text and "straight between global memory and registers" in text

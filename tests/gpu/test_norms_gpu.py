@@ -72,16 +72,17 @@ def _run(name, d, r, pipeline=None):
 @pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm", "layernorm", "softmax"])
 @pytest.mark.parametrize("d", [1024, 4096, 8192])
 @pytest.mark.parametrize("r", [1000, 33])
-def test_row_wise_example_on_the_gpu(name, d, r):
-    kernel = _run(name, d, r)
+@pytest.mark.parametrize("direct", [False, True])
+def test_row_wise_example_on_the_gpu(name, d, r, direct):
+    kernel = _run(name, d, r, f"{PORTABLE}{{direct=true}}" if direct else None)
     text = str(kernel.explain())
     if d > 1024:
         assert "streamed over" in text
 
 
 @pytest.mark.parametrize("options", ["loads=shared stages=4", "loads=registers", "loads=registers cols=256",
-                                     "loads=registers prefetch=false", "order=forward"])
+                                     "loads=registers prefetch=false", "order=forward", "direct=true"])
 @pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm"])
 def test_every_stream_form_on_the_gpu(name, options):
-    for d, r in ((4096, 1000), (8192, 33)):
+    for d, r in ((1024, 1000), (4096, 1000), (8192, 33)):
         _run(name, d, r, f"{PORTABLE}{{{options}}}")

@@ -194,6 +194,9 @@ def choose_warp_grid(kernel: Kernel, options: dict) -> tuple[WarpGrid, list[dict
 def contiguous_columns(kernel: Kernel, grid: WarpGrid) -> tuple[bool, str]:
     """Whether ``kernel`` takes the contiguous column order (``WarpGrid.contiguous_cols``), and why.
 
+    Only a kernel the passes marked (kernel attribute ``column_order = "contiguous"``: the
+    stream-cols options ``direct`` and ``loads=registers``) takes it: it is not measured faster in
+    general (docs/codegen.md).
     It needs a kernel that never puts a register tile into the fragment layout's own uses
     (matrix products, copies to or from shared tiles, the causal mask and index tiles, which
     compute with a column's position), every register tile split into whole 32-column groups per
@@ -201,6 +204,9 @@ def contiguous_columns(kernel: Kernel, grid: WarpGrid) -> tuple[bool, str]:
     constant multiple of 16 bytes, so that each lane's 16 bytes are all inside a row or all out
     (row vectors too are split into whole 32-column groups)."""
     from ..ir.ops import CausalMask, Copy, Iota, Load, Store
+    if kernel.attrs.get("column_order") != "contiguous":
+        return False, ("the default; stream-cols{direct=true} (or loads=registers) asks for the contiguous "
+                       "order, which moves register tiles straight between global memory and registers")
     moved = [op for op in kernel.walk() if isinstance(op, Load) and isinstance(op.result.type, TileType)
              or isinstance(op, Store) and isinstance(op.operands[1].type, TileType)]
     if not moved:

@@ -198,6 +198,10 @@ class StreamCols(Pass):
     prefetch: bool = True
     """With ``loads=registers``: each trip loads the next trip's chunk before it computes on its
     own (carried through the loop), so a chunk's loads are in flight while the one before is used."""
+    direct: bool = False
+    """Ask the register-tile backend for its contiguous column order (register tiles loaded and
+    stored 16 bytes a lane, straight between global memory and registers); kernel attribute
+    ``column_order``. ``loads=registers`` asks for it too when the kernel is streamed."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -214,7 +218,14 @@ class StreamCols(Pass):
             plan = plan_streaming(body, force=self.force, cols=self.cols)
         except NotStreamable as e:
             ctx.decide(f"@{kernel.name}", "not streamed", e.why)
-            return kernel
+            plan = None
+        if self.direct or (plan is not None and self.loads == "registers"):
+            kernel.attrs["column_order"] = "contiguous"
+            ctx.decide(f"@{kernel.name}", "register tiles straight between global memory and registers",
+                       "the pass option" + (" (loads=registers)" if not self.direct else "") +
+                       ": the register-tile backend takes its contiguous column order where it can "
+                       "(16 bytes per lane, no shared-memory staging); not the default: measured on an "
+                       "H200, the softmax example ran at 91% of the same-size copy with it and 96% without")
         if plan is None:
             return kernel
         loops = _Rewriter(plan, self).rewrite()
