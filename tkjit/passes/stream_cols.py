@@ -239,7 +239,10 @@ class StreamCols(Pass):
                    "combined in a carried value; an op that needs a reduction's result runs in a later pass, "
                    "which loads its inputs again (from L2 when they are still there) instead of keeping "
                    f"BR x {plan.width} values on chip; chunks of {plan.chunk} columns: "
-                   + (f"the pass option" if self.cols else f"the widest whose tiles stay within {CHUNK_BYTES:,} B"),
+                   + (f"the pass option" if self.cols else f"the widest whose tiles stay within {CHUNK_BYTES:,} B")
+                   + ("; chunk loads into shared tiles: measured on an H200, the best of the load forms, stage "
+                      "counts, chunk widths and orders tried, or within 3% of it (docs/codegen.md)"
+                      if self.loads == "shared" and not self.stages and not self.cols else ""),
                    chunk=plan.chunk, passes=plan.phases, loads=self.loads)
         for loop, sinks in loops:
             ctx.decide(subject_of(loop), f"chunk pass: {', '.join(sinks)}", "")
