@@ -38,7 +38,7 @@ from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
 
 CHUNK_BYTES = 32 * 1024
-"""The most bytes of one chunk tile (measured, docs/benchmarks.md: 16x512 f32 chunks)."""
+"""The most bytes of one chunk tile: 16 x 512 f32 for BR = 16 (measured against 1024 columns, docs/codegen.md)."""
 COMBINE = {"sum": Add, "max": Max, "min": Min}
 IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
 COLUMN_LOCAL = (*UNARY_OPS, *BINARY_OPS, Cvt, Zeros, Fill)
