@@ -195,3 +195,34 @@ def test_register_chunk_loads_take_the_contiguous_order():
     assert "LDG.E.128" in ops and not {o for o in ops if o.startswith("LDGSTS")}
     text = str(kernel.explain())
     assert "column_order: contiguous" in text and "straight between global memory and registers" in text
+
+
+def test_a_named_width_with_a_ragged_last_chunk_and_a_tile_at_a_later_column():
+    """The chunk coordinate is k * chunks + c for a tile at column coordinate k; a width that is a
+    runtime size leaves the last chunk partly padding, which reductions skip and stores clip."""
+    ragged = tkjit.compile("""
+kernel rmsd(X: gl<bf16>[R, D], W: gl<bf16>[D], Y: gl<bf16>[R, D], eps: f32) {
+  for i in blocks(R / 16) {
+    x: rt<f32>[16, 4096] = X.tile(i, 0)
+    w: rv<f32>[4096] = W.tile(0)
+    Y.tile(i, 0) = mul_col(mul_row(x, rsqrt(row_sum(x * x) / 4000.0 + eps)), w)
+  }
+}""", filename="rmsd.tk")
+    x, w = (torch.randn(21, 4000) * 2 + 0.5).bfloat16(), torch.randn(4000).bfloat16()
+    y = torch.full((21, 4000), float("nan")).bfloat16()
+    ragged(x, w, y, 1e-6)
+    torch.testing.assert_close(y.double(), _rms(x, w, 1e-6), rtol=2e-2, atol=2e-2)
+    later = tkjit.compile("""
+kernel half2(X: gl<bf16>[R, 8192], Y: gl<bf16>[R, 8192]) {
+  for i in blocks(R / 16) {
+    x: rt<f32>[16, 4096] = X.tile(i, 1)
+    Y.tile(i, 1) = sub_row(x, row_max(x))
+  }
+}""", filename="half2.tk")
+    x = torch.randn(20, 8192).bfloat16()
+    y = torch.full((20, 8192), float("nan")).bfloat16()
+    later(x, y)
+    right = x[:, 4096:].double()
+    torch.testing.assert_close(y[:, 4096:].double(), right - right.max(-1, keepdim=True).values, rtol=1e-2, atol=1e-2)
+    assert torch.isnan(y[:, :4096]).all()
+    assert "2 pass(es)" in str(later.explain())
