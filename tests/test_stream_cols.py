@@ -127,7 +127,7 @@ def _rms(x, w, eps):
 @pytest.mark.parametrize("d", [4096, 8192])
 def test_the_examples_as_written_agree_with_torch_on_the_interpreter(d, pipeline):
     torch.manual_seed(d)
-    r = 19  # not a multiple of BR
+    r = 5  # not a multiple of BR
     x = (torch.randn(r, d) * 2 + 0.5).bfloat16()
     res, w, b = torch.randn(r, d).bfloat16(), torch.randn(d).bfloat16(), torch.randn(d).bfloat16()
     y = torch.full((r, d), float("nan")).bfloat16()
@@ -208,8 +208,8 @@ kernel rmsd(X: gl<bf16>[R, D], W: gl<bf16>[D], Y: gl<bf16>[R, D], eps: f32) {
     Y.tile(i, 0) = mul_col(mul_row(x, rsqrt(row_sum(x * x) / 4000.0 + eps)), w)
   }
 }""", filename="rmsd.tk")
-    x, w = (torch.randn(21, 4000) * 2 + 0.5).bfloat16(), torch.randn(4000).bfloat16()
-    y = torch.full((21, 4000), float("nan")).bfloat16()
+    x, w = (torch.randn(5, 4000) * 2 + 0.5).bfloat16(), torch.randn(4000).bfloat16()
+    y = torch.full((5, 4000), float("nan")).bfloat16()
     ragged(x, w, y, 1e-6)
     torch.testing.assert_close(y.double(), _rms(x, w, 1e-6), rtol=2e-2, atol=2e-2)
     later = tkjit.compile("""
@@ -219,8 +219,8 @@ kernel half2(X: gl<bf16>[R, 8192], Y: gl<bf16>[R, 8192]) {
     Y.tile(i, 1) = sub_row(x, row_max(x))
   }
 }""", filename="half2.tk")
-    x = torch.randn(20, 8192).bfloat16()
-    y = torch.full((20, 8192), float("nan")).bfloat16()
+    x = torch.randn(3, 8192).bfloat16()
+    y = torch.full((3, 8192), float("nan")).bfloat16()
     later(x, y)
     right = x[:, 4096:].double()
     torch.testing.assert_close(y[:, 4096:].double(), right - right.max(-1, keepdim=True).values, rtol=1e-2, atol=1e-2)

@@ -191,8 +191,9 @@ class StreamCols(Pass):
     """Chunk width (0: the widest power of two whose chunk tiles stay within CHUNK_BYTES)."""
     loads: str = "shared"
     """``shared``: chunk loads into shared tiles (pipelined), copied into registers; ``registers``."""
-    stages: int = 0
-    """Pin this many pipeline stages on the chunk loops (0: the pipeline's choice)."""
+    stages: int = 2
+    """Pipeline stages pinned on the chunk loops of shared loads (0: the pipeline's choice). 2:
+    the best measured (docs/codegen.md); pinned, the Hopper passes' protocol check stays small."""
     force: bool = False
     """Stream even when every register tile fits (for measurement)."""
     prefetch: bool = True
@@ -242,7 +243,7 @@ class StreamCols(Pass):
                    + (f"the pass option" if self.cols else f"the widest whose tiles stay within {CHUNK_BYTES:,} B")
                    + ("; chunk loads into shared tiles: measured on an H200, the best of the load forms, stage "
                       "counts, chunk widths and orders tried, or within 3% of it (docs/codegen.md)"
-                      if self.loads == "shared" and not self.stages and not self.cols else ""),
+                      if self.loads == "shared" and self.stages == 2 and not self.cols else ""),
                    chunk=plan.chunk, passes=plan.phases, loads=self.loads)
         for loop, sinks in loops:
             ctx.decide(subject_of(loop), f"chunk pass: {', '.join(sinks)}", "")
@@ -343,7 +344,7 @@ class _Rewriter:
             body.append(combined)
             yields.append(combined.result)
         body.append(Yield(yields + nexts, {}, None, span=span))
-        attrs = {"stages": self.options.stages} if self.options.stages else {}
+        attrs = {"stages": self.options.stages} if self.options.stages and self.options.loads == "shared" else {}
         loop = For([zero, count, one, *inits, *firsts], attrs, None, [body], span=span,
                    result_hints=[red.result.hint for red in reductions] + [None] * len(firsts))
         self.out.append(loop)
