@@ -62,13 +62,13 @@ def test_rms_ir_streams_in_two_passes_with_the_reduction_carried():
     out, log = run_pass(RMS_IR)
     check_lines(out, [
         "= zeros : cv<f32>[16]",
-        "= for %",
+        "= for {stages = 2} %",
         "^(%c: i32, %6: cv<f32>[16]):",
         "%x_s = load %X, %i, %c : st<bf16>[16, 512]",
         "%x = copy %x_s : rt<f32>[16, 512]",
         "row_sum", "= add %", "yield",
         "= rsqrt %",
-        "for %",
+        "for {stages = 2} %",
         "%chunk = sub %", "load %X, %i, %chunk : st<bf16>[16, 512]",
         "%w = load %W, %chunk : rv<f32>[512]",
         "mul_row", "mul_col", "store %Y,", "yield"])
@@ -180,7 +180,7 @@ def test_the_chunk_order_of_a_stream_is_the_passes_and_the_interpreter_runs_it()
     result = compile((EXAMPLES / "rmsnorm.tk").read_text(), CompileOptions.resolve(constants={"D": 4096}),
                      filename="rmsnorm.tk")
     assert print_kernel(result.portable_ir) == result.asm["after:stream-cols"]
-    assert "for %" in result.asm["after:stream-cols"]
+    assert "for {stages = 2} %" in result.asm["after:stream-cols"]
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm", "layernorm"])
