@@ -1,4 +1,5 @@
-"""The default sm_90a pipeline: canonicalize, then the Hopper scheduling passes.
+"""The default sm_90a pipeline: canonicalize and stream-cols (the portable passes), then the Hopper
+scheduling passes.
 
 The Hopper GEMM template follows the passes' annotations (and emits what its local rules gave
 before); the general lowering and the attention template follow the passes only;
@@ -33,9 +34,9 @@ def ptx_of(text: str, filename: str, pipeline: str | None = None):
 
 
 def test_the_default_pipeline_is_canonicalize_then_the_hopper_passes():
-    assert DEFAULT_PIPELINE == f"canonicalize,{HOPPER_PIPELINE}"
+    assert DEFAULT_PIPELINE == f"canonicalize,stream-cols,{HOPPER_PIPELINE}"
     assert default_pipeline("sm_90a") == DEFAULT_PIPELINE
-    assert default_pipeline("sm_80") == "canonicalize"
+    assert default_pipeline("sm_80") == "canonicalize,stream-cols"
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
@@ -56,7 +57,7 @@ def test_every_example_has_the_ir_after_each_pass_and_the_ptx_of_canonicalize_al
         assert "scheduling passes" in plain.decisions.render()
     else:
         assert scheduled.asm["ptx"] == plain.asm["ptx"]  # the passes agree with the local rules
-    assert print_kernel(scheduled.portable_ir) == scheduled.asm["after:canonicalize"]
+    assert print_kernel(scheduled.portable_ir) == scheduled.asm["after:stream-cols"]
 
 
 @pytest.mark.parametrize("example", [p for p in ALL_EXAMPLES if p.stem in NO_BACKEND_YET], ids=lambda p: p.stem)
@@ -108,9 +109,9 @@ def test_a_kernel_the_schedule_refuses_goes_on_unscheduled(name, refusal):
     result = ptx_of(text, f"{name}.tkir")
     (why,) = [d for d in result.decisions if d.data.get("refused")]
     assert why.decision.startswith("not scheduled: ") and refusal in why.decision
-    assert "the kernel goes on as it was after 'canonicalize'" in why.reason
+    assert "the kernel goes on as it was after 'stream-cols'" in why.reason
     assert not [d for d in result.decisions if d.pass_name in ("layout", "warp-spec") and d is not why]
-    assert [k for k in result.asm if k.startswith("after:")] == ["after:canonicalize"]
+    assert [k for k in result.asm if k.startswith("after:")] == ["after:canonicalize", "after:stream-cols"]
     assert result.metadata["backend"] == "mma.sync"
     assert result.asm["ptx"] == ptx_of(text, f"{name}.tkir", "canonicalize").asm["ptx"]
     with pytest.raises(PassError, match=refusal.split("(")[0]):

@@ -9,7 +9,7 @@ from tkjit.errors import DiagnosticError, TkError, VerifyError
 from tkjit.ir import ops
 from tkjit.ir.parser import parse_ir, parse_kernel
 from tkjit.ir.printer import print_kernel
-from tkjit.ir.types import BF16, F32, TileType, VectorType, type_problem
+from tkjit.ir.types import BF16, F32, TileType, VectorType, register_tile_problem, type_problem
 from tkjit.ir.verify import verify_kernel
 
 HERE = Path(__file__).parent
@@ -83,7 +83,11 @@ def test_types_print_themselves_and_reject_impossible_tiles():
     assert str(t) == "st<bf16, swizzle=128B>[128, 64]"
     assert t.with_attrs(swizzle="64B").attr("swizzle") == "64B"
     assert type_problem(TileType("st", F32, 512, 512)) is not None  # 1 MB of shared memory
-    assert type_problem(TileType("rt", F32, 256, 256)) is not None  # 256 KB of registers
+    # 256 KB of registers: not a type error (stream-cols may run it over column chunks), but too
+    # large for the register file as one tile
+    assert type_problem(TileType("rt", F32, 256, 256)) is None
+    assert "needs 262144 bytes of registers" in register_tile_problem(TileType("rt", F32, 256, 256))
+    assert register_tile_problem(TileType("rt", F32, 128, 256)) is None
     assert type_problem(VectorType("cv", F32, 24)) is not None
     assert type_problem(TileType("rt", F32, 128, 256)) is None
     assert hash(t) == hash(TileType("st", BF16, 128, 64, (("swizzle", "128B"),)))

@@ -64,14 +64,14 @@ def test_passes():
 def test_ir_text_enters_at_tkir_and_runs_the_default_pipeline():
     result = compile(IR, options(), filename="twice.tkir")
     assert list(result.asm) == ["tkir", *(f"after:{name}" for name in DEFAULT_PIPELINE.split(",")), "opt"]
-    assert DEFAULT_PIPELINE.startswith("canonicalize,layout,")
+    assert DEFAULT_PIPELINE.startswith("canonicalize,stream-cols,layout,")
     assert result.done == ["tkir", "opt"]
     assert result.name == "twice"
     assert result.asm["tkir"] == print_kernel(parse_kernel(IR))
     assert "%grid = cdiv %M, %c16 : i32" in result.asm["opt"]
     last = DEFAULT_PIPELINE.split(",")[-1]
     assert result.asm["opt"] == result.asm[f"after:{last}"] == print_kernel(result.ir)
-    assert print_kernel(result.portable_ir) == result.asm["after:canonicalize"]
+    assert print_kernel(result.portable_ir) == result.asm["after:stream-cols"]
     assert print_kernel(result.tkir) == result.asm["tkir"]  # passes ran on a copy
     assert result.decisions.for_pass("canonicalize")
 
@@ -168,7 +168,7 @@ def test_portable_ir_is_the_ir_before_the_first_target_specific_pass():
     plain = compile(IR, options(pipeline="canonicalize"))
     assert plain.portable_ir is plain.ir
     default = compile(IR, options())  # the Hopper passes are target-specific: the interpreter skips them
-    assert print_kernel(default.portable_ir) == default.asm["after:canonicalize"]
+    assert print_kernel(default.portable_ir) == default.asm["after:stream-cols"]
     assert "threads" in default.ir.attrs and "threads" not in default.portable_ir.attrs
 
 

@@ -301,6 +301,10 @@ def _front_end(result: CompileResult) -> None:
                           "textual IR, where constants are already folded")
         from .ir.parser import parse_kernel
         kernel = parse_kernel(result.source, result.filename)
+        from .passes.stream_cols import oversized_tile_problem
+        problem = oversized_tile_problem(kernel)  # as the front end checks kernel source
+        if problem is not None:
+            raise problem
     else:
         lower_source = require("tkjit.frontend", "lower_source", "the kernel-language front end")
         kernel = lower_source(result.source, result.filename, dict(result.options.constants))

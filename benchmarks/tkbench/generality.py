@@ -141,14 +141,19 @@ def shape_of(p: dict) -> str:
 
 
 def backend_of(kernel, ctx) -> str:
-    """The backend the compile log names (``wgmma``, ``mma.sync``), ``interpreter`` on the CPU."""
+    """The backend the compile log names (``wgmma``, ``mma.sync``; ``, column chunks`` when
+    stream-cols ran the kernel over column chunks), ``interpreter`` on the CPU."""
     if kernel is None:
         return "-"
     if not ctx.cuda:
         return "interpreter"
-    for d in getattr(kernel, "decisions", []):
+    decisions = list(getattr(kernel, "decisions", []))
+    streamed = any(getattr(d, "pass_name", None) == "stream-cols" and str(d.decision).startswith("streamed")
+                   for d in decisions)  # a row-wise program run over column chunks (D = 4096, 8192)
+    for d in decisions:
         if getattr(d, "pass_name", None) == "codegen" and str(d.decision).startswith("backend"):
-            return str(d.data.get("value") or d.decision.split(":", 1)[-1].strip())
+            name = str(d.data.get("value") or d.decision.split(":", 1)[-1].strip())
+            return f"{name}, column chunks" if streamed else name
     return "?"
 
 

@@ -109,7 +109,7 @@ class AxisMask:
         if self.which == "rows":
             offset = (self.split.unit_offset(unit, 16) if self.split else 16 * unit) + 8 * k
         else:
-            offset = 8 * unit + k
+            offset = self.ctx.grid.col_offset(unit, k)
         p = self.ctx.new("pred")
         self.out.append(f"setp.gt.s32 {p}, {self.rel}, {offset};")
         return p
@@ -245,9 +245,11 @@ class Ctx:
                              f"mad.lo.u32 {{r}}, {q}, {16 * split.per_warp}, {self.tid('g')};")
 
     def col_base(self, split: AxisSplit) -> str:
-        """Column of the thread's element (chunk 0, even column): group*chunks*8 + 2t."""
+        """Column of the thread's element (chunk 0, even column): group*chunks*8 + 2t (8t in the
+        contiguous column order; ``WarpGrid.col_offset`` gives the other elements' columns)."""
         p = self.group(split, "col")
-        t2 = self.imm_expr(("t2",), f"shl.b32 {{r}}, {self.tid('t')}, 1;")
+        shift = 3 if self.grid.contiguous_cols else 1
+        t2 = self.imm_expr(("t2", shift), f"shl.b32 {{r}}, {self.tid('t')}, {shift};")
         return self.imm_expr(("col_base", split.groups, split.per_warp),
                              f"mad.lo.u32 {{r}}, {p}, {8 * split.per_warp}, {t2};")
 

@@ -16,6 +16,7 @@ from ..errors import NotAvailableError
 from ..ir.ops import Copy, Load, Store
 from ..ir.types import BF16, F16, F32, TileType, VectorType, describe
 from .emit_elementwise import _elements, make_value
+from .direct import load_direct, store_direct
 from .globalmem import GlobalView, copy_in, copy_out
 from .layout import AxisSplit
 from .smem import Geometry
@@ -27,7 +28,10 @@ def _is_rt(t) -> bool:
 
 
 def memory_scratch_bytes(op, grid) -> int:
-    """Loads into and stores from register tiles stage the tile in shared memory."""
+    """Loads into and stores from register tiles stage the tile in shared memory (in the
+    contiguous column order they go straight between global memory and registers)."""
+    if grid.contiguous_cols:
+        return 0
     if isinstance(op, Load) and _is_rt(op.result.type):
         t = op.result.type
         return t.rows * t.cols * op.operands[0].type.dtype.nbytes
@@ -157,7 +161,7 @@ def _vector_positions(ctx, t: VectorType, split: AxisSplit) -> tuple[str, dict]:
     """The thread's base index register and {(unit, k): offset} of its vector elements."""
     if t.kind == "cv":
         return ctx.row_base(split), {(b, h): split.unit_offset(b, 16) + 8 * h for b in range(split.per_warp) for h in (0, 1)}
-    return ctx.col_base(split), {(j, c): 8 * j + c for j in range(split.per_warp) for c in (0, 1)}
+    return ctx.col_base(split), {(j, c): ctx.grid.col_offset(j, c) for j in range(split.per_warp) for c in (0, 1)}
 
 
 def _load_vector(ctx, op, out: list[str]) -> RegVec:
@@ -239,6 +243,9 @@ def emit_load(ctx, op) -> list[str]:
         copy_in(ctx, view, st.geometry, st.offset, out)
         ctx.bind(op.result, st)
         return out
+    if ctx.grid.contiguous_cols:
+        ctx.bind(op.result, load_direct(ctx, view, t, param.type.dtype, out))
+        return out
     stage = _scratch_tile(ctx, op, t, param.type.dtype)
     out += ctx.sync.write(stage.region)
     copy_in(ctx, view, stage.geometry, stage.offset, out)
@@ -264,6 +271,9 @@ def emit_store(ctx, op) -> list[str]:
                                     "tensor; copy it into a register tile first", op.span)
         out += ctx.sync.read_(rep.region)
         copy_out(ctx, view, rep.geometry, rep.offset, out, rep.dyn)
+        return out
+    if ctx.grid.contiguous_cols:
+        store_direct(ctx, view, rep, param.type.dtype, out)
         return out
     stage = _scratch_tile(ctx, op, t, param.type.dtype)
     out += ctx.sync.write(stage.region)

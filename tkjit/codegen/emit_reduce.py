@@ -145,12 +145,12 @@ def _across_warps(ctx, op, layout, partial: dict, out: list[str]) -> dict:
     out.append(f"add.u32 {ra}, {ra}, {ctx.smem_base()};")
     out += ctx.sync.write(region)
     for (u, k), x in partial.items():
-        off = region.offset + 4 * ((other.unit_offset(u, 16) + 8 * k) if row else (8 * u + k))
+        off = region.offset + 4 * ((other.unit_offset(u, 16) + 8 * k) if row else ctx.grid.col_offset(u, k))
         out.append(f"@{writer} st.shared.f32 [{wa}+{off}], {x};")
     out += ctx.sync.read_(region)
     result = {}
     for (u, k) in partial:
-        off = region.offset + 4 * ((other.unit_offset(u, 16) + 8 * k) if row else (8 * u + k))
+        off = region.offset + 4 * ((other.unit_offset(u, 16) + 8 * k) if row else ctx.grid.col_offset(u, k))
         acc = None
         for grp in range(split.groups):
             x = ctx.new("f32")

@@ -8,12 +8,14 @@ of first appearance, then (option ``strided``) each tensor's strides as ``.s64``
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import NotAvailableError, PassError
 from ..ir.core import Kernel
 from ..ir.ops import Blocks
 from .abi import grid_expr, launch_params, param_entries, stride_registers  # noqa: F401 - the shared launch ABI
 from .context import SMEM_SYMBOL, Ctx
-from .layout import choose_warp_grid
+from .layout import choose_warp_grid, contiguous_columns
 from .padding import analyze_padding
 from .pipeline import find_pipelines
 from .smem import plan_shared_memory
@@ -73,12 +75,30 @@ def _block_loop(kernel: Kernel) -> Blocks:
     return loops[0]
 
 
+def _check_register_tiles(kernel: Kernel) -> None:
+    """A register tile over the limit reaches this backend only from a pipeline without
+    stream-cols (which runs such programs over column chunks): refuse it at its definition."""
+    from ..errors import NotAvailableError
+    from ..ir.types import register_tile_problem
+    for op in kernel.walk():
+        for v in op.results:
+            problem = register_tile_problem(v.type)
+            if problem:
+                raise NotAvailableError(f"{problem} (the stream-cols pass runs row-wise programs over "
+                                        "column chunks; it was not in the pipeline)", op.span)
+
+
 def emit_kernel(kernel: Kernel, options: dict | None = None,
                 table: EmitterTable | None = None) -> tuple[str, dict]:
     options = dict(options or {})
     table = table or DEFAULT_TABLE
+    _check_register_tiles(kernel)
     blocks = _block_loop(kernel)
     grid, decisions = choose_warp_grid(kernel, options)
+    contiguous, why = contiguous_columns(kernel, grid)
+    grid = dataclasses.replace(grid, contiguous_cols=contiguous)
+    decisions.append({"decision": "column_order", "value": "contiguous" if contiguous else "fragment",
+                      "why": why})
     pads = analyze_padding(kernel)
     pipelines, plan = _plan(kernel, table, grid)
     ctx = Ctx(kernel, grid, plan, pads, options, table)

@@ -77,6 +77,18 @@ class WarpGrid:
     slab_warps: int = 0
     """4 for the consumer warpgroups of the Hopper lowering (rows interleave by 64-row slabs,
     AxisSplit.interleave); 0 for the register-tile backend's grids."""
+    contiguous_cols: bool = False
+    """Which columns a thread's registers hold (``contiguous_columns`` decides). False: the mma
+    fragment's, columns 2t, 2t+1 of each 8-column chunk. True: a permutation of them, for kernels
+    that never need the fragment itself (no products, no shared tiles): chunks 4m .. 4m+3 of a
+    warp's column group hold columns 32m + 8t .. 32m + 8t + 7, 16 contiguous bytes of bf16 per
+    row, so tiles load and store straight between global memory and registers, 16 bytes a lane."""
+
+    def col_offset(self, chunk: int, k: int) -> int:
+        """Column of (chunk, column-in-pair) k past the thread's column base (``Ctx.col_base``)."""
+        if self.contiguous_cols:
+            return 32 * (chunk // 4) + 2 * (chunk % 4) + k
+        return 8 * chunk + k
 
     @property
     def threads(self) -> int:
@@ -177,3 +189,48 @@ def choose_warp_grid(kernel: Kernel, options: dict) -> tuple[WarpGrid, list[dict
     grid = WarpGrid(warps, wr, warps // wr)
     decisions.append({"decision": "warp_grid", "value": [grid.wr, grid.wc], "why": why})
     return grid, decisions
+
+
+def contiguous_columns(kernel: Kernel, grid: WarpGrid) -> tuple[bool, str]:
+    """Whether ``kernel`` takes the contiguous column order (``WarpGrid.contiguous_cols``), and why.
+
+    Only a kernel the passes marked (kernel attribute ``column_order = "contiguous"``: the
+    stream-cols options ``direct`` and ``loads=registers``) takes it: it is not measured faster in
+    general (docs/codegen.md).
+    It needs a kernel that never puts a register tile into the fragment layout's own uses
+    (matrix products, copies to or from shared tiles, the causal mask and index tiles, which
+    compute with a column's position), every register tile split into whole 32-column groups per
+    warp (4 chunks), and every register tile it loads or stores in a tensor whose rows are a
+    constant multiple of 16 bytes, so that each lane's 16 bytes are all inside a row or all out
+    (row vectors too are split into whole 32-column groups)."""
+    from ..ir.ops import CausalMask, Copy, Iota, Load, Store
+    if kernel.attrs.get("column_order") != "contiguous":
+        return False, ("the default; stream-cols{direct=true} (or loads=registers) asks for the contiguous "
+                       "order, which moves register tiles straight between global memory and registers")
+    moved = [op for op in kernel.walk() if isinstance(op, Load) and isinstance(op.result.type, TileType)
+             or isinstance(op, Store) and isinstance(op.operands[1].type, TileType)]
+    if not moved:
+        return False, "no register tile is loaded or stored: the order makes no difference"
+    for op in kernel.walk():
+        if isinstance(op, (Mma, Copy, CausalMask, Iota)):
+            return False, f"'{op.NAME}' needs the mma fragment's column order"
+        for v in list(op.results) + [a for r in op.regions for a in r.args]:
+            t = v.type
+            if isinstance(t, TileType) and t.space == "st":
+                return False, "shared tiles are read and written in the mma fragment's column order"
+            cols = t.cols if isinstance(t, TileType) else t.length if isinstance(t, VectorType) and t.kind == "rv" else 0
+            if cols and grid.col_split(cols).per_warp % 4:
+                return False, f"{t} gives a warp {grid.col_split(cols).per_warp} chunks of 8 columns, not whole 32-column groups"
+        if isinstance(op, (Load, Store)):
+            tile = op.result.type if isinstance(op, Load) else op.operands[1].type
+            if isinstance(tile, TileType):
+                g = op.operands[0].type
+                last = g.dims[-1]
+                if g.dtype.name not in ("bf16", "f16", "f32") or tile.dtype.name not in ("bf16", "f16", "f32"):
+                    return False, f"{op.NAME} of {tile} from {g}: only bf16, f16 and f32 move 16 bytes at a time"
+                if not isinstance(last, int) or (last * g.dtype.nbytes) % 16:
+                    return False, f"{g}: rows that are not a constant multiple of 16 bytes"
+    return True, ("no product, shared tile or position-dependent op needs the mma fragment's column order: "
+                  "each lane holds 8 contiguous columns of a row, so register tiles load and store straight "
+                  "between global memory and registers, 16 bytes per lane (ld/st.global.v4), with no "
+                  "shared-memory staging or barrier")

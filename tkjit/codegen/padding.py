@@ -146,7 +146,41 @@ def upper_bound(v: Value) -> int | None:
             return const_int(parent.variadic()[v.index])
         if isinstance(parent, For) and v.index == 0:
             return const_int(parent.operands[1])
-    return None
+    return _bound_of_arithmetic(owner)
+
+
+def _bound_of_arithmetic(op) -> int | None:
+    """Upper bounds through min, max, + and - of bounded indices (what stream-cols' chunk
+    indices are made of: ``n - 1 - c``, ``min(c + 1, n - 1)``, ``max(c - 1, 0)``)."""
+    if not isinstance(op, (Min, Max, Add, Sub)) or not isinstance(op.results[0].type, ScalarType):
+        return None
+    a, b = op.operands
+    if isinstance(op, Sub):
+        k = const_int(b)
+        if k is not None and k >= 0:
+            ua = upper_bound(a)
+            return None if ua is None else ua - k
+        k = const_int(a)
+        return k + 1 if k is not None and _non_negative(b) else None
+    ua, ub = upper_bound(a), upper_bound(b)
+    if isinstance(op, Min):
+        known = [u for u in (ua, ub) if u is not None]
+        return min(known) if known else None
+    if ua is None or ub is None:
+        return None
+    return max(ua, ub) if isinstance(op, Max) else ua + ub - 1
+
+
+def _non_negative(v: Value) -> bool:
+    """A block index, or the variable of a loop that starts at a constant >= 0."""
+    owner = v.owner
+    if isinstance(owner, Block) and owner.parent is not None and v.index == 0:
+        if isinstance(owner.parent, Blocks):
+            return True
+        if isinstance(owner.parent, For):
+            lo = const_int(owner.parent.operands[0])
+            return lo is not None and lo >= 0
+    return isinstance(owner, Block) and isinstance(owner.parent, Blocks)
 
 
 def _in_range(dim, coord: Value, extent: int) -> bool:

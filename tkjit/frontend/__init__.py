@@ -24,6 +24,10 @@ def lower_source(text: str, filename: str = "<string>", constants: Optional[dict
     try:
         kernel = lowerer.kernel()
         verify_kernel(kernel)
+        from ..passes.stream_cols import oversized_tile_problem
+        problem = oversized_tile_problem(kernel)  # a too-large register tile that cannot be streamed
+        if problem is not None:
+            raise problem
         if "fill_sms" in kernel.attrs:
             from .fill_sms_check import check_fill_sms
             check_fill_sms(tree, kernel, constants)

@@ -209,17 +209,25 @@ MAX_SHARED_BYTES = 232_448   # opt-in shared memory per block on H100/H200
 MAX_REGISTER_TILE_BYTES = 128 * 1024  # one register tile: half the 256 KB register file
 
 
+def register_tile_problem(t: Type) -> str | None:
+    """Why a register tile is too large for the register file, or None. Not a type error: the
+    ``stream-cols`` pass runs a row-wise program over column chunks, so the front end reports it
+    only for a tile that pass cannot stream (``passes.stream_cols.oversized_tile_problem``)."""
+    if isinstance(t, TileType) and t.space == "rt" and t.nbytes > MAX_REGISTER_TILE_BYTES:
+        return (f"{t} needs {t.nbytes} bytes of registers; one register tile may use at most "
+                f"{MAX_REGISTER_TILE_BYTES}")
+    return None
+
+
 def type_problem(t: Type) -> str | None:
-    """Why a tile or vector type cannot exist on the hardware, or None when it can."""
+    """Why a tile or vector type cannot exist on the hardware, or None when it can (a register
+    tile's size is checked apart: ``register_tile_problem``)."""
     if isinstance(t, TileType):
         for what, n in (("rows", t.rows), ("columns", t.cols)):
             if n <= 0 or n % TILE_QUANTUM:
                 return f"{t}: tile {what} must be a positive multiple of {TILE_QUANTUM}, got {n}"
         if t.space == "st" and t.nbytes > MAX_SHARED_BYTES:
             return f"{t} needs {t.nbytes} bytes of shared memory; the limit is {MAX_SHARED_BYTES}"
-        if t.space == "rt" and t.nbytes > MAX_REGISTER_TILE_BYTES:
-            return (f"{t} needs {t.nbytes} bytes of registers; one register tile may use at most "
-                    f"{MAX_REGISTER_TILE_BYTES}")
     if isinstance(t, VectorType):
         if t.length <= 0 or t.length % TILE_QUANTUM:
             return f"{t}: vector length must be a positive multiple of {TILE_QUANTUM}, got {t.length}"

@@ -8,12 +8,13 @@ from .manager import (IRSnapshots, Pass, PassContext, PassManager, Pipeline, des
                       register_pass, registered_passes, unregister_pass)
 
 from . import canonicalize, checks  # noqa: E402,F401  (registers the passes)
-from . import grid, layout, mbarrier, pipeline, reg_budget, smem_plan, warp_spec  # noqa: E402,F401
+from . import grid, layout, mbarrier, pipeline, reg_budget, smem_plan, stream_cols, warp_spec  # noqa: E402,F401
 
 from .hopper import HOPPER_PIPELINE  # noqa: E402
 
-PORTABLE_PIPELINE = "canonicalize"
-"""The target-independent passes: what a target without scheduling passes runs."""
+PORTABLE_PIPELINE = "canonicalize,stream-cols"
+"""The target-independent passes: what a target without scheduling passes runs (stream-cols
+changes only kernels whose register tiles are too large for the register file)."""
 
 DEFAULT_PIPELINE = f"{PORTABLE_PIPELINE},{HOPPER_PIPELINE}"
 """What ``tkjit.compile`` runs for sm_90a: canonicalize, then the Hopper scheduling passes (they
