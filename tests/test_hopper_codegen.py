@@ -198,7 +198,7 @@ def test_aligned_rows_are_assumed_and_the_variant_with_the_fallback_is_made_on_d
     register-store epilogue in its SASS (no LDG/STG, only TMA), TMA-only tensor maps (so the
     launcher refuses other rows to the kernel object) and the decision in the log. The variant
     the kernel object makes for other rows has both paths and fallback maps."""
-    kernel = tkjit.load(EXAMPLES / "gemm.tk", cache=False)
+    kernel = tkjit.load(EXAMPLES / "gemm.tk", cache=False, lowering="template")
     general = kernel._with_unaligned_rows()
     assert kernel.metadata["assumes_aligned_rows"] and "aligned rows: A, B, C" in kernel.explain()
     assert general is not None and general.options.unaligned_rows and general._with_unaligned_rows() is None

@@ -39,7 +39,8 @@ def test_kernels_that_do_not_defer_say_why(source, reason):
 
 
 def test_a_tiles_stores_sit_between_the_next_tiles_first_commit_and_its_wait():
-    ptx, _ = emit_hopper_ptx(tkjit.compile(VARIANTS["example"], pipeline=HOPPER_PIPELINE, cache=False).ir)
+    ptx, _ = emit_hopper_ptx(tkjit.compile(VARIANTS["example"], pipeline=HOPPER_PIPELINE, cache=False).ir,
+                             {"lowering": "template"})
     body = ptx[ptx.index("wgmma.commit_group"):]
     before_wait = body[:body.index("wgmma.wait_group")]
     assert "stmatrix" in before_wait and "cp.async.bulk.tensor.2d.global.shared" in before_wait

@@ -22,7 +22,8 @@ def pipeline(mode: str = "auto", grid: str = "") -> str:
 
 
 def compiled(mode="auto", grid="", **constants):
-    kernel = tkjit.compile(EXAMPLE, filename="gemm.tk", constants=constants, pipeline=pipeline(mode, grid))
+    kernel = tkjit.compile(EXAMPLE, filename="gemm.tk", constants=constants, pipeline=pipeline(mode, grid),
+                           lowering="template")  # the template's consumer schedule
     kernel.binary  # noqa: B018 - the metadata is complete once assembled
     return kernel
 

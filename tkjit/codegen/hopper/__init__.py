@@ -10,8 +10,9 @@ falls back to the register-tile backend; the reason is appended to ``decisions``
 (``{"decision": "backend", "value": "mma.sync", "why": ..., "refusal": lower.Refusal}``) when a
 list is given.
 
-``options``: ``lowering`` (``auto``: a template where one matches, else the general lowering of
-lower.py; ``general``; ``template``), ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False:
+``options``: ``lowering`` (``auto``: the general lowering of lower.py, except the attention
+template where it matches (a GEMM the general lowering refuses -- a multicast or stream-K pin,
+rows TMA cannot address -- still takes the GEMM template); ``general``; ``template``), ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False:
 never take this path),
 ``unaligned_rows`` (default True here; the compiler passes its option, default False: the GEMM
 then assumes rows of whole 16-byte units and leaves their fallback out).
@@ -44,18 +45,30 @@ def __getattr__(name: str):
 
 ARCHS = ("sm_90a",)
 
+GEMM_BY_GENERAL = True
+"""Under ``lowering=auto`` a kernel of the GEMM pattern takes the general lowering. Same-run A/B
+on the H200, 2026-11-27 (benchmarks/results/2026-11-27-nvidia-h200-s10-gemm-ab-merged.json,
+general time / template time over 20 GEMM rows): 19 rows within 2% (0.985-1.024), the
+20-microsecond 1000x3000x520 at 0.97 with quartiles 0.946-1.01."""
+
 
 def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
                     decisions: list | None = None) -> tuple[str, dict] | None:
     options = dict(options or {})
     lowering = options.get("lowering", "auto")
     template_why = general_why = None
+    if lowering == "auto" and GEMM_BY_GENERAL:  # the GEMM pattern: the general lowering first (GEMM_BY_GENERAL)
+        from .lower import lower_kernel, refusal
+        if not isinstance(_refusal(kernel, options), str):
+            general_why = refusal(kernel, options)
+            if general_why is None:
+                return lower_kernel(kernel, options)
     if lowering in ("auto", "template"):
         out = _template(kernel, options)
         if not isinstance(out, str):
             return out
         template_why = out
-    if lowering in ("auto", "general"):
+    if lowering in ("auto", "general") and general_why is None:
         from .lower import lower_kernel, refusal
         refused = refusal(kernel, options)
         if refused is None:
