@@ -258,11 +258,20 @@ def pingpong_kernel(bm: int, bn: int, source: str | None = None, extra: str = ""
     return kernel
 
 
+def pingpong_taken(kernel) -> bool:
+    """Whether the emitted kernel runs ping-pong consumers: the general lowering follows the
+    mbarrier pass's protocol (its ring says so), the GEMM template logs its own schedule."""
+    text = kernel.explain()
+    if kernel.metadata.get("lowering") == "general":
+        return "the one consumer whose tile the fill is for (ping-pong)" in text
+    return "consumer schedule: ping-pong" in text
+
+
 @pytest.fixture(scope="module", params=[(128, 128), (64, 256)], ids=["128x128", "64x256"])
 def gemm_pingpong(request):
     kernel = pingpong_kernel(*request.param)
     assert kernel.metadata["backend"] == "wgmma", kernel.explain()
-    assert "consumer schedule: ping-pong" in kernel.explain()
+    assert pingpong_taken(kernel), kernel.explain()
     return kernel
 
 
@@ -298,7 +307,7 @@ def test_pingpong_k_major_b_and_f32_output():
     f32 = pingpong_kernel(0, 0, GRID_F32.replace("blocks(M / BM, N / BN)",
                                                  "blocks(M / BM, N / BN) schedule(persistent, group = 8)"))
     for kernel in (abt, f32):
-        assert "consumer schedule: ping-pong" in kernel.explain(), kernel.explain()
+        assert pingpong_taken(kernel), kernel.explain()
     for m, n, k in [(1000, 1500, 512), (4096, 4096, 1024), (300, 200, 40)]:
         run_abt(abt, m, n, k)
         run_ab(f32, m, n, k, torch.float32)
