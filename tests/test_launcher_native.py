@@ -431,3 +431,125 @@ def test_prepare_takes_the_variant_a_warm_installation_has(monkeypatch, tmp_path
     assert "torch's C++ tensor reads" in native.prepare() and native.module() is variant
     _fresh_lookup(monkeypatch, tmp_path, {"TKJIT_NATIVE_LAUNCH": "c"})
     assert "torch's C++" not in native.prepare() and native.module() is native.c_module()
+
+
+# ------------------------------------------------------------------ strided views (runtime/strides.py)
+
+VIEWS = [{**glb("A", ["M", "K"], "bf16"), "strides": "map"}, {**glb("B", ["K", "N"], "bf16"), "strides": "map"},
+         {**glb("C", ["M", "N"], "bf16"), "strides": "map", "writes": True}, glb("bias", ["N"]),
+         entry(param=0), entry(param=1, box=(64, 64)), entry(param=2, box=(64, 64))]
+"""A GEMM-like signature whose TMA-only tensors take views (metadata "strides": "map") beside a
+tensor read by pointer (bias: row-major only)."""
+
+
+def view_pair(signature, exact: bool, **kw):
+    """(launcher, recorder, encoder, refusals) for the Python path and the native one, each with
+    its own recording map encoder; ``exact``: plain CPU tensors stand for CUDA ones (device -1)."""
+    hooks = dict(device=-1, current_device=lambda: -1) if exact else dict(current_device=lambda: 0)
+    out = []
+    for api in ("bindings", "native"):
+        rec, enc = Recorder(5, maps=3), FakeEncode()
+        launcher = Launcher(FN, signature, [["dim", "M"]], 128, 0, name="k", launch=rec.bindings if api == "bindings"
+                            else rec.native, launch_api=api, current_stream=lambda dev: STREAM, encode_map=enc,
+                            **hooks, **kw)
+        out.append((launcher, rec, enc))
+    return out
+
+
+def bf(*shape):
+    return torch.zeros(*shape, dtype=torch.bfloat16)
+
+
+def view_cases(wrap):
+    m, n, k = 256, 128, 64
+    a, b, c, bias = wrap(bf(m, k)), wrap(bf(k, n)), wrap(bf(m, n)), wrap(torch.zeros(n))
+    big = bf(m, 2 * n)
+    return {
+        "contiguous": (a, b, c, bias),
+        "column slice": (wrap(bf(m, k + 64)[:, 64:]), b, c, bias),
+        "every other row": (a, wrap(bf(2 * k, n)[::2]), c, bias),
+        "output window": (a, b, wrap(big[:, n:]), bias),
+        "all three": (wrap(bf(m, k + 64)[:, 64:]), wrap(bf(2 * k, n)[::2]), wrap(big[:, :n]), bias),
+        "one-row dim": (wrap(bf(1, 3 * k)[:, k:2 * k].expand(1, k)), wrap(bf(k, n)), wrap(bf(1, n)), bias),
+        "rows off 16 bytes": (wrap(bf(m, k + 3)[:, :k]), b, c, bias),            # TMA cannot: copied
+        "unaligned base": (wrap(bf(m, k + 8)[:, 1:k + 1]), b, c, bias),
+        "last dim strided": (wrap(bf(k, m).t()), b, c, bias),
+        "output overlaps itself": (a, b, wrap(bf(1, n).expand(m, n)), bias),
+        "output overlaps an input": (wrap(big[:, :k]), b, wrap(big[:, n:]), bias) if k <= n else None,
+        "output overlaps an input view": (wrap(big[:, 8:8 + k]), b, wrap(big[:, :n]), bias),
+        "pointer tensor a view": (a, b, c, wrap(torch.zeros(2 * n)[::2])),        # row-major only: copied
+        "wrong shape": (wrap(bf(m, k + 64)[:, 64:]), b, wrap(big[:8, :n]), bias),
+    }
+
+
+@pytest.mark.parametrize("exact", [False, True], ids=["attribute reads", "exact tensors"])
+def test_views_whose_maps_take_their_strides_launch_alike_on_both_paths(exact):
+    """The native path takes the views of "map" tensors itself; it launches what the Python path
+    launches (its strided path), with maps encoded from the same strides, and refuses, to the same
+    words, what that path refuses (the kernel object copies a StridedArgument)."""
+    (py, py_rec, py_enc), (nat, nat_rec, nat_enc) = view_pair(VIEWS, exact)
+    wrap = (lambda t: t) if exact else cuda
+    for name, args in view_cases(wrap).items():
+        expected, got = outcome(py, py_rec, args), outcome(nat, nat_rec, args)
+        if isinstance(expected, dict):
+            expected["fn"] = got["fn"] = expected["maps"] = got["maps"] = None
+        assert got == expected, name
+    # the same maps (the Python path's strided one keys contiguous tensors apart, so encodes some twice)
+    assert set(nat_enc.calls) == set(py_enc.calls) and len(set(nat_enc.calls)) >= 8
+
+
+def test_the_native_path_encodes_a_views_byte_strides_without_the_python_path():
+    refused = []
+    (_, _, _), (nat, rec, enc) = view_pair(VIEWS, True, on_refusal=lambda *a: refused.append(a))
+    base = bf(256, 192)
+    a, b = base[:, 64:128], bf(128, 128)[::2]
+    c = bf(256, 256)[:, 128:]
+    nat(a, b, c, torch.zeros(128))
+    assert refused == [] and len(rec.calls) == 1
+    assert enc.calls == [(a.data_ptr(), (64, 256), (384,)), (b.data_ptr(), (128, 64), (512,)),
+                         (c.data_ptr(), (128, 256), (512,))]
+    values = [int.from_bytes(v, "little") for v in rec.calls[0]["values"]]
+    assert values[:3] == [a.data_ptr(), b.data_ptr(), c.data_ptr()] and values[4] & 0xFFFFFFFF == 256
+    nat(a, b, c, torch.zeros(128))  # again: the maps from the encoder's cache
+    assert len(enc.calls) == 3 and rec.calls[1]["maps"] == rec.calls[0]["maps"]
+    for bad in (bf(256, 67)[:, :64], bf(64, 256).t()):  # rows TMA cannot take; a strided last dim
+        nat(bad, b, c, torch.zeros(128))
+    assert len(refused) == 2 and len(rec.calls) == 2
+    nat(bf(256, 64), bf(64, 128), bf(256, 128), torch.zeros(128))  # contiguous: the row-major maps
+    assert [call[2] for call in enc.calls[3:]] == [(128,), (256,), (256,)] and len(refused) == 2
+
+
+def test_a_kernel_whose_tensor_is_copied_by_pointer_takes_no_view_as_it_is():
+    """A fallback map's tensor with rows TMA cannot address is copied row-major by the kernel:
+    then no view goes as it is (the Python path's rule), on either path."""
+    signature = [{**glb("A", ["M", "K"], "bf16"), "strides": "map"}, glb("C", ["M", "N"], "bf16"),
+                 entry(param=0), entry(param=1, box=(64, 64), fallback=True)]
+    refused = []
+    (_, _, _), (nat, rec, _) = view_pair(signature, True, on_refusal=lambda *a: refused.append(a))
+    view = bf(256, 128)[:, 64:]
+    nat(view, bf(256, 64))
+    assert refused == [] and len(rec.calls) == 1
+    nat(view, bf(256, 60))  # C's rows are 120 bytes: copied by pointer, so A's view is refused
+    nat(bf(256, 64), bf(256, 60))  # a contiguous A still goes
+    assert len(refused) == 1 and len(rec.calls) == 2
+
+
+def test_the_gemm_examples_views_take_the_native_path():
+    """The GEMM example's own metadata (A, B, C "strides": "map"): the benchmark's views of
+    benchmarks/strided.py launch from C, their maps encoded with the views' byte strides."""
+    import pathlib
+
+    import tkjit
+    kernel = tkjit.load(pathlib.Path(__file__).resolve().parents[1] / "examples" / "gemm.tk", cache=False)
+    kernel.asm["ptx"]  # noqa: B018 - the metadata
+    meta = kernel.metadata
+    refused, enc, rec = [], FakeEncode(), Recorder(6, maps=3)
+    nat = Launcher(FN, meta["params"], meta["grid"], meta["block"], 0, name="gemm", launch=rec.native,
+                   launch_api="native", device=-1, current_device=lambda: -1, current_stream=lambda dev: 0,
+                   encode_map=enc, num_sms=132, on_refusal=lambda *a: refused.append(a))
+    m, n, k = 256, 512, 128
+    a, b, c = bf(m, k + 64)[:, 64:], bf(2 * k, n)[::2], bf(m, n + 64)[:, :n]
+    nat(a, b, c)
+    assert refused == [] and len(rec.calls) == 1
+    assert enc.calls == [(a.data_ptr(), (k, m), ((k + 64) * 2,)), (b.data_ptr(), (n, k), (2 * n * 2,)),
+                         (c.data_ptr(), (n, m), ((n + 64) * 2,))]

@@ -13,6 +13,14 @@
  * get_device(), is_contiguous(), shape, data_ptr()): a tensor's metadata can change in place
  * (resize_, set_, as_strided_), so nothing about it is cached between calls.
  *
+ * Strided views (runtime/strides.py): a tensor whose spec entry says `views` (its metadata's
+ * "strides": "map": only TMA maps address it) may be a view; its stride() is then read too and
+ * judged as strides.acceptor judges it (last dimension contiguous, the effective strides,
+ * an output that overlaps itself refused, every stride but the last a multiple of 16 bytes below
+ * 2^40 where a map describes it), its end for the overlap check is its span, and its maps come
+ * from the encoder's `strided(ptr, shape, strides)`. Anything else refuses, as before, and the
+ * Python path (launcher.strided_path, the checker) takes or words it.
+ *
  * Compiled with -DTKJIT_TORCH_READER and linked with fastlaunch_torch.cpp (against torch's
  * headers and libraries), it is the extension tkjit_fastlaunch_torch, which reads an exact
  * torch.Tensor's metadata through torch's C++ API instead (same values, same refusals; a
@@ -38,8 +46,8 @@
 #define MODULE_INIT PyInit_tkjit_fastlaunch_torch
 /* fastlaunch_torch.cpp */
 int tkjit_torch_scalar_type(PyObject *dtype);
-int tkjit_torch_read_tensor(PyObject *obj, int scalar_type, long dev, int rank, uint64_t *ptr,
-                            long long *shape);
+int tkjit_torch_read_tensor(PyObject *obj, int scalar_type, long dev, int rank, int views, uint64_t *ptr,
+                            long long *shape, long long *strides);
 #else
 #define MODULE_NAME "tkjit_fastlaunch"
 #define MODULE_INIT PyInit_tkjit_fastlaunch
@@ -61,6 +69,8 @@ typedef struct {
     long long dims[MAX_RANK];        /* >= 0: a constant; < 0: named dim -(d + 1) */
     int itemsize;                    /* bytes per element (a tensor) */
     int writes;                      /* the kernel stores into it: nothing may overlap it (overlap.py) */
+    int views;                       /* a view may be launched as it is (its maps take its strides) */
+    int mapped;                      /* a TMA map describes it: its strides must suit TMA */
 } Param;
 
 typedef struct {
@@ -76,6 +86,8 @@ typedef struct {
     long long dim_multiple[MAX_DIMS]; /* a named dim must be a multiple of this (TMA-only rows), else refused */
     Param params[MAX_PARAMS];
     int map_param[MAX_MAPS];          /* which argument each tensor map describes */
+    int map_fallback[MAX_MAPS];       /* the map's kernel copies rows TMA cannot address by pointer */
+    int any_views;                    /* some parameter takes views */
     int grid_len[3 + MAX_CHECKS];
     long long grid_ops[3 + MAX_CHECKS][MAX_GRID_OPS]; /* the grid's 3 programs, then the checks' */
     int nchecks;
@@ -83,13 +95,14 @@ typedef struct {
     PyObject *spec;                   /* keeps the dtypes and callables alive */
     PyObject *tensor_type, *current_device, *current_stream, *stream_handle, *slow;
     PyObject *grid_out_of_range, *grid_exact, *launch_failed, *maps;
+    PyObject *maps_strided;           /* each map's encoder.strided (for views), or NULL */
     PyObject *checks_exact;           /* (*dims) -> whether every check holds, in Python's arithmetic */
     /* torch.Tensor's own descriptors, read once: for an instance of exactly torch.Tensor (no
      * subclass can override them) they are called without the attribute lookup. */
-    PyObject *d_dtype, *d_get_device, *d_is_contiguous, *d_shape, *d_data_ptr;
+    PyObject *d_dtype, *d_get_device, *d_is_contiguous, *d_shape, *d_data_ptr, *d_stride;
 } Launch;
 
-static PyObject *s_dtype, *s_get_device, *s_is_contiguous, *s_shape, *s_data_ptr, *s_stream, *s_checked;
+static PyObject *s_dtype, *s_get_device, *s_is_contiguous, *s_shape, *s_data_ptr, *s_stream, *s_checked, *s_stride;
 
 /* ------------------------------------------------------------------ refusals */
 
@@ -150,11 +163,22 @@ static PyObject *own_descriptor(PyObject *tensor_type, PyObject *name, PyTypeObj
     return NULL;
 }
 
-/* 1: accepted (ptr and shape filled); 0: refused; -1: an exception to propagate. */
+/* A tuple of `rank` ints into out; 0 where it is not one. */
+static int read_ints(PyObject *v, int rank, long long *out) {
+    int ok = PyTuple_Check(v) && PyTuple_GET_SIZE(v) == rank;  /* a torch.Size is a tuple */
+    for (int j = 0; ok && j < rank; j++) {
+        out[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(v, j));
+        ok = !(out[j] == -1 && PyErr_Occurred());
+    }
+    return ok;
+}
+
+/* 1: accepted, contiguous (ptr and shape filled); 2: a view of a parameter that takes views
+ * (strides filled too, as torch gives them); 0: refused; -1: an exception to propagate. */
 static int read_tensor(Launch *self, const Param *p, PyObject *a, long dev, uint64_t *ptr,
-                       long long *shape) {
+                       long long *shape, long long *strides) {
 #ifdef TKJIT_TORCH_READER
-    int read = tkjit_torch_read_tensor(a, p->scalar_type, dev, p->rank, ptr, shape);
+    int read = tkjit_torch_read_tensor(a, p->scalar_type, dev, p->rank, p->views, ptr, shape, strides);
     if (read != -2)
         return read;  /* an exact tensor, read in C++; anything else through its attributes */
 #endif
@@ -179,39 +203,106 @@ static int read_tensor(Launch *self, const Param *p, PyObject *a, long dev, uint
     v = call_method(a, s_is_contiguous, self->d_is_contiguous, exact);
     if (!v)
         return 0;
-    ok = PyObject_IsTrue(v);
+    int contiguous = PyObject_IsTrue(v);
     Py_DECREF(v);
-    if (ok != 1)
+    if (contiguous < 0 || (!contiguous && !p->views))
         return 0;
     v = get_attr(a, s_shape, self->d_shape, exact);
     if (!v)
         return 0;
-    ok = PyTuple_Check(v) && PyTuple_GET_SIZE(v) == p->rank;  /* a torch.Size is a tuple */
-    for (int j = 0; ok && j < p->rank; j++) {
-        shape[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(v, j));
-        ok = !(shape[j] == -1 && PyErr_Occurred());
-    }
+    ok = read_ints(v, p->rank, shape);
     Py_DECREF(v);
     if (!ok)
         return 0;
+    if (!contiguous) {
+        v = call_method(a, s_stride, self->d_stride, exact);
+        if (!v)
+            return 0;
+        ok = read_ints(v, p->rank, strides);
+        Py_DECREF(v);
+        if (!ok)
+            return 0;
+    }
     v = call_method(a, s_data_ptr, self->d_data_ptr, exact);
     if (!v)
         return 0;
     *ptr = PyLong_AsUnsignedLongLong(v);
     Py_DECREF(v);
-    return !PyErr_Occurred();
+    return PyErr_Occurred() ? 0 : (contiguous ? 1 : 2);
+}
+
+/* A view as strides.acceptor judges it: 1 when the kernel takes it as it is, with `strides`
+ * replaced by strides.effective's (a dimension of at most one element takes the row-major
+ * stride); 0 when it does not (the Python path then says why, or copies it). */
+static int judge_view(const Param *p, const long long *shape, long long *strides) {
+    int rank = p->rank;
+    if (rank && shape[rank - 1] > 1 && strides[rank - 1] != 1)
+        return 0;  /* its rows are not contiguous: refused everywhere */
+    long long want = 1;
+    int empty = 0;
+    for (int axis = rank - 1; axis >= 0; axis--) {
+        if (shape[axis] <= 1)
+            strides[axis] = want;
+        if (strides[axis] < 0)
+            return 0;
+        empty |= shape[axis] == 0;
+        if (__builtin_mul_overflow(want, shape[axis] > 1 ? shape[axis] : 1, &want))
+            return 0;
+    }
+    if (p->writes && !empty) {  /* strides.overlaps_itself: by stride, each >= the span inside it */
+        int order[MAX_RANK], n = 0;
+        for (int axis = 0; axis < rank; axis++) {
+            if (shape[axis] <= 1)
+                continue;
+            int k = n++;
+            while (k > 0 && strides[order[k - 1]] > strides[axis]) {
+                order[k] = order[k - 1];
+                k--;
+            }
+            order[k] = axis;
+        }
+        long long span = 1;
+        for (int k = 0; k < n; k++) {
+            long long st = strides[order[k]], next;
+            if (st < span)
+                return 0;
+            if (__builtin_mul_overflow(st, shape[order[k]] - 1, &next) || __builtin_add_overflow(next, span, &span))
+                return 0;
+        }
+    }
+    if (p->mapped) {  /* strides.tma_refusal: dims 0..n-2 in 16-byte units, below 2^40 bytes */
+        for (int axis = 0; axis + 1 < rank; axis++) {
+            long long bytes;
+            if (__builtin_mul_overflow(strides[axis], (long long)p->itemsize, &bytes) || bytes % 16 ||
+                bytes >= (1LL << 40))
+                return 0;
+        }
+    }
+    return 1;
 }
 
 /* 1 when a written tensor's bytes overlap another tensor's (overlap.py's rule and pairs). */
-static int overlapping(const Launch *self, const uint64_t *ptrs, long long shapes[][MAX_RANK]) {
+static int overlapping(const Launch *self, const uint64_t *ptrs, long long shapes[][MAX_RANK],
+                       long long strides[][MAX_RANK], const unsigned char *is_view) {
     uint64_t ends[MAX_PARAMS];
     for (int i = 0; i < self->nparams; i++) {
         const Param *p = &self->params[i];
         if (p->kind != P_TENSOR)
             continue;
         uint64_t n = (uint64_t)p->itemsize;
-        for (int j = 0; j < p->rank; j++)
-            n *= (uint64_t)shapes[i][j];
+        if (is_view[i]) {  /* strides.span_bytes: first element to the end of the last */
+            uint64_t last = 0;
+            int empty = 0;
+            for (int j = 0; j < p->rank; j++) {
+                empty |= shapes[i][j] == 0;
+                if (shapes[i][j] > 0)
+                    last += (uint64_t)(shapes[i][j] - 1) * (uint64_t)strides[i][j];
+            }
+            n = empty ? 0 : (last + 1) * n;
+        } else {
+            for (int j = 0; j < p->rank; j++)
+                n *= (uint64_t)shapes[i][j];
+        }
         ends[i] = ptrs[i] + n;
     }
     for (int o = 0; o < self->nparams; o++) {
@@ -354,6 +445,9 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
     uint64_t slots[MAX_PARAMS + MAX_DIMS];
     uint64_t ptrs[MAX_PARAMS];
     long long shapes[MAX_PARAMS][MAX_RANK];
+    long long strides[MAX_PARAMS][MAX_RANK];  /* a view's effective strides (is_view) */
+    unsigned char is_view[MAX_PARAMS] = {0};
+    int views = 0;
     long long dims[MAX_DIMS];
     unsigned char bound[MAX_DIMS] = {0};
     uint64_t align = 0;
@@ -381,11 +475,15 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
             memcpy(&slots[i], &y, sizeof y);
             continue;
         }
-        int ok = read_tensor(self, p, a, dev, &ptrs[i], shapes[i]);
+        int ok = read_tensor(self, p, a, dev, &ptrs[i], shapes[i], strides[i]);
         if (ok < 0)
             return NULL;
-        if (!ok)
+        if (!ok || (ok == 2 && !judge_view(p, shapes[i], strides[i])))
             return refuse(self, args, nargs, stream, checked);
+        if (ok == 2) {
+            is_view[i] = 1;
+            views = 1;
+        }
         for (int j = 0; j < p->rank; j++) {
             long long want = p->dims[j], size = shapes[i][j];
             if (want >= 0) {
@@ -408,8 +506,17 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
     }
     if (align & 15)
         return refuse(self, args, nargs, stream, checked);
-    if (overlapping(self, ptrs, shapes))
+    if (overlapping(self, ptrs, shapes, strides, is_view))
         return refuse(self, args, nargs, stream, checked);
+    if (views) {  /* a fallback map's tensor with rows TMA cannot address: the kernel copies it
+                   * row-major, so no view goes as it is (launcher._fallback_rows) */
+        for (int j = 0; j < self->nmaps; j++) {
+            const Param *q = &self->params[self->map_param[j]];
+            if (self->map_fallback[j] && q->rank &&
+                (shapes[self->map_param[j]][q->rank - 1] * q->itemsize) % 16)
+                return refuse(self, args, nargs, stream, checked);
+        }
+    }
     for (int k = 0; k < self->ndims; k++)
         if (dims[k] % self->dim_multiple[k])
             return refuse(self, args, nargs, stream, checked);
@@ -473,6 +580,26 @@ static PyObject *Launch_vectorcall(PyObject *callable, PyObject *const *args, si
     for (int j = 0; j < self->nmaps; j++) {  /* encoder(ptr, *shape) -> the map's address */
         int i = self->map_param[j];
         const Param *p = &self->params[i];
+        if (is_view[i]) {  /* encoder.strided(ptr, shape, strides): the view's own strides */
+            PyObject *shape = PyTuple_New(p->rank), *st = PyTuple_New(p->rank);
+            for (int r = 0; shape && st && r < p->rank; r++) {
+                PyTuple_SET_ITEM(shape, r, PyLong_FromLongLong(shapes[i][r]));
+                PyTuple_SET_ITEM(st, r, PyLong_FromLongLong(strides[i][r]));
+            }
+            PyObject *ptr = PyLong_FromUnsignedLongLong(ptrs[i]);
+            v = ptr && shape && st ? PyObject_CallFunctionObjArgs(PyList_GET_ITEM(self->maps_strided, j), ptr,
+                                                                 shape, st, NULL) : NULL;
+            Py_XDECREF(ptr);
+            Py_XDECREF(shape);
+            Py_XDECREF(st);
+            if (!v)
+                return NULL;
+            pointers[n + self->ndims + j] = PyLong_AsVoidPtr(v);
+            Py_DECREF(v);
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
         PyObject *call = PyTuple_New(1 + p->rank);
         if (!call)
             return NULL;
@@ -603,7 +730,10 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
         Param *p = &self->params[i];
         p->itemsize = 0;
         p->writes = 0;
-        if (!PyArg_ParseTuple(entry, "iOO|ii", &p->kind, &p->dtype, &dims, &p->itemsize, &p->writes)) return -1;
+        p->views = 0;
+        p->mapped = 0;
+        if (!PyArg_ParseTuple(entry, "iOO|iii", &p->kind, &p->dtype, &dims, &p->itemsize, &p->writes, &p->views))
+            return -1;
         if (p->kind == P_TENSOR) {
 #ifdef TKJIT_TORCH_READER
             p->scalar_type = tkjit_torch_scalar_type(p->dtype);
@@ -644,6 +774,23 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
         if (PyErr_Occurred()) return -1;
         if (i < 0 || i >= self->nparams || self->params[i].kind != P_TENSOR) return bad_spec("map param");
         self->map_param[j] = (int)i;
+        self->params[i].mapped = 1;
+        self->map_fallback[j] = 0;
+    }
+    self->any_views = 0;
+    for (int i = 0; i < self->nparams; i++)
+        self->any_views |= self->params[i].kind == P_TENSOR && self->params[i].views;
+    self->maps_strided = NULL;
+    if (self->any_views) {  /* borrowed: the spec holds them */
+        PyObject *strided = get_obj(spec, "maps_strided"), *fallback = get_obj(spec, "map_fallback");
+        if (!strided || !fallback) return -1;
+        if (!PyList_Check(strided) || PyList_GET_SIZE(strided) != self->nmaps) return bad_spec("maps_strided");
+        if (!PyTuple_Check(fallback) || PyTuple_GET_SIZE(fallback) != self->nmaps) return bad_spec("map_fallback");
+        for (int j = 0; j < self->nmaps; j++) {
+            self->map_fallback[j] = PyObject_IsTrue(PyTuple_GET_ITEM(fallback, j));
+            if (self->map_fallback[j] < 0) return -1;
+        }
+        self->maps_strided = strided;
     }
     struct { const char *key; PyObject **slot; } callables[] = {
         {"tensor_type", &self->tensor_type}, {"current_device", &self->current_device},
@@ -662,11 +809,13 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     Py_CLEAR(self->d_is_contiguous);
     Py_CLEAR(self->d_shape);
     Py_CLEAR(self->d_data_ptr);
+    Py_CLEAR(self->d_stride);
     self->d_dtype = own_descriptor(self->tensor_type, s_dtype, &PyGetSetDescr_Type);
     self->d_shape = own_descriptor(self->tensor_type, s_shape, &PyGetSetDescr_Type);
     self->d_get_device = own_descriptor(self->tensor_type, s_get_device, &PyMethodDescr_Type);
     self->d_is_contiguous = own_descriptor(self->tensor_type, s_is_contiguous, &PyMethodDescr_Type);
     self->d_data_ptr = own_descriptor(self->tensor_type, s_data_ptr, &PyMethodDescr_Type);
+    self->d_stride = own_descriptor(self->tensor_type, s_stride, &PyMethodDescr_Type);
     Py_INCREF(spec);
     Py_XSETREF(self->spec, spec);
     self->vectorcall = Launch_vectorcall;
@@ -685,6 +834,7 @@ static int Launch_clear(Launch *self) {
     Py_CLEAR(self->d_is_contiguous);
     Py_CLEAR(self->d_shape);
     Py_CLEAR(self->d_data_ptr);
+    Py_CLEAR(self->d_stride);
     return 0;
 }
 
@@ -810,6 +960,7 @@ PyMODINIT_FUNC MODULE_INIT(void) {
     struct { PyObject **slot; const char *text; } names[] = {
         {&s_dtype, "dtype"}, {&s_get_device, "get_device"}, {&s_is_contiguous, "is_contiguous"},
         {&s_shape, "shape"}, {&s_data_ptr, "data_ptr"}, {&s_stream, "stream"}, {&s_checked, "checked"},
+        {&s_stride, "stride"},
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (!(*names[k].slot = PyUnicode_InternFromString(names[k].text)))

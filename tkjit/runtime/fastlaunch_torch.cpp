@@ -6,7 +6,7 @@
  * Tensor) it reads dtype, device index, contiguity, sizes and data pointer from the at::Tensor
  * itself instead of calling five Python attributes; the values and the acceptance are those of
  * the attributes (Tensor.get_device() is at::Tensor::get_device(), Tensor.is_contiguous() is
- * is_contiguous(), Tensor.data_ptr() is data_ptr()). Anything else (a subclass, which may
+ * is_contiguous(), Tensor.stride() is strides(), Tensor.data_ptr() is data_ptr()). Anything else (a subclass, which may
  * override them) is left to fastlaunch.c's attribute reads. A C++ exception (a nested tensor's
  * sizes, a tensor without storage) refuses the argument, as the attribute's Python error does.
  */
@@ -24,23 +24,32 @@ int tkjit_torch_scalar_type(PyObject *dtype) {
     return static_cast<int>(reinterpret_cast<THPDtype *>(dtype)->scalar_type);
 }
 
-/* 1: accepted (ptr and shape filled); 0: refused; -2: not an exact tensor (read its attributes). */
-int tkjit_torch_read_tensor(PyObject *obj, int scalar_type, long dev, int rank, uint64_t *ptr,
-                            long long *shape) {
+/* 1: accepted, contiguous (ptr and shape filled); 2: accepted as a view, which only a parameter
+ * with `views` may be (its strides filled as well, in elements; fastlaunch.c judges them);
+ * 0: refused; -2: not an exact tensor (read its attributes). */
+int tkjit_torch_read_tensor(PyObject *obj, int scalar_type, long dev, int rank, int views, uint64_t *ptr,
+                            long long *shape, long long *strides) {
     if (!THPVariable_CheckExact(obj))
         return -2;
     try {
         const at::Tensor &t = THPVariable_Unpack(obj);
-        if (!t.defined() || static_cast<int>(t.scalar_type()) != scalar_type || t.get_device() != dev ||
-            !t.is_contiguous())
+        if (!t.defined() || static_cast<int>(t.scalar_type()) != scalar_type || t.get_device() != dev)
+            return 0;
+        int contiguous = t.is_contiguous();
+        if (!contiguous && !views)
             return 0;
         c10::IntArrayRef sizes = t.sizes();
         if (static_cast<int>(sizes.size()) != rank)
             return 0;
         for (int j = 0; j < rank; j++)
             shape[j] = sizes[j];
+        if (!contiguous) {
+            c10::IntArrayRef st = t.strides();
+            for (int j = 0; j < rank; j++)
+                strides[j] = st[j];
+        }
         *ptr = reinterpret_cast<uintptr_t>(t.data_ptr());
-        return 1;
+        return contiguous ? 1 : 2;
     } catch (...) {
         return 0;
     }

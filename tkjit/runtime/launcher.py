@@ -60,10 +60,12 @@ Strided views (runtime/strides.py). Tensors whose metadata entry says ``"strides
 launched as views: ``"map"`` (only TMA maps address them: the maps are encoded with the view's
 own strides, ``TensorMapEncoder.strided``) or ``"param"`` (the kernel, compiled with the option
 ``strided``, takes their strides as ``.s64`` parameters after the named dims). A kernel with
-stride parameters takes the generated Python path (fastlaunch.c reads no strides), which reads
-each such tensor's ``stride()`` instead of requiring it contiguous. For any other kernel the fast
-paths stay as they are, and a view they refuse goes through ``slow`` to ``strided_path()``, a
-second generated function made on first use. A view the kernel cannot take as it is (no
+stride parameters takes the generated Python path (fastlaunch.c packs no stride parameters),
+which reads each such tensor's ``stride()`` instead of requiring it contiguous. For any other
+kernel the native path takes views of ``"map"`` tensors itself (fastlaunch.c reads their strides,
+judges them as strides.acceptor does and encodes their maps through ``TensorMapEncoder.strided``:
+about the host cost of a contiguous launch, docs/api.md), and a view a fast path refuses goes
+through ``slow`` to ``strided_path()``, a second generated function made on first use. A view the kernel cannot take as it is (no
 capability, a stride or base TMA cannot take, a tensor with a ``fallback`` map whose rows are not
 16-byte units) is a StridedArgument, raised after every other check: the kernel object answers it
 with its strided variant or a copy (kernel.py). Contiguous launches are unchanged.
@@ -275,7 +277,7 @@ class Launcher:
         self._prepare_param_block()
         self._strided_fast = None
         if self.launch_api == "native" and self.order is None and len(self.checks) <= _NATIVE_MAX_CHECKS \
-                and not self.stride_slots:  # fastlaunch.c reads no strides
+                and not self.stride_slots:  # fastlaunch.c packs no stride parameters
             self.source = None
             self.fast = self._native_fast_path(on_refusal or self.slow)
         else:

@@ -405,7 +405,8 @@ def launch_spec(*, launch: int, function: int, params, dims: tuple[str, ...], dt
     for p in params:
         if p.is_tensor:
             codes = tuple(d if isinstance(d, int) else -1 - dims.index(d) for d in p.dims)
-            entries.append((P_TENSOR, dtypes[p.dtype], codes, ITEMSIZE[p.dtype], int(p.writes)))
+            entries.append((P_TENSOR, dtypes[p.dtype], codes, ITEMSIZE[p.dtype], int(p.writes),
+                            int(p.strides == "map")))  # a view goes as it is: its maps take its strides
         else:
             entries.append((P_F32 if p.dtype == "f32" else P_I32, None, ()))
     exprs = list(grid_exprs) + [1] * (3 - len(grid_exprs))
@@ -414,6 +415,7 @@ def launch_spec(*, launch: int, function: int, params, dims: tuple[str, ...], dt
             "dim_multiples": tuple((row_multiples or {}).get(d, (1,))[0] for d in dims),
             "device": device, "num_sms": num_sms if num_sms is not None else 0,
             "maps": list(maps), "map_params": tuple(m.spec.param for m in maps),
+            "maps_strided": [m.strided for m in maps], "map_fallback": tuple(m.spec.fallback for m in maps),
             "checks": tuple(grid_program(e, dims) for e in checks), **callbacks}
 
 
