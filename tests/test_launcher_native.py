@@ -551,5 +551,6 @@ def test_the_gemm_examples_views_take_the_native_path():
     a, b, c = bf(m, k + 64)[:, 64:], bf(2 * k, n)[::2], bf(m, n + 64)[:, :n]
     nat(a, b, c)
     assert refused == [] and len(rec.calls) == 1
-    assert enc.calls == [(a.data_ptr(), (k, m), ((k + 64) * 2,)), (b.data_ptr(), (n, k), (2 * n * 2,)),
-                         (c.data_ptr(), (n, m), ((n + 64) * 2,))]
+    # (the order of the maps is the backend's: the general lowering lists C's store map first)
+    assert sorted(enc.calls) == sorted([(a.data_ptr(), (k, m), ((k + 64) * 2,)), (b.data_ptr(), (n, k), (2 * n * 2,)),
+                                        (c.data_ptr(), (n, m), ((n + 64) * 2,))])
