@@ -95,20 +95,20 @@ def test_a_fallback_with_a_matrix_product_warns():
     assert "schedule dropped" in str(k.explain())
 
 
-def test_auto_takes_the_general_lowering_but_for_the_attention_template():
+@pytest.mark.parametrize("gemm_by_general", [False, True])
+def test_auto_takes_a_template_where_one_matches_and_the_general_lowering_elsewhere(monkeypatch, gemm_by_general):
     from general_corpus import BY_NAME
+    import tkjit.codegen.hopper as hopper
+    monkeypatch.setattr(hopper, "GEMM_BY_GENERAL", gemm_by_general)
     examples = __import__("pathlib").Path(__file__).parents[1] / "examples"
     plain = tkjit.load(str(examples / "gemm.tk"), cache=False)
-    assert "tile program" in plain.asm["ptx"].splitlines()[0]  # the GEMM pattern too (GEMM_BY_GENERAL)
-    template = tkjit.load(str(examples / "gemm.tk"), cache=False, lowering="template")
-    assert "GEMM" in template.asm["ptx"].splitlines()[0]
-    attention = tkjit.load(str(examples / "attention.tk"), cache=False)
-    assert "attention" in attention.asm["ptx"].splitlines()[0]
+    assert ("tile program" if gemm_by_general else "GEMM") in plain.asm["ptx"].splitlines()[0]
     epilogue = tkjit.compile(BY_NAME["gemm_bias_relu"].source, cache=False)
     assert "tile program" in epilogue.asm["ptx"].splitlines()[0]
-    general = tkjit.load(str(__import__("pathlib").Path(__file__).parents[1] / "examples" / "gemm.tk"),
-                         cache=False, lowering="general")
+    general = tkjit.load(str(examples / "gemm.tk"), cache=False, lowering="general")
     assert "tile program" in general.asm["ptx"].splitlines()[0]
+    attention = tkjit.load(str(examples / "attention.tk"), cache=False)
+    assert "attention" in attention.asm["ptx"].splitlines()[0]
 
 
 def test_wgmma_rows_interleave_by_slab():

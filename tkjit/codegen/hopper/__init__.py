@@ -10,9 +10,9 @@ falls back to the register-tile backend; the reason is appended to ``decisions``
 (``{"decision": "backend", "value": "mma.sync", "why": ..., "refusal": lower.Refusal}``) when a
 list is given.
 
-``options``: ``lowering`` (``auto``: the general lowering of lower.py, except the attention
-template where it matches (a GEMM the general lowering refuses -- a multicast or stream-K pin,
-rows TMA cannot address -- still takes the GEMM template); ``general``; ``template``), ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False:
+``options``: ``lowering`` (``auto``: a template where one matches, else the general lowering of
+lower.py; with ``GEMM_BY_GENERAL`` a GEMM takes the general lowering first; ``general``;
+``template``), ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False:
 never take this path),
 ``unaligned_rows`` (default True here; the compiler passes its option, default False: the GEMM
 then assumes rows of whole 16-byte units and leaves their fallback out).
@@ -45,11 +45,13 @@ def __getattr__(name: str):
 
 ARCHS = ("sm_90a",)
 
-GEMM_BY_GENERAL = True
-"""Under ``lowering=auto`` a kernel of the GEMM pattern takes the general lowering. Same-run A/B
-on the H200, 2026-11-27 (benchmarks/results/2026-11-27-nvidia-h200-s10-gemm-ab-merged.json,
-general time / template time over 20 GEMM rows): 19 rows within 2% (0.985-1.024), the
-20-microsecond 1000x3000x520 at 0.97 with quartiles 0.946-1.01."""
+GEMM_BY_GENERAL = False
+"""Whether, under ``lowering=auto``, a kernel of the GEMM pattern takes the general lowering
+before the GEMM template. Off until every GEMM benchmark row is within 2%: same-run A/B on the
+H200, 2026-11-27 (benchmarks/results/2026-11-27-nvidia-h200-s10-gemm-ab-merged.json, general
+time / template time over the 20 GEMM rows of benchmarks/run.py): 19 rows at 0.985-1.024, but
+1000x3000x520 (a 14 us kernel, one tile per CTA) at 0.97, and 0.96 again with 61 batches
+(quartiles 0.949-1.02, ...-s10-gemm-recheck.json): switching would make that row slower."""
 
 
 def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
