@@ -11,8 +11,7 @@ falls back to the register-tile backend; the reason is appended to ``decisions``
 list is given.
 
 ``options``: ``lowering`` (``auto``: a template where one matches, else the general lowering of
-lower.py; with ``GEMM_BY_GENERAL`` a GEMM takes the general lowering first; ``general``;
-``template``), ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False:
+lower.py; ``general``; ``template``), ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False:
 never take this path),
 ``unaligned_rows`` (default True here; the compiler passes its option, default False: the GEMM
 then assumes rows of whole 16-byte units and leaves their fallback out).
@@ -45,32 +44,18 @@ def __getattr__(name: str):
 
 ARCHS = ("sm_90a",)
 
-GEMM_BY_GENERAL = False
-"""Whether, under ``lowering=auto``, a kernel of the GEMM pattern takes the general lowering
-before the GEMM template. Off until every GEMM benchmark row is within 2%: same-run A/B on the
-H200, 2026-11-27 (benchmarks/results/2026-11-27-nvidia-h200-s10-gemm-ab-merged.json, general
-time / template time over the 20 GEMM rows of benchmarks/run.py): 19 rows at 0.985-1.024, but
-1000x3000x520 (a 14 us kernel, one tile per CTA) at 0.97, and 0.96 again with 61 batches
-(quartiles 0.949-1.02, ...-s10-gemm-recheck.json): switching would make that row slower."""
-
 
 def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
                     decisions: list | None = None) -> tuple[str, dict] | None:
     options = dict(options or {})
     lowering = options.get("lowering", "auto")
     template_why = general_why = None
-    if lowering == "auto" and GEMM_BY_GENERAL:  # the GEMM pattern: the general lowering first (GEMM_BY_GENERAL)
-        from .lower import lower_kernel, refusal
-        if not isinstance(_refusal(kernel, options), str):
-            general_why = refusal(kernel, options)
-            if general_why is None:
-                return lower_kernel(kernel, options)
     if lowering in ("auto", "template"):
         out = _template(kernel, options)
         if not isinstance(out, str):
             return out
         template_why = out
-    if lowering in ("auto", "general") and general_why is None:
+    if lowering in ("auto", "general"):
         from .lower import lower_kernel, refusal
         refused = refusal(kernel, options)
         if refused is None:

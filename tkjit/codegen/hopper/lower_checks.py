@@ -115,6 +115,7 @@ def b_operand(op):
         return wgmma.Operand("MN", t.rows, t.cols, span, t.dtype.nbytes)
     return wgmma.Operand("K", t.rows, t.cols, span, t.dtype.nbytes)
 
+
 MAX_SPLIT = 8
 """The portable cluster size: a split tile's CTAs form one cluster."""
 
