@@ -94,6 +94,14 @@ class RingRef:
 
 
 @dataclass
+class TileRef:
+    """A shared tile the consumers write from registers (``TileWrite``): read from the CTA's copy
+    of it when the wgmma reading it is waited for."""
+
+    tile: str
+
+
+@dataclass
 class Pending:
     """A wgmma result: ``value`` is None until its group is waited for."""
 
@@ -129,6 +137,7 @@ class Cta:
     landings: list = field(default_factory=list)
     turns: dict = field(default_factory=dict)
     meeting: list = field(default_factory=lambda: [0, 0])
+    written: dict = field(default_factory=dict)    # tile -> its contents (TileWrite)
     rank: int = 0
     cluster: Cluster | None = None
 
@@ -235,7 +244,7 @@ class Role:
             if isinstance(value, Pending):
                 raise ScheduleError(f"'{op.NAME}' reads %{v.hint}, the result of a wgmma not waited for yet",
                                     op.span)
-            if isinstance(value, RingRef):
+            if isinstance(value, (RingRef, TileRef)):
                 raise ScheduleError(f"'{op.NAME}' reads the shared tile %{v.hint} outside a wgmma", op.span)
             args.append(value)
         if self.shadow and isinstance(op, Store):
@@ -345,6 +354,13 @@ class Consumer(Role):
             self.env.bind(op.results, [resolved(self.env.values[a]) for a in body.args[1:]])
         elif isinstance(step, sp.Mma):
             self.issue(op)
+        elif isinstance(step, sp.TileWrite):  # the CTA's one copy of the tile, overwritten now
+            values = [resolved(self.env.values.get(v)) for v in op.operands]
+            if any(isinstance(x, Pending) for x in values):
+                raise ScheduleError(f"'{op.NAME}' writes a wgmma result not waited for yet", op.span)
+            if not self.shadow:
+                (self.cta.written[step.tile],) = self.rt.handlers[type(op)](self.it, op, values)
+            self.env.bind(op.results, [TileRef(step.tile)])
         elif isinstance(step, sp.ConsumerSync):
             yield from self.run((step,))
             self.exec(op)
@@ -445,6 +461,12 @@ class Consumer(Role):
     def retire(self, op: Op, operands: list, pending: Pending) -> None:
         args = []
         for x in operands:
+            if isinstance(x, TileRef):
+                value = self.cta.written.get(x.tile)
+                if value is None:
+                    raise ScheduleError(f"'{op.NAME}' reads tile {x.tile} before any consumer wrote it", op.span)
+                args.append(value)
+                continue
             if isinstance(x, tuple) and isinstance(x[0], RingRef):
                 (ref, s) = x
                 value = self.cta.rings[ref.ring].slots[s].get(ref.load)

@@ -61,6 +61,8 @@ class _Builder:
         self.split_k = int(block_loop(kernel).attrs.get("split", 1) or 1)
         """Split-K: CTAs (a cluster) sharing each tile's reduction loop (the block loop's ``split``)."""
         self.split_loop: For | None = None
+        self.written: dict[Copy, str] = {}
+        """Register tiles the consumers store to shared memory in a ring loop (``TileWrite``) -> name."""
 
     def level2_fits(self, loop: For) -> bool:
         """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
@@ -152,15 +154,25 @@ class _Builder:
             base = self.kernel.attrs.get("split_bars", self.kernel.attrs.get("smem", 0))
             base += 16 * stages * sum(1 for other in self.split_bars.values())  # (one split loop)
             self.split_bars[names[1]] = base
-        reads = []
+        reads, tile_reads, writes = [], [], []
         for inner in op.walk():
-            if isinstance(inner, (*MMA_OPS, Copy)):
+            if is_tile_write(inner):
+                tile = self.unique(inner.result.hint, "tile")
+                self.written[inner] = tile
+                writes.append((len(reads), tile))
+            elif isinstance(inner, (*MMA_OPS, Copy)):
                 rings = tuple(dict.fromkeys(self.ring_of[v] for v in inner.operands if v in self.ring_of))
-                if rings:
+                tiles = tuple(dict.fromkeys(self.written[v.owner] for v in inner.operands
+                                            if v.owner in self.written))
+                if rings or tiles:
                     reads.append(rings)
-        level2 = self.level2_allowed(op, split=len(names) > 1)
+                    tile_reads.append(tiles)
+        if self.pingpong:  # consumers on alternate tiles cannot meet: the lowering refuses it
+            writes = []
+        level2 = not writes and self.level2_allowed(op, split=len(names) > 1)
         self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op),
-                                   split=names[1] if len(names) > 1 and level2 else ""))
+                                   split=names[1] if len(names) > 1 and level2 else "",
+                                   writes=tuple(writes), tile_reads=tuple(tile_reads) if writes else ()))
         if level2:
             self.level2.append(op)
         if self.split_k > 1 and reads and self.split_loop is None:
@@ -201,6 +213,12 @@ class _Builder:
         if over:
             self.items.append(StagingReuse(over))
             self.reused.append(op)
+
+
+def is_tile_write(op: Op) -> bool:
+    """A register tile copied into a shared tile (``s: st<..> = cvt<bf16>(state)``): the consumers
+    write it for a later wgmma (``sync_protocol.tile_write``)."""
+    return isinstance(op, Copy) and is_shared(op.result) and not is_shared(op.operands[0])
 
 
 def pipelined(loop: For):
@@ -310,6 +328,8 @@ class Schedule:
     split: int = 1
     """Split-K: the CTAs of a cluster sharing ``split_loop``'s trips (1: no split)."""
     split_loop: object = None
+    written: dict = field(default_factory=dict)
+    """IR copy of a register tile into a shared tile -> the protocol's name of that tile."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -318,7 +338,8 @@ def schedule_of(kernel: Kernel) -> Schedule:
     proto = builder.build()
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
                     list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars),
-                    builder.split_k if builder.split_loop is not None else 1, builder.split_loop)
+                    builder.split_k if builder.split_loop is not None else 1, builder.split_loop,
+                    dict(builder.written))
 
 
 def _where(op: Op) -> str:
@@ -408,6 +429,15 @@ class Mbarrier(Pass):
                        f"barrier ({proto.consumers} x 128 threads) before writing the staging tile",
                        "smem-plan put the staging tile over the ring; a consumer may still have "
                        "wgmmas reading it until every consumer has drained its own")
+        for copy, tile in builder.written.items():
+            ctx.decide(f"tile %{tile} ({_where(copy)})", "written by the consumers for a wgmma: named "
+                       f"barrier, st.shared + fence.proxy.async, named barrier ({proto.consumers} x 128 threads)",
+                       "no TMA fills it: the consumers store their rows of the register tile in the "
+                       "swizzled layout the layout pass chose, fence the writes for the async proxy "
+                       "(wgmma reads through it), and meet before any wgmma reads them; they meet "
+                       "before writing too, each having drained its wgmmas (the trip drains every "
+                       "group), so no wgmma still reads the previous contents; level 2 is not "
+                       "taken for this loop", tile=tile)
         if builder.split_loop is not None:
             ring = builder.loop_of[builder.split_loop]
             ctx.decide(f"loop at {_where(builder.split_loop)}", f"split-K over a cluster of {builder.split_k} CTAs",

@@ -125,7 +125,7 @@ def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
                           "early" if persistent else "in use while its loop runs"))
     for op in [*one_shot_loads(kernel), *shared_copies(kernel)]:
         t = op.result.type
-        span = (0, last) if persistent and isinstance(op, Load) else _value_span(op.result, pos)
+        span = (0, last) if persistent and isinstance(op, Load) else _in_loop(op, _value_span(op.result, pos), body, pos)
         out.append(Buffer("tile", op, t.nbytes, tile_align(t), *span, str(t),
                           "in use all tile long (persistent)" if span[0] == 0 and persistent
                           else "in use from its definition to its last use"))
@@ -138,9 +138,19 @@ def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
         rows = store.operands[1].type.rows if pingpong else CHUNK_ROWS
         detail = ((f"the whole tile{f' for each of {consumers} ping-pong consumers' if pingpong else ''}")
                   if form == "tile" else f"{consumers} x {rows} rows x {row} B, reused chunk by chunk")
-        out.append(Buffer("staging", store, size, align, pos[store].start, last, detail,
+        start, _ = _in_loop(store, (pos[store].start, last), body, pos)
+        out.append(Buffer("staging", store, size, align, start, last, detail,
                           "in use from the store to the end of the tile"))
     return out
+
+
+def _in_loop(op: Op, span: tuple[int, int], body, pos) -> tuple[int, int]:
+    """A buffer written inside a loop is written again every trip: it lives across the loop's
+    back edge, so at least over the whole loop (the block-body op that holds it)."""
+    outer = next((top for top in body.ops if top is not op and pos[top].start <= pos[op].start <= pos[top].end), None)
+    if outer is None or not isinstance(outer, For):
+        return span
+    return min(span[0], pos[outer].start), max(span[1], pos[outer].end)
 
 
 def _value_span(v: Value, pos) -> tuple[int, int]:

@@ -29,6 +29,14 @@ completed early), ``wrong-phase`` (a wait passed on an older phase of the same p
 at the end), ``deadlock``, and ``overwrite`` again when an epilogue's staging tile is written
 over a ring that is still read or filled.
 
+Consumer-written tiles (``TileWrite``: a register tile stored to shared memory for a wgmma): each
+consumer writes its rows, counted per consumer; a meeting of the consumers (the named barrier
+completing) publishes what every consumer had written by then. A wgmma may read the tile only
+when every consumer's rows are the ones the reader saw published (``early-read`` when a write is
+newer than the last meeting, ``overwrite`` when another consumer already wrote the next
+contents), and a consumer may write it only while no wgmma of any consumer reading it is in
+flight (``overwrite``).
+
 Ping-pong (``Protocol.pingpong``): each consumer runs its own program (the CTA's tiles c, c + N,
 ...), so each fill has one reader, its *owner* (the consumer of the tile the producer filled it
 for): a consumer must read exactly its own fills (``wrong-fill`` when it waits for more of a
@@ -43,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .sync_protocol import Protocol
-from .sync_unroll import (ARRIVE, EXPECT, MMA, MMA_WAIT, RELEASE, STAGING_BEGIN, STAGING_END, TMA,
+from .sync_unroll import (ARRIVE, EXPECT, MMA, MMA_WAIT, RELEASE, STAGING_BEGIN, STAGING_END, TILE_WRITE, TMA,
                           TURN_ARRIVE, WAIT, Action, Layout, unroll)
 
 
@@ -64,6 +72,7 @@ class State:
     inflight: tuple[int, ...]            # TMA loads issued, not landed: see _key
     reads: tuple[int, ...]               # per consumer, per stage: fills acquired, released
     groups: tuple[tuple[tuple[int, ...], ...], ...]  # per consumer: wgmma groups in flight
+    written: tuple[int, ...] = ()        # per written tile, per consumer: writes, writes published
 
 
 class _Scratch:
@@ -76,11 +85,12 @@ class _Scratch:
         self.inflight = list(st.inflight)
         self.reads = list(st.reads)
         self.groups = [list(g) for g in st.groups]
+        self.written = list(st.written)
 
     def freeze(self) -> State:
         return State(tuple(self.pcs), tuple(self.bars), tuple(self.stages),
                      tuple(sorted(self.inflight)), tuple(self.reads),
-                     tuple(tuple(g) for g in self.groups))
+                     tuple(tuple(g) for g in self.groups), tuple(self.written))
 
 
 class Machine:
@@ -143,7 +153,8 @@ class Machine:
         if self.pingpong:
             bars += [0, 2, 0] * self.consumers  # turn barriers: pending roles, arrived-role mask
         return State(tuple(0 for _ in self.programs), tuple(bars), (0,) * (4 * n), (),
-                     (0,) * (2 * n * self.consumers), tuple(() for _ in range(self.consumers)))
+                     (0,) * (2 * n * self.consumers), tuple(() for _ in range(self.consumers)),
+                     (0,) * (2 * len(self.layout.tiles) * self.consumers))
 
     def count(self, bar: int) -> int:
         if bar == self.layout.sync_bar:
@@ -250,6 +261,40 @@ class Machine:
         if s.bars[3 * bar + 1] == 0 and s.bars[3 * bar + 2] == 0:
             s.bars[3 * bar] += 1
             s.bars[3 * bar + 1] = self.count(bar)
+            if bar == self.layout.sync_bar:
+                self._publish(s)
+
+    def _wix(self, t: int, c: int) -> int:
+        return 2 * (t * self.consumers + c)
+
+    def _publish(self, s: _Scratch) -> None:
+        """The consumers met: each written tile's rows as every consumer has written them so far
+        are what every consumer now sees."""
+        for t in range(len(self.layout.tiles)):
+            done = min(s.written[self._wix(t, c)] for c in range(self.consumers))
+            for c in range(self.consumers):
+                s.written[self._wix(t, c) + 1] = done
+
+    def _write_tile(self, s: _Scratch, c: int, t: int) -> None:
+        name, g = self.layout.tiles[t], self.layout.n_stages + t
+        for other in range(self.consumers):
+            if any(g in grp for grp in s.groups[other]):
+                raise Found("overwrite", None, f"consumer {c} writes tile {name} while consumer "
+                            f"{other}'s wgmma reading its previous contents is still in flight")
+        s.written[self._wix(t, c)] += 1
+
+    def _read_tile(self, s: _Scratch, c: int, t: int) -> None:
+        name = self.layout.tiles[t]
+        seen = s.written[self._wix(t, c) + 1]
+        rows = [s.written[self._wix(t, other)] for other in range(self.consumers)]
+        if seen == 0 or rows[c] > seen:
+            raise Found("early-read", None, f"consumer {c}'s wgmma reads tile {name} before the "
+                        "consumers met after writing it (no named barrier orders every "
+                        "consumer's rows before the read)")
+        ahead = [other for other, n in enumerate(rows) if n > seen]
+        if ahead:
+            raise Found("overwrite", None, f"consumer {ahead[0]} wrote tile {name} again before "
+                        f"consumer {c}'s wgmma read its previous contents")
 
     def _land(self, s: _Scratch, key: int) -> None:
         s.inflight.remove(key)
@@ -284,8 +329,13 @@ class Machine:
             self._arrive(s, act.arg)
         elif act.op == TMA:
             self._tma(s, act.arg, act.val)
+        elif act.op == TILE_WRITE:
+            self._write_tile(s, role - 1, act.arg)
         elif act.op == MMA:
             for g in act.reads:
+                if g >= self.layout.n_stages:
+                    self._read_tile(s, role - 1, g - self.layout.n_stages)
+                    continue
                 self._read(s, role - 1, g)
             s.groups[role - 1].append(act.reads)
         elif act.op == MMA_WAIT:
@@ -403,7 +453,8 @@ class Machine:
     def check_end(self, st: State) -> None:
         for c in range(self.consumers):
             if st.groups[c]:
-                raise Found("in-flight-at-exit", st.groups[c][0][0],
+                g = st.groups[c][0][0] if st.groups[c][0] else None
+                raise Found("in-flight-at-exit", g if g is not None and g < self.layout.n_stages else None,
                             f"consumer {c} finished with {len(st.groups[c])} wgmma group(s) in flight")
             for g in range(self.layout.n_stages):
                 fills, acquired = st.stages[4 * g], st.reads[self._rix(c, g)]

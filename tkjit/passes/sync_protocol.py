@@ -29,12 +29,18 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
     Wait(ring, bar, flip)  spin on bar[s] ("full" or "empty") with parity ph ^ flip
     ExpectTx(ring, nbytes) mbarrier.arrive.expect_tx on full[s]
     TmaLoad(ring, load)    cp.async.bulk.tensor of one load into stage s, completing on full[s]
-    Mma(rings)             one committed wgmma group reading stage s of each ring named
+    Mma(rings, tiles)      one committed wgmma group reading stage s of each ring named (and the
+                           consumer-written tiles named in ``tiles``)
     MmaWait(pending)       wgmma.wait_group pending
     Release(ring, which)   arrive on empty[s] ("cur") or on the previous stage's ("prev")
     Advance(ring, per)     next stage; flip ph on wrap ("wrap") -- "iteration" is a known bug
     Reset(ring)            s = 0, ph = 0 (a known bug when the barriers carry on)
     ConsumerSync()         bar.sync on a named barrier of all consumer warpgroups
+    TileWrite(tile)        the consumers write their rows of a shared tile no TMA fills (a
+                           register tile stored for a later wgmma) and fence the writes for the
+                           async proxy; ``ConsumerSync`` steps around it order it after every
+                           wgmma that read the tile's previous contents and before any that
+                           reads the new ones (``tile_write``)
     SkipTrips(ring)        advance the ring past the previous tile's trips (ping-pong: the
                            stages the other consumer reads)
     TurnWait()             ping-pong: bar.sync on this consumer's turn barrier (its turn on the
@@ -147,10 +153,13 @@ class Mma(Frozen):
 
     rings: tuple[str, ...]
     which: str = "cur"
+    tiles: tuple[str, ...] = ()
+    """Consumer-written shared tiles (``TileWrite``) the group reads too."""
 
     def text(self) -> str:
         stage = "s" if self.which == "cur" else "prev"
-        return "mma reading " + ", ".join(f"{r}.{stage}" for r in self.rings) + "; commit_group"
+        reads = [f"{r}.{stage}" for r in self.rings] + [f"tile {t} (consumer-written)" for t in self.tiles]
+        return "mma reading " + ", ".join(reads) + "; commit_group"
 
 
 @dataclass(unsafe_hash=True)
@@ -203,6 +212,17 @@ class ConsumerSync(Frozen):
 
     def text(self) -> str:
         return "bar.sync: all consumer warpgroups meet"
+
+
+@dataclass(unsafe_hash=True)
+class TileWrite(Frozen):
+    """The consumers write their rows of ``tile``, a shared tile no TMA fills, from registers
+    (``st.shared``), then ``fence.proxy.async`` so that a wgmma (the async proxy) sees them."""
+
+    tile: str
+
+    def text(self) -> str:
+        return f"write tile {self.tile} from registers; fence.proxy.async"
 
 
 @dataclass(unsafe_hash=True)
@@ -266,7 +286,7 @@ class TurnPass(Frozen):
         return "bar.arrive turn[next consumer]: hand the tensor cores on"
 
 
-Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync,
+Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, TileWrite,
               StagingBegin, StagingEnd, ClusterReduce, SkipTrips, TurnWait, TurnPass]
 
 
@@ -445,6 +465,11 @@ class LoopPlan(Frozen):
     """Level 2 with a ring of its own for the second product's tiles (named here): the first
     ring's stage is released as soon as the first product retires, the second's a trip later,
     once the held second product does (``split_loop``)."""
+    writes: tuple[tuple[int, str], ...] = ()
+    """Consumer-written shared tiles: (k, tile) -- the consumers write ``tile`` from registers
+    before the trip's k-th product (``tile_write``); such a trip drains every group."""
+    tile_reads: tuple[tuple[str, ...], ...] = ()
+    """Per product (as ``mmas``), the consumer-written tiles it reads (empty: none)."""
 
 
 @dataclass(unsafe_hash=True)
@@ -490,6 +515,8 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     loads, and without ``in_flight`` the trip reads its own product: all of these wait for
     everything and release the current stage."""
     r = plan.ring
+    if plan.writes:
+        return written_loop(plan)
     if plan.pipelined and plan.split and len(plan.mmas) == 2:
         return split_loop(plan)
     if plan.pipelined and len(plan.mmas) == 2 and stages >= 2:
@@ -508,6 +535,33 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
         body.append(MmaWait(1 if i == len(plan.mmas) - 1 else 0))
     body += [NotFirst((Release(r, "prev"),)), Advance(r)]
     return (IfTrips(r, (Loop(r, tuple(body)), MmaWait(0), Release(r, "prev"))),)
+
+
+def tile_write(tile: str) -> tuple[Step, ...]:
+    """A register tile stored to shared memory for a wgmma: every consumer meets first (each has
+    drained its wgmmas, so none still reads the tile's previous contents), writes its rows and
+    fences them for the async proxy, and every consumer meets again (all rows written) before
+    any wgmma reads the tile."""
+    return (ConsumerSync(), TileWrite(tile), ConsumerSync())
+
+
+def written_loop(plan: LoopPlan) -> tuple[Step, ...]:
+    """A trip that writes shared tiles from registers (``plan.writes``) before some of its
+    products: each product is drained right after it is issued (wait_group 0), so no group is
+    in flight at the next write, and the stage is released at the end of the trip."""
+    r = plan.ring
+    body: list[Step] = [Wait(r, "full")]
+    reads = plan.tile_reads or ((),) * len(plan.mmas)
+    for k, (rings, tiles) in enumerate(zip(plan.mmas, reads)):
+        for at, tile in plan.writes:
+            if at == k:
+                body += tile_write(tile)
+        body += [Mma(rings, tiles=tiles), MmaWait(0)]
+    for at, tile in plan.writes:
+        if at >= len(plan.mmas):
+            body += tile_write(tile)
+    body += [Release(r), Advance(r)]
+    return (IfTrips(r, (Loop(r, tuple(body)),)),)
 
 
 def pipelined_loop(plan: LoopPlan) -> tuple[Step, ...]:

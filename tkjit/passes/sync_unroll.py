@@ -8,7 +8,9 @@ interleaves.
 
 Numbering: ring ``i`` owns stages ``base[i] .. base[i]+stages-1``; stage ``g`` has barriers
 ``full = 2g`` and ``empty = 2g + 1``; the consumers' named barrier comes next (``2 * stages``),
-then, in a ping-pong protocol, consumer c's turn barrier (``2 * stages + 1 + c``).
+then, in a ping-pong protocol, consumer c's turn barrier (``2 * stages + 1 + c``). A shared tile
+the consumers write from registers (``TileWrite``) is numbered after the stages (``stages + t``)
+where a wgmma reads it.
 
 A case's entry may also be ``(total, own_0, .., own_{N-1})``: the tile's trips and each
 consumer's own trips, for protocols whose consumers loop over their own trips (``Loop.part``);
@@ -22,19 +24,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sync_protocol import (Advance, ClusterReduce, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips, Loop,
-                            First, Mma, MmaWait, NotFirst, Protocol, Release, Reset, SkipTrips, StagingBegin,
-                            StagingEnd, Step, Tiles, TmaLoad, TurnPass, TurnWait, Wait)
+from .sync_protocol import (BLOCKS, Advance, ClusterReduce, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips,
+                            Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset, SkipTrips, StagingBegin,
+                            StagingEnd, Step, Tiles, TileWrite, TmaLoad, TurnPass, TurnWait, Wait)
 
 # concrete opcodes
-WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE = range(10)
+WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE, TILE_WRITE = range(11)
 
 
 @dataclass(frozen=True)
 class Action:
     op: int
     arg: int            # WAIT/EXPECT/RELEASE/ARRIVE: barrier; TMA: stage; MMA_WAIT: pending;
-                        # STAGING_*: the ring's first stage
+                        # STAGING_*: the ring's first stage; TILE_WRITE: the written tile's index
     val: int = 0        # WAIT: parity; EXPECT: bytes; TMA: load index; STAGING_*: stages
     reads: tuple[int, ...] = ()  # MMA: stages read
     label: str = ""     # what, for messages
@@ -49,6 +51,7 @@ class Layout:
     base: dict[str, int]
     stage_ring: tuple[str, ...]       # stage id -> ring name
     stage_index: tuple[int, ...]      # stage id -> index within its ring
+    tiles: tuple[str, ...] = ()       # consumer-written tiles (TileWrite), in program order
 
     @staticmethod
     def of(proto: Protocol) -> "Layout":
@@ -57,7 +60,11 @@ class Layout:
             base[r.name] = len(ring_of)
             ring_of += [r.name] * r.stages
             index += list(range(r.stages))
-        return Layout(base, tuple(ring_of), tuple(index))
+        return Layout(base, tuple(ring_of), tuple(index), written_tiles(proto.consumer))
+
+    def tile_id(self, tile: str) -> int:
+        """The id a wgmma's reads name a consumer-written tile by (after every stage)."""
+        return self.n_stages + self.tiles.index(tile)
 
     @property
     def n_stages(self) -> int:
@@ -81,6 +88,19 @@ class Layout:
             return f"turn[{b - self.sync_bar - 1}] (named barrier)"
         kind = "full" if b % 2 == 0 else "empty"
         return f"{kind}[{self.stage_name(b // 2)}]"
+
+
+def written_tiles(steps) -> tuple[str, ...]:
+    """The tiles a program's ``TileWrite`` steps write, in order of first appearance."""
+    out: list[str] = []
+    for st in steps:
+        if isinstance(st, TileWrite) and st.tile not in out:
+            out.append(st.tile)
+        if isinstance(st, BLOCKS):
+            for t in written_tiles(st.body) + written_tiles(getattr(st, "orelse", ())):
+                if t not in out:
+                    out.append(t)
+    return tuple(out)
 
 
 def tile_trips(entry) -> int:
@@ -184,8 +204,13 @@ class _Unroller:
 
     def _Mma(self, st: Mma) -> None:
         reads = tuple(self.stage(r, st.which) for r in st.rings)
-        names = ", ".join(self.layout.stage_name(g) for g in reads)
+        names = ", ".join([self.layout.stage_name(g) for g in reads] + [f"tile {t}" for t in st.tiles])
+        reads += tuple(self.layout.tile_id(t) for t in st.tiles)
         self.emit(MMA, 0, reads=reads, label=f"wgmma reading {names}")
+
+    def _TileWrite(self, st: TileWrite) -> None:
+        self.emit(TILE_WRITE, self.layout.tiles.index(st.tile),
+                  label=f"write tile {st.tile} from registers; fence.proxy.async")
 
     def _MmaWait(self, st: MmaWait) -> None:
         self.emit(MMA_WAIT, st.pending, label=f"wait_group {st.pending}")

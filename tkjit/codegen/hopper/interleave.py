@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
-from ...passes.sync_protocol import ClusterReduce, ConsumerSync, IfTrips, Mma, Wait
+from ...passes.sync_protocol import ClusterReduce, ConsumerSync, IfTrips, Mma, TileWrite, Wait
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -71,10 +71,15 @@ def first_reader(ops: list[Op], loop: For) -> int | None:
 
 
 def trip_anchor(loop: For):
-    """The anchor of a trip's steps: the k-th ``Mma`` step is the k-th product of the loop body."""
+    """The anchor of a trip's steps: the k-th ``Mma`` step is the k-th product of the loop body,
+    the k-th ``TileWrite`` its k-th copy of a register tile into a shared tile."""
+    from ...passes.mbarrier import is_tile_write
     order = iter([op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)])
+    writes = iter([op for op in loop.regions[0].ops if is_tile_write(op)])
 
     def anchor(step, ops: list[Op]) -> int | None:
+        if isinstance(step, TileWrite):
+            return ops.index(next(writes))
         return ops.index(next(order)) if isinstance(step, Mma) else None
     return anchor
 

@@ -72,6 +72,12 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
                     return Refusal(loop, "ping-pong consumers skip the other consumer's trips, so "
                                          "every tile must have the same trip count; this loop's "
                                          "bounds depend on the block indices")
+    if kernel.attrs.get("pingpong"):
+        from ...passes.mbarrier import is_tile_write
+        for op in blocks.walk():
+            if is_tile_write(op):
+                return Refusal(op, "ping-pong consumers run alternate tiles and cannot meet around "
+                                   "a shared tile they write from registers")
     if int(blocks.attrs.get("split", 1)) > 1:
         from .lower_checks import split_refusal
         why = split_refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"])

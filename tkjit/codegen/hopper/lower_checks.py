@@ -30,7 +30,8 @@ def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int
                                "is not lowered yet); store a register tile")
         return None
     if isinstance(op, Copy):
-        return Refusal(op, "copies between shared and register tiles are not lowered yet")
+        from .lower_shared_store import tile_write_refusal
+        return tile_write_refusal(op, in_ring_loop, users)
     if isinstance(op, tuple(c for c in REDUCE_OPS if c.AXIS == "col")):
         return Refusal(op, "a column reduction combines the warps of every consumer through shared "
                            "memory, which the general lowering does not plan yet")
@@ -58,11 +59,14 @@ def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, li
     if not in_ring_loop:
         return Refusal(op, "a matrix product outside the loop that streams its operands (its wgmma "
                            "would not be a protocol step)")
+    from ...passes.mbarrier import is_tile_write
     a, b = op.operands[0], op.operands[1]
-    if not is_shared(b) or not isinstance(b.owner, Load):
-        return Refusal(op, "B must be a shared tile the producer loads (wgmma reads B from shared memory)")
-    if is_shared(a) and not isinstance(a.owner, Load):
-        return Refusal(op, "A must be a shared tile the producer loads, or a register tile")
+    if not is_shared(b) or not (isinstance(b.owner, Load) or is_tile_write(b.owner)):
+        return Refusal(op, "B must be a shared tile the producer loads or the consumers write "
+                           "(wgmma reads B from shared memory)")
+    if is_shared(a) and not (isinstance(a.owner, Load) or is_tile_write(a.owner)):
+        return Refusal(op, "A must be a shared tile the producer loads or the consumers write, or "
+                           "a register tile")
     if not is_shared(a) and op.NAME not in ("mma_AB", "mma_ABt"):
         return Refusal(op, f"{op.NAME} with A in registers: wgmma's register A is [M, K] (mma_AB, "
                            "mma_ABt)")
@@ -83,10 +87,20 @@ def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, li
         return Refusal(op, f"{t.cols} accumulator columns do not split into wgmma widths")
     if len(op.operands) > 2:
         acc = op.operands[2]
-        if [u for u in users.get(id(acc), []) if u is not op]:
+        if [u for u in users.get(id(acc), []) if u is not op and not _reads_before(u, op)]:
             return Refusal(op, f"the accumulator %{acc.hint} is read after the product (wgmma "
                                "updates it in place)")
     return None
+
+
+def _reads_before(user: Op, op: Op) -> bool:
+    """``user`` runs before ``op`` in the same block (the consumers emit a block's ops in program
+    order), so it has read the accumulator's registers before the wgmma updates them in place."""
+    block = getattr(op, "parent", None)
+    ops = getattr(block, "ops", None)
+    if not ops or user not in ops:
+        return False
+    return ops.index(user) < ops.index(op)
 
 
 def users_of(kernel) -> dict[int, list[Op]]:

@@ -21,7 +21,7 @@ from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
 from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, IfTrips, Loop, Mma, StagingBegin,
-                                     StagingEnd, Wait)
+                                     StagingEnd, TileWrite, Wait)
 from ..emit_control import fresh, moves
 from ..padding import analyze_padding
 from ..values import RegTile
@@ -232,6 +232,12 @@ class ConsumerRole(RoleEmitter):
             self.cluster_reduce(step)
             self.b("// end step")
             self.ops([op])
+        elif isinstance(step, TileWrite):  # a register tile stored for a wgmma (lower_shared_store)
+            from .lower_shared_store import emit_tile_write
+            self.b(f"// step: {step.text()}")
+            self.b(*emit_tile_write(self, op))
+            self.b("// end step")
+            self.shared[id(op.result)] = op
         elif isinstance(step, Mma):
             self.b(f"// step: {step.text()}")
             self.wgmma(op)
@@ -350,8 +356,13 @@ class ConsumerRole(RoleEmitter):
 
     # -- wgmma ----------------------------------------------------------------------------
     def stage_address(self, load: Load, which: str = "cur") -> str:
-        """Shared address of ``load``'s tile in the current (or previous) stage of its ring."""
+        """Shared address of ``load``'s tile in the current (or previous) stage of its ring (a
+        tile the consumers write, ``TileWrite``: its one place)."""
         b = self.b
+        if not isinstance(load, Load):
+            addr = b.reg()
+            b(f"add.u32 {addr}, {self.k.smem}, {load.attrs['smem']};")
+            return addr
         ring = self.rings[self.ring_of_load[load]]
         loop = self.k.schedule.ring_loop.get(ring.ring.name)
         stage = self.stage_before(ring) if which == "prev" else ring.s
