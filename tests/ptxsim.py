@@ -677,6 +677,13 @@ class CTA:
             raise SimError("bar.sync under a predicate")
         self.shared.barrier()
 
+    def op_fence(self, parts, ops, active):
+        """``fence.proxy.async``: orders this thread's generic-proxy shared writes before later
+        async-proxy reads (wgmma, TMA stores). The simulator has one proxy: nothing to do, but
+        only the proxy fence is known."""
+        if parts[1:3] != ["proxy", "async"]:
+            raise SimError(f"unsupported fence {'.'.join(parts)}")
+
     def op_shfl(self, parts, ops, active):
         mask = int(ops[2], 0)
         src = self.u32(ops[1])

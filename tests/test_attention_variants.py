@@ -114,45 +114,11 @@ def test_the_scheduled_roles_match_the_interpreter(name, constants, shape):
                 f"{name}: schedule {seed} differs from the interpreter"
 
 
-LINEAR_ATTENTION = """
-@consumers(1)
-kernel linear_attention<D = 64, C = 64>(
-    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D],
-    O: gl<bf16>[B, H, N, D]) {
-  for (b, h) in blocks(B, H) {
-    state: rt<f32>[D, D] = zeros()
-    qi: rt<f32>[C, C] = row_index()
-    kj: rt<f32>[C, C] = col_index()
-    for c in 0 .. N / C {
-      q: st<bf16>[C, D] = Q.tile(b, h, c, 0)
-      k: st<bf16>[C, D] = K.tile(b, h, c, 0)
-      v: st<bf16>[C, D] = V.tile(b, h, c, 0)
-      a = select(kj > qi, 0, mma_ABt(q, k))
-      s: st<bf16>[D, D] = cvt<bf16>(state)
-      o = mma_AB(q, s, mma_AB(cvt<bf16>(a), v))
-      O.tile(b, h, c, 0) = cvt<bf16>(o)
-      state = mma_AtB(k, v, state)
-    }
-  }
-}
-"""
-
-
-def test_chunked_linear_attention_is_refused_at_the_state_copy():
+def test_chunked_linear_attention_takes_the_general_lowering():
     """The chunked causal linear attention (a D x D state carried in registers across the
-    sequence) is right on the interpreter but not lowered: q·state needs the state as wgmma's B
-    operand, which wgmma reads only from shared memory, and the consumers' register -> shared
-    copy (a shared tile that no TMA fills, written in the fragment layout, fenced for the async
-    proxy and synchronized as a protocol step) is a gap of the general lowering. The refusal
-    names the copy and its line."""
-    k = tkjit.compile(LINEAR_ATTENTION, lowering="general", cache=False)
-    torch.manual_seed(0)
-    q, kk, v = (torch.randn(1, 2, 150, 64).bfloat16() for _ in range(3))
-    o = torch.full((1, 2, 150, 64), float("nan")).bfloat16()
-    k(q, kk, v, o)
-    a = (q.double() @ kk.double().transpose(-1, -2)).tril()
-    ref = a @ v.double()
-    assert ((o.double() - ref).norm() / ref.norm()).item() < 1e-2
-    with pytest.raises(NotAvailableError) as info:
-        tkjit.compile(LINEAR_ATTENTION, lowering="general", require_hopper=True, cache=False).asm["ptx"]
-    assert "'copy' at <string>:15:7: copies between shared and register tiles are not lowered yet" in str(info.value)
+    sequence, stored to shared memory each chunk as wgmma's B operand) is lowered: the copy is
+    the protocol's TileWrite step (tests/test_linear_attention.py has the rest)."""
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "examples" / "linear_attention.tk"
+    k = tkjit.load(path, lowering="general", require_hopper=True, cache=False)
+    assert "// step: write tile s from registers; fence.proxy.async" in k.asm["ptx"]

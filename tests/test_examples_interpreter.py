@@ -255,6 +255,15 @@ def make_attention_bwd_dq(shape, constants):
     return [t["q"], t["k"], t["v"], t["do"], t["lse"], t["di"].float(), dq, t["scale"]], [dq], t["grads"][:1]
 
 
+def make_linear_attention(shape, constants):
+    bsz, h, n = shape
+    d, chunk = constants.get("D", 64), constants.get("C", 64)
+    q, k, v = (_bf16(bsz, h, n, d, scale=d ** -0.5) for _ in range(3))
+    o = _nan(bsz, h, n, d)
+    ref = (q.double() @ k.double().transpose(-1, -2)).tril() @ v.double()
+    return [q, k, v, o], [o], [ref]
+
+
 CASES = {
     "gemm": Case([{}], [(256, 512, 128), (200, 300, 100), (129, 257, 65)], make_gemm),
     "attention": Case(
@@ -292,6 +301,7 @@ CASES = {
     "attention_bwd_dkdv": Case([{"D": 64, "BQ": 32, "BKV": 64}, {"D": 64, "CAUSAL": True, "BQ": 32, "BKV": 64},
                                 {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}],
                                [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_bwd_dkdv),
+    "linear_attention": Case([{}], [(1, 2, 150), (1, 1, 40)], make_linear_attention),
     "attention_bwd_dq": Case([{"D": 64, "BQ": 64, "BKV": 32}, {"D": 64, "CAUSAL": True, "BQ": 32, "BKV": 64},
                               {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}],
                              [(1, 4, 2, 150), (1, 1, 1, 40)], make_attention_bwd_dq),

@@ -198,7 +198,8 @@ def test_the_lint_catches_a_barrier_of_its_own():
 
 GENERAL_EXAMPLES = ["gemm_bias_gelu", "gemm_bias_silu", "bmm", "gemm_alpha_beta", "gemm_atb", "mlp",
                     "gemm_fp8", "attention_nol", "attention_window", "attention_softcap", "attention_alibi",
-                    "attention_exp", "attention_mask", "attention_f16", "attention_bwd_dkdv", "attention_bwd_dq"]
+                    "attention_exp", "attention_mask", "attention_f16", "attention_bwd_dkdv", "attention_bwd_dq",
+                    "linear_attention"]
 
 
 @pytest.mark.parametrize("name", GENERAL_EXAMPLES)

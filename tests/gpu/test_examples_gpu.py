@@ -22,7 +22,7 @@ SIZES = {
     "attention_nol": [1, 4, 2, 1000], "attention_window": [1, 4, 2, 1000],
     "attention_softcap": [1, 4, 2, 1000], "attention_alibi": [1, 4, 2, 1000],
     "attention_exp": [1, 4, 2, 1000], "attention_mask": [1, 4, 2, 1000], "attention_f16": [1, 4, 2, 1000],
-    "attention_bwd": [1, 4, 2, 1000],
+    "attention_bwd": [1, 4, 2, 1000], "linear_attention": [1, 4, 1000],
 }
 
 

@@ -125,9 +125,11 @@ def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
                           "early" if persistent else "in use while its loop runs"))
     for op in [*one_shot_loads(kernel), *shared_copies(kernel)]:
         t = op.result.type
-        span = (0, last) if persistent and isinstance(op, Load) else _in_loop(op, _value_span(op.result, pos), body, pos)
+        own = _value_span(op.result, pos)
+        span = (0, last) if persistent and isinstance(op, Load) else _in_loop(op, own, body, pos)
         out.append(Buffer("tile", op, t.nbytes, tile_align(t), *span, str(t),
                           "in use all tile long (persistent)" if span[0] == 0 and persistent
+                          else "in use while its loop runs: written again every trip" if span != own
                           else "in use from its definition to its last use"))
     for store in stores_of_register_tiles(kernel):
         form = staging[store]

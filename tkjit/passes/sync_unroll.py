@@ -91,11 +91,12 @@ class Layout:
 
 
 def written_tiles(steps) -> tuple[str, ...]:
-    """The tiles a program's ``TileWrite`` steps write, in order of first appearance."""
+    """The consumer-written tiles a program's ``TileWrite`` steps write or its ``Mma`` steps
+    read, in order of first appearance."""
     out: list[str] = []
     for st in steps:
-        if isinstance(st, TileWrite) and st.tile not in out:
-            out.append(st.tile)
+        names = (st.tile,) if isinstance(st, TileWrite) else st.tiles if isinstance(st, Mma) else ()
+        out += [t for t in names if t not in out]
         if isinstance(st, BLOCKS):
             for t in written_tiles(st.body) + written_tiles(getattr(st, "orelse", ())):
                 if t not in out:

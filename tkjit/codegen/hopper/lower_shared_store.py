@@ -86,16 +86,23 @@ def emit_tile_write(role, op: Copy) -> list[str]:
                 f"and.b32 {inner}, {c}, {panel_cols - 1};", f"mul.lo.u32 {inner}, {inner}, {elem};",
                 f"mad.lo.u32 {c}, {panel}, {panel_bytes}, {inner};"]
         col_part[j] = c
-    bits = SWIZZLE_MASKS[span].bit_length()
+    bits = SWIZZLE_MASKS[span] << 4  # ((a >> 7) & mask) << 4 == (a >> 3) & (mask << 4)
     for (u, h), roff in rows.items():
         row = ctx.new("b32")
         out += [f"add.u32 {row}, {rb}, {roff};", f"mul.lo.u32 {row}, {row}, {span};"]
         for j in cols:
             a, x = ctx.new("b32"), ctx.new("b32")
-            out += [f"add.u32 {a}, {row}, {col_part[j]};", f"bfe.u32 {x}, {a}, 7, {bits};",
-                    f"shl.b32 {x}, {x}, 4;", f"xor.b32 {a}, {a}, {x};", f"add.u32 {a}, {a}, {base};",
+            out += [f"add.u32 {a}, {row}, {col_part[j]};", f"shr.u32 {x}, {a}, 3;",
+                    f"and.b32 {x}, {x}, {bits};", f"xor.b32 {a}, {a}, {x};", f"add.u32 {a}, {a}, {base};",
                     f"{'@' + guard + ' ' if guard else ''}st.shared.b32 [{a}], {rep.regs[u][j][h]};"]
     out.append(FENCE)
+    where = f" at {op.span.location()}" if op.span else ""
+    decision = {"decision": "tile write", "value": f"%{op.result.hint or 'tile'}{where}: st.shared.b32",
+                "why": f"{len(rows) * len(cols)} packed pairs per consumer thread, each at the byte a "
+                       f"{span}-byte TMA box would put it ({span}B swizzle, {t.cols * elem // span} "
+                       "panel(s)), then fence.proxy.async.shared::cta; the protocol's meetings around it"}
+    if decision not in role.k.decisions:
+        role.k.decisions.append(decision)
     return out
 
 
