@@ -79,7 +79,7 @@ def test_dry_run_generality_rows(dry_run):
 @pytest.mark.parametrize("kernel", ["gemm_bias_gelu", "gemm_bias_silu", "bmm", "gemm_alpha_beta", "gemm_atb",
                                     "gemm_fp8", "mlp", "rmsnorm", "residual_layernorm", "attention_nol",
                                     "attention_window", "attention_softcap", "attention_alibi", "attention_exp",
-                                    "attention_mask", "attention_f16", "attention_bwd"])
+                                    "attention_mask", "attention_f16", "attention_bwd", "linear_attention"])
 def test_generality_references_compute_what_the_kernel_does(kernel):
     """Every generality reference (FlexAttention's score_mod/block_mask, torch.compile's
     expression run eagerly here, the cuBLAS calls) matches the float64 truth the kernel is

@@ -14,7 +14,10 @@ References, one row each:
   ``score_mod``/``block_mask``), and the plain ones (``attention_nol`` at head dims 64 to 256 and
   with grouped-query heads, ``attention_exp``, ``attention_mask``, ``attention_f16``) also vs SDPA
   cuDNN; ``attention_bwd`` is the forward (``attention.tk``, for O and L) and the three backward
-  kernels against FlexAttention's and cuDNN's forward + backward (autograd), dQ, dK and dV checked.
+  kernels against FlexAttention's and cuDNN's forward + backward (autograd), dQ, dK and dV checked;
+- ``linear_attention`` (chunked causal linear attention, a D x D state carried across the
+  sequence) vs ``torch.compile`` of the same chunked computation (per-chunk K^T V, an exclusive
+  prefix sum of the states, Q_c S + tril(Q_c K_c^T) V_c), checked in float64 on two heads.
 
 In the dry run (CPU) ``torch.compile`` is replaced by the eager expression (the row's reference
 name says so): compiling with Inductor on the CPU takes longer than the whole dry run.
@@ -97,6 +100,7 @@ FULL = {
     "attention_mask": [{"B": 4, "H": 16, "N": 4096, "D": 128}],
     "attention_f16": [{"B": 4, "H": 16, "N": 4096, "D": 128, "causal": False}],
     "attention_bwd": [{"B": 4, "H": 16, "N": 4096, "D": 128, "causal": True}],
+    "linear_attention": [{"B": 8, "H": 16, "N": 4096, "D": 64}, {"B": 8, "H": 16, "N": 16384, "D": 64}],
 }
 FULL["attention_nol"] += [{"B": 4, "H": 32, "HKV": 8, "N": 4096, "D": 128, "causal": True},
                           {"B": 4, "H": 16, "N": 4096, "D": 64, "causal": False},
@@ -116,6 +120,7 @@ DRY = {
     "attention_mask": {"B": 1, "H": 4, "HKV": 2, "N": 100, "D": 64},
     "attention_f16": {"B": 1, "H": 2, "N": 100, "D": 64, "causal": False},
     "attention_bwd": {"B": 1, "H": 2, "N": 100, "D": 64, "causal": True},
+    "linear_attention": {"B": 1, "H": 2, "N": 100, "D": 64},
 }
 
 
@@ -569,6 +574,68 @@ def _attention_backward():
                 load=lambda p, kernels: _loaded(_Backward(kernels, p)))
 
 
+# ---- chunked causal linear attention: a D x D state carried across the sequence
+
+LINEAR_CHUNK = 64
+"""examples/linear_attention.tk's chunk C (its rows per trip)."""
+
+
+def linear_attention_chunked(q, k, v, chunk: int = LINEAR_CHUNK):
+    """The kernel's computation in torch, vectorized over the chunks: per chunk K_c^T V_c (f32),
+    the state before each chunk (an exclusive prefix sum, f32, used in the inputs' dtype as the
+    kernel uses it in bf16), O_c = Q_c S + tril(Q_c K_c^T) V_c. N is padded to whole chunks."""
+    import torch
+    import torch.nn.functional as F
+    b, h, n, d = q.shape
+    pad = -n % chunk
+    if pad:
+        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+    qc, kc, vc = (t.reshape(b, h, -1, chunk, d) for t in (q, k, v))
+    kv = (kc.transpose(-1, -2) @ vc).float()
+    state = (torch.cumsum(kv, dim=2) - kv).to(q.dtype)
+    scores = (qc @ kc.transpose(-1, -2)).tril()
+    out = qc @ state + scores @ vc
+    return out.reshape(b, h, -1, d)[:, :, :n]
+
+
+def linear_attention_exact(q, k, v, chunk: int = LINEAR_CHUNK):
+    """One head's causal linear attention in float64, chunk by chunk (nothing rounded):
+    O[i] = sum over j <= i of (q_i . k_j) v_j."""
+    import torch
+    q, k, v = (t.double() for t in (q, k, v))
+    state = torch.zeros(q.shape[-1], v.shape[-1], dtype=torch.float64, device=q.device)
+    out = torch.empty(q.shape[0], v.shape[-1], dtype=torch.float64, device=q.device)
+    for c0 in range(0, q.shape[0], chunk):
+        qc, kc, vc = q[c0:c0 + chunk], k[c0:c0 + chunk], v[c0:c0 + chunk]
+        out[c0:c0 + chunk] = qc @ state + (qc @ kc.T).tril() @ vc
+        state = state + kc.T @ vc
+    return out
+
+
+def _linear_attention():
+    def make(p, dev):
+        import torch
+        b, h, n, d = p["B"], p["H"], p["N"], p["D"]
+        q, k, v = ((torch.randn(b, h, n, d, device=dev) * d ** -0.5).bfloat16() for _ in range(3))
+        return [q, k, v, torch.empty(b, h, n, d, dtype=torch.bfloat16, device=dev)]
+
+    def exact(p, args):
+        q, k, v = args[:3]
+        return [linear_attention_exact(q[b, i], k[b, i], v[b, i]) for b, i in checked_heads(p)]
+
+    def views(p, args):
+        return [args[3][b, i] for b, i in checked_heads(p)]
+
+    def refs(p, ctx):
+        name, fused = _compiled(linear_attention_chunked, ctx, "chunked linear attention")
+        return [(name, lambda q, k, v, o: fused(q, k, v))]
+
+    def flops(p):  # per chunk of C rows: Q K^T and A V (2 C^2 D each), Q S and K^T V (2 C D^2 each)
+        return 4.0 * p["B"] * p["H"] * p["N"] * p["D"] * (LINEAR_CHUNK + p["D"])
+
+    return Spec(make, (3,), exact, views=views, refs=refs, flops=flops)
+
+
 def _loaded(kernel):
     return kernel, kernel.compile_s
 
@@ -585,6 +652,7 @@ SPECS: dict[str, Spec] = {
     "rmsnorm": _rmsnorm(), "residual_layernorm": _residual_layernorm(),
     **{f"attention_{v}": _attention(v) for v in ("nol", "window", "softcap", "alibi", "exp", "mask", "f16")},
     "attention_bwd": _attention_backward(),
+    "linear_attention": _linear_attention(),
 }
 
 
