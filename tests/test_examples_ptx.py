@@ -18,13 +18,14 @@ from test_examples_interpreter import BF16_TOL, CASES
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RUNNABLE = ["gemm_bias_gelu", "gemm_bias_silu", "bmm", "gemm_alpha_beta", "gemm_atb", "mlp", "rmsnorm",
             "residual_layernorm", "attention_nol", "attention_window", "attention_softcap",
-            "attention_alibi", "attention_bwd_prep"]
+            "attention_alibi", "attention_bwd_prep", "linear_attention"]
 SIM = {  # constants and shape of the simulated run (a subset of the interpreter's cases)
     "attention_nol": ({"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}, (1, 2, 1, 150)),
     "attention_window": ({"D": 64, "BQ": 64, "BKV": 32}, (1, 1, 1, 300)),
     "rmsnorm": ({"D": 256}, (20,)),
     "residual_layernorm": ({"D": 256}, (20,)),
     "mlp": ({"D": 64, "BF": 32}, (70, 200)),
+    "linear_attention": ({}, (1, 1, 100)),
 }
 
 

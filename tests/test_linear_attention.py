@@ -330,3 +330,15 @@ def test_ping_pong_consumers_are_refused_at_the_copy():
     k.ir.attrs["pingpong"] = True
     why = refusal(k.ir)
     assert why is not None and why.text().startswith("'copy' at <string>:9:7: ping-pong consumers")
+
+
+def test_an_accumulator_read_before_its_product_is_updated_in_place_only_if_nothing_later_reads_it():
+    """wgmma updates its accumulator in place: a read of it before the product is fine when what
+    that read made is used before the product too (or is a shared tile written from it, as
+    ``s`` above); a value made from it and read after the product may share its registers."""
+    from tkjit.codegen.hopper.lower import refusal
+    after = WRITE.replace("acc = mma_AB(a, s, mma_AB(a, b, acc))",
+                          "x = acc * 2.0\n      acc = mma_AB(a, s, mma_AB(a, b, acc)) + x")
+    why = refusal(tkjit.compile(after, lowering="general", cache=False).ir)
+    assert why is not None and "11:26: the accumulator %acc is read after the product" in why.text()
+    assert refusal(tkjit.compile(WRITE, lowering="general", cache=False).ir) is None

@@ -17,7 +17,8 @@ prints them:
   steps emit the IR ops of the tile in order through one op -> emitter table: the register-tile
   backend's emitters (elementwise, broadcasts, reductions, cvt, scalars, vector loads and
   stores -- per warp the wgmma accumulator *is* the mma.sync fragment) and the Hopper ones
-  (``mma_*`` on shared tiles -> wgmma, register tiles to and from global memory).
+  (``mma_*`` on shared tiles -> wgmma, register tiles to and from global memory, a register
+  tile written to a shared tile for a wgmma: ``lower_shared_store.py``).
 
 What it cannot take yet, ``refusal`` says with the op and why; the caller then uses another
 backend and says so (docs/hopper-codegen.md, "The general lowering").

@@ -87,20 +87,39 @@ def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, li
         return Refusal(op, f"{t.cols} accumulator columns do not split into wgmma widths")
     if len(op.operands) > 2:
         acc = op.operands[2]
-        if [u for u in users.get(id(acc), []) if u is not op and not _reads_before(u, op)]:
+        if [u for u in users.get(id(acc), []) if u is not op and not _reads_before(u, op, users)]:
             return Refusal(op, f"the accumulator %{acc.hint} is read after the product (wgmma "
                                "updates it in place)")
     return None
 
 
-def _reads_before(user: Op, op: Op) -> bool:
+def _reads_before(user: Op, op: Op, users: dict[int, list[Op]]) -> bool:
     """``user`` runs before ``op`` in the same block (the consumers emit a block's ops in program
-    order), so it has read the accumulator's registers before the wgmma updates them in place."""
+    order), so it read the accumulator's registers before the wgmma updates them in place; and
+    nothing after ``op`` reads a register value made from it (one may share the accumulator's
+    registers: a cvt to the same dtype binds the same ones). A shared tile written from it (a
+    copy) holds its own bytes."""
     block = getattr(op, "parent", None)
     ops = getattr(block, "ops", None)
     if not ops or user not in ops:
         return False
-    return ops.index(user) < ops.index(op)
+    at = ops.index(op)
+    if ops.index(user) > at:
+        return False
+    derived = [r for r in user.results if not is_shared(r)]
+    seen = set()
+    while derived:
+        v = derived.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        for u in users.get(id(v), []):
+            if u is op:
+                return False
+            if u not in ops or ops.index(u) > at:
+                return False
+            derived += [r for r in u.results if not is_shared(r)]
+    return True
 
 
 def users_of(kernel) -> dict[int, list[Op]]:

@@ -10,7 +10,9 @@ and vector loads/stores need no Hopper code. Here: the walk (``interleave.py`` s
 op falls between the protocol's steps), ring loops with their carried values, level 2's held
 product and peeled first trip, ping-pong turns and tiles, and ``mma_*`` -> one ``wgmma`` group
 (SS, or RS with A in registers; the accumulator updated in place). Register tiles to and from
-global memory: ``lower_fragments.py``; what the consumers refuse: ``lower_checks.py``. The
+global memory: ``lower_fragments.py``; a register tile written to shared memory for a wgmma (the
+protocol's ``TileWrite`` step): ``lower_shared_store.py``; what the consumers refuse:
+``lower_checks.py``. The
 protocol is the object the mbarrier pass checked; the IR is the pass pipeline's.
 """
 from __future__ import annotations
