@@ -99,6 +99,23 @@ kernel wide<W = 128>(A: gl<bf16>[N, 64], B: gl<bf16>[N, W], O: gl<f32>[64, W]) {
 """
 
 
+def test_two_consumers_writing_one_tile_against_float64():
+    """Each of two consumer warpgroups writes its 64 rows of a 128 x 128 tile that both read
+    whole as wgmma's B (meetings of 256 threads): tests/test_linear_attention.py's kernel."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_linear_attention import TWO_CONSUMERS, written_recurrence
+    k = tkjit.compile(TWO_CONSUMERS, lowering="general", require_hopper=True)
+    torch.manual_seed(3)
+    a, b = ((torch.randn(1000, 128) * 0.08).bfloat16() for _ in range(2))
+    o = torch.full((128, 128), float("nan"), device="cuda")
+    k(a.cuda(), b.cuda(), o)
+    torch.cuda.synchronize()
+    ref = written_recurrence(a, b, 128)
+    err = ((o.cpu().double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-2, f"relative error {err:.3g}"
+
+
 @pytest.mark.parametrize("width", [32, 64, 128])
 def test_a_written_tile_as_wgmma_b_against_float64(width):
     """acc <- A_c (A_c B_c + acc) + A_c bf16(acc) ... : each trip stores the running accumulator
