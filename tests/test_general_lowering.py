@@ -81,6 +81,26 @@ def test_require_hopper_names_the_op_that_stops_it():
     assert ":10:" in text  # the line of col_sum in the kernel
 
 
+@pytest.mark.parametrize("option", ["multicast=2", "stream_k=1"])
+def test_multicast_and_stream_k_are_refused_at_the_block_loop_and_auto_gives_them_the_template(option):
+    """Not general-lowering options yet: lowering=general with require_hopper is an error at the
+    block loop's line:col naming the option; under auto the GEMM template takes the kernel and the
+    decision log says why."""
+    from tkjit.passes import default_pipeline
+    examples = __import__("pathlib").Path(__file__).parents[1] / "examples"
+    source = (examples / "gemm.tk").read_text()
+    pipeline = default_pipeline("sm_90a").replace("grid", "grid{" + option + "}")
+    with pytest.raises(NotAvailableError) as info:
+        tkjit.compile(source, filename="gemm.tk", pipeline=pipeline, lowering="general", require_hopper=True,
+                      cache=False).asm["ptx"]
+    text = str(info.value)
+    assert "gemm.tk:5:" in text and "grid{" + option.replace(" ", "") + "}" in text, text
+    auto = tkjit.compile(source, filename="gemm.tk", pipeline=pipeline, cache=False)
+    assert "GEMM" in auto.asm["ptx"].splitlines()[0]
+    why = [d for d in auto.decisions.decisions if d.decision == "backend: wgmma template"]
+    assert why and "not a schedule option of the general lowering" in why[0].reason
+
+
 def test_annotation_requires_the_hopper_path_too():
     with pytest.raises(NotAvailableError, match="require_hopper"):
         tkjit.compile("@require_hopper\n" + COL_SUM.lstrip(), lowering="general", cache=False).asm["ptx"]

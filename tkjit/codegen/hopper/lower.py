@@ -77,8 +77,13 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         why = split_refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"])
         if why is not None:
             return why
-    if int(kernel.attrs.get("multicast", 1) or 1) > 1 or int(kernel.attrs.get("stream_k", 0) or 0) > 0:
-        return Refusal(None, "multicast and stream-K are not options of the general lowering yet")
+    multicast, stream_k = int(kernel.attrs.get("multicast", 1) or 1), int(kernel.attrs.get("stream_k", 0) or 0)
+    if multicast > 1 or stream_k > 0:
+        asked = f"multicast = {multicast}" if multicast > 1 else f"stream_k = {stream_k}"
+        return Refusal(blocks, f"the grid pass's {asked} (grid{{{asked.replace(' ', '')}}}) is not a schedule "
+                               "option of the general lowering yet (docs/hopper-codegen.md, 'Next', 2); "
+                               "lowering='auto' or 'template' gives it to the GEMM template where the kernel "
+                               "is of that pattern")
     if options.get("unaligned_rows"):
         return Refusal(None, "rows that are not whole 16-byte units: TMA cannot address them, and the "
                              "general lowering has no copying producer")
