@@ -85,8 +85,10 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
                                "lowering='auto' or 'template' gives it to the GEMM template where the kernel "
                                "is of that pattern")
     if options.get("unaligned_rows"):
-        return Refusal(None, "rows that are not whole 16-byte units: TMA cannot address them, and the "
-                             "general lowering has no copying producer")
+        from .lower_copy import copy_refusal
+        why = copy_refusal(kernel, options)
+        if why is not None:
+            return why
     for op in kernel.body.ops:
         if not isinstance(op, Blocks) and not all(isinstance(v.type, ScalarType) for v in op.results):
             return Refusal(op, "only scalars may be computed before the block loop")
@@ -173,6 +175,13 @@ class LoweredKernel:
                                                          in self.schedule.split_bars.items()])
         """smem-plan's map, and the barriers of rings the mbarrier pass split off after it."""
         self.blocks = block_loop(kernel)
+        self.copying = bool(self.options.get("unaligned_rows"))
+        """Rows TMA cannot address may reach this kernel (the compile option ``unaligned_rows``):
+        the producer then copies every stage where they do (lower_copy.py) and stores of tensors
+        whose rows may be such go from registers."""
+        self.rows_ok: str | None = None
+        """With ``copying``: the predicate 'TMA can address every tensor the producer loads'
+        (set in the prologue; None where no loaded tensor's row length is a named dim)."""
         self.split = self.schedule.split
         """Split-K: the CTAs of a cluster sharing each tile's reduction loop (1: none)."""
         self.rank: str | None = None
@@ -215,8 +224,10 @@ class LoweredKernel:
         for m in self.maps.values():
             if (m.param, m.box, m.swizzle) == (index, box, swizzle):
                 return m
+        from .lower_copy import row_may_be_unaligned
         m = tma.TensorMap(f"{self.kernel.name}_tmap_{len(self.maps)}", index, param.hint,
-                          param.type.dtype.name, box, swizzle, fallback=False)
+                          param.type.dtype.name, box, swizzle,
+                          fallback=self.copying and row_may_be_unaligned(param))
         self.maps[len(self.maps)] = m
         return m
 
@@ -274,6 +285,9 @@ class LoweredKernel:
             b(f"ld.param.s64 {r}, [{entry[1]}];")
             return r
         self.strides = stride_registers(self.entries, load_stride)  # option strided: the roles' ctx
+        if self.copying:
+            from .lower_copy import rows_aligned
+            self.rows_ok = rows_aligned(self)
         self.init_barriers()
 
     def bar_base(self, ring: str) -> tuple[str, str]:
@@ -318,7 +332,8 @@ class LoweredKernel:
                 "grid": [launch_grid(self.kernel)], "block": [self.threads, 1, 1],
                 "smem_bytes": self.smem_bytes + 1024, "num_warps": self.threads // 32,
                 "registers": list(self.regs), "protocol": self.proto.text(),
-                "assumes_aligned_rows": True,  # TMA: a launch with other rows recompiles (kernel.py)
+                # TMA only: a launch with other rows recompiles with the copying producer (kernel.py)
+                **({"assumes_aligned_rows": True} if not self.copying else {}),
                 "strided_variant": True,  # the option ``strided``: views' strides as parameters
                 "decisions": list(self.decisions)} | reduction_shape(self.kernel, self.schedule)
 
