@@ -55,37 +55,6 @@ def make_sets(m: int, n: int, k: int, case=None) -> list:
                        2 * (m * k + k * n + m * n))
 
 
-def graph_of(fn, sets, per_batch=20):
-    """A CUDA graph of ``per_batch`` launches of fn over the rotated sets (None if capture fails)."""
-    fn(*sets[0])  # the launcher and its maps exist before capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(g):
-            for i in range(per_batch):
-                fn(*sets[i % len(sets)])
-    except Exception as e:  # noqa: BLE001 - reported, the other views still run
-        print(json.dumps({"graph_capture_failed": repr(e)[:300]}), flush=True)
-        return None
-    return g
-
-
-def graph_times(graphs: dict, batches: int, per_batch=20) -> dict:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = {name: [] for name in graphs}
-    for g in graphs.values():
-        g.replay()
-    for b in range(batches):
-        order = list(graphs.items()) if b % 2 == 0 else list(reversed(graphs.items()))
-        for name, g in order:
-            start.record()
-            g.replay()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end) / per_batch * 1e3)
-    return times
-
-
 def host_us(fn, sets, launches=200, rounds=5) -> float:
     """Median over rounds of the host time per launch, the GPU kept busy by a sleep kernel."""
     per = []
@@ -124,9 +93,9 @@ def row(m: int, n: int, k: int, ks: dict, batches: int, case=None) -> dict:
     out["events_us"] = {k_: round(v, 2) for k_, v in ev.items()}
     out["events_general_vs_template"] = round(ev["template"] / ev["general"], 3)
     out["events_iqr"] = quartiles(raw["template"], raw["general"])
-    graphs = {name: graph_of(fn, sets) for name, fn in fns.items()}
+    graphs = {name: gl.graph_of(fn, sets) for name, fn in fns.items()}
     if all(g is not None for g in graphs.values()):
-        gt = graph_times(graphs, batches)
+        gt = gl.graph_times(graphs, batches)
         med = {k_: statistics.median(v) for k_, v in gt.items()}
         out["graph_us"] = {k_: round(v, 2) for k_, v in med.items()}
         out["graph_general_vs_template"] = round(med["template"] / med["general"], 3)

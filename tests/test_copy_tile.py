@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from ptxsim import Memory, launch
+
 from tkjit.codegen.hopper import copy
 from tkjit.codegen.hopper.builder import Builder
 from tkjit.codegen.hopper.wgmma import Operand

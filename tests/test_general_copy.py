@@ -8,12 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
+from general_corpus import BY_NAME
+from test_general_lowering import sync_outside_the_protocol
 
 import tkjit
 from tkjit.errors import NotAvailableError
 from tkjit.runtime.tensormap import row_multiples, tensor_map_encoders
-from general_corpus import BY_NAME
-from test_general_lowering import sync_outside_the_protocol
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -46,7 +46,7 @@ def test_the_producer_copies_where_a_row_length_is_not_16_byte_units(gemm):
 
 
 def test_the_maps_say_fallback_and_the_launcher_takes_any_rows(gemm):
-    gemm.asm["ptx"]  # noqa: B018 - the metadata
+    gemm.asm["ptx"]
     params = gemm.metadata["params"]
     maps = [p for p in params if p["kind"] == "tensormap"]
     assert {m["tensor"] for m in maps} == {"A", "B"} and all(m["fallback"] for m in maps)
@@ -56,7 +56,7 @@ def test_the_maps_say_fallback_and_the_launcher_takes_any_rows(gemm):
                                    encode=lambda *a: bytes(128))
     assert row_multiples(encoders, sig) == {}  # no named dim must be a multiple of 8 any more
     aligned = tkjit.load(EXAMPLES / "gemm.tk", cache=False, lowering="general")
-    aligned.asm["ptx"]  # noqa: B018
+    aligned.asm["ptx"]
     a_params = aligned.metadata["params"]
     a_encoders = tensor_map_encoders(a_params, len([p for p in a_params if p["kind"] != "tensormap"]), "gemm",
                                      encode=lambda *a: bytes(128))
@@ -96,11 +96,12 @@ def test_auto_keeps_the_earlier_backends_for_such_rows_until_a_gpu_has_run_the_c
     plain GEMM's takes the template, a kernel of no template's pattern the register-tile backend."""
     case = BY_NAME["gemm_bias_relu"]
     kernel = tkjit.compile(case.source, cache=False)
-    kernel.asm["ptx"]  # noqa: B018
+    kernel.asm["ptx"]
     assert kernel.metadata.get("lowering") == "general"
+    variant = kernel._with_unaligned_rows()
     with pytest.warns(RuntimeWarning, match="lowering='general'"):
-        variant = kernel._with_unaligned_rows()
-        assert "register-tile" in variant.asm["ptx"].splitlines()[0]
+        ptx = variant.asm["ptx"]
+    assert "register-tile" in ptx.splitlines()[0]
 
 
 def test_what_the_copy_cannot_take_is_refused_at_its_op():
@@ -109,7 +110,7 @@ def test_what_the_copy_cannot_take_is_refused_at_its_op():
     case = BY_NAME["bmm"]
     kernel = tkjit.compile(case.source, lowering="general", require_hopper=True, cache=False)
     with pytest.raises(NotAvailableError, match=r"rank-3 bf16"):
-        kernel._with_unaligned_rows().asm["ptx"]  # noqa: B018
+        kernel._with_unaligned_rows().asm["ptx"]
 
 
 def test_the_aligned_kernel_has_no_copy_path():
