@@ -35,7 +35,8 @@ def test_the_producer_copies_where_a_row_length_is_not_16_byte_units(gemm):
     ptx = gemm.asm["ptx"]
     assert gemm.metadata["lowering"] == "general" and "assumes_aligned_rows" not in gemm.metadata
     # the prologue tests K and N (A's and B's rows) once; TMA where both are multiples of 8 elements
-    assert re.search(r"and\.b32 %r\d+, %r\d+, 7;\s+setp\.eq\.u32 (%p\d+), %r\d+, 0;", ptx)
+    assert re.search(r"and\.b32 %r\d+, %r\d+, 7;\s+or\.b32 %r\d+, %r\d+, %r\d+;\s+"
+                     r"and\.b32 %r\d+, %r\d+, 7;\s+or\.b32 %r\d+, %r\d+, %r\d+;\s+setp\.eq\.u32 %p\d+, %r\d+, 0;", ptx)
     copy_path, tma_path = ptx.split("$L_tma_producer")[1], ptx.split("$L_tma_producer")[2]
     assert "ld.global.nc.b16" in copy_path and "st.shared.b16" in copy_path
     assert "cp.async.bulk.tensor" not in copy_path.split("$L_producer_done")[0]
@@ -81,7 +82,8 @@ def test_nothing_spills_and_ptxas_does_not_warn(gemm):
     assert not [m for m in gemm.metadata["ptxas"]["messages"] if m["level"] == "warning"]
 
 
-@pytest.mark.parametrize("name", ["gemm_bias_relu", "linear", "gemm_alpha_beta", "gemm_atb"])
+@pytest.mark.parametrize("name", ["gemm_bias_relu", "linear", "gemm_alpha_beta", "gemm_atb", "two_loops",
+                                  "gemm_fp8_scaled"])
 def test_every_barrier_of_the_copy_path_is_a_protocol_step(name):
     case = BY_NAME[name]
     variant = copying(case.source, constants=case.constants or None)
@@ -109,7 +111,7 @@ def test_what_the_copy_cannot_take_is_refused_at_its_op():
     load's line."""
     case = BY_NAME["bmm"]
     kernel = tkjit.compile(case.source, lowering="general", require_hopper=True, cache=False)
-    with pytest.raises(NotAvailableError, match=r"rank-3 bf16"):
+    with pytest.raises(NotAvailableError, match=r"not a rank-3 bf16 one"):
         kernel._with_unaligned_rows().asm["ptx"]
 
 
@@ -118,3 +120,12 @@ def test_the_aligned_kernel_has_no_copy_path():
     ptx = k.asm["ptx"]
     assert "$L_tma_producer" not in ptx and "ld.global.nc.b16" not in ptx
     assert k.metadata["assumes_aligned_rows"]
+
+
+def test_fp8_rows_are_tested_in_16_element_units():
+    """e4m3 operands: TMA needs rows of 16 elements; the copy moves bytes (u8)."""
+    case = BY_NAME["gemm_fp8_scaled"]
+    variant = copying(case.source, constants=case.constants or None)
+    ptx = variant.asm["ptx"]
+    assert "and.b32" in ptx and re.search(r"and\.b32 %r\d+, %r\d+, 15;", ptx)
+    assert "ld.global.nc.u8" in ptx and "st.shared.u8" in ptx

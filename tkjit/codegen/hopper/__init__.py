@@ -94,8 +94,9 @@ TMA cannot address, multicast, stream-K)."""
 def _ahead_of_general(kernel: Kernel, options: dict):
     """The PTX and metadata of a template in AHEAD_OF_GENERAL that matches ``kernel``, else None.
     A kernel of the GEMM pattern is no attention kernel: it never imports the attention modules."""
-    reason = _refusal(kernel, options)
-    if not (isinstance(reason, str) and " is not the GEMM pattern: " in reason):
+    if options.get("arch", "sm_90a") not in ARCHS or options.get("hopper", True) is False:
+        return None
+    if not isinstance(match_gemm(kernel), str):  # the GEMM pattern (no plan needed to know it)
         return None
     attention = plan_attention(kernel)
     if isinstance(attention, str):

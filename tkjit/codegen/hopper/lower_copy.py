@@ -14,7 +14,8 @@ unchanged. Stores of a tensor whose rows may be such go from registers (no TMA-s
 ``lower_consumer.plan_stagings``). The tensor maps of such tensors say ``fallback: true``: the
 launcher encodes none where the kernel copies (runtime/tensormap.py).
 
-Refused (``copy_refusal``): shared-tile loads of tensors other than 16-bit rank-2 ones, split-K
+Refused (``copy_refusal``): shared-tile loads of tensors other than rank-2 ones of 1-, 2- or
+4-byte elements, split-K
 tiles, the option ``strided`` (the copy reads rows as contiguous). Under ``lowering="auto"`` the copying producer is not taken yet (it has not run on a GPU:
 tests/gpu/test_general_lowering_gpu.py covers it); such launches keep the GEMM template or the
 register-tile backend, and ``lowering="general"`` takes it.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from ...ir.core import Kernel
 from ...ir.ops import Load
-from ...ir.types import BF16, F16, TileType
+from ...ir.types import TileType
 from ...passes.hopper import block_loop, is_shared, swizzle_bytes
 from ...passes.sync_protocol import ExpectTx, TmaLoad
 from . import copy, mbarrier
@@ -63,19 +64,24 @@ def copy_refusal(kernel: Kernel, options: dict):
                                "does not split a tile's loads over a cluster yet")
     for op in shared_loads(kernel):
         g = op.operands[0].type
-        if len(g.dims) != 2 or g.dtype not in (BF16, F16):
-            return Refusal(op, f"rows that are not whole 16-byte units: the copying producer copies 16-bit "
-                               f"rank-2 tensors, not a rank-{len(g.dims)} {g.dtype} one")
+        if len(g.dims) != 2 or g.dtype.nbytes not in copy.ELEMENT:
+            return Refusal(op, f"rows that are not whole 16-byte units: the copying producer copies rank-2 "
+                               f"tensors of 1-, 2- or 4-byte elements, not a rank-{len(g.dims)} {g.dtype} one")
     return None
 
 
 def rows_aligned(k) -> str | None:
     """Emit (in the common prologue) the predicate 'TMA can address every tensor the producer
-    loads': each named row length a multiple of 8 16-bit elements (the launcher has checked the
-    base addresses). None where no loaded tensor's row length is named and all are aligned."""
+    loads': each named row length a multiple of 16 bytes' worth of its elements (the launcher has
+    checked the base addresses). None where no loaded tensor's row length is named and all are
+    aligned."""
     b = k.b
     params = list(dict.fromkeys(op.operands[0] for op in shared_loads(k.kernel)))
-    named = [p.type.dims[-1] for p in params if isinstance(p.type.dims[-1], str)]
+    named = {}  # dim -> the largest element count a 16-byte unit holds among the tensors it ends
+    for p in params:
+        d = p.type.dims[-1]
+        if isinstance(d, str):
+            named[d] = max(named.get(d, 1), 16 // p.type.dtype.nbytes)
     constant_ok = all((p.type.dims[-1] * p.type.dtype.nbytes) % 16 == 0 for p in params
                       if not isinstance(p.type.dims[-1], str))
     if not named and constant_ok:
@@ -84,11 +90,11 @@ def rows_aligned(k) -> str | None:
     if not constant_ok:
         b(f"setp.eq.u32 {ok}, 0, 1;")
         return ok
-    bits = b.reg()
+    bits, low = b.reg(), b.reg()
     b(f"mov.b32 {bits}, 0;")
-    for d in dict.fromkeys(named):
-        b(f"or.b32 {bits}, {bits}, {b.dims[d]};")
-    b(f"and.b32 {bits}, {bits}, 7;", f"setp.eq.u32 {ok}, {bits}, 0;")
+    for d, multiple in named.items():
+        b(f"and.b32 {low}, {b.dims[d]}, {multiple - 1};", f"or.b32 {bits}, {bits}, {low};")
+    b(f"setp.eq.u32 {ok}, {bits}, 0;")
     return ok
 
 
