@@ -131,5 +131,11 @@ class CopyingProducer(ProducerRole):
               self.leading(mbarrier.arrive(self.bar(r, "full"))))
 
 
-__all__ = ["COPY_BARRIER", "row_may_be_unaligned", "shared_loads", "copy_refusal", "rows_aligned",
-           "CopyingProducer"]
+__all__ = [
+    "COPY_BARRIER",
+    "CopyingProducer",
+    "copy_refusal",
+    "row_may_be_unaligned",
+    "rows_aligned",
+    "shared_loads",
+]
