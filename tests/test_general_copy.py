@@ -129,3 +129,20 @@ def test_fp8_rows_are_tested_in_16_element_units():
     ptx = variant.asm["ptx"]
     assert "and.b32" in ptx and re.search(r"and\.b32 %r\d+, %r\d+, 15;", ptx)
     assert "ld.global.nc.u8" in ptx and "st.shared.u8" in ptx
+
+
+def test_a_split_k_variant_copies_its_share_of_the_trips():
+    """@fill_sms's SPLIT = 2 variant (small shapes, e.g. 129x257x65): the copy path computes the
+    loop variable from the CTA's first trip, as the TMA path does; no spills, lint clean."""
+    variant = copying((EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk",
+                      constants={"BM": 64, "BN": 64, "SPLIT": 2})
+    ptx = variant.asm["ptx"]
+    assert ".reqnctapercluster 2" in ptx and "$L_tma_producer" in ptx
+    copy_path = ptx.split("$L_tma_producer")[1]
+    assert "%clusterid.x" in copy_path and re.search(r"mul\.lo\.s32 %r\d+, %r\d+, %r\d+;\s+sub\.s32", copy_path)
+    assert sync_outside_the_protocol(ptx)[0] == []
+    try:
+        sass = variant.asm["sass"]
+    except NotAvailableError as e:
+        pytest.skip(str(e))
+    assert not re.search(r"\b(LDL|STL)\b", sass)

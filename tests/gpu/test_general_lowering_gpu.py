@@ -87,8 +87,9 @@ def test_rows_tma_cannot_address_take_another_backend():
                                      (1000, 3000, 520)])
 def test_the_copying_producer_matches_torch(m, n, k):
     """examples/gemm.tk with lowering='general' (require_hopper: no other backend may take it) at
-    rows of A, B or C that are not whole 16-byte units, then again at aligned rows through the
-    same kernel object (now its variant: the TMA path of the copying variant, C from registers)."""
+    rows of A, B or C that are not whole 16-byte units (small shapes take @fill_sms's SPLIT = 2
+    variant), then at aligned rows through the same kernel object (where the shape picks the same
+    @fill_sms variant, through its copying variant's TMA path, C from registers)."""
     import warnings
     from pathlib import Path
     kernel = tkjit.load(Path(__file__).resolve().parents[2] / "examples" / "gemm.tk", lowering="general",

@@ -58,10 +58,6 @@ def copy_refusal(kernel: Kernel, options: dict):
     if options.get("strided"):
         return Refusal(None, "rows that are not whole 16-byte units in views with strides as parameters: the "
                              "copying producer reads rows as contiguous")
-    blocks = block_loop(kernel)
-    if int(blocks.attrs.get("split", 1)) > 1:
-        return Refusal(blocks, "rows that are not whole 16-byte units with split-K: the copying producer "
-                               "does not split a tile's loads over a cluster yet")
     for op in shared_loads(kernel):
         g = op.operands[0].type
         if len(g.dims) != 2 or g.dtype.nbytes not in copy.ELEMENT:
