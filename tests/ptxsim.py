@@ -433,6 +433,14 @@ class CTA:
         r = np.fmod(a, b) if kind == "s32" else a % b
         self.set(ops[0], r.astype(np.uint64).astype(np.uint32), active)
 
+    def op_bfe(self, parts, ops, active):
+        """``bfe.u32 d, a, pos, len``: bits [pos, pos + len) of a, zero-extended (u32 only)."""
+        if "u32" not in parts:
+            raise SimError(f"unsupported bfe: {'.'.join(parts)}")
+        pos, n = (self.u32(t).astype(np.uint64) for t in ops[2:4])
+        value = self.u32(ops[1]).astype(np.uint64)
+        self.set(ops[0], ((value >> pos) & ((np.uint64(1) << n) - np.uint64(1))).astype(np.uint32), active)
+
     def op_min(self, parts, ops, active):
         if "f32" in parts:
             return self._float(parts, ops, active, np.minimum if "NaN" in parts else np.fmin)

@@ -20,7 +20,8 @@ BACKENDS = ("gpu", "interpret")
 LOWERINGS = ("auto", "general", "template")
 """How the Hopper backend lowers a kernel: ``general`` (the op-by-op lowering of every tile
 program), ``template`` (the GEMM and attention templates only, as before the general lowering),
-``auto`` (a template where one matches, else the general lowering)."""
+``auto`` (the general lowering; a template only where it is still measured faster -- attention --
+or where the general lowering refuses the kernel; docs/hopper-codegen.md)."""
 ConstantValue = int | float | bool
 
 

@@ -67,8 +67,8 @@ def test_general_lowering_agrees_with_the_interpreter(case):
 
 
 def test_rows_tma_cannot_address_take_another_backend():
-    """Rows that are not whole 16-byte units: the general lowering refuses (TMA), the kernel
-    recompiles for them at the launch and is still right."""
+    """Rows that are not whole 16-byte units: the kernel recompiles for them at the launch (the
+    general lowering's copying producer, lower_copy.py) and is still right."""
     from general_corpus import BY_NAME
     case = BY_NAME["gemm_bias_relu"]
     torch.manual_seed(3)
@@ -79,3 +79,50 @@ def test_rows_tma_cannot_address_take_another_backend():
     torch.cuda.synchronize()
     err = ((args[3].float() - want[0]).norm() / want[0].norm()).item()
     assert err < 1e-2
+
+
+# -- the copying producer (codegen/hopper/lower_copy.py): rows TMA cannot address ------------
+
+@pytest.mark.parametrize("m, n, k", [(1000, 1500, 700), (129, 257, 65), (130, 258, 66), (300, 520, 100),
+                                     (1000, 3000, 520)])
+def test_the_copying_producer_matches_torch(m, n, k):
+    """examples/gemm.tk with lowering='general' (require_hopper: no other backend may take it) at
+    rows of A, B or C that are not whole 16-byte units (small shapes take @fill_sms's SPLIT = 2
+    variant), then at aligned rows through the same kernel object (where the shape picks the same
+    @fill_sms variant, through its copying variant's TMA path, C from registers)."""
+    import warnings
+    from pathlib import Path
+    kernel = tkjit.load(Path(__file__).resolve().parents[2] / "examples" / "gemm.tk", lowering="general",
+                        require_hopper=True)
+    torch.manual_seed(4)
+    for mm, nn, kk in ((m, n, k), (m, n + (-n) % 8, k + (-k) % 8)):
+        a = torch.randn(mm, kk, device="cuda").bfloat16()
+        b = torch.randn(kk, nn, device="cuda").bfloat16()
+        c, guard = _guarded(torch.full((mm, nn), float("nan"), device="cuda").bfloat16())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no fallback to the register-tile backend
+            kernel(a, b, c)
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float()
+        assert not torch.isnan(c.float()).any()
+        assert ((c.float() - ref).norm() / ref.norm()).item() < 1e-2, (mm, nn, kk)
+        assert bool((guard == SENTINEL).all())
+
+
+@pytest.mark.parametrize("name,shape", [("linear", {"M": 300, "N": 260, "K": 100}),
+                                        ("gemm_bias_relu", {"M": 1000, "N": 1500, "K": 700}),
+                                        ("gemm_atb", {"M": 264, "N": 300, "K": 130}),
+                                        ("gemm_fp8_scaled", {"M": 264, "N": 300, "K": 200})])
+def test_the_copying_producer_takes_other_kernels(name, shape):
+    from general_corpus import BY_NAME
+    case = BY_NAME[name]
+    torch.manual_seed(5)
+    k = tkjit.compile(case.source, constants=case.constants or None, lowering="general", require_hopper=True)
+    args = case.make(shape, "cuda")
+    want = case.reference(args)
+    k(*args)
+    k(*args)  # twice: the variant's launcher from then on
+    torch.cuda.synchronize()
+    for i, ref in zip(case.outputs, want):
+        got = args[i].float()
+        assert ((got - ref).norm() / ref.norm()).item() < 1e-2, name

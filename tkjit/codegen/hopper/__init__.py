@@ -3,16 +3,17 @@
     out = emit_hopper_ptx(kernel, options=None, decisions=None)   # (ptx, metadata) or None
 
 Two routes: the general lowering (lower.py: any block program the scheduling passes annotated,
-op by op, following the mbarrier pass's protocol) and, until it matches their speed, the two
-templates behind exact matchers (the GEMM of match.py / gemm.py, the online-softmax attention of
-attention_match.py / attention.py). For a kernel neither takes it returns None, so the caller
+op by op, following the mbarrier pass's protocol) and the two templates behind exact matchers
+(the GEMM of match.py / gemm.py: under ``auto`` only for what the general lowering refuses; the
+online-softmax attention of attention_match.py / attention.py: ahead of it until it matches its
+speed). For a kernel neither takes it returns None, so the caller
 falls back to the register-tile backend; the reason is appended to ``decisions``
 (``{"decision": "backend", "value": "mma.sync", "why": ..., "refusal": lower.Refusal}``) when a
 list is given.
 
-``options``: ``lowering`` (``auto``: a template where one matches, else the general lowering of
-lower.py; ``general``; ``template``), ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False:
-never take this path),
+``options``: ``lowering`` (``auto``: a template in ``AHEAD_OF_GENERAL`` where one matches, else
+the general lowering of lower.py, else a template for what it refuses; ``general``;
+``template``), ``arch`` (only ``sm_90a`` has wgmma), ``hopper`` (False: never take this path),
 ``unaligned_rows`` (default True here; the compiler passes its option, default False: the GEMM
 then assumes rows of whole 16-byte units and leaves their fallback out).
 Metadata is the register-tile backend's (name, entry, arch, backend, params, dims, grid, block,
@@ -50,17 +51,25 @@ def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
     options = dict(options or {})
     lowering = options.get("lowering", "auto")
     template_why = general_why = None
-    if lowering in ("auto", "template"):
-        out = _template(kernel, options)
-        if not isinstance(out, str):
+    if lowering == "auto":  # a template still measured faster than the general lowering goes first
+        out = _ahead_of_general(kernel, options)
+        if out is not None:
             return out
-        template_why = out
     if lowering in ("auto", "general"):
         from .lower import lower_kernel, refusal
         refused = refusal(kernel, options)
         if refused is None:
             return lower_kernel(kernel, options)
         general_why = refused
+    if lowering in ("auto", "template"):
+        out = _template(kernel, options)
+        if not isinstance(out, str):
+            if general_why is not None and decisions is not None:
+                decisions.append({"decision": "backend", "value": "wgmma template",
+                                  "why": f"the general lowering cannot take {general_why.text()}; "
+                                         "the template of this kernel's pattern can"})
+            return out
+        template_why = out
     if decisions is not None:
         parts = []
         if general_why is not None:
@@ -71,6 +80,29 @@ def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
                           "why": f"the Hopper wgmma path does not apply: {'; '.join(parts)}",
                           "refusal": general_why})
     return None
+
+
+AHEAD_OF_GENERAL = ("attention",)
+"""Templates that ``lowering=auto`` still prefers to the general lowering, because the general
+lowering is measured slower on their benchmark rows: the attention forward (0.67-0.93x of its
+template, H200, 2026-11-27, benchmarks/results/2026-11-27-nvidia-h200-s10-attn-3*.json; issue 18).
+The GEMM template is not here: the general lowering is within 2% of it on every GEMM row
+(docs/hopper-codegen.md), so under auto it serves only what the general lowering refuses (rows
+TMA cannot address, multicast, stream-K)."""
+
+
+def _ahead_of_general(kernel: Kernel, options: dict):
+    """The PTX and metadata of a template in AHEAD_OF_GENERAL that matches ``kernel``, else None.
+    A kernel of the GEMM pattern is no attention kernel: it never imports the attention modules."""
+    if options.get("arch", "sm_90a") not in ARCHS or options.get("hopper", True) is False:
+        return None
+    if not isinstance(match_gemm(kernel), str):  # the GEMM pattern (no plan needed to know it)
+        return None
+    attention = plan_attention(kernel)
+    if isinstance(attention, str):
+        return None
+    from .attention import AttentionKernel
+    return AttentionKernel(*attention).emit()
 
 
 def _template(kernel: Kernel, options: dict):

@@ -1,6 +1,6 @@
 """The producer's fallback when TMA cannot address a tensor (rows that are not a multiple of 16
 bytes, e.g. a bf16 GEMM with K = 700): the 128 producer threads copy the tile element by
-element (zero outside the tensor) into the same swizzled panels a TMA box would have written,
+element (1-, 2- or 4-byte elements) (zero outside the tensor) into the same swizzled panels a TMA box would have written,
 fence the generic-proxy writes for the async proxy (wgmma reads through it), meet on a named
 barrier, and one thread arrives on full[s]. Slow, but every shape runs.
 
@@ -13,6 +13,8 @@ from .builder import Builder
 from .wgmma import Operand
 
 SWIZZLE_MASKS = {128: 7, 64: 3, 32: 1}
+ELEMENT = {1: ("u8", "b16"), 2: ("b16", "b16"), 4: ("b32", "b32")}
+"""Element bytes -> (the copy's load/store type, its register's)."""
 PRODUCER_BARRIER = 1
 """Named barrier of the producer warpgroup's 128 threads (0 is the CTA-wide one)."""
 PRODUCER_THREADS = 128
@@ -23,24 +25,26 @@ def copy_tile(b: Builder, op: Operand, thread: str, src: str, rows: str, cols: s
     """Copy rows [row0, row0 + op.rows) x cols [col0, col0 + op.cols) of the row-major global
     tensor at ``src`` (``rows`` x ``cols`` elements) into the panels at shared ``dst``."""
     top = b.label("copy")
+    kind, reg_kind = ELEMENT[op.elem_bytes]
     idx, r, c, gr, gc = b.reg(), b.reg(), b.reg(), b.reg(), b.reg()
     b(f"mov.u32 {idx}, {thread};")
     b.place(top)
     _split(b, idx, op.cols, r, c)
-    inside, ok_c, value = b.pred(), b.pred(), b.reg("b16")
+    inside, ok_c, value = b.pred(), b.pred(), b.reg(reg_kind)
     off, addr = b.reg("b64"), b.reg("b64")
     b(f"add.s32 {gr}, {row0}, {r};", f"add.s32 {gc}, {col0}, {c};",
       f"setp.lt.s32 {inside}, {gr}, {rows};", f"setp.lt.s32 {ok_c}, {gc}, {cols};",
-      f"and.pred {inside}, {inside}, {ok_c};", f"mov.b16 {value}, 0;",
-      f"mul.wide.s32 {off}, {gr}, {cols};", f"cvt.s64.s32 {addr}, {gc};", f"add.s64 {off}, {off}, {addr};",
-      f"shl.b64 {off}, {off}, 1;", f"add.s64 {addr}, {src}, {off};",
-      f"@{inside} ld.global.nc.b16 {value}, [{addr}];")
+      f"and.pred {inside}, {inside}, {ok_c};", f"mov.{reg_kind} {value}, 0;",
+      f"mul.wide.s32 {off}, {gr}, {cols};", f"cvt.s64.s32 {addr}, {gc};", f"add.s64 {off}, {off}, {addr};")
+    if op.elem_bytes > 1:
+        b(f"shl.b64 {off}, {off}, {op.elem_bytes.bit_length() - 1};")
+    b(f"add.s64 {addr}, {src}, {off};", f"@{inside} ld.global.nc.{kind} {value}, [{addr}];")
     panel, inner, a, x = b.reg(), b.reg(), b.reg(), b.reg()
     _split(b, c, op.panel_cols, panel, inner)
     b(f"mul.lo.u32 {a}, {panel}, {op.panel_bytes};", f"mad.lo.u32 {a}, {r}, {op.span}, {a};",
       f"mad.lo.u32 {a}, {inner}, {op.elem_bytes}, {a};",
       f"bfe.u32 {x}, {a}, 7, {SWIZZLE_MASKS[op.span].bit_length()};", f"shl.b32 {x}, {x}, 4;",
-      f"xor.b32 {a}, {a}, {x};", f"add.u32 {a}, {a}, {dst};", f"st.shared.b16 [{a}], {value};")
+      f"xor.b32 {a}, {a}, {x};", f"add.u32 {a}, {a}, {dst};", f"st.shared.{kind} [{a}], {value};")
     more = b.pred()
     b(f"add.u32 {idx}, {idx}, {PRODUCER_THREADS};",
       f"setp.lt.u32 {more}, {idx}, {op.rows * op.cols};", f"@{more} bra {top};")

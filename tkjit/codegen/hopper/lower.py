@@ -84,11 +84,18 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         why = split_refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"])
         if why is not None:
             return why
-    if int(kernel.attrs.get("multicast", 1) or 1) > 1 or int(kernel.attrs.get("stream_k", 0) or 0) > 0:
-        return Refusal(None, "multicast and stream-K are not options of the general lowering yet")
+    multicast, stream_k = int(kernel.attrs.get("multicast", 1) or 1), int(kernel.attrs.get("stream_k", 0) or 0)
+    if multicast > 1 or stream_k > 0:
+        asked = f"multicast = {multicast}" if multicast > 1 else f"stream_k = {stream_k}"
+        return Refusal(blocks, f"the grid pass's {asked} (grid{{{asked.replace(' ', '')}}}) is not a schedule "
+                               "option of the general lowering yet (docs/hopper-codegen.md, 'Next', 2); "
+                               "lowering='auto' or 'template' gives it to the GEMM template where the kernel "
+                               "is of that pattern")
     if options.get("unaligned_rows"):
-        return Refusal(None, "rows that are not whole 16-byte units: TMA cannot address them, and the "
-                             "general lowering has no copying producer")
+        from .lower_copy import copy_refusal
+        why = copy_refusal(kernel, options)
+        if why is not None:
+            return why
     for op in kernel.body.ops:
         if not isinstance(op, Blocks) and not all(isinstance(v.type, ScalarType) for v in op.results):
             return Refusal(op, "only scalars may be computed before the block loop")
@@ -175,6 +182,13 @@ class LoweredKernel:
                                                          in self.schedule.split_bars.items()])
         """smem-plan's map, and the barriers of rings the mbarrier pass split off after it."""
         self.blocks = block_loop(kernel)
+        self.copying = bool(self.options.get("unaligned_rows"))
+        """Rows TMA cannot address may reach this kernel (the compile option ``unaligned_rows``):
+        the producer then copies every stage where they do (lower_copy.py) and stores of tensors
+        whose rows may be such go from registers."""
+        self.rows_ok: str | None = None
+        """With ``copying``: the predicate 'TMA can address every tensor the producer loads'
+        (set in the prologue; None where no loaded tensor's row length is a named dim)."""
         self.split = self.schedule.split
         """Split-K: the CTAs of a cluster sharing each tile's reduction loop (1: none)."""
         self.rank: str | None = None
@@ -217,8 +231,10 @@ class LoweredKernel:
         for m in self.maps.values():
             if (m.param, m.box, m.swizzle) == (index, box, swizzle):
                 return m
+        from .lower_copy import row_may_be_unaligned
         m = tma.TensorMap(f"{self.kernel.name}_tmap_{len(self.maps)}", index, param.hint,
-                          param.type.dtype.name, box, swizzle, fallback=False)
+                          param.type.dtype.name, box, swizzle,
+                          fallback=self.copying and row_may_be_unaligned(param))
         self.maps[len(self.maps)] = m
         return m
 
@@ -276,6 +292,9 @@ class LoweredKernel:
             b(f"ld.param.s64 {r}, [{entry[1]}];")
             return r
         self.strides = stride_registers(self.entries, load_stride)  # option strided: the roles' ctx
+        if self.copying:
+            from .lower_copy import rows_aligned
+            self.rows_ok = rows_aligned(self)
         self.init_barriers()
 
     def bar_base(self, ring: str) -> tuple[str, str]:
@@ -320,7 +339,8 @@ class LoweredKernel:
                 "grid": [launch_grid(self.kernel)], "block": [self.threads, 1, 1],
                 "smem_bytes": self.smem_bytes + 1024, "num_warps": self.threads // 32,
                 "registers": list(self.regs), "protocol": self.proto.text(),
-                "assumes_aligned_rows": True,  # TMA: a launch with other rows recompiles (kernel.py)
+                # TMA only: a launch with other rows recompiles with the copying producer (kernel.py)
+                **({"assumes_aligned_rows": True} if not self.copying else {}),
                 "strided_variant": True,  # the option ``strided``: views' strides as parameters
                 "decisions": list(self.decisions)} | reduction_shape(self.kernel, self.schedule)
 

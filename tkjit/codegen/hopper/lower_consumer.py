@@ -115,6 +115,14 @@ class ConsumerRole(RoleEmitter):
             if isinstance(op, Store) and isinstance(op.operands[1].type, TileType) \
                     and op.operands[1].type.space == "rt":
                 cols = staging_columns(op, self.owners, self.pingpong)
+                if cols and self.k.copying:
+                    from .lower_copy import row_may_be_unaligned
+                    if row_may_be_unaligned(op.operands[0]):  # no TMA store: from registers
+                        self.k.decisions.append({
+                            "decision": "epilogue", "value": "registers",
+                            "why": f"{op.operands[0].hint}'s rows may not be whole 16-byte units (option "
+                                   "unaligned_rows), which a TMA store cannot address"})
+                        continue
                 if cols:
                     out[op] = staging_for(self, op, cols)
         return out

@@ -93,10 +93,28 @@ class ProducerRole(RoleEmitter):
         k, b = self.k, self.b
         b(f"setmaxnreg.dec.sync.aligned.u32 {k.regs[0]};")
         leader, done = b.pred(), b.label("producer_done")
+        if k.rows_ok is not None:  # rows TMA cannot address may come: where they do, all threads copy
+            from .lower_copy import CopyingProducer
+            tma_path = b.label("tma_producer")
+            b(f"@{k.rows_ok} bra {tma_path};")
+            with k.globals.fallback():  # runs only where a loaded tensor's rows are not 16-byte units
+                CopyingProducer(k).walk()
+            b(f"bra {done};")
+            b.place(tma_path)
         b(f"setp.ne.u32 {leader}, {k.tid_wg}, 0;", f"@{leader} bra {done};")
+        self.walk()
+        b.place(done)
+
+    def walk(self) -> None:
+        """The elected thread's program: prefetch the tensor maps, then the protocol."""
+        b = self.b
         for name in dict.fromkeys(m.symbol for m in self.maps()):  # in load order (deterministic PTX)
             raw, addr = b.reg("b64"), b.reg("b64")
             b(*tma.generic_address(name, raw, addr), tma.prefetch(addr))
+        self.walk_rings()
+
+    def walk_rings(self) -> None:
+        k, b = self.k, self.b
         self.rings = {}
         for ring in k.proto.rings:
             full, empty = k.bar_base(ring.name)
@@ -105,7 +123,6 @@ class ProducerRole(RoleEmitter):
         self.tile, self.tile_count = b.reg(), b.reg()
         self.counts = None
         self.emit(k.proto.producer)
-        b.place(done)
 
     def maps(self):
         return [self.k.tensor_map(op) for op in self.loads.values()]
