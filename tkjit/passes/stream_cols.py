@@ -203,6 +203,11 @@ class StreamCols(Pass):
     """Ask the register-tile backend for its contiguous column order (register tiles loaded and
     stored 16 bytes a lane, straight between global memory and registers); kernel attribute
     ``column_order``. ``loads=registers`` asks for it too when the kernel is streamed."""
+    resident: int = 0
+    """k > 0: run the block loop persistently with k CTAs per SM (``Blocks`` attribute
+    ``resident``), so that at most k x SMs row blocks are between a chunk's first read and its
+    re-read by a later pass: k x SMs x BR x W x (bytes of the loaded tensors) must fit in L2 for
+    the re-read to hit there. 0: the kernel's own schedule (one CTA per block)."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -229,6 +234,8 @@ class StreamCols(Pass):
                        "H200, the softmax example ran at 91% of the same-size copy with it and 96% without")
         if plan is None:
             return kernel
+        if self.resident:
+            _make_resident(kernel, plan, self.resident, ctx)
         loops = _Rewriter(plan, self).rewrite()
         big = max((v.type for v in plan.wide if isinstance(v.type, TileType)), key=lambda t: t.nbytes)
         why = (f"{big} needs {big.nbytes:,} B of registers, over the {MAX_REGISTER_TILE_BYTES:,} B one register "
@@ -248,6 +255,28 @@ class StreamCols(Pass):
         for loop, sinks in loops:
             ctx.decide(subject_of(loop), f"chunk pass: {', '.join(sinks)}", "")
         return kernel
+
+
+def _make_resident(kernel: Kernel, plan: StreamPlan, k: int, ctx: PassContext) -> None:
+    """Persistent block loop with ``k`` CTAs per SM (the ``resident`` option), logged with the
+    bytes it keeps between a chunk's first read and its re-read."""
+    if k < 1:
+        raise PassError(f"stream-cols: resident must be at least 1 CTA per SM, got {k}")
+    blocks = next(op for op in kernel.body.ops if isinstance(op, Blocks))
+    if blocks.attrs.get("split", 1) > 1:
+        ctx.decide(f"@{kernel.name}", "resident ignored", "the block loop is split over clusters")
+        return
+    blocks.attrs["schedule"] = "persistent"
+    blocks.attrs["resident"] = k
+    loaded = {op.operands[0] for op in plan.body.ops if isinstance(op, Load) and op.result in plan.wide
+              and isinstance(op.result.type, TileType)}
+    per_block = sum(next(op.result.type.rows for op in plan.body.ops if isinstance(op, Load) and op.operands[0] is g
+                         and op.result in plan.wide) * plan.width * g.type.dtype.nbytes for g in loaded)
+    ctx.decide(f"@{kernel.name}", f"persistent, {k} CTA(s) per SM",
+               f"the pass option: at most {k} row block(s) per SM are in flight, so between a chunk's first "
+               f"read and its re-read by a later pass each SM has read at most {k} x {per_block:,} B "
+               "(the row block's loaded tensors): the re-read finds them in L2 when the SMs' total fits it",
+               resident=k, bytes_per_block=per_block)
 
 
 class _Rewriter:
