@@ -31,12 +31,15 @@ from dataclasses import dataclass
 
 from ..errors import DiagnosticError, PassError
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import (BINARY_OPS, BROADCAST_OPS, REDUCE_OPS, UNARY_OPS, Add, Blocks, Const, Copy, Cvt,
+from ..ir.ops import (BINARY_OPS, BROADCAST_OPS, REDUCE_OPS, UNARY_OPS, Add, Blocks, Const, Copy, CopyCols, Cvt,
                       Fill, For, Load, Max, Min, Mul, Store, Sub, Yield, Zeros)
 from ..ir.types import F32, I32, MAX_REGISTER_TILE_BYTES, ScalarType, TileType, VectorType, register_tile_problem
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
 
+CACHE_BYTES = 160 * 1024
+"""The most bytes of whole row blocks ``cache=shared`` keeps in shared memory (of the 227 KB a
+block may use: the chunk loops' store staging and the reductions' scratch need the rest)."""
 CHUNK_BYTES = 32 * 1024
 """The most bytes of one chunk tile: 16 x 512 f32 for BR = 16 (measured against 1024 columns, docs/codegen.md)."""
 COMBINE = {"sum": Add, "max": Max, "min": Min}
@@ -203,6 +206,12 @@ class StreamCols(Pass):
     """Ask the register-tile backend for its contiguous column order (register tiles loaded and
     stored 16 bytes a lane, straight between global memory and registers); kernel attribute
     ``column_order``. ``loads=registers`` asks for it too when the kernel is streamed."""
+    cache: str = "none"
+    """``shared``: a wide tile that more than one pass reads is loaded once, whole, into a shared
+    tile before the first pass, and every pass copies its chunks from there (``copy_cols``)
+    instead of loading them again from global memory; the chunk loops then prefetch their vector
+    loads (the next trip's, carried through the loop). Where the whole row block does not fit in
+    shared memory (CACHE_BYTES), the passes re-read as with ``none``."""
     resident: int = 0
     """k > 0: run the block loop persistently with k CTAs per SM (``Blocks`` attribute
     ``resident``), so that at most k x SMs row blocks are between a chunk's first read and its
@@ -215,6 +224,8 @@ class StreamCols(Pass):
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.loads not in ("shared", "registers"):
             raise PassError(f"stream-cols: loads must be shared or registers, got {self.loads!r}")
+        if self.cache not in ("shared", "none"):
+            raise PassError(f"stream-cols: cache must be shared or none, got {self.cache!r}")
         if self.order not in ("alternate", "forward"):
             raise PassError(f"stream-cols: order must be alternate or forward, got {self.order!r}")
         body = block_body(kernel)
@@ -236,7 +247,16 @@ class StreamCols(Pass):
             return kernel
         if self.resident:
             _make_resident(kernel, plan, self.resident, ctx)
-        loops = _Rewriter(plan, self).rewrite()
+        rewriter = _Rewriter(plan, self)
+        loops = rewriter.rewrite()
+        if self.cache == "shared":
+            names = ", ".join(f"%{op.result.hint or '?'}" for op in rewriter.cached)
+            ctx.decide(f"@{kernel.name}", f"row blocks kept in shared memory: {names}" if rewriter.cached
+                       else "row blocks re-read by every pass",
+                       "the pass option cache=shared: " + rewriter.cache_plan[1] +
+                       ("; each is loaded whole before the first pass and every pass copies its chunks "
+                        "from there (copy_cols), so global memory is read once; the chunk loops prefetch "
+                        "their vector loads one trip ahead" if rewriter.cached else ""))
         big = max((v.type for v in plan.wide if isinstance(v.type, TileType)), key=lambda t: t.nbytes)
         why = (f"{big} needs {big.nbytes:,} B of registers, over the {MAX_REGISTER_TILE_BYTES:,} B one register "
                if big.nbytes > MAX_REGISTER_TILE_BYTES else "forced by the pass option; ")
@@ -285,6 +305,8 @@ class _Rewriter:
         self.out: list[Op] = []
         self.outer: dict[Value, Value] = {}     # narrow value -> its value in the new body
         self.loops_made: list[For] = []
+        self.cached: dict[Op, Value] = {}       # wide tile load -> its whole shared tile in the new body
+        self.cache_plan = _cache_plan(plan) if options.cache == "shared" else ([], "the pass option cache=none")
 
     def rewrite(self) -> list[tuple[For, list[str]]]:
         plan = self.plan
@@ -296,6 +318,8 @@ class _Rewriter:
             for op in narrow:
                 if max((plan.avail.get(r, 0) for r in op.results), default=_avail_of(op, plan)) == p:
                     self.out.append(self._clone(op, self.outer))
+            if p == 0:
+                self._load_cached()
             if p < plan.phases:
                 sinks = [op for op in old if plan.phase.get(op) == p and not (op.results and op.result in plan.wide)]
                 if sinks:
@@ -306,6 +330,18 @@ class _Rewriter:
             op.parent = plan.body
         plan.body.ops = self.out
         return loops
+
+    def _load_cached(self) -> None:
+        """The whole shared tiles of ``cache=shared``, loaded before the first pass."""
+        for op in self.cache_plan[0]:
+            coords = [self.outer.get(v, v) for v in op.variadic()]
+            if any(v.owner is not None and v.owner.parent is self.plan.body for v in coords):
+                continue  # a coordinate computed after the first pass: the chunks are loaded again
+            t = op.result.type
+            st = TileType("st", op.operands[0].type.dtype, t.rows, t.cols)
+            ld = Load([op.operands[0], *coords], {}, [st], span=op.span, result_hints=[f"{op.result.hint or 'x'}_row"])
+            self.out.append(ld)
+            self.cached[op] = ld.result
 
     # -- one chunk loop ------------------------------------------------------------------
     def _loop(self, p: int, sinks: list[Op]) -> tuple[For, list[str]]:
@@ -323,8 +359,12 @@ class _Rewriter:
         n = plan.width // plan.chunk
         backward = self.options.order == "alternate" and len(self.loops_made) % 2 == 1
         needed = self._needed(sinks)
-        loads = [op for op in plan.body.ops if op in needed and isinstance(op, Load) and isinstance(op.result.type, TileType)]
+        loads = [op for op in plan.body.ops if op in needed and isinstance(op, Load)
+                 and isinstance(op.result.type, TileType) and op not in self.cached]
         ahead = loads if self.options.loads == "registers" and self.options.prefetch else []
+        if self.cached and self.options.prefetch:  # no pipelined tile loads left to hide the vectors' latency
+            ahead = ahead + [op for op in plan.body.ops if op in needed and isinstance(op, Load)
+                             and isinstance(op.result.type, VectorType)]
         firsts = []
         if ahead:  # software pipelining: the chunk a trip uses was loaded by the trip before
             start = self._const(n - 1 if backward else 0, span)
@@ -362,7 +402,8 @@ class _Rewriter:
                                result_hints=[op.result.hint])
                     body.append(wide)
                     local[op.result] = wide.result
-        ordered = [op for op in loads if op not in ahead] + [op for op in plan.body.ops if op in needed and op not in loads]
+        ordered = [op for op in loads if op not in ahead] + [op for op in plan.body.ops
+                                                             if op in needed and op not in loads and op not in ahead]
         for op in ordered:  # the loop's shared loads first: the pipeline fetches those ahead
             self._chunk_op(op, c, local, body)
         yields = []
@@ -373,7 +414,8 @@ class _Rewriter:
             body.append(combined)
             yields.append(combined.result)
         body.append(Yield(yields + nexts, {}, None, span=span))
-        attrs = {"stages": self.options.stages} if self.options.stages and self.options.loads == "shared" else {}
+        pipelined = self.options.loads == "shared" and any(op not in ahead for op in loads)
+        attrs = {"stages": self.options.stages} if self.options.stages and pipelined else {}
         loop = For([zero, count, one, *inits, *firsts], attrs, None, [body], span=span,
                    result_hints=[red.result.hint for red in reductions] + [None] * len(firsts))
         self.out.append(loop)
@@ -407,7 +449,9 @@ class _Rewriter:
             return
         t = op.result.type
         ct = _chunked(t, plan)
-        if isinstance(op, Load):
+        if isinstance(op, Load) and op in self.cached:
+            new = CopyCols([self.cached[op], c], {}, [ct], span=op.span, result_hints=[op.result.hint])
+        elif isinstance(op, Load):
             coords = self._chunk_coords(op.variadic(), c, local, body, op.span)
             src = op.operands[0]
             if isinstance(t, TileType) and self.options.loads == "shared":
@@ -446,6 +490,34 @@ class _Rewriter:
     def _clone(self, op: Op, mapping: dict) -> Op:
         from .rewrite import _clone_op
         return _clone_op(op, mapping)
+
+
+def _cache_plan(plan: StreamPlan) -> tuple[list[Op], str]:
+    """The wide tile loads ``cache=shared`` keeps whole in shared memory (those more than one pass
+    reads), and why (or why none)."""
+    # a load's value reaches later passes through the ops recomputed from it: follow them
+    phases_of = {}
+    for op in plan.body.ops:
+        if isinstance(op, Load) and op.result in plan.wide and isinstance(op.result.type, TileType):
+            seen, todo, ph = set(), [op], set()
+            while todo:
+                o = todo.pop()
+                if o in seen:
+                    continue
+                seen.add(o)
+                ph.add(plan.phase.get(o, 0))
+                todo += [u for u in plan.body.ops if any(v in plan.wide and v.owner is o for v in u.operands)]
+            phases_of[op] = ph
+    reread = [op for op, ph in phases_of.items() if len(ph) > 1]
+    if not reread:
+        return [], "no pass re-reads a loaded tile"
+    total = sum(op.result.type.rows * plan.width * op.operands[0].type.dtype.nbytes for op in reread)
+    if total > CACHE_BYTES:
+        return [], f"the re-read row blocks take {total:,} B, over the {CACHE_BYTES:,} B kept in shared memory"
+    last = [op.operands[0].type.dims[-1] for op in reread]
+    if any(not isinstance(d, int) or d % plan.width for d in last):
+        return [], "a re-read tensor's rows are not a constant multiple of the width: its chunks have padding columns"
+    return reread, f"{total:,} B of row blocks kept in shared memory for the passes that re-read them"
 
 
 def _avail_of(op: Op, plan: StreamPlan) -> int:

@@ -1,0 +1,119 @@
+"""stream-cols{cache=shared}: a row block that more than one pass reads is loaded whole into a
+shared tile before the first pass and each pass copies its chunks from there (``copy_cols``),
+instead of loading them again from global memory. The op (verifier, interpreter), the IR the pass
+writes, its decision and its refusals, and the register-tile backend's PTX on the simulator at a
+ragged row count with poisoned outputs (docs/codegen.md)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tkjit
+from simkit import simulate
+from test_stream_cols import RMS_IR, check_lines, run_pass
+from tkjit.errors import PassError, TkError
+from tkjit.ir.parser import parse_kernel
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+COPY_COLS_IR = """kernel @cc(%X: gl<bf16>[R, 256], %Y: gl<f32>[R, 64]) {
+  %R = dim {name = "R"} : i32
+  %c16 = const {value = 16} : i32
+  %0 = cdiv %R, %c16 : i32
+  blocks %0 {
+  ^(%i: i32):
+    %c0 = const {value = 0} : i32
+    %c2 = const {value = 2} : i32
+    %s = load %X, %i, %c0 : st<bf16>[16, 256]
+    %x = copy_cols %s, %c2 : %TYPE
+    store %Y, %x, %i, %c0
+  }
+}
+"""
+
+
+def test_copy_cols_reads_the_chunk_on_the_interpreter_and_the_simulated_ptx():
+    kernel = tkjit.compile(COPY_COLS_IR.replace("%TYPE", "rt<f32>[16, 64]"), filename="cc.tkir")
+    x = torch.randn(21, 256).bfloat16()
+    y = torch.full((21, 64), float("nan"))
+    kernel(x, y)
+    torch.testing.assert_close(y, x[:, 128:192].float(), rtol=0, atol=0)
+    (got,) = simulate(kernel.ir, [x, torch.full((21, 64), float("nan"))], [1],
+                      ptx_meta=(kernel.asm["ptx"], kernel.metadata))
+    torch.testing.assert_close(got, x[:, 128:192].float(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bad, why", [("rt<f32>[16, 48]", "not a column chunk"),
+                                      ("rt<f32>[32, 64]", "not a column chunk"),
+                                      ("st<bf16>[16, 64]", "into a register tile")])
+def test_copy_cols_is_verified(bad, why):
+    with pytest.raises(TkError, match=why):
+        parse_kernel(COPY_COLS_IR.replace("%TYPE", bad))
+
+
+def test_cache_loads_the_row_block_once_and_every_pass_copies_its_chunks():
+    out, log = run_pass(RMS_IR, "stream-cols{cache=shared}")
+    check_lines(out, [
+        "%x_row = load %X, %i, %c0 : st<bf16>[16, 4096]",
+        "= for %",  # no pipelined loads left in the loop: no stages
+        "%x = copy_cols %x_row, %c : rt<f32>[16, 512]",
+        "row_sum", "yield",
+        "%w = load %W, %", "= for %",  # the vector of the first trip, then each trip loads the next
+        "%w_next: rv<f32>[512]):",
+        "= load %W, %next : rv<f32>[512]",
+        "copy_cols %x_row, %chunk : rt<f32>[16, 512]",
+        "mul_col", "store %Y,", "yield"])
+    assert out.count("load %X") == 1 and "stages" not in out
+    (d,) = [d for d in log if d.pass_name == "stream-cols" and d.decision.startswith("row blocks kept")]
+    assert d.decision == "row blocks kept in shared memory: %x" and "131,072 B" in d.reason
+
+
+def test_a_row_block_over_the_cache_budget_is_re_read_and_says_why():
+    out, log = run_pass(RMS_IR.replace("4096", "8192"), "stream-cols{cache=shared}")
+    assert "copy_cols" not in out and out.count("load %X") == 2
+    (d,) = [d for d in log if d.pass_name == "stream-cols" and d.decision.startswith("row blocks re-read")]
+    assert "262,144 B, over the 163,840 B" in d.reason
+    with pytest.raises(PassError, match="cache must be"):
+        run_pass(RMS_IR, "stream-cols{cache=registers}")
+
+
+def _norm_case(name, r, d, seed=0):
+    torch.manual_seed(seed)
+    x = (torch.randn(r, d) * 2 + 0.5).bfloat16()
+    res, w, b = torch.randn(r, d).bfloat16(), torch.randn(d).bfloat16(), torch.randn(d).bfloat16()
+    out = [torch.full((r, d), float("nan")).bfloat16() for _ in range(2)]
+    if name == "rmsnorm":
+        xd = x.double()
+        return [x, w, out[0], 1e-6], [2], [xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()]
+    if name == "layernorm":
+        return [x, w, b, out[0], 1e-5], [3], [torch.nn.functional.layer_norm(x.double(), (d,), w.double(), b.double(),
+                                                                              eps=1e-5)]
+    h = x.double() + res.double()
+    return [x, res, w, b, out[0], out[1], 1e-5], [4, 5], \
+        [h, torch.nn.functional.layer_norm(h, (d,), w.double(), b.double(), eps=1e-5)]
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "layernorm", "residual_layernorm"])
+def test_cached_examples_agree_with_torch_on_the_interpreter_and_the_simulated_ptx(name):
+    r, d = 37, 1024  # not a multiple of BR: the last row block is ragged
+    kernel = tkjit.load(EXAMPLES / f"{name}.tk", pipeline="canonicalize,stream-cols{force=true cache=shared cols=256}")
+    assert "copy_cols" in kernel.asm["after:stream-cols"]
+    args, index, refs = _norm_case(name, r, d)
+    kernel(*args)  # the interpreter (no GPU here)
+    for i, ref in zip(index, refs):
+        assert not torch.isnan(args[i]).any()
+        assert ((args[i].double() - ref).norm() / ref.norm()).item() < 1e-2
+    args, index, refs = _norm_case(name, r, d)
+    got = simulate(kernel.ir, args, index, ptx_meta=(kernel.asm["ptx"], kernel.metadata))
+    for g, ref in zip(got, refs):
+        assert not torch.isnan(g).any(), "an output element was never written"
+        assert ((g.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_the_interpreter_refuses_a_chunk_outside_the_tile():
+    kernel = tkjit.compile(COPY_COLS_IR.replace("%TYPE", "rt<f32>[16, 64]").replace("{value = 2}", "{value = 4}"),
+                           filename="cc.tkir")
+    with pytest.raises(TkError, match="column chunk 4 of 4"):
+        kernel(torch.randn(16, 256).bfloat16(), torch.zeros(16, 64))
