@@ -91,6 +91,30 @@ def _rotary_truth(args):
     return [torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)]
 
 
+def _torch_fn(family: str):
+    """The family's expression in torch (f32 math, bf16 outputs), for torch.compile."""
+    import torch.nn.functional as F
+
+    if family == "rmsnorm":
+        def fn(x, w, y, eps):
+            xf = x.float()
+            y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).bfloat16())
+    elif family == "layernorm":
+        def fn(x, w, b, y, eps):
+            y.copy_(F.layer_norm(x.float(), (x.shape[-1],), w.float(), b.float(), eps=eps).bfloat16())
+    elif family == "residual_layernorm":
+        def fn(x, res, w, b, h, y, eps):
+            hf = x.float() + res.float()
+            h.copy_(hf.bfloat16())
+            y.copy_(F.layer_norm(hf, (hf.shape[-1],), w.float(), b.float(), eps=eps).bfloat16())
+    elif family == "softmax":
+        def fn(x, y):
+            y.copy_(torch.softmax(x.float(), -1).bfloat16())
+    else:
+        raise ValueError(family)
+    return fn
+
+
 FAMILIES = {  # name -> (make args, truth, tensors of R x D bytes moved)
     "softmax": (_softmax_args, _softmax_truth, 2),
     "rotary": (_rotary_args, _rotary_truth, 2),
@@ -112,9 +136,33 @@ VARIANTS = {  # label -> stream-cols options (the register-tile backend takes th
 }
 
 
+S11 = {  # label -> (stream-cols options, D values, families): the session-11 schedules (docs/codegen.md)
+    "cache DC=256": ("force=true cache=shared cols=256", (1024,), ("rmsnorm", "layernorm", "residual_layernorm", "softmax")),
+    "cache DC=128": ("force=true cache=shared cols=128", (1024,), ("rmsnorm", "layernorm", "residual_layernorm")),
+    "direct": ("direct=true", (1024,), ("rmsnorm", "layernorm", "residual_layernorm")),
+    "cache": ("cache=shared", (4096,), ("rmsnorm", "layernorm")),
+    "cache DC=256 ": ("cache=shared cols=256", (4096,), ("rmsnorm", "layernorm")),
+    "resident=1 S=4": ("resident=1 stages=4", (4096, 8192), ("rmsnorm", "layernorm", "residual_layernorm")),
+    "resident=2 S=4": ("resident=2 stages=4", (4096, 8192), ("rmsnorm", "layernorm", "residual_layernorm")),
+    "resident=2 S=2": ("resident=2", (4096, 8192), ("rmsnorm", "layernorm", "residual_layernorm")),
+}
+
+
 def rows(which: str = "examples,variants") -> list[dict]:
     """(label, family, source file, constants, pipeline) of every variant measured."""
     out = []
+    if "torch" in which:  # torch.compile of each example's expression, same shapes
+        for fam in ("rmsnorm", "residual_layernorm", "layernorm"):
+            for d in (1024, 4096, 8192):
+                out.append(dict(label=f"{fam} torch.compile", family=fam, D=d, torch=True, path="", constants={}))
+    if "s11" in which:
+        for label, (opts, ds, fams) in S11.items():
+            for fam in fams:
+                for d in ds:
+                    key = "C" if fam == "softmax" else "D"
+                    out.append(dict(label=f"{fam} {label.strip()}", family=fam, D=d,
+                                    path=EXAMPLES / f"{fam}.tk", constants={} if d == 1024 else {key: d},
+                                    pipeline=f"{PORTABLE}{{{opts}}}"))
     if "others" in which:  # row-wise examples whose code the contiguous column order changes
         out.append(dict(label="softmax example", family="softmax", path=EXAMPLES / "softmax.tk", D=1024,
                         R=65536, constants={}))
@@ -172,14 +220,19 @@ def measure(row: dict, rounds: int = 6, per_round: int = 15) -> dict:
     out = {k: (str(v) if isinstance(v, Path) else v) for k, v in row.items()}
     out["R"] = r
     try:
-        kernel = tkjit.load(row["path"], constants=row["constants"] or None, pipeline=row.get("pipeline"))
-        kernel.binary  # noqa: B018 - compiled now: the metadata below is the cubin's
-        out["backend"] = kernel.metadata.get("backend", "?")
-        out["schedule"] = [f"{x.pass_name}: {x.decision}" for x in kernel.decisions
-                           if x.pass_name in ("stream-cols", "codegen")][:12]
-        fn0 = kernel.metadata.get("ptxas", {}).get("functions", [{}])[0]
-        out["registers"], out["spills"] = fn0.get("registers"), fn0.get("spill_store_bytes")
-        out["smem_bytes"], out["block"] = kernel.metadata.get("smem_bytes"), kernel.metadata.get("block")
+        if row.get("torch"):
+            kernel = torch.compile(_torch_fn(row["family"]), dynamic=False)
+            out["backend"] = "torch.compile"
+        else:
+            kernel = tkjit.load(row["path"], constants=row["constants"] or None, pipeline=row.get("pipeline"))
+            kernel.binary  # noqa: B018 - compiled now: the metadata below is the cubin's
+            out["backend"] = kernel.metadata.get("backend", "?")
+            out["schedule"] = [f"{x.pass_name}: {x.decision}" for x in kernel.decisions
+                               if x.pass_name in ("stream-cols", "codegen")][:14]
+            fn0 = kernel.metadata.get("ptxas", {}).get("functions", [{}])[0]
+            out["registers"], out["spills"] = fn0.get("registers"), fn0.get("spill_store_bytes")
+            out["smem_bytes"], out["block"] = kernel.metadata.get("smem_bytes"), kernel.metadata.get("block")
+            out["grid"] = kernel.metadata.get("grid")
         args, outs = make(r, d)
         exact = truth(args)
         kernel(*args)
