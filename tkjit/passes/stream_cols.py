@@ -212,6 +212,8 @@ class StreamCols(Pass):
     instead of loading them again from global memory; the chunk loops then prefetch their vector
     loads (the next trip's, carried through the loop). Where the whole row block does not fit in
     shared memory (CACHE_BYTES), the passes re-read as with ``none``."""
+    cache_bytes: int = 0
+    """The most bytes ``cache=shared`` keeps (0: CACHE_BYTES)."""
     resident: int = 0
     """k > 0: run the block loop persistently with k CTAs per SM (``Blocks`` attribute
     ``resident``), so that at most k x SMs row blocks are between a chunk's first read and its
@@ -251,9 +253,11 @@ class StreamCols(Pass):
         loops = rewriter.rewrite()
         if self.cache == "shared":
             names = ", ".join(f"%{op.result.hint or '?'}" for op in rewriter.cached)
-            ctx.decide(f"@{kernel.name}", f"row blocks kept in shared memory: {names}" if rewriter.cached
+            part = "" if rewriter.cached_chunks == plan.width // plan.chunk else \
+                f" (chunks 0..{rewriter.cached_chunks - 1} of {plan.width // plan.chunk})"
+            ctx.decide(f"@{kernel.name}", f"row blocks kept in shared memory: {names}{part}" if rewriter.cached
                        else "row blocks re-read by every pass",
-                       "the pass option cache=shared: " + rewriter.cache_plan[1] +
+                       "the pass option cache=shared: " + rewriter.cache_plan[2] +
                        ("; each is loaded whole before the first pass and every pass copies its chunks "
                         "from there (copy_cols), so global memory is read once; the chunk loops prefetch "
                         "their vector loads one trip ahead" if rewriter.cached else ""))
@@ -305,8 +309,12 @@ class _Rewriter:
         self.out: list[Op] = []
         self.outer: dict[Value, Value] = {}     # narrow value -> its value in the new body
         self.loops_made: list[For] = []
-        self.cached: dict[Op, Value] = {}       # wide tile load -> its whole shared tile in the new body
-        self.cache_plan = _cache_plan(plan) if options.cache == "shared" else ([], "the pass option cache=none")
+        self.cached: dict[Op, Value] = {}       # wide tile load -> its shared tile (first chunks) in the new body
+        self.cached_chunks = 0                  # how many chunks from the first the shared tiles hold
+        self.copying: set = set()               # the cached loads the loop being built copies
+        self.passes_made = 0
+        self.cache_plan = _cache_plan(plan, options.cache_bytes or CACHE_BYTES) if options.cache == "shared" \
+            else ([], 0, "the pass option cache=none")
 
     def rewrite(self) -> list[tuple[For, list[str]]]:
         plan = self.plan
@@ -323,7 +331,7 @@ class _Rewriter:
             if p < plan.phases:
                 sinks = [op for op in old if plan.phase.get(op) == p and not (op.results and op.result in plan.wide)]
                 if sinks:
-                    loops.append(self._loop(p, sinks))
+                    loops += self._loop(p, sinks)
         if term is not None:
             self.out.append(self._clone(term, self.outer))
         for op in self.out:
@@ -332,23 +340,28 @@ class _Rewriter:
         return loops
 
     def _load_cached(self) -> None:
-        """The whole shared tiles of ``cache=shared``, loaded before the first pass."""
-        for op in self.cache_plan[0]:
+        """The shared tiles of ``cache=shared`` (each tensor's first chunks), loaded before the first pass."""
+        loads, chunks, _ = self.cache_plan
+        for op in loads:
             coords = [self.outer.get(v, v) for v in op.variadic()]
             if any(v.owner is not None and v.owner.parent is self.plan.body for v in coords):
                 continue  # a coordinate computed after the first pass: the chunks are loaded again
+            if chunks < self.plan.width // self.plan.chunk and not _is_zero(coords[-1]):
+                continue  # a part of a tile at a later column: its first chunks are not a tile of their own
             t = op.result.type
-            st = TileType("st", op.operands[0].type.dtype, t.rows, t.cols)
+            st = TileType("st", op.operands[0].type.dtype, t.rows, chunks * self.plan.chunk)
             ld = Load([op.operands[0], *coords], {}, [st], span=op.span, result_hints=[f"{op.result.hint or 'x'}_row"])
             self.out.append(ld)
             self.cached[op] = ld.result
+        self.cached_chunks = chunks
 
     # -- one chunk loop ------------------------------------------------------------------
-    def _loop(self, p: int, sinks: list[Op]) -> tuple[For, list[str]]:
+    def _loop(self, p: int, sinks: list[Op]) -> list[tuple[For, list[str]]]:
+        """Pass ``p`` over every chunk: one loop, or two where ``cache=shared`` keeps only the first
+        chunks in shared memory (the cached chunks, and the rest re-read from global memory; a
+        backward pass takes the re-read ones first, which the pass before read last)."""
         plan = self.plan
         reductions = [op for op in sinks if op.results]
-        span = sinks[0].span
-        zero, count, one = (self._const(v, span) for v in (0, plan.width // plan.chunk, 1))
         inits = []
         for red in reductions:
             t = red.result.type
@@ -357,17 +370,41 @@ class _Rewriter:
             self.out.append(init)
             inits.append(init.result)
         n = plan.width // plan.chunk
-        backward = self.options.order == "alternate" and len(self.loops_made) % 2 == 1
+        backward = self.options.order == "alternate" and self.passes_made % 2 == 1
+        self.passes_made += 1
+        m = self.cached_chunks if self.cached else 0
+        ranges = [(0, m, True), (m, n, False)] if 0 < m < n else [(0, n, m == n)]
+        if backward:
+            ranges.reverse()
+        loops = []
+        for lo, hi, cached in ranges:
+            loop = self._range_loop(sinks, reductions, inits, lo, hi, backward, cached)
+            inits = list(loop.results[:len(reductions)])
+            names = [f"{red.NAME} of %{red.operands[0].hint or '?'}" for red in reductions] + \
+                [f"store to %{s.operands[0].hint}" for s in sinks if not s.results]
+            if len(ranges) > 1:
+                names.append(f"chunks {lo}..{hi - 1} " + ("copied from shared memory" if cached else "loaded again"))
+            loops.append((loop, names))
+        for red, r in zip(reductions, inits):
+            self.outer[red.result] = r
+        return loops
+
+    def _range_loop(self, sinks, reductions, inits, lo: int, hi: int, backward: bool, cached: bool) -> For:
+        """One loop over chunks lo .. hi-1 of a pass (``cached``: its cached loads are copy_cols)."""
+        plan = self.plan
+        span = sinks[0].span
+        zero, count, one = (self._const(v, span) for v in (0, hi - lo, 1))
         needed = self._needed(sinks)
+        copied = set(self.cached) if cached else set()
         loads = [op for op in plan.body.ops if op in needed and isinstance(op, Load)
-                 and isinstance(op.result.type, TileType) and op not in self.cached]
+                 and isinstance(op.result.type, TileType) and op not in copied]
         ahead = loads if self.options.loads == "registers" and self.options.prefetch else []
-        if self.cached and self.options.prefetch:  # no pipelined tile loads left to hide the vectors' latency
+        if copied and not loads and self.options.prefetch:  # no pipelined tile loads to hide the vectors' latency
             ahead = ahead + [op for op in plan.body.ops if op in needed and isinstance(op, Load)
                              and isinstance(op.result.type, VectorType)]
         firsts = []
         if ahead:  # software pipelining: the chunk a trip uses was loaded by the trip before
-            start = self._const(n - 1 if backward else 0, span)
+            start = self._const(hi - 1 if backward else lo, span)
             pre = dict(self.outer)
             for op in ahead:
                 self._chunk_op(op, start, pre, self.out, narrow=True)
@@ -378,16 +415,22 @@ class _Rewriter:
         if backward:
             # every other pass walks the chunks backwards: it starts with those the pass before
             # touched last, which L2 is likeliest to still hold
-            last = Const([], {"value": n - 1}, [I32_T], span=span)
+            last = Const([], {"value": hi - 1}, [I32_T], span=span)
             back = Sub([last.result, c], {}, None, span=span, result_hints=["chunk"])
             body.append(last)
             body.append(back)
             c = back.result
+        elif lo:
+            first = Const([], {"value": lo}, [I32_T], span=span)
+            fwd = Add([first.result, c], {}, None, span=span, result_hints=["chunk"])
+            body.append(first)
+            body.append(fwd)
+            c = fwd.result
         local = dict(self.outer)
         nexts = []
         if ahead:  # the next trip's chunk (the last trip loads its own again: a cache hit)
             step = Const([], {"value": 1}, [I32_T], span=span)
-            end = Const([], {"value": 0 if backward else n - 1}, [I32_T], span=span)
+            end = Const([], {"value": lo if backward else hi - 1}, [I32_T], span=span)
             moved = (Sub if backward else Add)([c, step.result], {}, None, span=span)
             following = (Max if backward else Min)([moved.result, end.result], {}, None, span=span,
                                                   result_hints=["next"])
@@ -404,8 +447,10 @@ class _Rewriter:
                     local[op.result] = wide.result
         ordered = [op for op in loads if op not in ahead] + [op for op in plan.body.ops
                                                              if op in needed and op not in loads and op not in ahead]
+        self.copying = copied
         for op in ordered:  # the loop's shared loads first: the pipeline fetches those ahead
             self._chunk_op(op, c, local, body)
+        self.copying = set()
         yields = []
         for red, acc in zip(reductions, body.args[1:]):
             part = type(red)([local[red.operands[0]]], {}, None, span=red.span)
@@ -420,11 +465,7 @@ class _Rewriter:
                    result_hints=[red.result.hint for red in reductions] + [None] * len(firsts))
         self.out.append(loop)
         self.loops_made.append(loop)
-        for red, r in zip(reductions, loop.results):
-            self.outer[red.result] = r
-        names = [f"{red.NAME} of %{red.operands[0].hint or '?'}" for red in reductions] + \
-            [f"store to %{s.operands[0].hint}" for s in sinks if not s.results]
-        return loop, names
+        return loop
 
     def _needed(self, sinks: list[Op]) -> set:
         plan, needed, todo = self.plan, set(), list(sinks)
@@ -449,7 +490,7 @@ class _Rewriter:
             return
         t = op.result.type
         ct = _chunked(t, plan)
-        if isinstance(op, Load) and op in self.cached:
+        if isinstance(op, Load) and op in self.copying:
             new = CopyCols([self.cached[op], c], {}, [ct], span=op.span, result_hints=[op.result.hint])
         elif isinstance(op, Load):
             coords = self._chunk_coords(op.variadic(), c, local, body, op.span)
@@ -492,12 +533,16 @@ class _Rewriter:
         return _clone_op(op, mapping)
 
 
-def _cache_plan(plan: StreamPlan) -> tuple[list[Op], str]:
-    """The wide tile loads ``cache=shared`` keeps whole in shared memory (those more than one pass
-    reads), and why (or why none)."""
-    # a load's value reaches later passes through the ops recomputed from it: follow them
+def _is_zero(v: Value) -> bool:
+    return isinstance(v.owner, Const) and v.owner.attrs["value"] == 0
+
+
+def _cache_plan(plan: StreamPlan, budget: int) -> tuple[list[Op], int, str]:
+    """The wide tile loads ``cache=shared`` keeps in shared memory (those more than one pass
+    reads), how many chunks of each from the first (as many as budget holds; the rest are
+    re-read), and why."""
     phases_of = {}
-    for op in plan.body.ops:
+    for op in plan.body.ops:  # the passes that need a load: those of every op its value reaches
         if isinstance(op, Load) and op.result in plan.wide and isinstance(op.result.type, TileType):
             seen, todo, ph = set(), [op], set()
             while todo:
@@ -510,14 +555,20 @@ def _cache_plan(plan: StreamPlan) -> tuple[list[Op], str]:
             phases_of[op] = ph
     reread = [op for op, ph in phases_of.items() if len(ph) > 1]
     if not reread:
-        return [], "no pass re-reads a loaded tile"
-    total = sum(op.result.type.rows * plan.width * op.operands[0].type.dtype.nbytes for op in reread)
-    if total > CACHE_BYTES:
-        return [], f"the re-read row blocks take {total:,} B, over the {CACHE_BYTES:,} B kept in shared memory"
+        return [], 0, "no pass re-reads a loaded tile"
     last = [op.operands[0].type.dims[-1] for op in reread]
     if any(not isinstance(d, int) or d % plan.width for d in last):
-        return [], "a re-read tensor's rows are not a constant multiple of the width: its chunks have padding columns"
-    return reread, f"{total:,} B of row blocks kept in shared memory for the passes that re-read them"
+        return [], 0, "a re-read tensor's rows are not a constant multiple of the width: its chunks have padding columns"
+    n = plan.width // plan.chunk
+    per_chunk = sum(op.result.type.rows * plan.chunk * op.operands[0].type.dtype.nbytes for op in reread)
+    chunks = min(n, budget // per_chunk)
+    if chunks == 0:
+        return [], 0, f"one chunk of the re-read row blocks takes {per_chunk:,} B, over the {budget:,} B kept"
+    if chunks == n:
+        return reread, n, f"{per_chunk * n:,} B of row blocks kept in shared memory for the passes that re-read them"
+    return reread, chunks, (f"the row blocks take {per_chunk * n:,} B, so the first {chunks} of {n} chunks "
+                            f"({per_chunk * chunks:,} B, within {budget:,} B) are kept in shared memory and "
+                            "the rest are read again (the backward passes start with them: L2 likely still holds them)")
 
 
 def _avail_of(op: Op, plan: StreamPlan) -> int:
