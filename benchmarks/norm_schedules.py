@@ -136,16 +136,28 @@ VARIANTS = {  # label -> stream-cols options (the register-tile backend takes th
 }
 
 
-S11 = {  # label -> (stream-cols options, D values, families): the session-11 schedules (docs/codegen.md)
-    "cache DC=256": ("force=true cache=shared cols=256", (1024,), ("rmsnorm", "layernorm", "residual_layernorm", "softmax")),
-    "cache DC=128": ("force=true cache=shared cols=128", (1024,), ("rmsnorm", "layernorm", "residual_layernorm")),
-    "direct": ("direct=true", (1024,), ("rmsnorm", "layernorm", "residual_layernorm")),
-    "cache DC=256 ": ("cache=shared cols=256", (4096, 8192), ("rmsnorm", "layernorm", "residual_layernorm")),
-    "cache 64K DC=256": ("cache=shared cache_bytes=65536 cols=256", (4096, 8192),
-                         ("rmsnorm", "layernorm", "residual_layernorm")),
-    "resident=1 S=4": ("resident=1 stages=4", (4096, 8192), ("rmsnorm", "layernorm", "residual_layernorm")),
-    "resident=2 S=4": ("resident=2 stages=4", (4096, 8192), ("rmsnorm", "layernorm", "residual_layernorm")),
-    "resident=2 S=2": ("resident=2", (4096, 8192), ("rmsnorm", "layernorm", "residual_layernorm")),
+ALL3 = ("rmsnorm", "layernorm", "residual_layernorm")
+S11 = {  # label -> (stream-cols options, D values, families): session 11's first sweep (GPU call 1)
+    "cache DC=256": ("force=true cache=shared cols=256", (1024,), ALL3 + ("softmax",)),
+    "cache DC=128": ("force=true cache=shared cols=128", (1024,), ALL3),
+    "direct": ("direct=true", (1024,), ALL3),
+    "cache DC=256 ": ("cache=shared cols=256", (4096, 8192), ALL3),
+    "cache 64K DC=256": ("cache=shared cache_bytes=65536 cols=256", (4096, 8192), ALL3),
+    "resident=1 S=4": ("resident=1 stages=4", (4096, 8192), ALL3),
+    "resident=2 S=4": ("resident=2 stages=4", (4096, 8192), ALL3),
+    "resident=2 S=2": ("resident=2", (4096, 8192), ALL3),
+}
+S11B = {  # session 11's second sweep (GPU call 2): the cache in the contiguous column order
+    "cache direct DC=256": ("force=true cache=shared cols=256 direct=true", (1024,), ALL3 + ("softmax",)),
+    "cache direct DC=128": ("force=true cache=shared cols=128 direct=true", (1024,), ALL3 + ("softmax",)),
+    "direct": ("direct=true", (1024,), ALL3 + ("softmax",)),
+    "cache direct regs DC=256": ("cache=shared cols=256 direct=true loads=registers", (4096, 8192), ALL3),
+    "cache96K direct regs DC=256": ("cache=shared cols=256 cache_bytes=98304 direct=true loads=registers",
+                                    (4096, 8192), ALL3),
+    "cache64K direct regs DC=256": ("cache=shared cols=256 cache_bytes=65536 direct=true loads=registers",
+                                    (4096, 8192), ALL3),
+    "registers DC=256 resident=3": ("loads=registers cols=256 resident=3", (4096, 8192), ALL3),
+    "registers DC=256": ("loads=registers cols=256", (4096, 8192), ALL3),
 }
 
 
@@ -156,13 +168,15 @@ def rows(which: str = "examples,variants") -> list[dict]:
         for fam in ("rmsnorm", "residual_layernorm", "layernorm"):
             for d in (1024, 4096, 8192):
                 out.append(dict(label=f"{fam} torch.compile", family=fam, D=d, torch=True, path="", constants={}))
-    if "s11" in which:
-        for label, (opts, ds, fams) in S11.items():
+    for key, table in (("s11b", S11B), ("s11", S11)):
+        if key not in which.split(","):
+            continue
+        for label, (opts, ds, fams) in table.items():
             for fam in fams:
                 for d in ds:
-                    key = "C" if fam == "softmax" else "D"
+                    dim = "C" if fam == "softmax" else "D"
                     out.append(dict(label=f"{fam} {label.strip()}", family=fam, D=d,
-                                    path=EXAMPLES / f"{fam}.tk", constants={} if d == 1024 else {key: d},
+                                    path=EXAMPLES / f"{fam}.tk", constants={} if d == 1024 else {dim: d},
                                     pipeline=f"{PORTABLE}{{{opts}}}"))
     if "others" in which:  # row-wise examples whose code the contiguous column order changes
         out.append(dict(label="softmax example", family="softmax", path=EXAMPLES / "softmax.tk", D=1024,
@@ -268,7 +282,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out")
     ap.add_argument("--only", default="")
     ap.add_argument("--profile")
-    ap.add_argument("--rows", default="examples,others,variants", help="examples, others, variants, candidates")
+    ap.add_argument("--rows", default="examples,others,variants",
+                    help="examples, others, variants, candidates, s11, s11b, torch (comma-separated)")
     a = ap.parse_args(argv)
     todo = [r for r in rows(a.rows) if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]
     if a.profile:

@@ -146,3 +146,39 @@ def test_the_interpreter_refuses_a_chunk_outside_the_tile():
                            filename="cc.tkir")
     with pytest.raises(TkError, match="column chunk 4 of 4"):
         kernel(torch.randn(16, 256).bfloat16(), torch.zeros(16, 64))
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm"])
+def test_the_contiguous_order_reads_cached_chunks_and_vectors_16_bytes_a_lane(name):
+    """cache=shared with direct=true: the cached row block is read with ld.shared.v4 (copy_cols in
+    the contiguous order), the weight vectors with ld.global.v4, outputs stored with st.global.v4
+    and no staging; right on the simulator at a ragged row count."""
+    kernel = tkjit.load(EXAMPLES / f"{name}.tk", pipeline="canonicalize,stream-cols{force=true cache=shared cols=256 direct=true}")
+    ptx = kernel.asm["ptx"]
+    assert "column_order: contiguous" in str(kernel.explain())
+    assert "ld.shared.v4.b32" in ptx and "ld.global.v4.b32" in ptx and "st.global.v4.b32" in ptx
+    assert "ld.global.b16" not in ptx and "st.shared" not in ptx.replace("st.shared.f32", "")
+    args, index, refs = _norm_case(name, 37, 1024, seed=4)
+    got = simulate(kernel.ir, args, index, ptx_meta=(ptx, kernel.metadata))
+    for g, ref in zip(got, refs):
+        assert not torch.isnan(g).any(), "an output element was never written"
+        assert ((g.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_auto_keeps_a_re_read_row_block_on_chip_even_when_it_fits_registers():
+    """cache=auto (the default): a row block that a later pass reads again is streamed over
+    256-column chunks with the block in shared memory, contiguous order, whether or not its
+    register tile would fit; a one-pass program and a program one chunk holds are left alone."""
+    fits = RMS_IR.replace("4096", "1024")
+    out, log = run_pass(fits)
+    check_lines(out, ["%x_row = load %X, %i, %c0 : st<bf16>[16, 1024]", "copy_cols %x_row, %c : rt<f32>[16, 256]",
+                      "copy_cols %x_row, %chunk : rt<f32>[16, 256]"])
+    assert 'column_order = "contiguous"' in out
+    (d,) = [d for d in log if d.pass_name == "stream-cols" and "cache=auto" in d.decision]
+    assert "chunks of 256 columns" in d.reason and "65,536 B" in d.reason
+    one_chunk = RMS_IR.replace("4096", "256")
+    out, log = run_pass(one_chunk)
+    assert "copy_cols" not in out and not [d for d in log if d.pass_name == "stream-cols"]
+    one_pass = RMS_IR.replace("%4 = mul_row %x, %3", "%4 = mul %x, %x")
+    out, log = run_pass(one_pass)
+    assert "copy_cols" not in out and "st<bf16>[16, 4096]" not in out

@@ -211,13 +211,21 @@ def contiguous_columns(kernel: Kernel, grid: WarpGrid) -> tuple[bool, str]:
              or isinstance(op, Store) and isinstance(op.operands[1].type, TileType)]
     if not moved:
         return False, "no register tile is loaded or stored: the order makes no difference"
+    from ..ir.ops import CopyCols
+    users: dict[int, list] = {}
+    for op in kernel.walk():
+        for v in op.operands:
+            users.setdefault(id(v), []).append(op)
     for op in kernel.walk():
         if isinstance(op, (Mma, Copy, CausalMask, Iota)):
             return False, f"'{op.NAME}' needs the mma fragment's column order"
         for v in list(op.results) + [a for r in op.regions for a in r.args]:
             t = v.type
             if isinstance(t, TileType) and t.space == "st":
-                return False, "shared tiles are read and written in the mma fragment's column order"
+                # a row block loaded into shared memory whose chunks only copy_cols reads (16 bytes a lane)
+                if not (isinstance(op, Load) and t.dtype.bits == 16
+                        and all(isinstance(u, CopyCols) for u in users.get(id(v), []))):
+                    return False, "shared tiles are read and written in the mma fragment's column order"
             cols = t.cols if isinstance(t, TileType) else t.length if isinstance(t, VectorType) and t.kind == "rv" else 0
             if cols and grid.col_split(cols).per_warp % 4:
                 return False, f"{t} gives a warp {grid.col_split(cols).per_warp} chunks of 8 columns, not whole 32-column groups"

@@ -40,6 +40,12 @@ from .manager import Pass, PassContext, register_pass
 CACHE_BYTES = 160 * 1024
 """The most bytes of whole row blocks ``cache=shared`` keeps in shared memory (of the 227 KB a
 block may use: the chunk loops' store staging and the reductions' scratch need the rest)."""
+AUTO_CACHE_BYTES = 64 * 1024
+"""The cache budget ``cache=auto`` takes (three 64 KB blocks fit one SM's shared memory)."""
+CACHED_CHUNK_BYTES = 16 * 1024
+"""The most bytes of one chunk tile under ``cache=auto`` (16 x 256 f32 for BR = 16): the passes
+read their chunks from shared memory, so a narrow chunk costs no extra global load, and its
+registers are few."""
 CHUNK_BYTES = 32 * 1024
 """The most bytes of one chunk tile: 16 x 512 f32 for BR = 16 (measured against 1024 columns, docs/codegen.md)."""
 COMBINE = {"sum": Add, "max": Max, "min": Min}
@@ -151,10 +157,10 @@ def _column_local(op: Op) -> bool:
     return type(op) in REDUCE_OPS and op.AXIS == "col"
 
 
-def _chunk_width(width: int, types) -> int:
+def _chunk_width(width: int, types, limit: int = CHUNK_BYTES) -> int:
     rows = max((t.rows * t.dtype.bits // 8 for t in types if isinstance(t, TileType)), default=4)
     chunk = 16
-    while width % (2 * chunk) == 0 and 2 * chunk < width and rows * 2 * chunk <= CHUNK_BYTES:
+    while width % (2 * chunk) == 0 and 2 * chunk < width and rows * 2 * chunk <= limit:
         chunk *= 2
     return chunk
 
@@ -206,8 +212,11 @@ class StreamCols(Pass):
     """Ask the register-tile backend for its contiguous column order (register tiles loaded and
     stored 16 bytes a lane, straight between global memory and registers); kernel attribute
     ``column_order``. ``loads=registers`` asks for it too when the kernel is streamed."""
-    cache: str = "none"
-    """``shared``: a wide tile that more than one pass reads is loaded once, whole, into a shared
+    cache: str = "auto"
+    """``auto``: ``shared`` (with ``direct``, ``force`` and chunks of CACHED_CHUNK_BYTES unless
+    pinned, budget AUTO_CACHE_BYTES unless pinned) for a row-wise program one of whose loaded tiles a
+    later pass reads again (a reduction's result used on the row block: norms, softmax), ``none``
+    otherwise; ``shared``: a wide tile that more than one pass reads is loaded once, whole, into a shared
     tile before the first pass, and every pass copies its chunks from there (``copy_cols``)
     instead of loading them again from global memory; the chunk loops then prefetch their vector
     loads (the next trip's, carried through the loop). Where the whole row block does not fit in
@@ -226,13 +235,21 @@ class StreamCols(Pass):
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.loads not in ("shared", "registers"):
             raise PassError(f"stream-cols: loads must be shared or registers, got {self.loads!r}")
-        if self.cache not in ("shared", "none"):
-            raise PassError(f"stream-cols: cache must be shared or none, got {self.cache!r}")
+        if self.cache not in ("auto", "shared", "none"):
+            raise PassError(f"stream-cols: cache must be auto, shared or none, got {self.cache!r}")
         if self.order not in ("alternate", "forward"):
             raise PassError(f"stream-cols: order must be alternate or forward, got {self.order!r}")
         body = block_body(kernel)
         if body is None:
             return kernel
+        if self.cache == "auto":
+            chosen = self._auto(body)
+            if chosen.cache == "shared":
+                ctx.decide(f"@{kernel.name}", "row block kept on chip (cache=auto)",
+                           f"a later pass reads a loaded tile again: streamed over chunks of {chosen.cols} columns "
+                           f"with the row block kept in shared memory (up to {chosen.cache_bytes:,} B), read "
+                           "in the contiguous column order (16 bytes a lane, no staging); MEASURED")
+            return chosen.run(kernel, ctx)
         try:
             plan = plan_streaming(body, force=self.force, cols=self.cols)
         except NotStreamable as e:
@@ -279,6 +296,24 @@ class StreamCols(Pass):
         for loop, sinks in loops:
             ctx.decide(subject_of(loop), f"chunk pass: {', '.join(sinks)}", "")
         return kernel
+
+
+    def _auto(self, body: Block) -> "StreamCols":
+        """The options ``cache=auto`` stands for on this block body (see ``cache``)."""
+        import dataclasses
+        none = dataclasses.replace(self, cache="none")
+        try:
+            plan = plan_streaming(body, force=True, cols=self.cols)
+            if plan is None or all(v.type.nbytes <= CACHED_CHUNK_BYTES for v in plan.wide if isinstance(v.type, TileType)):
+                return none  # one chunk holds the whole row block: nothing to stream
+            cols = self.cols or _chunk_width(plan.width, [v.type for v in plan.wide], CACHED_CHUNK_BYTES)
+            plan = plan_streaming(body, force=True, cols=cols)
+        except NotStreamable:
+            return none
+        budget = self.cache_bytes or AUTO_CACHE_BYTES
+        if plan is None or not _cache_plan(plan, budget)[0]:
+            return none
+        return dataclasses.replace(self, cache="shared", direct=True, force=True, cols=cols, cache_bytes=budget)
 
 
 def _make_resident(kernel: Kernel, plan: StreamPlan, k: int, ctx: PassContext) -> None:
@@ -499,7 +534,13 @@ class _Rewriter:
                 st = TileType("st", src.type.dtype, ct.rows, ct.cols)
                 ld = Load([src, *coords], {}, [st], span=op.span, result_hints=[f"{op.result.hint or 'x'}_s"])
                 body.append(ld)
-                new = Copy([ld.result], {}, [ct], span=op.span, result_hints=[op.result.hint])
+                if self.options.direct and src.type.dtype.bits == 16:
+                    # the contiguous column order reads a shared tile only through copy_cols
+                    zero = Const([], {"value": 0}, [I32_T], span=op.span)
+                    body.append(zero)
+                    new = CopyCols([ld.result, zero.result], {}, [ct], span=op.span, result_hints=[op.result.hint])
+                else:
+                    new = Copy([ld.result], {}, [ct], span=op.span, result_hints=[op.result.hint])
             else:
                 if narrow and isinstance(ct, TileType) and src.type.dtype.bits == 16 and ct.dtype == F32:
                     ct = TileType("rt", src.type.dtype, ct.rows, ct.cols)
