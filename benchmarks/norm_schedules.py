@@ -147,27 +147,23 @@ S11 = {  # label -> (stream-cols options, D values, families): session 11's firs
     "resident=2 S=4": ("resident=2 stages=4", (4096, 8192), ALL3),
     "resident=2 S=2": ("resident=2", (4096, 8192), ALL3),
 }
-S11B = {  # session 11's second sweep (GPU call 2): the cache in the contiguous column order
-    "cache direct DC=256": ("force=true cache=shared cols=256 direct=true", (1024,), ALL3 + ("softmax",)),
+S11B = {  # session 11's second sweep (GPU call 2): cache=auto (the default) against the forms around it
+    "old default": ("cache=none", (1024, 4096, 8192), ALL3),
+    "direct": ("cache=none direct=true", (1024,), ALL3 + ("softmax",)),
     "cache direct DC=128": ("force=true cache=shared cols=128 direct=true", (1024,), ALL3 + ("softmax",)),
-    "direct": ("direct=true", (1024,), ALL3 + ("softmax",)),
-    "cache direct regs DC=256": ("cache=shared cols=256 direct=true loads=registers", (4096, 8192), ALL3),
-    "cache96K direct regs DC=256": ("cache=shared cols=256 cache_bytes=98304 direct=true loads=registers",
-                                    (4096, 8192), ALL3),
-    "cache64K direct regs DC=256": ("cache=shared cols=256 cache_bytes=65536 direct=true loads=registers",
-                                    (4096, 8192), ALL3),
-    "registers DC=256 resident=3": ("loads=registers cols=256 resident=3", (4096, 8192), ALL3),
-    "registers DC=256": ("loads=registers cols=256", (4096, 8192), ALL3),
+    "auto S=4": ("stages=4", (4096, 8192), ALL3),
+    "auto 32K": ("cache_bytes=32768", (4096, 8192), ALL3),
+    "auto 96K": ("cache_bytes=98304", (4096, 8192), ALL3),
+    "auto 160K": ("cache_bytes=163840", (4096, 8192), ALL3),
+    "auto resident=2": ("resident=2", (4096, 8192), ALL3),
+    "auto resident=2 S=4": ("resident=2 stages=4", (4096, 8192), ALL3),
+    "no cache direct DC=256 S=4": ("cache=none direct=true cols=256 stages=4", (4096, 8192), ALL3),
 }
 
 
 def rows(which: str = "examples,variants") -> list[dict]:
     """(label, family, source file, constants, pipeline) of every variant measured."""
     out = []
-    if "torch" in which:  # torch.compile of each example's expression, same shapes
-        for fam in ("rmsnorm", "residual_layernorm", "layernorm"):
-            for d in (1024, 4096, 8192):
-                out.append(dict(label=f"{fam} torch.compile", family=fam, D=d, torch=True, path="", constants={}))
     for key, table in (("s11b", S11B), ("s11", S11)):
         if key not in which.split(","):
             continue
@@ -213,6 +209,10 @@ def rows(which: str = "examples,variants") -> list[dict]:
             for dc in dcs:
                 out.append(dict(label=f"resln stream reg DC={dc}", family="residual_layernorm", D=d,
                                 path=CANDIDATES / "resln_stream_reg.tk", constants={"D": d, "DC": dc}))
+    if "torch" in which:  # torch.compile of each example's expression, same shapes
+        for fam in ("rmsnorm", "residual_layernorm", "layernorm"):
+            for d in (1024, 4096, 8192):
+                out.append(dict(label=f"{fam} torch.compile", family=fam, D=d, torch=True, path="", constants={}))
     return out
 
 
