@@ -63,7 +63,7 @@ def test_rms_ir_streams_in_two_passes_with_the_reduction_carried():
     check_lines(out, [
         "= zeros : cv<f32>[16]",
         "= for {stages = 2} %",
-        "^(%c: i32, %6: cv<f32>[16]):",
+        "^(%c: i32, %acc: cv<f32>[16]):",
         "%x_s = load %X, %i, %c : st<bf16>[16, 512]",
         "%x = copy %x_s : rt<f32>[16, 512]",
         "row_sum", "= add %", "yield",

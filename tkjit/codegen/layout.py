@@ -145,11 +145,13 @@ def choose_warp_grid(kernel: Kernel, options: dict) -> tuple[WarpGrid, list[dict
                 row_centric.append(op.result.type.rows)
     decisions = []
     largest = max((t.rows * t.cols for t in tiles), default=0)
-    warps = int(options.get("num_warps") or (8 if largest > 4 * 32 * 64 else 4))
+    pinned = options.get("num_warps") or kernel.attrs.get("num_warps")
+    warps = int(pinned or (8 if largest > 4 * 32 * 64 else 4))
     if warps not in (1, 2, 4, 8, 16):
         from ..errors import TkError
         raise TkError(f"codegen option num_warps must be a power of two up to 16, got {warps}")
     why = (f"pinned by the num_warps option" if options.get("num_warps") else
+           f"pinned by the kernel attribute num_warps (stream-cols{{warps}})" if pinned else
            f"the largest register tile has {largest} elements: "
            + ("more than 64 per thread with 4 warps, so 8 warps" if warps == 8 else
               "at most 64 f32 registers per thread with 4 warps"))

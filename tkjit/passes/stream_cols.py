@@ -223,6 +223,15 @@ class StreamCols(Pass):
     shared memory (CACHE_BYTES), the passes re-read as with ``none``."""
     cache_bytes: int = 0
     """The most bytes ``cache=shared`` keeps (0: CACHE_BYTES)."""
+    reduce: str = "chunk"
+    """``chunk``: each trip reduces its chunk and combines the row results in the carried vector
+    (with several warps over the columns, a cross-warp combine per trip); ``tile``: each trip
+    combines its chunk elementwise into a carried chunk-sized tile and the pass reduces that tile
+    once, after its loop (one cross-warp combine per pass; the carried tile costs registers).
+    ``tile`` needs chunks without padding columns (a constant width, a multiple of the chunk)."""
+    warps: int = 0
+    """Warps per block for the register-tile backend (kernel attribute ``num_warps``; 0: its own
+    choice from the largest register tile)."""
     resident: int = 0
     """k > 0: run the block loop persistently with k CTAs per SM (``Blocks`` attribute
     ``resident``), so that at most k x SMs row blocks are between a chunk's first read and its
@@ -237,6 +246,8 @@ class StreamCols(Pass):
             raise PassError(f"stream-cols: loads must be shared or registers, got {self.loads!r}")
         if self.cache not in ("auto", "shared", "none"):
             raise PassError(f"stream-cols: cache must be auto, shared or none, got {self.cache!r}")
+        if self.reduce not in ("chunk", "tile"):
+            raise PassError(f"stream-cols: reduce must be chunk or tile, got {self.reduce!r}")
         if self.order not in ("alternate", "forward"):
             raise PassError(f"stream-cols: order must be alternate or forward, got {self.order!r}")
         body = block_body(kernel)
@@ -266,8 +277,20 @@ class StreamCols(Pass):
             return kernel
         if self.resident:
             _make_resident(kernel, plan, self.resident, ctx)
+        if self.warps:
+            kernel.attrs["num_warps"] = self.warps
+            ctx.decide(f"@{kernel.name}", f"{self.warps} warps per block", "the pass option warps")
         rewriter = _Rewriter(plan, self)
         loops = rewriter.rewrite()
+        if self.reduce == "tile":
+            ctx.decide(f"@{kernel.name}", "row reductions once per pass" if rewriter.tile_partials
+                       else "row reductions per chunk",
+                       "the pass option reduce=tile: " + (
+                           "each trip adds (or maxes) its chunk into a carried chunk-sized tile, reduced once "
+                           "after the pass's loop: one cross-warp combine per pass instead of one per trip"
+                           if rewriter.tile_partials else
+                           "a streamed tensor's width is not a constant multiple of the row block's: its last "
+                           "chunk has padding columns, which a carried tile would mix into the partials"))
         if self.cache == "shared":
             names = ", ".join(f"%{op.result.hint or '?'}" for op in rewriter.cached)
             part = "" if rewriter.cached_chunks == plan.width // plan.chunk else \
@@ -348,6 +371,9 @@ class _Rewriter:
         self.cached_chunks = 0                  # how many chunks from the first the shared tiles hold
         self.copying: set = set()               # the cached loads the loop being built copies
         self.passes_made = 0
+        dims = [op.operands[0].type.dims[-1] for op in plan.body.ops if isinstance(op, (Load, Store))
+                and (op.result if isinstance(op, Load) else op.operands[1]) in plan.wide]
+        self.tile_partials = options.reduce == "tile" and all(isinstance(d, int) and d % plan.width == 0 for d in dims)
         self.cache_plan = _cache_plan(plan, options.cache_bytes or CACHE_BYTES) if options.cache == "shared" \
             else ([], 0, "the pass option cache=none")
 
@@ -385,7 +411,7 @@ class _Rewriter:
                 continue  # a part of a tile at a later column: its first chunks are not a tile of their own
             t = op.result.type
             st = TileType("st", op.operands[0].type.dtype, t.rows, chunks * self.plan.chunk)
-            ld = Load([op.operands[0], *coords], {}, [st], span=op.span, result_hints=[f"{op.result.hint or 'x'}_row"])
+            ld = Load([op.operands[0], *coords], {}, [st], span=op.span, result_hints=[f"{_named(op.result.hint, 'x')}_row"])
             self.out.append(ld)
             self.cached[op] = ld.result
         self.cached_chunks = chunks
@@ -399,7 +425,7 @@ class _Rewriter:
         reductions = [op for op in sinks if op.results]
         inits = []
         for red in reductions:
-            t = red.result.type
+            t = _chunked(red.operands[0].type, plan) if self.tile_partials else red.result.type
             init = Zeros([], {}, [t], span=red.span) if red.FN == "sum" else \
                 Fill([], {"value": IDENTITY[red.FN]}, [t], span=red.span)
             self.out.append(init)
@@ -421,6 +447,10 @@ class _Rewriter:
                 names.append(f"chunks {lo}..{hi - 1} " + ("copied from shared memory" if cached else "loaded again"))
             loops.append((loop, names))
         for red, r in zip(reductions, inits):
+            if self.tile_partials:  # the pass's one reduction of its carried partials
+                final = type(red)([r], {}, None, span=red.span, result_hints=[red.result.hint])
+                self.out.append(final)
+                r = final.result
             self.outer[red.result] = r
         return loops
 
@@ -444,8 +474,8 @@ class _Rewriter:
             for op in ahead:
                 self._chunk_op(op, start, pre, self.out, narrow=True)
                 firsts.append(pre[op.result])
-        body = Block([Value(I32_T, "c")] + [Value(v.type, f"{red.result.hint or 'acc'}") for v, red in zip(inits, reductions)]
-                     + [Value(v.type, f"{v.hint}_next") for v in firsts])
+        body = Block([Value(I32_T, "c")] + [Value(v.type, _named(red.result.hint, "acc")) for v, red in zip(inits, reductions)]
+                     + [Value(v.type, f"{_named(v.hint, 'x')}_next") for v in firsts])
         c = body.args[0]
         if backward:
             # every other pass walks the chunks backwards: it starts with those the pass before
@@ -488,9 +518,13 @@ class _Rewriter:
         self.copying = set()
         yields = []
         for red, acc in zip(reductions, body.args[1:]):
-            part = type(red)([local[red.operands[0]]], {}, None, span=red.span)
-            body.append(part)
-            combined = COMBINE[red.FN]([acc, part.result], {}, None, span=red.span)
+            if self.tile_partials:
+                part = local[red.operands[0]]
+            else:
+                reduced = type(red)([local[red.operands[0]]], {}, None, span=red.span)
+                body.append(reduced)
+                part = reduced.result
+            combined = COMBINE[red.FN]([acc, part], {}, None, span=red.span)
             body.append(combined)
             yields.append(combined.result)
         body.append(Yield(yields + nexts, {}, None, span=span))
@@ -532,7 +566,7 @@ class _Rewriter:
             src = op.operands[0]
             if isinstance(t, TileType) and self.options.loads == "shared":
                 st = TileType("st", src.type.dtype, ct.rows, ct.cols)
-                ld = Load([src, *coords], {}, [st], span=op.span, result_hints=[f"{op.result.hint or 'x'}_s"])
+                ld = Load([src, *coords], {}, [st], span=op.span, result_hints=[f"{_named(op.result.hint, 'x')}_s"])
                 body.append(ld)
                 if self.options.direct and src.type.dtype.bits == 16:
                     # the contiguous column order reads a shared tile only through copy_cols
@@ -572,6 +606,13 @@ class _Rewriter:
     def _clone(self, op: Op, mapping: dict) -> Op:
         from .rewrite import _clone_op
         return _clone_op(op, mapping)
+
+
+def _named(hint: str | None, default: str) -> str:
+    """A value's name for the values made from it: its hint, unless it has none or a number (a
+    parsed ``%7`` keeps 7 as its hint, which the printer ignores), so that compiling the source and
+    compiling its printed IR name them alike."""
+    return hint if hint and not hint.isdigit() else default
 
 
 def _is_zero(v: Value) -> bool:
