@@ -162,6 +162,8 @@ S11B = {  # session 11's second sweep (GPU call 2): cache=auto (the default) aga
     "auto tile warps=8": ("reduce=tile warps=8", (1024, 4096, 8192), ALL3),
     "auto tile warps=8 32K": ("reduce=tile warps=8 cache_bytes=32768", (4096, 8192), ALL3),
     "auto tile warps=8 S=4": ("reduce=tile warps=8 stages=4", (4096, 8192), ALL3),
+    "auto tile warps=8 resident=2": ("reduce=tile warps=8 resident=2", (4096, 8192), ALL3),
+    "auto tile warps=16 DC=512": ("reduce=tile warps=16 cols=512", (1024, 4096, 8192), ALL3),
     "no cache direct DC=256 S=4": ("cache=none direct=true cols=256 stages=4", (4096, 8192), ALL3),
 }
 
