@@ -19,7 +19,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def test_resident_makes_the_block_loop_persistent_and_says_why():
-    out, log = run_pass(RMS_IR, "stream-cols{resident=2}")
+    out, log = run_pass(RMS_IR, "stream-cols{resident=2 cache=none}")
     check_lines(out, ['blocks {schedule = "persistent", resident = 2} %', "for {stages = 2} %", "row_sum",
                       "for {stages = 2} %", "store %Y,"])
     (d,) = [d for d in log if d.pass_name == "stream-cols" and d.decision.startswith("persistent")]

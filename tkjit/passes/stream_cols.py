@@ -40,6 +40,10 @@ from .manager import Pass, PassContext, register_pass
 CACHE_BYTES = 160 * 1024
 """The most bytes of whole row blocks ``cache=shared`` keeps in shared memory (of the 227 KB a
 block may use: the chunk loops' store staging and the reductions' scratch need the rest)."""
+AUTO_REREAD_WARPS = 8
+AUTO_REREAD_STAGES = 4
+"""What ``cache=auto`` takes when the row block is over its budget and later chunks are read again
+(with ``reduce=tile``): the best of the options measured at D = 4096 / 8192 (docs/codegen.md)."""
 AUTO_CACHE_BYTES = 64 * 1024
 """The cache budget ``cache=auto`` takes (three 64 KB blocks fit one SM's shared memory)."""
 CACHED_CHUNK_BYTES = 16 * 1024
@@ -200,8 +204,9 @@ class StreamCols(Pass):
     """Chunk width (0: the widest power of two whose chunk tiles stay within CHUNK_BYTES)."""
     loads: str = "shared"
     """``shared``: chunk loads into shared tiles (pipelined), copied into registers; ``registers``."""
-    stages: int = 2
-    """Pipeline stages pinned on the chunk loops of shared loads (0: the pipeline's choice). 2:
+    stages: int = -1
+    """Pipeline stages pinned on the chunk loops of shared loads (0: the pipeline's choice; -1: 2,
+    or AUTO_REREAD_STAGES where ``cache=auto`` re-reads chunks). 2:
     the best measured (docs/codegen.md); pinned, the Hopper passes' protocol check stays small."""
     force: bool = False
     """Stream even when every register tile fits (for measurement)."""
@@ -223,8 +228,8 @@ class StreamCols(Pass):
     shared memory (CACHE_BYTES), the passes re-read as with ``none``."""
     cache_bytes: int = 0
     """The most bytes ``cache=shared`` keeps (0: CACHE_BYTES)."""
-    reduce: str = "chunk"
-    """``chunk``: each trip reduces its chunk and combines the row results in the carried vector
+    reduce: str = "auto"
+    """``auto``: ``chunk``, or ``tile`` where ``cache=auto`` re-reads chunks; ``chunk``: each trip reduces its chunk and combines the row results in the carried vector
     (with several warps over the columns, a cross-warp combine per trip); ``tile``: each trip
     combines its chunk elementwise into a carried chunk-sized tile and the pass reduces that tile
     once, after its loop (one cross-warp combine per pass; the carried tile costs registers).
@@ -246,8 +251,8 @@ class StreamCols(Pass):
             raise PassError(f"stream-cols: loads must be shared or registers, got {self.loads!r}")
         if self.cache not in ("auto", "shared", "none"):
             raise PassError(f"stream-cols: cache must be auto, shared or none, got {self.cache!r}")
-        if self.reduce not in ("chunk", "tile"):
-            raise PassError(f"stream-cols: reduce must be chunk or tile, got {self.reduce!r}")
+        if self.reduce not in ("auto", "chunk", "tile"):
+            raise PassError(f"stream-cols: reduce must be auto, chunk or tile, got {self.reduce!r}")
         if self.order not in ("alternate", "forward"):
             raise PassError(f"stream-cols: order must be alternate or forward, got {self.order!r}")
         body = block_body(kernel)
@@ -256,11 +261,24 @@ class StreamCols(Pass):
         if self.cache == "auto":
             chosen = self._auto(body)
             if chosen.cache == "shared":
-                ctx.decide(f"@{kernel.name}", "row block kept on chip (cache=auto)",
+                rereads = chosen.reduce == "tile" and chosen.warps == AUTO_REREAD_WARPS
+                ctx.decide(f"@{kernel.name}", "row block kept on chip (cache=auto)"
+                           + (", later chunks read again" if rereads else ""),
                            f"a later pass reads a loaded tile again: streamed over chunks of {chosen.cols} columns "
-                           f"with the row block kept in shared memory (up to {chosen.cache_bytes:,} B), read "
-                           "in the contiguous column order (16 bytes a lane, no staging); MEASURED")
+                           f"with the row block (up to {chosen.cache_bytes:,} B) in shared memory, read in the "
+                           "contiguous column order (16 bytes a lane, no staging); "
+                           + ("over that budget the later chunks are read again, with reduce=tile, "
+                              f"{chosen.warps} warps and {chosen.stages} stages"
+                              if rereads else "the whole block fits: per-chunk reductions, 4 warps, 2 stages")
+                           + "; measured on an H200 against the other forms (docs/codegen.md, "
+                           "benchmarks/results/2026-11-27-nvidia-h200-s11-norms-*.json)",
+                           cols=chosen.cols, cache_bytes=chosen.cache_bytes, reduce=chosen.reduce,
+                           warps=chosen.warps, stages=chosen.stages)
             return chosen.run(kernel, ctx)
+        if self.stages < 0 or self.reduce == "auto":
+            import dataclasses
+            return dataclasses.replace(self, stages=2 if self.stages < 0 else self.stages,
+                                       reduce="chunk" if self.reduce == "auto" else self.reduce).run(kernel, ctx)
         try:
             plan = plan_streaming(body, force=self.force, cols=self.cols)
         except NotStreamable as e:
@@ -334,9 +352,18 @@ class StreamCols(Pass):
         except NotStreamable:
             return none
         budget = self.cache_bytes or AUTO_CACHE_BYTES
-        if plan is None or not _cache_plan(plan, budget)[0]:
+        cached, chunks, _ = _cache_plan(plan, budget) if plan is not None else ([], 0, "")
+        if not cached:
             return none
-        return dataclasses.replace(self, cache="shared", direct=True, force=True, cols=cols, cache_bytes=budget)
+        whole = chunks == plan.width // plan.chunk
+        # measured on an H200 (docs/codegen.md): a row block the cache holds whole runs best with
+        # per-chunk reductions, 4 warps and 2 stages; one whose later chunks are read again with a
+        # carried tile of partials, 8 warps and 4 stages
+        return dataclasses.replace(
+            self, cache="shared", direct=True, force=True, cols=cols, cache_bytes=budget,
+            reduce=self.reduce if self.reduce != "auto" else "chunk" if whole else "tile",
+            warps=self.warps or (0 if whole else AUTO_REREAD_WARPS),
+            stages=self.stages if self.stages >= 0 else 2 if whole else AUTO_REREAD_STAGES)
 
 
 def _make_resident(kernel: Kernel, plan: StreamPlan, k: int, ctx: PassContext) -> None:
