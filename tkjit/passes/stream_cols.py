@@ -287,23 +287,26 @@ class StreamCols(Pass):
         if self.direct or (plan is not None and self.loads == "registers"):
             kernel.attrs["column_order"] = "contiguous"
             ctx.decide(f"@{kernel.name}", "register tiles straight between global memory and registers",
-                       "the pass option" + (" (loads=registers)" if not self.direct else "") +
+                       ("cache=auto, for the row block it keeps in shared memory" if self.cache == "shared" and self.force
+                        and self.direct else "the pass option" + (" (loads=registers)" if not self.direct else "")) +
                        ": the register-tile backend takes its contiguous column order where it can "
-                       "(16 bytes per lane, no shared-memory staging); not the default: measured on an "
-                       "H200, the softmax example ran at 91% of the same-size copy with it and 96% without")
+                       "(16 bytes per lane, no shared-memory staging); whole-row register tiles do not take it "
+                       "by default: measured on an H200, the softmax example ran at 91% of the same-size copy "
+                       "with it and 96% without (session 10)")
         if plan is None:
             return kernel
         if self.resident:
             _make_resident(kernel, plan, self.resident, ctx)
         if self.warps:
             kernel.attrs["num_warps"] = self.warps
-            ctx.decide(f"@{kernel.name}", f"{self.warps} warps per block", "the pass option warps")
+            ctx.decide(f"@{kernel.name}", f"{self.warps} warps per block",
+                       "the pass option warps (or cache=auto, over its budget)")
         rewriter = _Rewriter(plan, self)
         loops = rewriter.rewrite()
         if self.reduce == "tile":
             ctx.decide(f"@{kernel.name}", "row reductions once per pass" if rewriter.tile_partials
                        else "row reductions per chunk",
-                       "the pass option reduce=tile: " + (
+                       "reduce=tile (the pass option, or cache=auto over its budget): " + (
                            "each trip adds (or maxes) its chunk into a carried chunk-sized tile, reduced once "
                            "after the pass's loop: one cross-warp combine per pass instead of one per trip"
                            if rewriter.tile_partials else
@@ -315,16 +318,20 @@ class StreamCols(Pass):
                 f" (chunks 0..{rewriter.cached_chunks - 1} of {plan.width // plan.chunk})"
             ctx.decide(f"@{kernel.name}", f"row blocks kept in shared memory: {names}{part}" if rewriter.cached
                        else "row blocks re-read by every pass",
-                       "the pass option cache=shared: " + rewriter.cache_plan[2] +
+                       "cache=shared: " + rewriter.cache_plan[2] +
                        ("; each is loaded whole before the first pass and every pass copies its chunks "
                         "from there (copy_cols), so global memory is read once; the chunk loops prefetch "
                         "their vector loads one trip ahead" if rewriter.cached else ""))
         big = max((v.type for v in plan.wide if isinstance(v.type, TileType)), key=lambda t: t.nbytes)
         why = (f"{big} needs {big.nbytes:,} B of registers, over the {MAX_REGISTER_TILE_BYTES:,} B one register "
-               if big.nbytes > MAX_REGISTER_TILE_BYTES else "forced by the pass option; ")
+               "tile may hold" if big.nbytes > MAX_REGISTER_TILE_BYTES else
+               "forced (force=true, or cache=auto for a row block a later pass reads again)")
+        whole = rewriter.cached and rewriter.cached_chunks == plan.width // plan.chunk
+        how = ("chunks copied from the row block in shared memory" if whole else
+               "chunk loads into shared tiles, pipelined" if self.loads == "shared" else "chunk loads into registers")
         ctx.decide(f"@{kernel.name}", f"streamed over {plan.width // plan.chunk} column chunks of {plan.chunk} "
-                   f"in {plan.phases} pass(es), chunk loads {'into shared tiles, pipelined' if self.loads == 'shared' else 'into registers'}",
-                   why + ("tile may hold" if big.nbytes > MAX_REGISTER_TILE_BYTES else "") +
+                   f"in {plan.phases} pass(es), {how}",
+                   why +
                    "; every op works column by column except the row reductions, whose chunk results are "
                    "combined in a carried value; an op that needs a reduction's result runs in a later pass, "
                    "which loads its inputs again (from L2 when they are still there) instead of keeping "
