@@ -184,6 +184,8 @@ def rows(which: str = "examples,variants") -> list[dict]:
     if "others" in which:  # row-wise examples whose code the contiguous column order changes
         out.append(dict(label="softmax example", family="softmax", path=EXAMPLES / "softmax.tk", D=1024,
                         R=65536, constants={}))
+        out.append(dict(label="softmax cache=none", family="softmax", path=EXAMPLES / "softmax.tk", D=1024,
+                        R=65536, constants={}, pipeline=f"{PORTABLE}{{cache=none}}"))
         out.append(dict(label="rotary example", family="rotary", path=EXAMPLES / "rotary.tk", D=128,
                         R=4096 * 128, constants={}))
     if "examples" in which:
