@@ -91,6 +91,30 @@ def _rotary_truth(args):
     return [torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)]
 
 
+def _torch_fn(family: str):
+    """The family's expression in torch (f32 math, bf16 outputs), for torch.compile."""
+    import torch.nn.functional as F
+
+    if family == "rmsnorm":
+        def fn(x, w, y, eps):
+            xf = x.float()
+            y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).bfloat16())
+    elif family == "layernorm":
+        def fn(x, w, b, y, eps):
+            y.copy_(F.layer_norm(x.float(), (x.shape[-1],), w.float(), b.float(), eps=eps).bfloat16())
+    elif family == "residual_layernorm":
+        def fn(x, res, w, b, h, y, eps):
+            hf = x.float() + res.float()
+            h.copy_(hf.bfloat16())
+            y.copy_(F.layer_norm(hf, (hf.shape[-1],), w.float(), b.float(), eps=eps).bfloat16())
+    elif family == "softmax":
+        def fn(x, y):
+            y.copy_(torch.softmax(x.float(), -1).bfloat16())
+    else:
+        raise ValueError(family)
+    return fn
+
+
 FAMILIES = {  # name -> (make args, truth, tensors of R x D bytes moved)
     "softmax": (_softmax_args, _softmax_truth, 2),
     "rotary": (_rotary_args, _rotary_truth, 2),
@@ -112,12 +136,56 @@ VARIANTS = {  # label -> stream-cols options (the register-tile backend takes th
 }
 
 
+ALL3 = ("rmsnorm", "layernorm", "residual_layernorm")
+S11 = {  # label -> (stream-cols options, D values, families): session 11's first sweep (GPU call 1)
+    "cache DC=256": ("force=true cache=shared cols=256", (1024,), ALL3 + ("softmax",)),
+    "cache DC=128": ("force=true cache=shared cols=128", (1024,), ALL3),
+    "direct": ("direct=true", (1024,), ALL3),
+    "cache DC=256 ": ("cache=shared cols=256", (4096, 8192), ALL3),
+    "cache 64K DC=256": ("cache=shared cache_bytes=65536 cols=256", (4096, 8192), ALL3),
+    "resident=1 S=4": ("resident=1 stages=4", (4096, 8192), ALL3),
+    "resident=2 S=4": ("resident=2 stages=4", (4096, 8192), ALL3),
+    "resident=2 S=2": ("resident=2", (4096, 8192), ALL3),
+}
+S11B = {  # session 11's second sweep (GPU call 2): cache=auto (the default) against the forms around it
+    "old default": ("cache=none", (1024, 4096, 8192), ALL3),
+    "direct": ("cache=none direct=true", (1024,), ALL3 + ("softmax",)),
+    "cache direct DC=128": ("force=true cache=shared cols=128 direct=true", (1024,), ALL3 + ("softmax",)),
+    "auto S=4": ("stages=4", (4096, 8192), ALL3),
+    "auto 32K": ("cache_bytes=32768", (4096, 8192), ALL3),
+    "auto 96K": ("cache_bytes=98304", (4096, 8192), ALL3),
+    "auto 160K": ("cache_bytes=163840", (4096, 8192), ALL3),
+    "auto resident=2": ("resident=2", (4096, 8192), ALL3),
+    "auto resident=2 S=4": ("resident=2 stages=4", (4096, 8192), ALL3),
+    "auto tile": ("reduce=tile", (1024, 4096, 8192), ALL3),
+    "auto warps=8": ("warps=8", (1024, 4096, 8192), ALL3),
+    "auto tile warps=8": ("reduce=tile warps=8", (1024, 4096, 8192), ALL3),
+    "auto tile warps=8 32K": ("reduce=tile warps=8 cache_bytes=32768", (4096, 8192), ALL3),
+    "auto tile warps=8 S=4": ("reduce=tile warps=8 stages=4", (4096, 8192), ALL3),
+    "auto tile warps=8 resident=2": ("reduce=tile warps=8 resident=2", (4096, 8192), ALL3),
+    "auto tile warps=16 DC=512": ("reduce=tile warps=16 cols=512", (1024, 4096, 8192), ALL3),
+    "no cache direct DC=256 S=4": ("cache=none direct=true cols=256 stages=4", (4096, 8192), ALL3),
+}
+
+
 def rows(which: str = "examples,variants") -> list[dict]:
     """(label, family, source file, constants, pipeline) of every variant measured."""
     out = []
+    for key, table in (("s11b", S11B), ("s11", S11)):
+        if key not in which.split(","):
+            continue
+        for label, (opts, ds, fams) in table.items():
+            for fam in fams:
+                for d in ds:
+                    dim = "C" if fam == "softmax" else "D"
+                    out.append(dict(label=f"{fam} {label.strip()}", family=fam, D=d,
+                                    path=EXAMPLES / f"{fam}.tk", constants={} if d == 1024 else {dim: d},
+                                    pipeline=f"{PORTABLE}{{{opts}}}"))
     if "others" in which:  # row-wise examples whose code the contiguous column order changes
         out.append(dict(label="softmax example", family="softmax", path=EXAMPLES / "softmax.tk", D=1024,
                         R=65536, constants={}))
+        out.append(dict(label="softmax cache=none", family="softmax", path=EXAMPLES / "softmax.tk", D=1024,
+                        R=65536, constants={}, pipeline=f"{PORTABLE}{{cache=none}}"))
         out.append(dict(label="rotary example", family="rotary", path=EXAMPLES / "rotary.tk", D=128,
                         R=4096 * 128, constants={}))
     if "examples" in which:
@@ -150,6 +218,10 @@ def rows(which: str = "examples,variants") -> list[dict]:
             for dc in dcs:
                 out.append(dict(label=f"resln stream reg DC={dc}", family="residual_layernorm", D=d,
                                 path=CANDIDATES / "resln_stream_reg.tk", constants={"D": d, "DC": dc}))
+    if "torch" in which:  # torch.compile of each example's expression, same shapes
+        for fam in ("rmsnorm", "residual_layernorm", "layernorm"):
+            for d in (1024, 4096, 8192):
+                out.append(dict(label=f"{fam} torch.compile", family=fam, D=d, torch=True, path="", constants={}))
     return out
 
 
@@ -172,14 +244,19 @@ def measure(row: dict, rounds: int = 6, per_round: int = 15) -> dict:
     out = {k: (str(v) if isinstance(v, Path) else v) for k, v in row.items()}
     out["R"] = r
     try:
-        kernel = tkjit.load(row["path"], constants=row["constants"] or None, pipeline=row.get("pipeline"))
-        kernel.binary  # noqa: B018 - compiled now: the metadata below is the cubin's
-        out["backend"] = kernel.metadata.get("backend", "?")
-        out["schedule"] = [f"{x.pass_name}: {x.decision}" for x in kernel.decisions
-                           if x.pass_name in ("stream-cols", "codegen")][:12]
-        fn0 = kernel.metadata.get("ptxas", {}).get("functions", [{}])[0]
-        out["registers"], out["spills"] = fn0.get("registers"), fn0.get("spill_store_bytes")
-        out["smem_bytes"], out["block"] = kernel.metadata.get("smem_bytes"), kernel.metadata.get("block")
+        if row.get("torch"):
+            kernel = torch.compile(_torch_fn(row["family"]), dynamic=False)
+            out["backend"] = "torch.compile"
+        else:
+            kernel = tkjit.load(row["path"], constants=row["constants"] or None, pipeline=row.get("pipeline"))
+            kernel.binary  # noqa: B018 - compiled now: the metadata below is the cubin's
+            out["backend"] = kernel.metadata.get("backend", "?")
+            out["schedule"] = [f"{x.pass_name}: {x.decision}" for x in kernel.decisions
+                               if x.pass_name in ("stream-cols", "codegen")][:14]
+            fn0 = kernel.metadata.get("ptxas", {}).get("functions", [{}])[0]
+            out["registers"], out["spills"] = fn0.get("registers"), fn0.get("spill_store_bytes")
+            out["smem_bytes"], out["block"] = kernel.metadata.get("smem_bytes"), kernel.metadata.get("block")
+            out["grid"] = kernel.metadata.get("grid")
         args, outs = make(r, d)
         exact = truth(args)
         kernel(*args)
@@ -214,7 +291,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out")
     ap.add_argument("--only", default="")
     ap.add_argument("--profile")
-    ap.add_argument("--rows", default="examples,others,variants", help="examples, others, variants, candidates")
+    ap.add_argument("--rows", default="examples,others,variants",
+                    help="examples, others, variants, candidates, s11, s11b, torch (comma-separated)")
     a = ap.parse_args(argv)
     todo = [r for r in rows(a.rows) if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]
     if a.profile:

@@ -86,3 +86,17 @@ def test_row_wise_example_on_the_gpu(name, d, r, direct):
 def test_every_stream_form_on_the_gpu(name, options):
     for d, r in ((1024, 1000), (4096, 1000), (8192, 33)):
         _run(name, d, r, f"{PORTABLE}{{{options}}}")
+
+
+@pytest.mark.parametrize("options", ["cache=none", "cache=none direct=true", "force=true cache=shared cols=256",
+                                     "force=true cache=shared cols=128 direct=true", "cache_bytes=163840",
+                                     "cache_bytes=32768 stages=4", "resident=2 stages=4",
+                                     "cache=none loads=registers resident=2", "cache=none direct=true cols=256 stages=4"])
+@pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm", "layernorm"])
+def test_cached_and_resident_stream_forms_on_the_gpu(name, options):
+    """stream-cols{cache=...} (row blocks kept whole or in part in shared memory, copy_cols in
+    both column orders; cache=none: the forms before it) and {resident=k} (a persistent grid),
+    each at D = 1024, 4096 and 8192: ragged row counts, poisoned
+    outputs with poison around them, float64 torch and (R <= 40, D = 4096) the interpreter."""
+    for d, r in ((1024, 1000), (4096, 33), (8192, 1000)):
+        _run(name, d, r, f"{PORTABLE}{{{options}}}")

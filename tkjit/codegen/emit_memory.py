@@ -170,6 +170,9 @@ def _load_vector(ctx, op, out: list[str]) -> RegVec:
     split = ctx.vec_split(t)
     base, positions = _vector_positions(ctx, t, split)
     es = g.dtype.nbytes
+    from .vector_direct import load_vector_direct, vector_loads_direct
+    if vector_loads_direct(ctx, op.operands[0], t, split):
+        return make_value(ctx, t, load_vector_direct(ctx, view, g, split, base, out), out)
     elems = {}
     for key, off in positions.items():
         idx = ctx.new("b32")

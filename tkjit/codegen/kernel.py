@@ -118,9 +118,11 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
     for c in counts[1:]:
         total = ["mul", total, c]
     persistent = blocks.attrs.get("schedule", "grid") == "persistent"
-    launch_grid = [["min", total, ["num_sms"]]] if persistent else [total]
+    resident = blocks.attrs.get("resident", 1)
+    sms = ["num_sms"] if resident == 1 else ["mul", ["num_sms"], resident]
+    launch_grid = [["min", total, sms]] if persistent else [total]
     decisions.append({"decision": "schedule", "value": blocks.attrs.get("schedule", "grid"),
-                      "why": "one CTA per SM looping over blocks with stride gridDim.x" if persistent else
+                      "why": (f"{resident} CTA(s) per SM looping over blocks with stride gridDim.x") if persistent else
                       "one CTA per block; the linear CTA index is decomposed with the last block index fastest"})
     if blocks.attrs.get("group", 1) > 1:
         decisions.append({"decision": "block_order", "value": f"grouped by {blocks.attrs['group']}",

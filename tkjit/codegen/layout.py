@@ -145,11 +145,13 @@ def choose_warp_grid(kernel: Kernel, options: dict) -> tuple[WarpGrid, list[dict
                 row_centric.append(op.result.type.rows)
     decisions = []
     largest = max((t.rows * t.cols for t in tiles), default=0)
-    warps = int(options.get("num_warps") or (8 if largest > 4 * 32 * 64 else 4))
+    pinned = options.get("num_warps") or kernel.attrs.get("num_warps")
+    warps = int(pinned or (8 if largest > 4 * 32 * 64 else 4))
     if warps not in (1, 2, 4, 8, 16):
         from ..errors import TkError
         raise TkError(f"codegen option num_warps must be a power of two up to 16, got {warps}")
     why = (f"pinned by the num_warps option" if options.get("num_warps") else
+           f"pinned by the kernel attribute num_warps (stream-cols{{warps}})" if pinned else
            f"the largest register tile has {largest} elements: "
            + ("more than 64 per thread with 4 warps, so 8 warps" if warps == 8 else
               "at most 64 f32 registers per thread with 4 warps"))
@@ -211,13 +213,21 @@ def contiguous_columns(kernel: Kernel, grid: WarpGrid) -> tuple[bool, str]:
              or isinstance(op, Store) and isinstance(op.operands[1].type, TileType)]
     if not moved:
         return False, "no register tile is loaded or stored: the order makes no difference"
+    from ..ir.ops import CopyCols
+    users: dict[int, list] = {}
+    for op in kernel.walk():
+        for v in op.operands:
+            users.setdefault(id(v), []).append(op)
     for op in kernel.walk():
         if isinstance(op, (Mma, Copy, CausalMask, Iota)):
             return False, f"'{op.NAME}' needs the mma fragment's column order"
         for v in list(op.results) + [a for r in op.regions for a in r.args]:
             t = v.type
             if isinstance(t, TileType) and t.space == "st":
-                return False, "shared tiles are read and written in the mma fragment's column order"
+                # a row block loaded into shared memory whose chunks only copy_cols reads (16 bytes a lane)
+                if not (isinstance(op, Load) and t.dtype.bits == 16
+                        and all(isinstance(u, CopyCols) for u in users.get(id(v), []))):
+                    return False, "shared tiles are read and written in the mma fragment's column order"
             cols = t.cols if isinstance(t, TileType) else t.length if isinstance(t, VectorType) and t.kind == "rv" else 0
             if cols and grid.col_split(cols).per_warp % 4:
                 return False, f"{t} gives a warp {grid.col_split(cols).per_warp} chunks of 8 columns, not whole 32-column groups"

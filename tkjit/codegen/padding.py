@@ -23,7 +23,7 @@ import operator
 from dataclasses import dataclass, field
 
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, CmpSelect, Const, Copy, Cvt, Fill, For, Gelu, GeluTanh, If,
+from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, CmpSelect, Const, Copy, CopyCols, Cvt, Fill, For, Gelu, GeluTanh, If,
                       Load, Mma, Neg, Reduce, Relu, Silu, Sin, Sqrt, Tanh, Unary, Yield, Zeros)
 from ..ir.ops import Add, Binary, CDiv, Div, FloorDiv, Max, Min, Mod, Mul, Sub
 from ..ir.types import GlobalType, ScalarType, TileType
@@ -301,6 +301,10 @@ class _Analysis:
                 src = Pad(*(None if a is None else Axis(a.limit, True) for a in (src.rows, src.cols)),
                           zero=src.zero)
             info.set(op.result, src)
+        elif isinstance(op, CopyCols):  # the rows' padding is the tile's; a padded column limit is not per chunk
+            src = ins[0]
+            info.set(op.result, Pad(src.rows, None if src.cols is None else Axis(UNKNOWN, src.cols.clean),
+                                    zero=src.zero))
         elif isinstance(op, Zeros):
             info.set(op.result, Pad(zero=True))
         elif isinstance(op, Fill):

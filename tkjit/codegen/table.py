@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from ..errors import NotAvailableError
 from ..ir.core import Op
-from ..ir.ops import Copy, Load, Store, Yield
+from ..ir.ops import Copy, CopyCols, Load, Store, Yield
 from ..ir.types import ScalarType, describe
 from .emit_check import CHECK_EMITTERS
 from .emit_control import CONTROL_EMITTERS
+from .emit_copy_cols import COPY_COLS_EMITTERS
 from .emit_elementwise import REGISTER_EMITTERS
 from .emit_memory import MEMORY_EMITTERS, MEMORY_SCRATCH
 from .emit_mma import MMA_EMITTERS, MMA_SCRATCH
@@ -23,7 +24,7 @@ from .emit_scalar import SCALAR_EMITTERS
 def category(op: Op) -> str:
     if op.regions or isinstance(op, Yield):
         return "control"
-    if isinstance(op, (Load, Store, Copy)):
+    if isinstance(op, (Load, Store, Copy, CopyCols)):
         return "memory"
     values = list(op.operands) + list(op.results)
     if all(isinstance(v.type, ScalarType) for v in values):
@@ -35,7 +36,8 @@ def _entries() -> dict:
     table = {}
     for category_name, emitters in (("scalar", SCALAR_EMITTERS), ("register", REGISTER_EMITTERS),
                                     ("register", REDUCE_EMITTERS), ("register", MMA_EMITTERS),
-                                    ("memory", MEMORY_EMITTERS), ("control", CONTROL_EMITTERS),
+                                    ("memory", MEMORY_EMITTERS), ("memory", COPY_COLS_EMITTERS),
+                                    ("control", CONTROL_EMITTERS),
                                     ("scalar", CHECK_EMITTERS)):
         for cls, fn in emitters.items():
             table[(cls, category_name)] = fn

@@ -130,7 +130,8 @@ def launch_grid(kernel: Kernel) -> list:
     if split > 1:
         return ["mul", total, split]
     if block_loop(kernel).attrs.get("schedule") == "persistent":
-        return ["min", total, ["num_sms"]]
+        resident = block_loop(kernel).attrs.get("resident", 1)
+        return ["min", total, ["num_sms"] if resident == 1 else ["mul", ["num_sms"], resident]]
     return total
 
 

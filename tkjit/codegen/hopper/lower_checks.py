@@ -16,6 +16,9 @@ def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int
     from .lower import Refusal
     if isinstance(op, Yield):
         return None
+    if op.NAME == "copy_cols":
+        return Refusal(op, "a column chunk of a shared tile copied into registers (stream-cols' "
+                           "cache) is not lowered yet")
     if isinstance(op, Load):
         t = op.result.type
         if is_shared(op.result):

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from ...ir.ops import (BINARY_OPS, BROADCAST_OPS, MMA_OPS, REDUCE_OPS, UNARY_OPS, Blocks, CausalMask,
                        CmpSelect, Iota,
-                       Check, Const, Copy, Cvt, Dim, Fill, For, If, Load, Select, Store, Zeros)
+                       Check, Const, Copy, CopyCols, Cvt, Dim, Fill, For, If, Load, Select, Store, Zeros)
 from .control import run_blocks, run_for, run_if
 from .elementwise import (run_binary, run_causal_mask, run_cmp_select, run_cvt, run_fill, run_iota,
                           run_unary, run_zeros)
-from .memory import run_copy, run_load, run_store
+from .memory import run_copy, run_copy_cols, run_load, run_store
 from .mma import run_mma
 from .reduce import run_broadcast, run_reduce
 from .scalar import run_check, run_const, run_dim, run_select
@@ -21,7 +21,7 @@ HANDLERS = {
     Const: run_const, Dim: run_dim, Select: run_select,
     Cvt: run_cvt, Zeros: run_zeros, Fill: run_fill, CausalMask: run_causal_mask,
     Iota: run_iota, CmpSelect: run_cmp_select,
-    Load: run_load, Store: run_store, Copy: run_copy,
+    Load: run_load, Store: run_store, Copy: run_copy, CopyCols: run_copy_cols,
     Blocks: run_blocks, For: run_for, If: run_if, Check: run_check,
 }
 HANDLERS.update({cls: run_binary for cls in BINARY_OPS})

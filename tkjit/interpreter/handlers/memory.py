@@ -89,3 +89,15 @@ def run_copy(it, op, args):
     (x,) = args
     dst = op.results[0].type.dtype
     return [x.with_data(round_to(x.data, dst) if dst != x.dtype else x.data, dst)]
+
+
+def run_copy_cols(it, op, args):
+    """Column chunk ``c`` of a shared tile (its validity masks too), rounded to the result's dtype."""
+    x, c = args
+    w = op.results[0].type.cols
+    if not 0 <= c < x.data.shape[1] // w:
+        raise it.error(op, f"column chunk {c} of {x.data.shape[1] // w} chunks of {w} columns")
+    dst = op.results[0].type.dtype
+    data = x.data[:, c * w:(c + 1) * w]
+    data = round_to(data, dst) if dst != x.dtype else data.copy()
+    return [TileValue(data, x.rows, x.cols[c * w:(c + 1) * w].copy(), dst)]

@@ -9,14 +9,14 @@ from .elementwise import (ACTIVATION_OPS, BINARY_OPS, COMPARISONS, UNARY_OPS, Ab
                           Div, Eq, Exp, Exp2, Fill, FloorDiv, Ge, Gelu, GeluTanh, Gt, Le, Log, Log2, Lt, Max, Min, Mod,
                           Mul, Ne, Neg, Not, Or, Relu, Rsqrt, Select, Sigmoid, Silu, Sin, Sqrt, Sub,
                           Tanh, Unary, Zeros)
-from .memory import Copy, Load, Store
+from .memory import Copy, CopyCols, Load, Store
 from .mma import MMA_OPS, Mma, MmaAB, MmaABt, MmaAtB, MmaAtBt
 from .reduce import BROADCAST_OPS, REDUCE_OPS, Broadcast, Reduce
 from .scalar import Const, Dim
 
 ALL_OPS: tuple[type[Op], ...] = (
     Const, Dim, *BINARY_OPS, *UNARY_OPS, Cvt, Zeros, Fill, CausalMask, Select, Iota, CmpSelect,
-    Load, Store, Copy, *REDUCE_OPS, *BROADCAST_OPS, *MMA_OPS, Blocks, For, If, Yield, Check)
+    Load, Store, Copy, CopyCols, *REDUCE_OPS, *BROADCAST_OPS, *MMA_OPS, Blocks, For, If, Yield, Check)
 
 OPS: dict[str, type[Op]] = {cls.NAME: cls for cls in ALL_OPS}
 assert len(OPS) == len(ALL_OPS), "two ops share a name"

@@ -33,12 +33,14 @@ class Blocks(Op):
     for L2 reuse; ``split``: how many CTAs share each block's reduction loop (split-K: a cluster
     of that many CTAs, each taking a slice of the loop, their partial sums added on chip);
     ``heavy``: the position of the index visited descending, heaviest tiles first (the grid
-    pass)."""
+    pass); ``resident`` (persistent only): CTAs launched per SM, min(blocks, resident x SMs), so
+    that at most that many blocks per SM are in flight at once (stream-cols bounds the bytes
+    between a chunk's first read and its re-read with it)."""
 
     NAME = "blocks"
     OPERANDS = ("counts*",)
-    ATTRS = {"schedule": str, "group": int, "split": int, "heavy": int}
-    OPTIONAL_ATTRS = frozenset({"schedule", "group", "split", "heavy"})
+    ATTRS = {"schedule": str, "group": int, "split": int, "heavy": int, "resident": int}
+    OPTIONAL_ATTRS = frozenset({"schedule", "group", "split", "heavy", "resident"})
     NUM_RESULTS = 0
     NUM_REGIONS = 1
 
@@ -54,6 +56,9 @@ class Blocks(Op):
             raise self.error(f"group must be at least 1, got {self.attrs['group']}")
         if "split" in self.attrs and self.attrs["split"] < 1:
             raise self.error(f"split must be at least 1, got {self.attrs['split']}")
+        if "resident" in self.attrs and (self.attrs["resident"] < 1 or sched != "persistent"):
+            raise self.error(f"resident needs schedule = \"persistent\" and at least 1 CTA per SM, "
+                             f"got {self.attrs['resident']} with schedule '{sched}'")
         if "heavy" in self.attrs and not 0 <= self.attrs["heavy"] < len(counts):
             raise self.error(f"heavy must name one of the {len(counts)} block indices, got {self.attrs['heavy']}")
         return []

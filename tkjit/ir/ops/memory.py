@@ -86,3 +86,28 @@ class Copy(Op):
         if isinstance(dst, TileType) and dst.space == "st" and dst.dtype != src.dtype:
             raise self.error(f"copying into shared memory keeps the dtype ({src.dtype}), got {dst.dtype}")
         return [dst]
+
+
+class CopyCols(Op):
+    """``%x = copy_cols %s, %c : rt<f32>[16, 512]`` — column chunk ``c`` of shared tile %s (its
+    columns c*512 .. c*512+511, the result's width) copied into a register tile, optionally
+    converting the dtype. stream-cols reads a row block it keeps in shared memory chunk by chunk
+    with it (``cache=shared``) instead of loading the chunk again from global memory."""
+
+    NAME = "copy_cols"
+    OPERANDS = ("x", "chunk")
+
+    def infer(self):
+        if not self.results:
+            raise self.error("needs a result type")
+        src, chunk = self.operands[0].type, self.operands[1].type
+        dst = self.results[0].type
+        if not (isinstance(src, TileType) and src.space == "st"):
+            raise self.error(f"copies from a shared tile, got {describe(src)}")
+        if not (isinstance(dst, TileType) and dst.space == "rt"):
+            raise self.error(f"copies into a register tile, got {describe(dst)}")
+        if chunk != ScalarType(I32):
+            raise self.error(f"the chunk index must be i32, got {describe(chunk)}")
+        if dst.rows != src.rows or src.cols % dst.cols:
+            raise self.error(f"{describe(dst)} is not a column chunk of {describe(src)}")
+        return [dst]
