@@ -362,11 +362,14 @@ kernel two(A: gl<bf16>[N, 128], B: gl<bf16>[N, 128], O: gl<f32>[128, 128]) {
 
 
 def written_recurrence(a, b, rows):
-    """acc <- A_c bf16(acc) + (A_c B_c + acc) over chunks of ``rows`` rows, in float64."""
+    """acc <- A_c bf16(acc) + (A_c B_c + acc) over chunks of ``rows`` rows, in float64; a ragged
+    last chunk is zero-padded to ``rows`` rows, as the kernel's tile loads read it."""
     acc = torch.zeros(a.shape[1], b.shape[1], dtype=torch.float64)
     for c0 in range(0, a.shape[0], rows):
-        ac = a[c0:c0 + rows].double()
-        acc = ac @ acc.to(torch.bfloat16).double() + (ac @ b[c0:c0 + rows].double() + acc)
+        ac, bc = (torch.zeros(rows, t.shape[1], dtype=torch.float64) for t in (a, b))
+        ac[:a.shape[0] - c0] = a[c0:c0 + rows].double()
+        bc[:b.shape[0] - c0] = b[c0:c0 + rows].double()
+        acc = ac @ acc.to(torch.bfloat16).double() + (ac @ bc + acc)
     return acc
 
 

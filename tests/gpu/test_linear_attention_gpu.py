@@ -112,7 +112,10 @@ def test_two_consumers_writing_one_tile_against_float64():
     k(a.cuda(), b.cuda(), o)
     torch.cuda.synchronize()
     ref = written_recurrence(a, b, 128)
-    err = ((o.cpu().double() - ref).norm() / ref.norm()).item()
+    # the last chunk's A rows 104..127 are padding, so the accumulator's rows 104..127 are too
+    # (the interpreter never stores them): compare the rows every backend defines
+    valid = 1000 % 128
+    err = ((o[:valid].cpu().double() - ref[:valid]).norm() / ref[:valid].norm()).item()
     assert err < 1e-2, f"relative error {err:.3g}"
 
 

@@ -51,10 +51,6 @@ def copy_refusal(kernel: Kernel, options: dict):
     """None where the copying producer can take every shared-tile load of ``kernel``; else the
     Refusal (lower.Refusal) naming what it cannot."""
     from .lower import Refusal
-    if options.get("lowering") != "general":
-        return Refusal(None, "rows that are not whole 16-byte units: TMA cannot address them, and the general "
-                             "lowering's copying producer (lower_copy.py) is taken only with "
-                             "lowering='general' until it has run on a GPU")
     if options.get("strided"):
         return Refusal(None, "rows that are not whole 16-byte units in views with strides as parameters: the "
                              "copying producer reads rows as contiguous")
