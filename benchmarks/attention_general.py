@@ -2,6 +2,7 @@
 
     python3 benchmarks/attention_general.py [--shapes 128:4096,64:8192:causal] [--json OUT.json]
         [--variant NAME[@D]=PIPELINE]   # also the general lowering under this pass pipeline
+        [--variant NAME[@D]=pin:MODULE:ATTR=VALUE]   # ... with a module constant pinned
         [--profile D:N[:causal]]   # one launch of each lowering, for ncu to look at
         [--nol]   # also examples/attention_nol.tk (no L output) through the general lowering
         [--jobs N]   # compile every row's kernels first, N at a time (the disk cache serves the rows)
@@ -63,10 +64,32 @@ def kernels(d: int, causal: bool, variants: dict | None = None, nol: bool = Fals
         out["nol"] = tkjit.compile(NOL_SOURCE, filename="attention_nol.tk", constants=consts,
                                    lowering="general")
     for name, (only_d, pipeline) in (variants or {}).items():
-        if only_d in (None, d):
+        if only_d in (None, d) and pipeline.startswith("pin:"):
+            out[name] = pinned(pipeline[4:], consts)
+        elif only_d in (None, d):
             out[name] = tkjit.compile(SOURCE, filename="attention.tk", constants=consts,
                                       lowering="general", pipeline=pipeline)
     return out
+
+
+def pinned(pin: str, consts: dict):
+    """The general lowering with a module constant pinned while it compiles (``MODULE:ATTR=VALUE``,
+    e.g. ``tkjit.codegen.hopper.lower_consumer:TREE_REDUCTIONS=False``), without the disk cache
+    (its key does not see the constant), assembled at once."""
+    import ast
+    import importlib
+    where, _, value = pin.partition("=")
+    module, _, attr = where.partition(":")
+    mod = importlib.import_module(module)
+    old = getattr(mod, attr)
+    setattr(mod, attr, ast.literal_eval(value))
+    try:
+        k = tkjit.compile(SOURCE, filename="attention.tk", constants=consts, lowering="general",
+                          cache=False)
+        k.binary  # noqa: B018 - the PTX is made now, under the pin
+    finally:
+        setattr(mod, attr, old)
+    return k
 
 
 def reference(q, k, v, causal: bool, scale: float):
@@ -143,6 +166,7 @@ def warm(job: tuple) -> str:
     """Compile one row's kernels into the disk cache (ptxas included), in a worker process."""
     shape, variants, nol = job
     d, _, causal = parse(shape)
+    variants = {k: v for k, v in variants.items() if not v[1].startswith("pin:")}  # not cached
     for k in kernels(d, causal, variants, nol).values():
         k.binary  # noqa: B018 - assemble now
     return shape

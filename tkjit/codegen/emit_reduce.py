@@ -52,6 +52,8 @@ def _shuffle_combine(ctx, fn: str, x: str, lanes: tuple[int, ...], out: list[str
 
 def emit_reduce(ctx, op) -> list[str]:
     out: list[str] = []
+    if ctx.tree_reductions:
+        ctx.reduced.append(op)
     tile = ctx.get(op.operands[0])
     layout = tile.layout
     row = op.AXIS == "row"
@@ -85,16 +87,39 @@ def _partials(ctx, op, tile, preds, out: list[str]) -> dict:
     for u, k in outer:
         inner = [(u, j, 2 * k + c, (j, c)) for j in range(layout.chunks) for c in (0, 1)] if row else \
             [(b, u, 2 * h + k, (b, h)) for b in range(layout.bands) for h in (0, 1)]
-        acc = None
+        acc, stack = None, []
         for b, j, i, pkey in inner:
             x = ctx.tile_f32(tile, b, j, i, out)
             if preds is not None:
                 m = ctx.new("f32")
                 out.append(f"selp.f32 {m}, {x}, {ident}, {preds[pkey]};")
                 x = m
-            acc = x if acc is None else binary_f32(ctx, _COMBINE[fn], acc, x, out)
+            if ctx.tree_reductions:
+                _push(ctx, fn, stack, x, out)
+            else:
+                acc = x if acc is None else binary_f32(ctx, _COMBINE[fn], acc, x, out)
+        if ctx.tree_reductions:
+            acc = _drain(ctx, fn, stack, out)
         partial[(u, k)] = _shuffle_combine(ctx, fn, acc, (1, 2) if row else (4, 8, 16), out)
     return partial
+
+
+def _push(ctx, fn: str, stack: list, x: str, out: list[str]) -> None:
+    """Pairwise combining as the elements come: ``stack`` holds (value, count) with counts
+    strictly falling, so (x0 . x1) . (x2 . x3) ... has depth log2 n (the combines of a row can
+    issue back to back instead of each waiting on the last, as in a chain of n) and at most
+    log2 n partial values are live at a time."""
+    stack.append((x, 1))
+    while len(stack) > 1 and stack[-1][1] == stack[-2][1]:
+        (y, n), (x, _) = stack.pop(), stack.pop()
+        stack.append((binary_f32(ctx, _COMBINE[fn], x, y, out), 2 * n))
+
+
+def _drain(ctx, fn: str, stack: list, out: list[str]) -> str:
+    x = stack.pop()[0]
+    while stack:
+        x = binary_f32(ctx, _COMBINE[fn], stack.pop()[0], x, out)
+    return x
 
 
 def _edge_branch(ctx, op, tile, out: list[str]) -> dict:

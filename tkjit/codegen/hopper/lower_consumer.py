@@ -38,6 +38,11 @@ CONSUMER_BARRIER = 1
 consumer c's staging (lower_epilogue.py)."""
 FIRST_TURN_BARRIER = 6
 """Ping-pong: named barrier 6 + c is consumer c's turn on the tensor cores (at most 2 consumers)."""
+TREE_REDUCTIONS = True
+"""A consumer thread combines its elements of a row (column) pairwise, depth log2 n, instead of
+in one dependent chain of n (the register-tile backend's order): a 64 x 176 score tile's row_max
+is 44 FMNMX a row, each waiting on the last, on the path to the next P·V. Pinned False by
+benchmarks/attention_general.py's ``chain`` variant for the same-run A/B."""
 
 
 # -- the role -------------------------------------------------------------------------------
@@ -56,6 +61,8 @@ class ConsumerRole(RoleEmitter):
         self.ctx.role = self
         self.ctx.emitters = consumer_table()
         self.ctx.edge_branched = []
+        self.ctx.tree_reductions = TREE_REDUCTIONS
+        self.ctx.reduced = []
         self.loop_of = {ring: loop for loop, ring in k.schedule.loop_of.items()}
         self.ring_of_load = {op: names[0] for op, names in k.schedule.load_of.items()}
         self.shared: dict[int, Load] = {}  # id(value) -> the ring load it reads
@@ -93,6 +100,13 @@ class ConsumerRole(RoleEmitter):
             b(*self.deferred.flush(ctx))
         b(*drain(self))
         b.lines[start:start] = ctx.prologue
+        if ctx.reduced:
+            where = ", ".join(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
+                              for op in dict.fromkeys(ctx.reduced))
+            k.decisions.append({"decision": "row/column reductions", "value": "pairwise",
+                                "why": f"{where}: each thread combines its elements pairwise "
+                                       "(depth log2 n, so the combines issue back to back "
+                                       "instead of each waiting on the last), then across lanes"})
         if ctx.edge_branched:
             where = ", ".join(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
                               for op in dict.fromkeys(ctx.edge_branched))
