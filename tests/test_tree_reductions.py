@@ -1,7 +1,7 @@
-"""Row/column reductions in the general lowering combine a thread's elements pairwise
-(codegen/emit_reduce.py ``_push``/``_drain``, lower_consumer.TREE_REDUCTIONS): depth log2 n
-instead of one chain of n, and at most log2 n partial values live; the register-tile backend
-keeps its chain."""
+"""Row/column reductions of the general lowering, with its option lower_consumer.TREE_REDUCTIONS
+on, combine a thread's elements pairwise (codegen/emit_reduce.py ``_push``/``_drain``): depth
+log2 n instead of one chain of n, and at most log2 n partial values live. Off by default (the
+measurement is in the option's docstring): then the chain, as the register-tile backend."""
 from __future__ import annotations
 
 import re
@@ -51,9 +51,20 @@ def test_a_score_row_of_44_has_depth_6_and_few_live_partials():
     assert peak <= 6                 # partials live at a time (the leaves are the tile's registers)
 
 
-def test_the_general_lowering_logs_its_pairwise_reductions():
-    k = tkjit.compile(SOURCE, filename="attention.tk", constants={"D": 128, "CAUSAL": False},
-                      lowering="general", cache=False)
+def _general():
+    return tkjit.compile(SOURCE, filename="attention.tk", constants={"D": 128, "CAUSAL": False},
+                         lowering="general", cache=False)
+
+
+def test_the_general_lowering_logs_its_pairwise_reductions(monkeypatch):
+    from tkjit.codegen.hopper import lower_consumer
+    monkeypatch.setattr(lower_consumer, "TREE_REDUCTIONS", True)
+    k = _general()
+    ptx = k.asm["ptx"]
     text = k.explain()
     assert "row/column reductions: pairwise" in text
     assert "row_max at attention.tk:42:24, row_sum at attention.tk:45:23" in text
+    monkeypatch.setattr(lower_consumer, "TREE_REDUCTIONS", False)
+    chain = _general()
+    assert "row/column reductions" not in chain.explain()
+    assert chain.asm["ptx"] != ptx and len(chain.asm["ptx"]) == len(ptx)  # the same ops, reordered

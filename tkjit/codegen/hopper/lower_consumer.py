@@ -38,11 +38,16 @@ CONSUMER_BARRIER = 1
 consumer c's staging (lower_epilogue.py)."""
 FIRST_TURN_BARRIER = 6
 """Ping-pong: named barrier 6 + c is consumer c's turn on the tensor cores (at most 2 consumers)."""
-TREE_REDUCTIONS = True
-"""A consumer thread combines its elements of a row (column) pairwise, depth log2 n, instead of
-in one dependent chain of n (the register-tile backend's order): a 64 x 176 score tile's row_max
-is 44 FMNMX a row, each waiting on the last, on the path to the next P·V. Pinned False by
-benchmarks/attention_general.py's ``chain`` variant for the same-run A/B."""
+TREE_REDUCTIONS = False
+"""On: a consumer thread combines its elements of a row (column) pairwise, depth log2 n, instead
+of in one dependent chain of n (the register-tile backend's order; a 64 x 176 score tile's
+row_max is 44 FMNMX a row, each waiting on the last). Off by default: measured on the attention
+example (H200, 2026-11-27, same run, general / template with the scale folded, pairwise vs chain;
+benchmarks/results/2026-11-27-nvidia-h200-s11-attn-tree.json) it is faster causal at D = 128
+(0.932/0.999/0.989/0.944/0.996 vs 0.916/0.970/0.961/0.934/0.980 at N = 1k..16k) but slower
+without the mask (D = 128: 0.809-0.893 vs 0.845-0.921; D = 64: 0.796-0.944 vs 0.808-0.961), and
+mixed at D = 64 causal; why is not profiled yet. benchmarks/attention_general.py's ``pin:``
+variants time either setting against the default in one run."""
 
 
 # -- the role -------------------------------------------------------------------------------
