@@ -44,9 +44,16 @@ def test_only_the_general_lowering_gets_the_folded_attention(lowering):
         assert f"lowering={lowering}: the templates match kernels as written" in text
 
 
-def test_a_scaled_tile_read_by_a_select_is_left_as_written():
-    k = tkjit.compile((EXAMPLES / "attention_window.tk").read_text(), filename="attention_window.tk",
-                      lowering="general", cache=False)
+def test_selects_against_inf_fold_and_others_are_left_as_written():
+    """attention_window masks with select(d < 0, -inf, select(d >= w, -inf, s)): a select against
+    a constant -inf commutes with a positive scale; against 0.0 it does not (the log says why)."""
+    source = (EXAMPLES / "attention_window.tk").read_text()
+    k = tkjit.compile(source, filename="attention_window.tk", lowering="general", cache=False)
+    assert len(versioned_ifs(k.ir)) == 1
+    assert "folded into its readers when the scale is positive" in k.explain()
+    zero = source.replace("select(d < 0, -inf,", "select(d < 0, 0.0,")
+    assert zero != source
+    k = tkjit.compile(zero, filename="attention_window.tk", lowering="general", cache=False)
     assert versioned_ifs(k.ir) == []
     assert re.search(r"left as written\n\s+because a max/min reduction reads the scaled tile, but "
                      r"cmp_select at attention_window.tk:\d+:\d+ reads the scaled tile", k.explain())
@@ -77,6 +84,7 @@ def test_the_folded_branch_is_one_ffma_per_score(d, causal, scores):
 @pytest.mark.parametrize("name,constants,shape", [
     ("attention.tk", {"D": 64, "CAUSAL": True}, (1, 2, 2, 150)),
     ("attention_softcap.tk", {"D": 64}, (1, 2, 2, 150)),
+    ("attention_window.tk", {"D": 64, "BQ": 128, "BKV": 64}, (1, 2, 1, 300)),
 ])
 def test_the_folded_schedule_matches_the_interpreter_for_any_sign(name, constants, shape, scale):
     """The scheduled IR (with the branch) on the roles interpreter against the source-level
@@ -93,7 +101,7 @@ def test_the_folded_schedule_matches_the_interpreter_for_any_sign(name, constant
     kk, v = (torch.randn(b, hkv, n, d).bfloat16() for _ in range(2))
     params = [p.hint for p in k.ir.params]
     args = {"Q": q, "K": kk, "V": v, "O": torch.full((b, h, n, d), float("nan")).bfloat16(),
-            "L": torch.full((b, h, n), float("nan")), "softcap": 30.0}
+            "L": torch.full((b, h, n), float("nan")), "softcap": 30.0, "window": 100}
     call = [args[p] if p in args else scale for p in params]
     ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in call]
     k(*ref)

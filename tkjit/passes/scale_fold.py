@@ -3,11 +3,13 @@ raw values when the scalar is positive; the scale then goes into one FFMA per el
 
     s = mul x, c                     x: rt<f32>, c: an f32 scalar
     [s = causal_mask s, ...]         (fill -inf or +inf; also inside ifs that yield s or it)
+    [s = cmp_select a, b, s, -inf]   (either side; the other one s or a constant ±inf)
     m = row_max s                    (row/col max or min)
     t = sub_row s, v                 (sub/add of a row or column vector)
 
 materializes ``s`` (one FMUL per element) because the reductions read it. For ``c > 0``,
-``row_max(x * c) = row_max(x) * c`` and masking to ±inf commutes with the scaling, so the
+``row_max(x * c) = row_max(x) * c`` and masking to ±inf (causal_mask, or a cmp_select against
+a constant ±inf) commutes with the scaling, so the
 reductions can read ``x`` and ``t = sub_row(mul(x, c), v)`` is a multiply feeding a subtract that
 ptxas contracts into one FFMA per element: one FP instruction less per element, and the scaled
 tile is never held. The sign of ``c`` is only known at run time, so the pass versions the ops
@@ -31,8 +33,8 @@ import math
 from dataclasses import dataclass
 
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import (BROADCAST_OPS, MMA_OPS, REDUCE_OPS, CausalMask, Const, For, Gt, If, Load, Mul,
-                      Yield)
+from ..ir.ops import (BROADCAST_OPS, MMA_OPS, REDUCE_OPS, CausalMask, CmpSelect, Const, For, Gt, If,
+                      Load, Mul, Yield)
 from ..ir.types import BOOL, F32, ScalarType, TileType
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
@@ -96,6 +98,13 @@ def _mask_fill_ok(op: CausalMask) -> bool:
     return isinstance(fill, float) and math.isinf(fill)
 
 
+def _is_inf(v: Value) -> bool:
+    """A scalar constant ±inf (c · ±inf = ±inf for c > 0)."""
+    op = v.owner
+    return isinstance(op, Const) and isinstance(op.attrs.get("value"), float) \
+        and math.isinf(op.attrs["value"])
+
+
 def plan_fold(mul: Op, users: dict[Value, list[Op]]) -> Fold | None:
     """The fold of ``mul``; None when no max/min reduction reads the scaled tile (nothing to
     gain); NotFoldable (why not) when one does but the fold does not apply."""
@@ -110,6 +119,11 @@ def plan_fold(mul: Op, users: dict[Value, list[Op]]) -> Fold | None:
             if isinstance(u, CausalMask) and u.operands[0] is v and _mask_fill_ok(u) \
                     and all(w is not v for w in u.operands[1:]):
                 if u.result not in scaled:
+                    scaled.add(u.result)
+                    work.append(u.result)
+            elif isinstance(u, CmpSelect) and all(w is not v for w in u.operands[:2]) \
+                    and all(w is v or _is_inf(w) for w in u.operands[2:]):
+                if u.result not in scaled:  # a ? s : -inf, scaled or not, is scaled by c > 0
                     scaled.add(u.result)
                     work.append(u.result)
             elif type(u) in SINK_REDUCE:
