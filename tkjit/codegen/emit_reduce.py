@@ -12,6 +12,7 @@ with 0 unless the padding analysis proved they are already zero.
 """
 from __future__ import annotations
 
+from ..errors import NotAvailableError
 from ..ir.ops import REDUCE_OPS
 from ..ir.types import VectorType
 from .mathfn import binary_f32
@@ -62,6 +63,8 @@ def emit_reduce(ctx, op) -> list[str]:
     else:
         partial = _partials(ctx, op, tile, _mask_preds(ctx, op, tile, out), out)
     split = layout.cols if row else layout.rows
+    if op.attrs.get("partial") and (not row or split.groups > 1):
+        raise NotAvailableError(f"{op.NAME}: a partial sum needs each row's elements in one quad")
     if split.groups > 1:
         partial = _across_warps(ctx, op, layout, partial, out)
     t: VectorType = op.result.type
@@ -100,8 +103,22 @@ def _partials(ctx, op, tile, preds, out: list[str]) -> dict:
                 acc = x if acc is None else binary_f32(ctx, _COMBINE[fn], acc, x, out)
         if ctx.tree_reductions:
             acc = _drain(ctx, fn, stack, out)
-        partial[(u, k)] = _shuffle_combine(ctx, fn, acc, (1, 2) if row else (4, 8, 16), out)
+        lanes = () if op.attrs.get("partial") else (1, 2) if row else (4, 8, 16)
+        partial[(u, k)] = _shuffle_combine(ctx, fn, acc, lanes, out)
     return partial
+
+
+def combine_partial_sums(ctx, loop, reps: list, out: list[str]) -> list:
+    """The loop's carried values as they leave it: those the row-sums pass kept as each thread's
+    share (``partial_sums``) summed over the four lanes of each row, the others as they are."""
+    done = list(reps)
+    for i in loop.attrs.get("partial_sums", ()):
+        rep = reps[i]
+        if not isinstance(rep, RegVec) or rep.type.kind != "cv":
+            raise NotAvailableError("partial_sums names a value that is not a column vector")
+        regs = [[_shuffle_combine(ctx, "sum", r, (1, 2), out) for r in unit] for unit in rep.regs]
+        done[i] = RegVec(rep.type, rep.split, regs)
+    return done
 
 
 def _push(ctx, fn: str, stack: list, x: str, out: list[str]) -> None:

@@ -23,6 +23,7 @@ from ...passes.hopper import is_shared
 from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, IfTrips, Loop, Mma, StagingBegin,
                                      StagingEnd, Wait)
 from ..emit_control import fresh, moves
+from ..emit_reduce import combine_partial_sums
 from ..padding import analyze_padding
 from ..values import RegTile
 from . import wgmma
@@ -287,8 +288,10 @@ class ConsumerRole(RoleEmitter):
         self.emit((step,))
         if self.deferred is not None:  # a tile without trips issued no wgmma: flush here, before
             b(*self.deferred.flush(ctx))  # the epilogue makes the next tile's values
-        for res, rep in zip(loop.results, carried):
+        out: list[str] = []  # row sums kept per thread (the row-sums pass): the quad, once
+        for res, rep in zip(loop.results, combine_partial_sums(ctx, loop, carried, out)):
             ctx.bind(res, rep)
+        b(*out)
 
     def trip(self, step: Loop) -> None:
         loop = self.loop_of[step.ring]
