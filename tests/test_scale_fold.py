@@ -76,8 +76,8 @@ def test_the_folded_branch_is_one_ffma_per_score(d, causal, scores):
     assert a["FFMA"] - b["FFMA"] >= 2 * scores
     assert a["LDL"] == a["STL"] == 0
     keep = ("setmaxnreg", "level 2", "stage(s)")
-    assert [l for l in folded.explain().splitlines() if any(w in l for w in keep)] == \
-        [l for l in plain.explain().splitlines() if any(w in l for w in keep)]
+    assert [l for l in folded.explain().splitlines() if any(w in l for w in keep) and "because" not in l] == \
+        [l for l in plain.explain().splitlines() if any(w in l for w in keep) and "because" not in l]
 
 
 @pytest.mark.parametrize("scale", [0.125, -0.125, 0.0])

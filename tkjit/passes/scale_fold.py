@@ -181,8 +181,11 @@ def plan_fold(mul: Op, users: dict[Value, list[Op]]) -> Fold | None:
 
 
 def _clone(op: Op, mapping: dict[Value, Value], regions=None) -> Op:
+    """A copy of ``op`` on mapped operands. Its results take no hints: the originals keep theirs
+    (printed names then do not depend on how the hints were spelled: the front end's ``s`` for
+    every rebinding, or a parsed ``s.1``), so the IR prints the same from source and from text."""
     new = type(op)([mapping.get(v, v) for v in op.operands], dict(op.attrs),
-                   [r.type for r in op.results], regions or [], op.span, [r.hint for r in op.results])
+                   [r.type for r in op.results], regions or [], op.span, [None] * len(op.results))
     for old, fresh in zip(op.results, new.results):
         mapping[old] = fresh
     return new
@@ -196,8 +199,7 @@ def _fold_into(ops: list[Op], f: Fold, mapping: dict[Value, Value], out: Block) 
             mapping[op.result] = f.x
         elif op in f.sinks and type(op) in SINK_REDUCE:
             raw = out.append(_clone(op, mapping))
-            scaled = out.append(Mul([raw.result, f.c], {}, [op.result.type], [], op.span,
-                                    [op.result.hint]))
+            scaled = out.append(Mul([raw.result, f.c], {}, [op.result.type], [], op.span, [None]))
             mapping[op.result] = scaled.result
         elif op in f.sinks:
             tile = mapping[op.operands[0]]
@@ -217,7 +219,7 @@ def _fold_into(ops: list[Op], f: Fold, mapping: dict[Value, Value], out: Block) 
 
 
 def _arg(a: Value, mapping: dict[Value, Value]) -> Value:
-    new = Value(a.type, a.hint)
+    new = Value(a.type, None)
     mapping[a] = new
     return new
 
@@ -240,7 +242,7 @@ def apply_fold(f: Fold) -> If:
         orig.append(op)
     orig.append(Yield(list(f.escaping), {}, [], [], span))
     branch = If([cond.result], {}, [v.type for v in f.escaping], [then, orig], span,
-                [v.hint for v in f.escaping])
+                [None] * len(f.escaping))
     new_ops = f.hoisted + [zero, cond, branch]
     for op in new_ops:
         op.parent = block
