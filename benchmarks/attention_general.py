@@ -2,7 +2,10 @@
 
     python3 benchmarks/attention_general.py [--shapes 128:4096,64:8192:causal] [--json OUT.json]
         [--variant NAME[@D]=PIPELINE]   # also the general lowering under this pass pipeline
+        [--variant NAME[@D]=pin:MODULE:ATTR=VALUE]   # ... with a module constant pinned
         [--profile D:N[:causal]]   # one launch of each lowering, for ncu to look at
+        [--nol]   # also examples/attention_nol.tk (no L output) through the general lowering
+        [--jobs N]   # compile every row's kernels first, N at a time (the disk cache serves the rows)
 
 Rows: D 64 and 128, causal and not, N 1024 .. 16384 (issue 18's "Done when"), with B·N = 16384
 tokens and 16 heads (as benchmarks/attention_variants.py). Each row times the general lowering,
@@ -10,7 +13,10 @@ the template and SDPA cuDNN in interleaved batches (CUDA events, median of 15 ba
 launches, the order reversed every other batch, inputs rotating over enough sets to exceed the
 60 MB L2). Before timing, both kernels run on NaN-poisoned outputs and their O and L are checked
 against float64 torch on two heads. ``general_vs_template`` is template ms / general ms (the
-issue's target: >= 0.98 on every row).
+issue's target: >= 0.98 on every row). With ``--nol`` the row also times attention_nol.tk (the
+same kernel without its L store; O checked the same way): ``nol_vs_general`` is general ms / nol
+ms (issue 18: dropping the L store never makes a kernel slower, so >= 1), ``nol_vs_cudnn``
+cuDNN ms / nol ms (>= 1.0 at N >= 4096).
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import tkjit
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = (ROOT / "examples" / "attention.tk").read_text()
+NOL_SOURCE = (ROOT / "examples" / "attention_nol.tk").read_text()
 L2_BYTES = 60 << 20
 TOKENS, HEADS = 16384, 16
 DEFAULT_SHAPES = [f"{d}:{n}{c}" for d in (128, 64) for c in ("", ":causal")
@@ -47,16 +54,42 @@ def parse(shape: str) -> tuple[int, int, bool]:
     return int(parts[0]), int(parts[1]), parts[2:] == ["causal"]
 
 
-def kernels(d: int, causal: bool, variants: dict | None = None) -> dict:
-    """general, template, and each variant (the general lowering under its pass pipeline)."""
+def kernels(d: int, causal: bool, variants: dict | None = None, nol: bool = False) -> dict:
+    """general, template, each variant (the general lowering under its pass pipeline), and with
+    ``nol`` attention_nol.tk through the general lowering."""
     consts = {"D": d, "CAUSAL": causal}
     out = {low: tkjit.compile(SOURCE, filename="attention.tk", constants=consts, lowering=low)
            for low in ("general", "template")}
+    if nol:
+        out["nol"] = tkjit.compile(NOL_SOURCE, filename="attention_nol.tk", constants=consts,
+                                   lowering="general")
     for name, (only_d, pipeline) in (variants or {}).items():
-        if only_d in (None, d):
+        if only_d in (None, d) and pipeline.startswith("pin:"):
+            out[name] = pinned(pipeline[4:], consts)
+        elif only_d in (None, d):
             out[name] = tkjit.compile(SOURCE, filename="attention.tk", constants=consts,
                                       lowering="general", pipeline=pipeline)
     return out
+
+
+def pinned(pin: str, consts: dict):
+    """The general lowering with a module constant pinned while it compiles (``MODULE:ATTR=VALUE``,
+    e.g. ``tkjit.codegen.hopper.lower_consumer:TREE_REDUCTIONS=False``), without the disk cache
+    (its key does not see the constant), assembled at once."""
+    import ast
+    import importlib
+    where, _, value = pin.partition("=")
+    module, _, attr = where.partition(":")
+    mod = importlib.import_module(module)
+    old = getattr(mod, attr)
+    setattr(mod, attr, ast.literal_eval(value))
+    try:
+        k = tkjit.compile(SOURCE, filename="attention.tk", constants=consts, lowering="general",
+                          cache=False)
+        k.binary  # noqa: B018 - the PTX is made now, under the pin
+    finally:
+        setattr(mod, attr, old)
+    return k
 
 
 def reference(q, k, v, causal: bool, scale: float):
@@ -71,20 +104,24 @@ def reference(q, k, v, causal: bool, scale: float):
     return out
 
 
-def check(kern, sets, causal: bool, scale: float) -> dict:
+def check(kern, sets, causal: bool, scale: float, with_l: bool = True) -> dict:
     q, k, v, o, lse = sets[0]
     o.fill_(float("nan"))
-    lse.fill_(float("nan"))
-    kern(q, k, v, o, lse, scale)
+    lse.fill_(float("nan") if with_l else 0.0)
+    if with_l:
+        kern(q, k, v, o, lse, scale)
+    else:
+        kern(q, k, v, o, scale)
     torch.cuda.synchronize()
     errs = {"o": 0.0, "l": 0.0, "nan": int(o.isnan().sum().item() + lse.isnan().sum().item())}
     for (ref_o, ref_l), h in zip(reference(q, k, v, causal, scale), (0, q.shape[1] - 1)):
         errs["o"] = max(errs["o"], ((o[0, h].double() - ref_o).norm() / ref_o.norm()).item())
-        errs["l"] = max(errs["l"], (lse[0, h].double() - ref_l).abs().max().item())
+        if with_l:
+            errs["l"] = max(errs["l"], (lse[0, h].double() - ref_l).abs().max().item())
     return errs
 
 
-def row(shape: str, variants: dict) -> dict:
+def row(shape: str, variants: dict, nol: bool = False) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     d, n, causal = parse(shape)
     b, scale = TOKENS // n, 1 / math.sqrt(d)
@@ -93,13 +130,15 @@ def row(shape: str, variants: dict) -> dict:
             + (torch.empty(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda"),
                torch.empty(b, HEADS, n, dtype=torch.float32, device="cuda"))
             for _ in range(max(2, -(-2 * L2_BYTES // set_bytes)))]
-    ks = kernels(d, causal, variants)
+    ks = kernels(d, causal, variants, nol)
     out = {"D": d, "N": n, "B": b, "H": HEADS, "causal": causal,
            "backend": {name: f"{k.metadata.get('backend')}/{k.metadata.get('lowering', 'template')}"
                        for name, k in ks.items()}}
     for name, k in ks.items():
-        out[f"{name}_err"] = check(k, sets, causal, scale)
+        out[f"{name}_err"] = check(k, sets, causal, scale, with_l=name != "nol")
     fns = {name: (lambda kk: lambda q, k_, v, o, l: kk(q, k_, v, o, l, scale))(k) for name, k in ks.items()}
+    if "nol" in ks:
+        fns["nol"] = (lambda kk: lambda q, k_, v, o, l: kk(q, k_, v, o, scale))(ks["nol"])
     fns["cudnn"] = lambda q, k_, v, o, l: torch.nn.functional.scaled_dot_product_attention(
         q, k_, v, is_causal=causal, scale=scale)
     times = {name: [] for name in fns}
@@ -115,9 +154,22 @@ def row(shape: str, variants: dict) -> dict:
     out["general_vs_cudnn"] = round(med["cudnn"] / med["general"], 4)
     out["template_vs_cudnn"] = round(med["cudnn"] / med["template"], 4)
     for name in ks:
-        if name not in ("general", "template"):
+        if name not in ("general", "template", "nol"):
             out[f"{name}_vs_template"] = round(med["template"] / med[name], 4)
+    if "nol" in ks:
+        out["nol_vs_general"] = round(med["general"] / med["nol"], 4)
+        out["nol_vs_cudnn"] = round(med["cudnn"] / med["nol"], 4)
     return out
+
+
+def warm(job: tuple) -> str:
+    """Compile one row's kernels into the disk cache (ptxas included), in a worker process."""
+    shape, variants, nol = job
+    d, _, causal = parse(shape)
+    variants = {k: v for k, v in variants.items() if not v[1].startswith("pin:")}  # not cached
+    for k in kernels(d, causal, variants, nol).values():
+        k.binary  # noqa: B018 - assemble now
+    return shape
 
 
 def profile(shape: str) -> None:
@@ -137,6 +189,8 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--profile")
     ap.add_argument("--variant", action="append", default=[])
+    ap.add_argument("--nol", action="store_true")
+    ap.add_argument("--jobs", type=int, default=1)
     args = ap.parse_args()
     if args.profile:
         return profile(args.profile)
@@ -145,16 +199,20 @@ def main() -> None:
         name, pipeline = v.split("=", 1)
         name, _, only = name.partition("@")
         variants[name] = (int(only) if only else None, pipeline)
+    if args.jobs > 1:  # before CUDA is initialized in this process: the workers are forked
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(args.jobs) as pool:
+            list(pool.map(warm, [(s, variants, args.nol) for s in args.shapes.split(",")]))
     rows = []
     for shape in args.shapes.split(","):
-        r = row(shape, variants)
+        r = row(shape, variants, args.nol)
         print(json.dumps(r), flush=True)
         rows.append(r)
     print("shape".ljust(20) + "gen/tmpl  gen/cudnn  tmpl/cudnn")
     for r in rows:
         label = f"D{r['D']} N{r['N']}" + (" causal" if r["causal"] else "")
-        extra = "  ".join(f"{k}={v}" for k, v in r.items() if k.endswith("_vs_template")
-                          and k != "general_vs_template")
+        extra = "  ".join(f"{k}={v}" for k, v in r.items() if (k.endswith("_vs_template")
+                          and k != "general_vs_template") or k.startswith("nol_vs"))
         print(label.ljust(20) + f"{r['general_vs_template']:8.3f} {r['general_vs_cudnn']:10.3f} "
                                 f"{r['template_vs_cudnn']:11.3f}  {extra}")
     if args.json:

@@ -31,9 +31,10 @@ def pinned(stages: int, source: str = SOURCE) -> str:
 def ir_of(d: int = 128, causal: bool = False, source: str = SOURCE, pipeline: str | None = None,
           bq: int | None = None, bkv: int | None = None):
     """The example's IR; ``bkv=128`` pins the key block where a test is about the 3-stage ring (the
-    example's default at D = 128 non-causal is 176: 2 stages, K/V barriers split)."""
+    example's default at D = 128 non-causal is 176: 2 stages, K/V barriers split). Compiled for
+    the template (``lowering=template``: scale-fold leaves the program as written)."""
     constants = {"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {}) | ({"BKV": bkv} if bkv else {})
-    opts = CompileOptions.resolve(constants=constants, cache=False, pipeline=pipeline)
+    opts = CompileOptions.resolve(constants=constants, cache=False, pipeline=pipeline, lowering="template")
     return compile_source(source, opts, filename="attention.tk").ir
 
 

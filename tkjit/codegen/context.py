@@ -137,6 +137,11 @@ class Ctx:
         self.edge_branched: list | None = None
         """None, or (the general lowering's option) the reductions that mask padding only on
         tiles reaching past their tensor's edge, behind a uniform branch (emit_reduce)."""
+        self.tree_reductions = False
+        """(The general lowering's option) a thread combines its elements of a row or column
+        pairwise (depth log2 n) instead of in one chain (depth n): emit_reduce."""
+        self.reduced: list = []
+        """The reductions emitted pairwise (for the general lowering's decision log)."""
 
     # -- values --------------------------------------------------------------------------
     def bind(self, v: Value, rep) -> None:

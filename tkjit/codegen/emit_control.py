@@ -111,7 +111,8 @@ def emit_for(ctx, op: For) -> list[str]:
         for load in pipe.loads:
             ctx.prefetched.pop(id(load), None)
     ctx.sync.assume_anything()
-    for r, rep in zip(op.results, carried):
+    from .emit_reduce import combine_partial_sums
+    for r, rep in zip(op.results, combine_partial_sums(ctx, op, carried, out)):
         ctx.bind(r, rep)
     if "stages" in op.attrs and pipe is None:
         ctx.decide("stages", 1, "no shared-tile load of this loop can be fetched ahead (its coordinates "

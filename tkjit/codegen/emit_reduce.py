@@ -12,6 +12,7 @@ with 0 unless the padding analysis proved they are already zero.
 """
 from __future__ import annotations
 
+from ..errors import NotAvailableError
 from ..ir.ops import REDUCE_OPS
 from ..ir.types import VectorType
 from .mathfn import binary_f32
@@ -52,6 +53,8 @@ def _shuffle_combine(ctx, fn: str, x: str, lanes: tuple[int, ...], out: list[str
 
 def emit_reduce(ctx, op) -> list[str]:
     out: list[str] = []
+    if ctx.tree_reductions:
+        ctx.reduced.append(op)
     tile = ctx.get(op.operands[0])
     layout = tile.layout
     row = op.AXIS == "row"
@@ -60,6 +63,8 @@ def emit_reduce(ctx, op) -> list[str]:
     else:
         partial = _partials(ctx, op, tile, _mask_preds(ctx, op, tile, out), out)
     split = layout.cols if row else layout.rows
+    if op.attrs.get("partial") and (not row or split.groups > 1):
+        raise NotAvailableError(f"{op.NAME}: a partial sum needs each row's elements in one quad")
     if split.groups > 1:
         partial = _across_warps(ctx, op, layout, partial, out)
     t: VectorType = op.result.type
@@ -85,16 +90,53 @@ def _partials(ctx, op, tile, preds, out: list[str]) -> dict:
     for u, k in outer:
         inner = [(u, j, 2 * k + c, (j, c)) for j in range(layout.chunks) for c in (0, 1)] if row else \
             [(b, u, 2 * h + k, (b, h)) for b in range(layout.bands) for h in (0, 1)]
-        acc = None
+        acc, stack = None, []
         for b, j, i, pkey in inner:
             x = ctx.tile_f32(tile, b, j, i, out)
             if preds is not None:
                 m = ctx.new("f32")
                 out.append(f"selp.f32 {m}, {x}, {ident}, {preds[pkey]};")
                 x = m
-            acc = x if acc is None else binary_f32(ctx, _COMBINE[fn], acc, x, out)
-        partial[(u, k)] = _shuffle_combine(ctx, fn, acc, (1, 2) if row else (4, 8, 16), out)
+            if ctx.tree_reductions:
+                _push(ctx, fn, stack, x, out)
+            else:
+                acc = x if acc is None else binary_f32(ctx, _COMBINE[fn], acc, x, out)
+        if ctx.tree_reductions:
+            acc = _drain(ctx, fn, stack, out)
+        lanes = () if op.attrs.get("partial") else (1, 2) if row else (4, 8, 16)
+        partial[(u, k)] = _shuffle_combine(ctx, fn, acc, lanes, out)
     return partial
+
+
+def combine_partial_sums(ctx, loop, reps: list, out: list[str]) -> list:
+    """The loop's carried values as they leave it: those the row-sums pass kept as each thread's
+    share (``partial_sums``) summed over the four lanes of each row, the others as they are."""
+    done = list(reps)
+    for i in loop.attrs.get("partial_sums", ()):
+        rep = reps[i]
+        if not isinstance(rep, RegVec) or rep.type.kind != "cv":
+            raise NotAvailableError("partial_sums names a value that is not a column vector")
+        regs = [[_shuffle_combine(ctx, "sum", r, (1, 2), out) for r in unit] for unit in rep.regs]
+        done[i] = RegVec(rep.type, rep.split, regs)
+    return done
+
+
+def _push(ctx, fn: str, stack: list, x: str, out: list[str]) -> None:
+    """Pairwise combining as the elements come: ``stack`` holds (value, count) with counts
+    strictly falling, so (x0 . x1) . (x2 . x3) ... has depth log2 n (the combines of a row can
+    issue back to back instead of each waiting on the last, as in a chain of n) and at most
+    log2 n partial values are live at a time."""
+    stack.append((x, 1))
+    while len(stack) > 1 and stack[-1][1] == stack[-2][1]:
+        (y, n), (x, _) = stack.pop(), stack.pop()
+        stack.append((binary_f32(ctx, _COMBINE[fn], x, y, out), 2 * n))
+
+
+def _drain(ctx, fn: str, stack: list, out: list[str]) -> str:
+    x = stack.pop()[0]
+    while stack:
+        x = binary_f32(ctx, _COMBINE[fn], stack.pop()[0], x, out)
+    return x
 
 
 def _edge_branch(ctx, op, tile, out: list[str]) -> dict:

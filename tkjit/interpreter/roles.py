@@ -249,6 +249,14 @@ class Role:
             args.append(value)
         if self.shadow and isinstance(op, Store):
             return
+        for inner in (o for region in op.regions for r in region.ops for o in r.walk()):
+            for v in inner.operands:  # an if's branch reads a wgmma result from outside it
+                value = self.env.values.get(v)
+                if isinstance(value, Pending):
+                    if value.value is None:
+                        raise ScheduleError(f"'{inner.NAME}' reads %{v.hint}, the result of a wgmma "
+                                            "not waited for yet", inner.span)
+                    self.env.values[v] = value.value
         self.env.bind(op.results, self.rt.handlers[type(op)](self.it, op, args))
 
     def bind_tile(self, tile: tuple) -> None:

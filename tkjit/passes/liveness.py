@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.core import Kernel, Op, Value
-from ..ir.ops import For
+from ..ir.core import Block, Kernel, Op, Value
+from ..ir.ops import For, If
 from ..ir.types import TileType, Type, VectorType, is_register
 from .hopper import Position, block_loop, positions, walk_block
 
@@ -69,36 +69,76 @@ def consumer_pressure(kernel: Kernel, consumers: int) -> Pressure:
     body = block_loop(kernel).regions[0]
     pos = positions(body)
     born: dict[Value, int] = {}
-    last: dict[Value, int] = {}
+    uses: dict[Value, list[int]] = {}
     for op in walk_block(body):
         p = pos[op]
         for v in op.results:
             if fragment_registers(v.type, consumers):
                 born[v] = p.end if op.regions else p.start
-                last.setdefault(v, born[v])
+                uses.setdefault(v, [born[v]])
         for v in op.operands:
             if v in born:
-                last[v] = max(last[v], use_position(op, v, pos))
+                uses[v].append(use_position(op, v, pos))
         if isinstance(op, For):
             for arg in op.regions[0].args[1:]:
                 if fragment_registers(arg.type, consumers):
                     born[arg] = p.start
-                    last.setdefault(arg, p.start)
+                    uses.setdefault(arg, [p.start])
+    apart = branch_ranges(body, pos)
+
+    def last_from(v: Value, point: int) -> int | None:
+        """The last use of ``v`` on a path through ``point`` (None: dead there): a use in a later
+        branch of an if whose earlier branch holds ``point`` is on another path."""
+        if born[v] > point:
+            return None
+        reach = [u for u in uses[v] if u >= point and not exclusive(apart, point, u)]
+        return max(reach) if reach else None
+
     births: dict[int, int] = {}
-    deaths: dict[int, int] = {}
     for v, b in born.items():
-        regs = fragment_registers(v.type, consumers)
-        births[b] = births.get(b, 0) + regs
-        deaths[last[v]] = deaths.get(last[v], 0) + regs
+        births[b] = births.get(b, 0) + fragment_registers(v.type, consumers)
+    points = sorted(set(births) | {u for us in uses.values() for u in us})
     best = Pressure(0, None, [])
     by_position = {p.start: op for op, p in pos.items()}
-    for point in sorted(set(births) | set(deaths)):
-        live = [(v, fragment_registers(v.type, consumers)) for v in born
-                if born[v] <= point <= last[v]]
-        total = sum(n for _, n in live) - min(births.get(point, 0), deaths.get(point, 0))
+    for point in points:
+        live, dying = [], 0
+        for v in born:
+            end = last_from(v, point)
+            if end is None:
+                continue
+            regs = fragment_registers(v.type, consumers)
+            live.append((v, regs))
+            if end == point:
+                dying += regs
+        total = sum(n for _, n in live) - min(births.get(point, 0), dying)
         if total > best.peak:
             best = Pressure(total, by_position.get(point), sorted(live, key=lambda x: -x[1]))
     return best
+
+
+def branch_ranges(body: Block, pos: dict[Op, Position]) -> list[list[tuple[int, int]]]:
+    """For each if under ``body``, the position range of each of its regions (then, else)."""
+    out = []
+    for op in walk_block(body):
+        if isinstance(op, If):
+            ranges = []
+            for region in op.regions:
+                inner = [pos[o] for o in region.ops]
+                if inner:
+                    ranges.append((min(p.start for p in inner), max(p.end for p in inner)))
+            if len(ranges) > 1:
+                out.append(ranges)
+    return out
+
+
+def exclusive(apart: list[list[tuple[int, int]]], point: int, use: int) -> bool:
+    """Whether ``point`` and ``use`` lie in different branches of one if (never both run)."""
+    for ranges in apart:
+        a = next((i for i, (lo, hi) in enumerate(ranges) if lo <= point <= hi), None)
+        b = next((i for i, (lo, hi) in enumerate(ranges) if lo <= use <= hi), None)
+        if a is not None and b is not None and a != b:
+            return True
+    return False
 
 
 def use_position(user: Op, v: Value, pos: dict[Op, Position]) -> int:

@@ -25,6 +25,7 @@ from ...passes.hopper import is_shared
 from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, IfTrips, Loop, Mma, StagingBegin,
                                      StagingEnd, TileWrite, Wait)
 from ..emit_control import fresh, moves
+from ..emit_reduce import combine_partial_sums
 from ..padding import analyze_padding
 from ..values import RegTile
 from . import wgmma
@@ -40,6 +41,16 @@ CONSUMER_BARRIER = 1
 consumer c's staging (lower_epilogue.py)."""
 FIRST_TURN_BARRIER = 6
 """Ping-pong: named barrier 6 + c is consumer c's turn on the tensor cores (at most 2 consumers)."""
+TREE_REDUCTIONS = False
+"""On: a consumer thread combines its elements of a row (column) pairwise, depth log2 n, instead
+of in one dependent chain of n (the register-tile backend's order; a 64 x 176 score tile's
+row_max is 44 FMNMX a row, each waiting on the last). Off by default: measured on the attention
+example (H200, 2026-11-27, same run, general / template with the scale folded, pairwise vs chain;
+benchmarks/results/2026-11-27-nvidia-h200-s11-attn-tree.json) it is faster causal at D = 128
+(0.932/0.999/0.989/0.944/0.996 vs 0.916/0.970/0.961/0.934/0.980 at N = 1k..16k) but slower
+without the mask (D = 128: 0.809-0.893 vs 0.845-0.921; D = 64: 0.796-0.944 vs 0.808-0.961), and
+mixed at D = 64 causal; why is not profiled yet. benchmarks/attention_general.py's ``pin:``
+variants time either setting against the default in one run."""
 
 
 # -- the role -------------------------------------------------------------------------------
@@ -58,6 +69,8 @@ class ConsumerRole(RoleEmitter):
         self.ctx.role = self
         self.ctx.emitters = consumer_table()
         self.ctx.edge_branched = []
+        self.ctx.tree_reductions = TREE_REDUCTIONS
+        self.ctx.reduced = []
         self.loop_of = {ring: loop for loop, ring in k.schedule.loop_of.items()}
         self.ring_of_load = {op: names[0] for op, names in k.schedule.load_of.items()}
         self.shared: dict[int, Load] = {}  # id(value) -> the ring load it reads
@@ -95,6 +108,13 @@ class ConsumerRole(RoleEmitter):
             b(*self.deferred.flush(ctx))
         b(*drain(self))
         b.lines[start:start] = ctx.prologue
+        if ctx.reduced:
+            where = ", ".join(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
+                              for op in dict.fromkeys(ctx.reduced))
+            k.decisions.append({"decision": "row/column reductions", "value": "pairwise",
+                                "why": f"{where}: each thread combines its elements pairwise "
+                                       "(depth log2 n, so the combines issue back to back "
+                                       "instead of each waiting on the last), then across lanes"})
         if ctx.edge_branched:
             where = ", ".join(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
                               for op in dict.fromkeys(ctx.edge_branched))
@@ -284,8 +304,10 @@ class ConsumerRole(RoleEmitter):
         self.emit((step,))
         if self.deferred is not None:  # a tile without trips issued no wgmma: flush here, before
             b(*self.deferred.flush(ctx))  # the epilogue makes the next tile's values
-        for res, rep in zip(loop.results, carried):
+        out: list[str] = []  # row sums kept per thread (the row-sums pass): the quad, once
+        for res, rep in zip(loop.results, combine_partial_sums(ctx, loop, carried, out)):
             ctx.bind(res, rep)
+        b(*out)
 
     def trip(self, step: Loop) -> None:
         loop = self.loop_of[step.ring]

@@ -77,11 +77,14 @@ class For(Op):
     Runs k = lo, lo+step, ... while k < hi; the values after ``step`` are carried (SSA iter args)
     and the results are their final values. ``stages`` pins the pipeline depth of its loads.
     Set by passes: ``stage_bytes`` (bytes the loop's loads bring per trip), ``stage_stride``
-    (shared-memory distance between two stages) and ``bars`` (offset of its mbarrier words)."""
+    (shared-memory distance between two stages), ``bars`` (offset of its mbarrier words) and
+    ``partial_sums`` (the carried row sums each thread keeps as its own share, combined across
+    the threads of a row once after the loop: the row-sums pass)."""
 
     NAME = "for"
     OPERANDS = ("lo", "hi", "step", "inits*")
-    ATTRS = {"stages": int, "unroll": int, "stage_bytes": int, "stage_stride": int, "bars": int}
+    ATTRS = {"stages": int, "unroll": int, "stage_bytes": int, "stage_stride": int, "bars": int,
+             "partial_sums": tuple}
     OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = None
     NUM_REGIONS = 1

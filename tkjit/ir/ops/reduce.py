@@ -13,9 +13,14 @@ def _need_rt(op: Op, t) -> TileType:
 
 
 class Reduce(Op):
-    """``%m = row_max %s : cv<f32>[128]`` (per row) / ``col_sum`` (per column). Padding is skipped."""
+    """``%m = row_max %s : cv<f32>[128]`` (per row) / ``col_sum`` (per column). Padding is skipped.
+    ``partial = true`` (set by the row-sums pass on a row_sum): the value is the same, but each
+    thread keeps the sum of its own elements of the row, combined with the others' once, after
+    the loop that carries it (``for {partial_sums = [...]}``); it changes registers, not values."""
 
     OPERANDS = ("x",)
+    ATTRS = {"partial": bool}
+    OPTIONAL_ATTRS = frozenset({"partial"})
     AXIS = "row"
     FN = "max"
 

@@ -1,0 +1,67 @@
+"""On a GPU: examples/attention.tk through the general lowering with the session-11 options that
+are not on by default -- the row-sums pass (row sums kept per thread, the quad combined after
+the loop) and pairwise reductions (lower_consumer.TREE_REDUCTIONS) -- and with the scale-fold
+branch taken both ways (a negative scale runs the program as written), against float64 torch:
+O and L (the log-sum-exp reads the combined sums), N ragged and below one tile, outputs
+NaN-poisoned, two query heads over one key/value head."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tkjit
+from tkjit.codegen.hopper import lower_consumer
+from tkjit.passes import DEFAULT_PIPELINE
+
+pytestmark = pytest.mark.gpu
+SOURCE = (Path(__file__).resolve().parents[2] / "examples" / "attention.tk").read_text()
+OPTIONS = {"default": (None, False), "row-sums": (DEFAULT_PIPELINE + ",row-sums", False),
+           "pairwise": (None, True), "both": (DEFAULT_PIPELINE + ",row-sums", True)}
+
+
+def _exact(q, k, v, scale, causal):
+    kr, vr = (t.double().repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+    s = scale * q.double() @ kr.transpose(-1, -2)
+    if causal:
+        n = q.shape[2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ vr, torch.logsumexp(s, -1)
+
+
+_MADE: dict = {}
+
+
+def _kernel(option: str, d: int, causal: bool, monkeypatch):
+    """Compiled once per option and shape (without the disk cache: its key does not see the pin)."""
+    key = (option, d, causal)
+    if key not in _MADE:
+        pipeline, tree = OPTIONS[option]
+        monkeypatch.setattr(lower_consumer, "TREE_REDUCTIONS", tree)
+        kernel = tkjit.compile(SOURCE, filename="attention.tk", constants={"D": d, "CAUSAL": causal},
+                               lowering="general", require_hopper=True, cache=False, pipeline=pipeline)
+        kernel.binary  # noqa: B018 - made under the pinned option
+        _MADE[key] = kernel
+    return _MADE[key]
+
+
+@pytest.mark.parametrize("scale_sign", [1, -1])
+@pytest.mark.parametrize("n", [4096 - 37, 50])
+@pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False), (64, True)])
+@pytest.mark.parametrize("option", list(OPTIONS))
+def test_attention_options_against_float64(option, d, causal, n, scale_sign, monkeypatch):
+    kernel = _kernel(option, d, causal, monkeypatch)
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, n, d, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(1, 1, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((1, 2, n), float("nan"), device="cuda")
+    scale = scale_sign * d ** -0.5
+    kernel(q, k, v, o, lse, scale)
+    torch.cuda.synchronize()
+    ref_o, ref_l = _exact(q, k, v, scale, causal)
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any(), "an output was never written"
+    err = ((o.double() - ref_o).norm() / ref_o.norm()).item()
+    assert err < 1e-2, f"{option} D={d} causal={causal} N={n}: relative error {err:.3g}"
+    assert (lse.double() - ref_l).abs().max().item() < 1e-3
