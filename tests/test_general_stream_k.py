@@ -5,8 +5,8 @@ the workspace, every flag operation inside the protocol's fix-up step), the prot
 (a fix-up before the drain is caught), the launch-order model of the flags over many launch
 shapes (a broken walk is caught), the refusals with the op, the decision log, and the CPU run of
 the schedule (every CTA's units as coroutines, owners waiting for contributions) against the plain
-interpreter. Under ``lowering="auto"`` stream-K stays with the GEMM template until the GPU tests
-(tests/gpu/test_general_stream_k_gpu.py) have run."""
+interpreter. ``lowering="auto"`` takes it since the GPU tests (tests/gpu/test_general_stream_k_gpu.py)
+passed (``lower_stream_k.GPU_VERIFIED``)."""
 from __future__ import annotations
 
 import re
@@ -155,8 +155,15 @@ def test_what_stream_k_cannot_take_is_refused_at_the_op(what, source, why):
     assert re.search(r"gemm\.tk:\d+:\d+", str(e.value))
 
 
-def test_auto_keeps_stream_k_on_the_template():
-    """Until the GPU tests have run, lowering=auto hands grid{stream_k=1} to the GEMM template."""
+def test_auto_takes_stream_k_through_the_general_lowering(monkeypatch):
+    """Since the GPU tests passed (lower_stream_k.GPU_VERIFIED), lowering=auto takes stream-K
+    through the general lowering; with the gate off it hands the kernel to the GEMM template and
+    the log says why."""
+    k = _stream_k(lowering="auto")
+    k.asm["ptx"]
+    assert k.metadata["lowering"] == "general" and k.metadata["gemm"]["stream_k"] is True
+    from tkjit.codegen.hopper import lower_stream_k
+    monkeypatch.setattr(lower_stream_k, "GPU_VERIFIED", False)
     k = _stream_k(lowering="auto")
     assert "GEMM" in k.asm["ptx"].splitlines()[0]
     assert k.metadata.get("lowering") != "general" and k.metadata["gemm"]["stream_k"] is True

@@ -88,7 +88,7 @@ lowering is measured slower on their benchmark rows: the attention forward (0.67
 template, H200, 2026-11-27, benchmarks/results/2026-11-27-nvidia-h200-s10-attn-3*.json; issue 18).
 The GEMM template is not here: the general lowering is within 2% of it on every GEMM row
 (docs/hopper-codegen.md), so under auto it serves only what the general lowering refuses (rows
-TMA cannot address, multicast, stream-K)."""
+TMA cannot address, multicast; stream-K since session 11 goes through the general lowering)."""
 
 
 def _ahead_of_general(kernel: Kernel, options: dict):
