@@ -5,7 +5,15 @@
 
 A variant is NAME=EDIT, where EDIT is '@stages(S)' (pinned on the K loop), constants
 'BM=..,BN=..' (pins, so @fill_sms keeps them), or 'pass:grid{multicast=2}' (that pass of the
-default pipeline with these options), or several joined by ';'. The default is always run.
+default pipeline with these options), or 'lowering:general' / 'lowering:template' (which Hopper
+lowering compiles it; default auto), or several joined by ';'. The default is always run. Stream-K
+through the general lowering against the template's, same run:
+
+    python3 benchmarks/gemm_variants.py 4096x4096x4096 8192x8192x8192 \
+        --variant skg='BM=128,BN=256;pass:grid{stream_k=1};lowering:general' \
+        --variant skt='BM=128,BN=256;pass:grid{stream_k=1};lowering:template' --out results.json
+
+Each variant's row says which lowering it took (``lowering``) and whether stream-K is on.
 Consumer schedules: 'pass:warp-spec{mode=pingpong}' / '{mode=cooperative}' (auto: ping-pong
 for tiles of at least 128 x 128 that one consumer holds whole, e.g. 'BM=128,BN=128').
 ``--launch-only`` launches each variant 5 times at each shape without timing (for ncu).
@@ -32,9 +40,11 @@ L2_BYTES = 60 << 20
 
 
 def variant_kernel(edit: str):
-    source, constants, pipeline = SOURCE, {}, None
+    source, constants, pipeline, lowering = SOURCE, {}, None, "auto"
     for part in filter(None, edit.split(";")):
-        if part.startswith("pass:"):
+        if part.startswith("lowering:"):
+            lowering = part[len("lowering:"):]
+        elif part.startswith("pass:"):
             given = part[len("pass:"):]
             name = given.split("{")[0]
             passes = (pipeline or default_pipeline("sm_90a")).split(",")
@@ -45,7 +55,8 @@ def variant_kernel(edit: str):
             for item in part.split(","):
                 name, value = item.split("=")
                 constants[name.strip()] = int(value)
-    return tkjit.compile(source, filename="gemm.tk", constants=constants or None, pipeline=pipeline)
+    return tkjit.compile(source, filename="gemm.tk", constants=constants or None, pipeline=pipeline,
+                         lowering=lowering, require_hopper=lowering != "auto")
 
 
 def active_clusters(kernel, size: int) -> int:
@@ -110,6 +121,7 @@ def main() -> None:
     ap.add_argument("shapes", nargs="+")
     ap.add_argument("--variant", action="append", default=[])
     ap.add_argument("--launch-only", action="store_true")
+    ap.add_argument("--out", help="also write the rows (with the GPU and the date) to this JSON file")
     args = ap.parse_args()
     variants = {"default": ""} | dict(v.split("=", 1) for v in args.variant)
     kernels = {name: variant_kernel(edit) for name, edit in variants.items()}
@@ -142,7 +154,9 @@ def main() -> None:
                 kernel(*sets[0])
                 torch.cuda.synchronize()
                 err = ((sets[0][2].float() - ref).norm() / ref.norm()).item()
-                row[name] = {"err": err}
+                md = kernel.metadata
+                row[name] = {"err": err, "lowering": md.get("lowering", "template"),
+                             "stream_k": bool(md.get("gemm", {}).get("stream_k"))}
                 choice = fill_sms_choice(kernel, f"at M={m} K={k} N={n}")
                 if choice is not None:
                     row[name]["choice"] = choice
@@ -157,6 +171,11 @@ def main() -> None:
         row["tflops_cublas"] = round(2 * m * n * k / row["cublas_us"] / 1e6, 1)
         print(json.dumps(row), flush=True)
         table.append(row)
+    if args.out:
+        import datetime
+        Path(args.out).write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
+                                              "date": datetime.date.today().isoformat(),
+                                              "variants": variants, "rows": table}, indent=1))
     if table:
         names = list(kernels)
         print("shape".ljust(18) + "".join(n[:10].rjust(11) for n in names) + "  cublas_us")

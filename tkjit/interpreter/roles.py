@@ -24,6 +24,12 @@ consumer of every CTA of the cluster meets, and each then holds the sum of the p
 first, then the others by rank: the order in which the GPU adds them); rank 0 stores (on the GPU
 each rank stores its part). The sum is in another order than the plain interpreter's single loop,
 so a split kernel matches it to rounding, not bit for bit.
+
+Stream-K (the grid pass's ``stream_k``, the protocol's ``StreamKFixup``): every CTA of the
+persistent grid runs together over its units (codegen/hopper/tail_split.walk: whole tiles, then
+its share of the last wave's trips); at the fix-up a contribution leaves its partial in the
+workspace, sets its flag and ends its tile, an owner waits (blocked) for the flags of its
+contributors and adds their partials in CTA order, as the GPU does: to rounding, like split-K.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ import numpy as np
 from ..errors import InterpreterError
 from ..ir.core import Kernel, Op
 from ..ir.ops import For, Load, Yield
+from ..ir.types import ScalarType
 from .engine import Environment, Interpreter
 from .launch import bind
 
@@ -131,6 +138,17 @@ class Cluster:
 
 
 @dataclass
+class StreamK:
+    """Stream-K's launch: T tiles on P CTAs of Kt trips, the workspace and the flags."""
+
+    tiles: int
+    ctas: int
+    trips: int
+    partials: dict = field(default_factory=dict)   # (CTA, consumer) -> partial accumulator
+    flags: dict = field(default_factory=dict)      # (CTA, consumer) -> 0 / 1
+
+
+@dataclass
 class Cta:
     rings: dict
     tile_count: int = 0
@@ -157,6 +175,7 @@ class Role:
         self.regs = {name: Regs() for name in cta.rings}
         self.first: dict[str, int] = {}  # ring -> this CTA's first trip (split-K)
         self.tile_i = 0
+        self.units: list[tuple[int, int]] = []  # stream-K: (first trip, trips) per tile of ``tiles``
 
     # -- shared structure -----------------------------------------------------------------
     def run(self, steps):
@@ -281,7 +300,9 @@ class Role:
         lo, hi, step = (self.env.values[v] for v in loop.operands[:3])
         trips = max(0, -(-(hi - lo) // step))
         self.first[ring] = 0
-        if self.cta.cluster is not None and loop is self.rt.split_loop:
+        if self.units and loop is self.rt.stream_k_loop:  # stream-K: this tile's unit
+            self.first[ring], trips = self.units[self.tile_i]
+        elif self.cta.cluster is not None and loop is self.rt.split_loop:
             per = -(-trips // self.rt.split)
             self.first[ring] = self.cta.rank * per
             trips = max(0, min(per, trips - self.first[ring]))
@@ -331,17 +352,25 @@ class Consumer(Role):
             mine = mine[self.index::n]
         body = list(self.rt.blocks.regions[0].ops)
         anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings)
-        self.shadow = (not step.alternate and self.index > 0) or self.cta.rank > 0
+        self.shadow = (not step.alternate and self.index > 0) or (self.cta.cluster is not None and self.cta.rank > 0)
         for self.tile_i, tile in mine:
             self.bind_tile(tile)
             if step.alternate:  # as the emitter does (lower_consumer.ahead): SkipTrips comes first
                 self.scalars(body)
                 self.trip_counts()
+            self.contributed = False
             for kind, st, op in interleave(body, step.body, anchor):
                 yield from self.item(kind, st, op)
+                if self.contributed:  # a stream-K contribution ends its tile (IR ops only follow)
+                    break
 
     def item(self, kind, step, op):
         from ..passes import sync_protocol as sp
+        if isinstance(step, sp.StreamKFixup):
+            yield from self.stream_k_fixup(step)
+            if not self.contributed and kind == "anchored":
+                self.exec(op)
+            return
         if kind == "op":
             if isinstance(op, Load) and op in self.rt.ring_of_load:
                 self.env.bind(op.results, [RingRef(*self.rt.load_of[op])])
@@ -397,6 +426,37 @@ class Consumer(Role):
             if r != self.cta.rank:
                 other = cl.partials[(r, self.index)]
                 total = total.with_data((total.data + other.data).astype(np.float32))
+        self.env.bind(loop.results, [total])
+
+    def stream_k_fixup(self, step):
+        """Stream-K: a contribution (first trip > 0) leaves its partial and sets its flag; an
+        owned unit (first trip 0, fewer than Kt trips) waits for its contributors' flags and adds
+        their partials in CTA order, resetting each flag; a whole tile does nothing."""
+        from ..codegen.hopper.tail_split import contributors
+        if self.groups:
+            raise ScheduleError("stream-K's fix-up with a wgmma group still in flight")
+        loop = self.rt.loop_of[step.ring]
+        value = resolved(self.env.values[loop.results[0]])
+        if isinstance(value, Pending):
+            raise ScheduleError("stream-K's fix-up reads a wgmma result not waited for")
+        first, trips = self.units[self.tile_i]
+        sk = self.rt.stream_k
+        if first > 0:
+            key = (self.cta.rank, self.index)
+            if sk.flags.get(key):
+                raise ScheduleError(f"CTA {self.cta.rank}'s stream-K flag is set twice")
+            sk.partials[key], sk.flags[key] = value, 1
+            self.contributed = True
+            return
+        if trips >= sk.trips:
+            return
+        total = value
+        tile = self.rt.tile_index[self.tiles[self.tile_i]]
+        for other in contributors(sk.tiles, sk.ctas, sk.trips, self.cta.rank, tile):
+            while not sk.flags.get((other, self.index)):
+                yield BLOCKED
+            total = total.with_data((total.data + sk.partials[(other, self.index)].data).astype(np.float32))
+            sk.flags[(other, self.index)] = 0
         self.env.bind(loop.results, [total])
 
     def trip(self, step):
@@ -510,6 +570,8 @@ class Roles:
         self.level2 = list(sched.level2)
         self.staged_over_rings = list(sched.staged_over_rings)
         self.split, self.split_loop = sched.split, sched.split_loop
+        self.stream_k_loop = sched.stream_k_loop
+        self.stream_k: StreamK | None = None
         self.blocks = block_loop(kernel)
         self.rng = random.Random(seed)
         self.ctas = ctas
@@ -537,11 +599,36 @@ class Roles:
             return
         persistent = self.blocks.attrs.get("schedule") == "persistent"
         n = min(len(tiles), self.ctas) if persistent else len(tiles)
+        if self.stream_k_loop is not None:  # every CTA together: owners wait for contributions
+            from ..codegen.hopper.tail_split import walk
+            self.tile_index = {t: i for i, t in enumerate(tiles)}
+            self.stream_k = StreamK(len(tiles), n, self.uniform_trips(tiles[0]))
+            units = walk(len(tiles), n, self.stream_k.trips)
+            self.run_ctas([[tiles[t] for t, _, _ in mine] for mine in units],
+                          units=[[(f, k) for _, f, k in mine] for mine in units])
+            if any(self.stream_k.flags.values()):
+                raise ScheduleError("a stream-K flag is still set when the launch ends")
+            return
         for b in range(n):
             self.run_ctas([tiles[b::n] if persistent else [tiles[b]]])
 
-    def run_ctas(self, tiles_of: list[list[tuple]], cluster: Cluster | None = None) -> None:
-        """Run CTAs together (one, or the CTAs of a split-K cluster, CTA r with ``tiles_of[r]``)."""
+    def uniform_trips(self, tile: tuple) -> int:
+        """Kt: the stream-K loop's trip count (the same in every tile), from ``tile``'s scalars."""
+        env = Environment.__new__(Environment)
+        env.values, env.dims = dict(self.base), dict(self.launch.dims)
+        it = Interpreter(self.kernel, env, self.handlers)
+        env.bind(self.blocks.regions[0].args, list(tile))
+        for op in self.blocks.regions[0].ops:
+            if op is self.stream_k_loop:
+                break
+            if not op.regions and op.results and all(isinstance(v.type, ScalarType) for v in op.results):
+                env.bind(op.results, self.handlers[type(op)](it, op, [env.values[v] for v in op.operands]))
+        lo, hi, step = (env.values[v] for v in self.stream_k_loop.operands[:3])
+        return max(0, -(-(hi - lo) // step))
+
+    def run_ctas(self, tiles_of: list[list[tuple]], cluster: Cluster | None = None, units=None) -> None:
+        """Run CTAs together (one, the CTAs of a split-K cluster, or a stream-K grid; CTA r with
+        ``tiles_of[r]``, and with stream-K its units' (first trip, trips) in ``units[r]``)."""
         ctas, roles = [], []
         for rank, tiles in enumerate(tiles_of):
             rings = {}
@@ -551,8 +638,11 @@ class Roles:
                                         [{} for _ in range(ring.stages)])
             cta = Cta(rings, len(tiles), rank=rank, cluster=cluster)
             ctas.append(cta)
-            roles.append((Producer(self, cta, tiles, None), self.proto.producer))
-            roles += [(Consumer(self, cta, tiles, c), self.proto.consumer) for c in range(self.proto.consumers)]
+            mine = [(Producer(self, cta, tiles, None), self.proto.producer)]
+            mine += [(Consumer(self, cta, tiles, c), self.proto.consumer) for c in range(self.proto.consumers)]
+            for role, _ in mine:
+                role.units = units[rank] if units is not None else []
+            roles += mine
         running = {i: (role, role.run(program)) for i, (role, program) in enumerate(roles)}
         stalled = 0
         while running:

@@ -22,7 +22,7 @@ from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipeli
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
 from .sync_report import CheckReport, default_cases
-from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse,
+from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse, StreamKUnits,
                             standard_protocol)
 from .sync_protocol import Load as RingLoad
 from . import sync_verdicts
@@ -61,6 +61,8 @@ class _Builder:
         self.split_k = int(block_loop(kernel).attrs.get("split", 1) or 1)
         """Split-K: CTAs (a cluster) sharing each tile's reduction loop (the block loop's ``split``)."""
         self.split_loop: For | None = None
+        self.stream_k_loop: For | None = None
+        """Stream-K (the grid pass's ``stream_k``): the loop whose trips the CTAs share in units."""
         self.written: dict[Copy, str] = {}
         """Register tiles the consumers store to shared memory in a ring loop (``TileWrite``) -> name."""
 
@@ -108,10 +110,27 @@ class _Builder:
                      for inner in op.walk() if inner is not op):
                 raise PassError("a loop that loads shared tiles must sit directly in the block "
                                 "body for the producer to follow it", op.span)
+        self.stream_k_units(blocks)
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
         return standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
                                  tuple(self.items), pingpong=self.pingpong)
+
+    def stream_k_units(self, blocks) -> None:
+        """Stream-K where the grid pass asks for it and the tile is one ring loop with products,
+        in a persistent grid of whole tiles (no split-K, no ping-pong), nothing else in the tile
+        taking a protocol step: its fix-up (``StreamKFixup``) is then the tile's last consumer
+        step. Otherwise none, and the general lowering refuses the option (saying why)."""
+        if int(self.kernel.attrs.get("stream_k", 0) or 0) <= 0 or self.split_k > 1 or self.pingpong:
+            return
+        if blocks.attrs.get("schedule") != "persistent" or len(self.items) != 1:
+            return
+        (item,) = self.items
+        if not isinstance(item, LoopPlan) or not item.mmas or item.writes:
+            return
+        loop = next(op for op, name in self.loop_of.items() if name == item.ring)
+        self.items.append(StreamKUnits(item.ring))
+        self.stream_k_loop = loop
 
     def one_shot(self, op: Load) -> None:
         name = self.unique(op.result.hint, "tile")
@@ -330,6 +349,8 @@ class Schedule:
     split_loop: object = None
     written: dict = field(default_factory=dict)
     """IR copy of a register tile into a shared tile -> the protocol's name of that tile."""
+    stream_k_loop: object = None
+    """Stream-K: the ring loop whose tiles' trips the CTAs share in units (None: no stream-K)."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -339,7 +360,7 @@ def schedule_of(kernel: Kernel) -> Schedule:
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
                     list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars),
                     builder.split_k if builder.split_loop is not None else 1, builder.split_loop,
-                    dict(builder.written))
+                    dict(builder.written), builder.stream_k_loop)
 
 
 def _where(op: Op) -> str:
@@ -448,6 +469,20 @@ class Mbarrier(Pass):
                        f"over the peer's ring {ring}, meets again, and adds the partials of its own part, "
                        "which it stores from registers (a staging tile smem-plan planned for the "
                        "tile's store is left unused)", split=builder.split_k, ring=ring)
+        if builder.stream_k_loop is not None:
+            ring = builder.loop_of[builder.stream_k_loop]
+            ctx.decide(f"loop at {_where(builder.stream_k_loop)}", "stream-K: the last wave's trips over every CTA",
+                       "asked for by the grid pass (stream_k = 1): each tile's ring loop runs one unit of "
+                       f"its trips; the consumers' last step of the tile is the fix-up after ring {ring}'s "
+                       "drain (a contribution stores its partial to the module's workspace and sets its "
+                       "flags, ending the tile; the unit starting the tile adds the later CTAs' partials), "
+                       "checked as a read of the accumulators with no wgmma group in flight; the flags "
+                       "between CTAs are the launch-order model of tail_split.check_walk", ring=ring)
+        elif int(kernel.attrs.get("stream_k", 0) or 0) > 0:
+            ctx.decide(f"@{kernel.name}", "no stream-K fix-up in the protocol",
+                       "stream_k = 1 needs a persistent grid of whole tiles (no split-K, no ping-pong) "
+                       "whose tile is one ring loop with products and nothing else taking a protocol "
+                       "step; the general lowering refuses the option here")
         mode = self.check
         if mode == "auto":
             mode = "full" if ctx.options.debug else "quick"

@@ -51,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .sync_protocol import Protocol
-from .sync_unroll import (ARRIVE, EXPECT, MMA, MMA_WAIT, RELEASE, STAGING_BEGIN, STAGING_END, TILE_WRITE, TMA,
+from .sync_unroll import (ACC_READ, ARRIVE, EXPECT, MMA, MMA_WAIT, RELEASE, STAGING_BEGIN, STAGING_END, TILE_WRITE, TMA,
                           TURN_ARRIVE, WAIT, Action, Layout, unroll)
 
 
@@ -338,6 +338,10 @@ class Machine:
                     continue
                 self._read(s, role - 1, g)
             s.groups[role - 1].append(act.reads)
+        elif act.op == ACC_READ:
+            if s.groups[role - 1]:
+                raise Found("early-read", None, f"consumer {role - 1}'s stream-K fix-up reads the "
+                            f"accumulators with {len(s.groups[role - 1])} wgmma group(s) in flight")
         elif act.op == MMA_WAIT:
             c = role - 1
             del s.groups[c][:max(0, len(s.groups[c]) - act.arg)]

@@ -55,6 +55,14 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            adds the partials of its own part. Checked as a meeting of the
                            consumers around a write over every stage of the ring (the peers are
                            assumed to mirror this CTA, as for multicast)
+    StreamKFixup(ring)     stream-K (the grid pass's ``stream_k``): the ring loop ran one unit of
+                           its tile's trips; a contribution stores the partial accumulator to the
+                           module's workspace, sets its flags (st.release.gpu) and ends the tile;
+                           an owned unit waits for the later CTAs' flags (ld.acquire.gpu) and adds
+                           their partials. It touches no shared memory: checked as a read of the
+                           accumulator (no wgmma group may be in flight), the last step of the
+                           tile (a contribution skips only IR ops); the cross-CTA flags are the
+                           launch-order model of codegen/hopper/tail_split.py (``check_walk``)
 
 Every class is ``@dataclass(unsafe_hash=True)`` over ``Frozen`` (tkjit/frozen.py): protocols are
 compared, hashed (``mbarrier``'s cache of checks) and keyed by their repr (the verdicts kept on
@@ -261,6 +269,20 @@ class ClusterReduce(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class StreamKFixup(Frozen):
+    """Stream-K: after ``ring``'s loop ran this unit's trips, a contribution hands its partial
+    accumulator to the owner of the tile through the module's workspace and flags (and ends the
+    tile); an owner adds the later CTAs' partials."""
+
+    ring: str
+
+    def text(self) -> str:
+        return (f"stream-K fix-up of loop {self.ring}: a contribution stores its partial to the "
+                "workspace and sets its flags (st.release.gpu), then ends the tile; an owner waits "
+                "for the later CTAs' flags (ld.acquire.gpu) and adds their partials")
+
+
+@dataclass(unsafe_hash=True)
 class SkipTrips(Frozen):
     """Advance the ring past the previous tile's trips (ping-pong: the other consumer's stages)."""
 
@@ -287,7 +309,7 @@ class TurnPass(Frozen):
 
 
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, TileWrite,
-              StagingBegin, StagingEnd, ClusterReduce, SkipTrips, TurnWait, TurnPass]
+              StagingBegin, StagingEnd, ClusterReduce, StreamKFixup, SkipTrips, TurnWait, TurnPass]
 
 
 # -- structure --------------------------------------------------------------------------------
@@ -495,7 +517,14 @@ class SplitReduce(Frozen):
     ctas: int
 
 
-Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce]
+@dataclass(unsafe_hash=True)
+class StreamKUnits(Frozen):
+    """Stream-K: this ring's loop runs units of its tiles' trips (``StreamKFixup`` after it)."""
+
+    ring: str
+
+
+Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits]
 
 
 def producer_fill(ring: Ring) -> tuple[Step, ...]:
@@ -649,9 +678,15 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             cons.extend(consumer_loop(item, by_name[item.ring].stages))
         elif isinstance(item, SplitReduce):
             cons.append(ClusterReduce(item.ring, item.ctas))
+        elif isinstance(item, StreamKUnits):
+            cons.append(StreamKFixup(item.ring))
         else:
             cons.extend(consumer_staging(item))
     one_shots = [item.ring for item in items if isinstance(item, OneShotUse)]
+    if any(isinstance(item, StreamKUnits) for item in items) and \
+            (one_shots or not isinstance(cons[-1], StreamKFixup)):
+        raise ValueError("stream-K's fix-up must be the tile's last consumer step: a contribution "
+                         "ends its tile there")
     if one_shots:
         cons.append(MmaWait(0))
         for name in one_shots:

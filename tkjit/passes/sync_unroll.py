@@ -26,17 +26,18 @@ from dataclasses import dataclass
 
 from .sync_protocol import (BLOCKS, Advance, ClusterReduce, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips,
                             Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset, SkipTrips, StagingBegin,
-                            StagingEnd, Step, Tiles, TileWrite, TmaLoad, TurnPass, TurnWait, Wait)
+                            StagingEnd, Step, StreamKFixup, Tiles, TileWrite, TmaLoad, TurnPass, TurnWait, Wait)
 
 # concrete opcodes
-WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE, TILE_WRITE = range(11)
+WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE, TILE_WRITE, ACC_READ = range(12)
 
 
 @dataclass(frozen=True)
 class Action:
     op: int
     arg: int            # WAIT/EXPECT/RELEASE/ARRIVE: barrier; TMA: stage; MMA_WAIT: pending;
-                        # STAGING_*: the ring's first stage; TILE_WRITE: the written tile's index
+                        # STAGING_*: the ring's first stage; TILE_WRITE: the written tile's index;
+                        # ACC_READ (stream-K's fix-up reads the accumulators): unused
     val: int = 0        # WAIT: parity; EXPECT: bytes; TMA: load index; STAGING_*: stages
     reads: tuple[int, ...] = ()  # MMA: stages read
     label: str = ""     # what, for messages
@@ -257,6 +258,12 @@ class _Unroller:
         self._StagingBegin(StagingBegin(st.ring))
         self._ConsumerSync(ConsumerSync())
         self._StagingEnd(StagingEnd(st.ring))
+
+    def _StreamKFixup(self, st: StreamKFixup) -> None:
+        """Stream-K: the fix-up reads the loop's accumulators (to store or add partials): every
+        wgmma group must have retired. Its flags are between CTAs, outside this one-CTA model
+        (codegen/hopper/tail_split.check_walk models them)."""
+        self.emit(ACC_READ, 0, label=f"stream-K fix-up reads loop {st.ring}'s accumulators")
 
     def _StagingBegin(self, st: StagingBegin) -> None:
         self.emit(STAGING_BEGIN, self.layout.base[st.ring], self.proto.ring(st.ring).stages,

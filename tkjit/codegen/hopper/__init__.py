@@ -88,8 +88,8 @@ lowering is measured slower on their benchmark rows: the attention forward (0.67
 template, H200, 2026-11-27, benchmarks/results/2026-11-27-nvidia-h200-s10-attn-3*.json; issue 18).
 The GEMM template is not here: the general lowering is within 2% of it on every GEMM row
 (docs/hopper-codegen.md), so under auto it serves only what the general lowering refuses (rows
-TMA cannot address went to the general lowering's copying producer on 2026-11-27; multicast and
-stream-K remain)."""
+TMA cannot address went to the general lowering's copying producer on 2026-11-27, stream-K goes
+through the general lowering since session 11; multicast remains)."""
 
 
 def _ahead_of_general(kernel: Kernel, options: dict):

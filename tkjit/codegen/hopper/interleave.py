@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
-from ...passes.sync_protocol import ClusterReduce, ConsumerSync, IfTrips, Mma, TileWrite, Wait
+from ...passes.sync_protocol import ClusterReduce, ConsumerSync, IfTrips, Mma, StreamKFixup, TileWrite, Wait
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -54,7 +54,7 @@ def tile_anchor(ring_of_load: dict, loop_of: dict, staged_over_rings: list):
             return ops.index(loop_of[step.ring])
         if isinstance(step, ConsumerSync):
             return ops.index(next(syncs))
-        if isinstance(step, ClusterReduce):
+        if isinstance(step, (ClusterReduce, StreamKFixup)):
             return first_reader(ops, loop_of[step.ring])
         return None
     return anchor

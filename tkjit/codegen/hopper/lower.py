@@ -84,13 +84,17 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         why = split_refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"])
         if why is not None:
             return why
-    multicast, stream_k = int(kernel.attrs.get("multicast", 1) or 1), int(kernel.attrs.get("stream_k", 0) or 0)
-    if multicast > 1 or stream_k > 0:
-        asked = f"multicast = {multicast}" if multicast > 1 else f"stream_k = {stream_k}"
-        return Refusal(blocks, f"the grid pass's {asked} (grid{{{asked.replace(' ', '')}}}) is not a schedule "
-                               "option of the general lowering yet (docs/hopper-codegen.md, 'Next', 2); "
+    multicast = int(kernel.attrs.get("multicast", 1) or 1)
+    if multicast > 1:
+        return Refusal(blocks, f"the grid pass's multicast = {multicast} (grid{{multicast={multicast}}}) is not a "
+                               "schedule option of the general lowering yet (docs/hopper-codegen.md, 'Next', 2); "
                                "lowering='auto' or 'template' gives it to the GEMM template where the kernel "
                                "is of that pattern")
+    from . import lower_stream_k
+    if lower_stream_k.asked(kernel):
+        why = lower_stream_k.refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"], options)
+        if why is not None:
+            return why
     if options.get("unaligned_rows"):
         from .lower_copy import copy_refusal
         why = copy_refusal(kernel, options)
@@ -192,6 +196,8 @@ class LoweredKernel:
         self.split = self.schedule.split
         """Split-K: the CTAs of a cluster sharing each tile's reduction loop (1: none)."""
         self.rank: str | None = None
+        self.stream_k = self.schedule.stream_k_loop
+        """Stream-K: the ring loop whose last wave of tiles the CTAs share in units (None: none)."""
         self.b = Builder()
         self.strided = bool(self.options.get("strided"))
         self.entries = param_entries(kernel, self.strided)
@@ -202,6 +208,10 @@ class LoweredKernel:
                                               "the mbarrier pass's protocol, every IR op by its emitter"}]
         if self.split > 1:
             self.decisions.append(split_decision(self.schedule, self.consumers))
+        from .lower_stream_k import asked
+        if asked(kernel):  # applied (the option's walk and fix-up), or why not
+            from .lower_stream_k import decision
+            self.decisions.append(decision(kernel, self.schedule, self.consumers))
         self._ring_offsets()
 
     def _ring_offsets(self) -> None:
@@ -324,8 +334,12 @@ class LoweredKernel:
     # -- text -----------------------------------------------------------------------------
     def module_text(self) -> str:
         entries = [entry[:3] for entry in self.entries]
+        decls = ()
+        if self.stream_k is not None:  # the workspace and flags (tail_split.py)
+            from .lower_stream_k import declarations
+            decls = declarations(self)
         return module_text("tile program", self.kernel.name, entries, self.maps.values(), self,
-                           self.b.body(), cluster=self.split)
+                           self.b.body(), cluster=self.split, globals_=decls)
 
     def metadata(self) -> dict:
         from ...passes.grid import launch_grid
@@ -342,7 +356,8 @@ class LoweredKernel:
                 # TMA only: a launch with other rows recompiles with the copying producer (kernel.py)
                 **({"assumes_aligned_rows": True} if not self.copying else {}),
                 "strided_variant": True,  # the option ``strided``: views' strides as parameters
-                "decisions": list(self.decisions)} | reduction_shape(self.kernel, self.schedule)
+                "decisions": list(self.decisions)} | reduction_shape(self.kernel, self.schedule) \
+            | ({"serial_launches": True} if self.stream_k is not None else {})  # the module's workspace
 
 
 def split_decision(schedule: Schedule, consumers: int) -> dict:
@@ -386,6 +401,8 @@ def reduction_shape(kernel: Kernel, schedule: Schedule) -> dict:
     shape = {"tile": [t.rows, t.cols, bk], "split": schedule.split, "k_trips": trips}
     if schedule.protocol.pingpong:
         shape["pingpong"] = True
+    if schedule.stream_k_loop is not None:
+        shape["stream_k"] = True
     return {"gemm": shape}
 
 

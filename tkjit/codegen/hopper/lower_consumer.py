@@ -23,7 +23,7 @@ from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
 from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, IfTrips, Loop, Mma, StagingBegin,
-                                     StagingEnd, TileWrite, Wait)
+                                     StagingEnd, StreamKFixup, TileWrite, Wait)
 from ..emit_control import fresh, moves
 from ..emit_reduce import combine_partial_sums
 from ..padding import analyze_padding
@@ -79,6 +79,7 @@ class ConsumerRole(RoleEmitter):
         self.table[ConsumerSync] = self.consumer_sync
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
+        self.table[StreamKFixup] = self.stream_k_fixup  # (when no op reads the loop's result)
 
     def run(self) -> None:
         k, b, ctx = self.k, self.b, self.ctx
@@ -191,12 +192,16 @@ class ConsumerRole(RoleEmitter):
         if step.alternate:  # SkipTrips comes before the loop: its trip count first (the same every tile)
             self.ahead(list(self.k.blocks.regions[0].ops))
         anchor = tile_anchor(self.ring_of_load, self.loop_of, self.k.schedule.staged_over_rings)
+        if self.k.stream_k is not None:  # where a stream-K contribution ends its tile
+            self.tile_end = self.b.label("tile_end")
         self.walk(list(self.k.blocks.regions[0].ops), step.body, anchor)
         if step.alternate:
             self.b(f"mad.lo.u32 {self.tile}, {self.grid_step}, {self.k.consumers}, {self.tile};")
             self.b(f"bra.uni {top};")
             self.b.place(end)
             return
+        if self.k.stream_k is not None:
+            self.b.place(self.tile_end)
         self.next_tile()
         self.b(f"bra.uni {top};")
         self.b.place(end)
@@ -260,6 +265,12 @@ class ConsumerRole(RoleEmitter):
         elif isinstance(step, ClusterReduce):  # split-K, before the first op reading the sum
             self.b(f"// step: {step.text()}")
             self.cluster_reduce(step)
+            self.b("// end step")
+            self.ops([op])
+        elif isinstance(step, StreamKFixup):  # stream-K, before the first op reading the sum
+            from .lower_stream_k import fixup
+            self.b(f"// step: {step.text()}")
+            fixup(self, step, self.tile_end)
             self.b("// end step")
             self.ops([op])
         elif isinstance(step, TileWrite):  # a register tile stored for a wgmma (lower_shared_store)
@@ -478,6 +489,10 @@ class ConsumerRole(RoleEmitter):
         b(f"add.u32 {buffer}, {k.smem}, {start};")
         reduce.reduce_scatter(b, regs, step.ctas, k.rank, buffer, self.index, k.consumers, k.tid_wg)
         self.split_part = (step.ctas, k.rank, chunks)
+
+    def stream_k_fixup(self, step: StreamKFixup) -> None:
+        from .lower_stream_k import fixup
+        fixup(self, step, self.tile_end)
 
     # -- named barriers -------------------------------------------------------------------
     def consumer_sync(self, step) -> None:

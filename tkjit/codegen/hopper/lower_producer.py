@@ -212,7 +212,9 @@ def ring_trips(role, ring: str, loop: For) -> None:
     n = trip_count(role.ctx, b, loop)
     r = role.rings[ring]
     r.trips = n
-    if k.split > 1 and loop is k.schedule.split_loop:
+    if getattr(role, "sk_walk", None) is not None and loop is k.schedule.stream_k_loop:
+        r.first, r.trips = role.sk_walk.unit()  # stream-K: this tile's unit (lower_stream_k.py)
+    elif k.split > 1 and loop is k.schedule.split_loop:
         per, first = b.reg(), b.reg()
         divide = (f"shr.s32 {per}, {per}, {k.split.bit_length() - 1};" if k.split & (k.split - 1) == 0
                   else f"div.s32 {per}, {per}, {k.split};")  # per >= 0: a shift is the division
@@ -250,6 +252,11 @@ def tile_walk_begin(role) -> None:
     hoist_invariants(role)
     # split-K: a cluster of S CTAs per tile (grid.launch_grid), so the tile is the cluster's index
     b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 else '%ctaid.x'};")
+    role.sk_walk = None
+    if k.stream_k is not None:  # the last wave's trips over every CTA (lower_stream_k.py)
+        from .lower_stream_k import Walk
+        role.sk_walk = Walk(role)
+        role.sk_walk.begin()
 
 
 def hoist_invariants(role) -> None:
@@ -265,7 +272,9 @@ def hoist_invariants(role) -> None:
 
 def tile_walk_next(role) -> None:
     b = role.b
-    if role.k.blocks.attrs.get("schedule", "grid") == "persistent" and role.k.split == 1:
+    if getattr(role, "sk_walk", None) is not None:
+        role.sk_walk.advance()
+    elif role.k.blocks.attrs.get("schedule", "grid") == "persistent" and role.k.split == 1:
         step = b.reg()
         b(f"mov.u32 {step}, %nctaid.x;", f"add.u32 {role.tile}, {role.tile}, {step};")
     else:

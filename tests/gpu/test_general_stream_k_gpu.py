@@ -1,0 +1,138 @@
+"""On a Hopper GPU: stream-K through the general sm_90a lowering (``grid{stream_k=1}`` with
+``lowering="general"``, codegen/hopper/lower_stream_k.py): the last wave's K trips split over
+every CTA, partials through the module's workspace and flags. Against float32 torch at tile
+multiples and ragged shapes, C poisoned (NaN) inside a poisoned buffer that must stay so,
+repeated launches bit-identical (the flags are left zero, the partials added in a fixed order),
+a side stream and a CUDA graph, and against the GEMM template's stream-K of the same kernel.
+
+When these pass, ``lower_stream_k.GPU_VERIFIED`` may turn True (then ``lowering="auto"`` takes
+stream-K through the general lowering, and the GEMM template is not needed for it)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tkjit
+
+pytestmark = pytest.mark.gpu
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PAD = 64
+
+
+def stream_k_kernel(lowering: str = "general", source: str | None = None, **constants):
+    from tkjit.passes import default_pipeline
+    kernel = tkjit.compile(source or (EXAMPLES / "gemm.tk").read_text(), filename="gemm.tk",
+                           constants=constants or ({"BM": 128, "BN": 256} if source is None else None),
+                           pipeline=default_pipeline("sm_90a").replace("grid", "grid{stream_k=1}"),
+                           lowering=lowering, require_hopper=True)
+    kernel.binary  # noqa: B018 - assemble now
+    md = kernel.metadata
+    assert md["gemm"].get("stream_k") and md.get("serial_launches") is True, kernel.explain()
+    assert (md.get("lowering") == "general") == (lowering == "general")
+    return kernel
+
+
+def placed(m: int, n: int, dtype=torch.bfloat16):
+    buf = torch.full((PAD + m * n + PAD,), float("nan"), dtype=dtype, device="cuda")
+    return buf, buf[PAD:PAD + m * n].view(m, n)
+
+
+def check(c, ref, buf):
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
+    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert err <= 1e-2, f"relative error {err:.3e}"
+    assert torch.isnan(buf[:PAD]).all() and torch.isnan(buf[-PAD:]).all(), "wrote outside C"
+
+
+@pytest.fixture(scope="module")
+def general_sk():
+    return stream_k_kernel()
+
+
+@pytest.mark.parametrize("m, n, k", [
+    (4096, 4096, 4096),     # 512 tiles on the SMs: the tail's 64-trip tiles over every CTA
+    (2304, 4352, 1000),     # a partial last K tile
+    (1000, 8000, 704),      # edge tiles along M and N, 11 trips
+    (1000, 3000, 520),      # the benchmark's ragged shape
+    (896, 4864, 128),       # one tail tile of 2 trips: most CTAs' ranges empty
+    (4096, 4096, 64),       # 1 trip: not split (every tile whole)
+    (4096, 4096, 136),      # 3 trips
+    (512, 512, 512),        # fewer tiles than SMs: every tile whole
+    (8192, 8192, 1024),
+])
+def test_general_stream_k_matches_torch(general_sk, m, n, k):
+    torch.manual_seed(0)
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    buf, c = placed(m, n)
+    general_sk(a, b, c)
+    check(c, a.float() @ b.float(), buf)
+    again = torch.full_like(c, float("nan"))
+    general_sk(a, b, again)
+    torch.cuda.synchronize()
+    assert torch.equal(c, again), "the partials are added in a fixed order and every flag is left zero"
+
+
+def test_general_stream_k_other_tiles():
+    kernel = stream_k_kernel(BM=64, BN=64)
+    torch.manual_seed(1)
+    for m, n, k in [(2048, 2176, 1000), (1000, 1000, 520), (200, 312, 1000)]:
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+        buf, c = placed(m, n)
+        kernel(a, b, c)
+        check(c, a.float() @ b.float(), buf)
+
+
+def test_general_stream_k_is_repeatable_on_streams_and_in_graphs(general_sk):
+    m, n, k = 2304, 4352, 1000
+    torch.manual_seed(2)
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    buf, c = placed(m, n)
+    general_sk(a, b, c)
+    check(c, a.float() @ b.float(), buf)
+    first = c.clone()
+    for _ in range(5):
+        c.fill_(float("nan"))
+        general_sk(a, b, c)
+        torch.cuda.synchronize()
+        assert torch.equal(c, first)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        c.fill_(float("nan"))
+        general_sk(a, b, c)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert torch.equal(c, first)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        general_sk(a, b, out)
+        general_sk(a, b, out)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first)
+
+
+def test_general_stream_k_agrees_with_the_template():
+    """The same kernel and split through the template: the same units, the same order of adds."""
+    general, template = stream_k_kernel("general"), stream_k_kernel("template")
+    torch.manual_seed(3)
+    for m, n, k in [(4096, 4096, 4096), (1000, 8000, 704)]:
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+        _, c1 = placed(m, n)
+        _, c2 = placed(m, n)
+        general(a, b, c1)
+        template(a, b, c2)
+        torch.cuda.synchronize()
+        err = ((c1.float() - c2.float()).norm() / c2.float().norm()).item()
+        assert err <= 2e-3, f"general vs template: relative difference {err:.3e}"
