@@ -61,6 +61,9 @@ class _Builder:
         self.split_k = int(block_loop(kernel).attrs.get("split", 1) or 1)
         """Split-K: CTAs (a cluster) sharing each tile's reduction loop (the block loop's ``split``)."""
         self.split_loop: For | None = None
+        from .pairs import pair_plan
+        self.pair = pair_plan(kernel)
+        """Multicast: the pair of CTAs (``pair.ctas`` 2) sharing the loads ``pair.loads``."""
         self.written: dict[Copy, str] = {}
         """Register tiles the consumers store to shared memory in a ring loop (``TileWrite``) -> name."""
 
@@ -111,7 +114,7 @@ class _Builder:
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
         return standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
-                                 tuple(self.items), pingpong=self.pingpong)
+                                 tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas)
 
     def one_shot(self, op: Load) -> None:
         name = self.unique(op.result.hint, "tile")
@@ -140,8 +143,9 @@ class _Builder:
                                for i, ld in enumerate(group))
             expect = (op.attrs.get("stage_bytes", stage_data_bytes(op)) if len(groups) == 1
                       else sum(ld.result.type.nbytes for ld in group))
+            shared = self.pair.ctas if any(ld in self.pair.loads for ld in group) else 1
             self.rings.append(Ring(ring_name, stages, ring_loads, expect, self.readers,
-                                   where=_where(op)))
+                                   where=_where(op), cluster=shared))
             for ld, ring_load in zip(group, ring_loads):
                 self.ring_of[ld.result] = ring_name
                 self.load_of[ld] = (ring_name, ring_load.name)
@@ -330,6 +334,9 @@ class Schedule:
     split_loop: object = None
     written: dict = field(default_factory=dict)
     """IR copy of a register tile into a shared tile -> the protocol's name of that tile."""
+    pair: object = None
+    """Multicast (passes/pairs.py): ``pair.ctas`` CTAs per cluster (1: none) and the loads they
+    share (IR load -> how the box halves)."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -339,7 +346,7 @@ def schedule_of(kernel: Kernel) -> Schedule:
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
                     list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars),
                     builder.split_k if builder.split_loop is not None else 1, builder.split_loop,
-                    dict(builder.written))
+                    dict(builder.written), builder.pair)
 
 
 def _where(op: Op) -> str:
@@ -448,6 +455,11 @@ class Mbarrier(Pass):
                        f"over the peer's ring {ring}, meets again, and adds the partials of its own part, "
                        "which it stores from registers (a staging tile smem-plan planned for the "
                        "tile's store is left unused)", split=builder.split_k, ring=ring)
+        if builder.pair.asked:
+            pair = builder.pair
+            ctx.decide("block loop", f"multicast: pairs of CTAs share {len(pair.loads)} load(s)" if pair.ctas > 1
+                       else "multicast not taken", pair.why, multicast=pair.ctas,
+                       rings=[r.name for r in proto.rings if r.cluster > 1])
         mode = self.check
         if mode == "auto":
             mode = "full" if ctx.options.debug else "quick"
@@ -471,8 +483,10 @@ def _ring_decision(ring: Ring) -> str:
     if ring.one_shot:
         return (f"one-shot full/empty pair: full count 1 + expect_tx {nbytes(ring.expect_tx)}, "
                 f"empty count {ring.empty_arrivals}")
+    empty = (f"{ring.empty_arrivals} x {ring.cluster} (every consumer of the pair's {ring.cluster} CTAs)"
+             if ring.cluster > 1 else f"{ring.empty_arrivals}")
     return (f"{ring.stages} stages: full[s] count 1 + expect_tx {nbytes(ring.expect_tx)}, "
-            f"empty[s] count {ring.empty_arrivals}")
+            f"empty[s] count {empty}")
 
 
 def _ring_reason(ring: Ring, proto: Protocol) -> str:

@@ -55,6 +55,13 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            adds the partials of its own part. Checked as a meeting of the
                            consumers around a write over every stage of the ring (the peers are
                            assumed to mirror this CTA, as for multicast)
+    ClusterSync(at)        multicast: barrier.cluster, every non-exited thread of the pair meets;
+                           ``at`` "start" (first in both programs, after the barrier init: no
+                           remote arrival or multicast byte reaches a barrier before the peer
+                           initialised it) or "exit" (last in the consumers': no CTA exits while
+                           its peer's consumers may still arrive on its empty barriers). Checked
+                           as a meeting: "start" precedes every role's first action, "exit" is a
+                           meeting of the consumers (the peer is assumed to mirror this CTA)
 
 Every class is ``@dataclass(unsafe_hash=True)`` over ``Frozen`` (tkjit/frozen.py): protocols are
 compared, hashed (``mbarrier``'s cache of checks) and keyed by their repr (the verdicts kept on
@@ -261,6 +268,19 @@ class ClusterReduce(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class ClusterSync(Frozen):
+    """Multicast: a cluster barrier of the pair's CTAs (``barrier.cluster`` arrive + wait)."""
+
+    at: str  # "start" | "exit"
+
+    def text(self) -> str:
+        if self.at == "start":
+            return ("barrier.cluster: the pair meets after the barrier init (the peer may arrive and "
+                    "multicast here from now on)")
+        return "barrier.cluster: the pair's consumers meet before exit (no peer arrives here after it)"
+
+
+@dataclass(unsafe_hash=True)
 class SkipTrips(Frozen):
     """Advance the ring past the previous tile's trips (ping-pong: the other consumer's stages)."""
 
@@ -287,7 +307,7 @@ class TurnPass(Frozen):
 
 
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, TileWrite,
-              StagingBegin, StagingEnd, ClusterReduce, SkipTrips, TurnWait, TurnPass]
+              StagingBegin, StagingEnd, ClusterReduce, ClusterSync, SkipTrips, TurnWait, TurnPass]
 
 
 # -- structure --------------------------------------------------------------------------------
@@ -620,13 +640,14 @@ def consumer_staging(item: StagingReuse) -> tuple[Step, ...]:
 
 
 def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tuple[Ring, ...],
-                      items: tuple[Item, ...], pingpong: bool = False) -> Protocol:
+                      items: tuple[Item, ...], pingpong: bool = False, cluster: int = 1) -> Protocol:
     """The producer/consumer programs for one tile's ``items``, in program order.
 
     One-shot rings are filled at their place and released at the end of the tile (after the
     consumers drained every wgmma); loop rings follow ``producer_fill`` and ``consumer_loop``.
     ``pingpong``: one pipelined loop, its consumers alternating over whole tiles
-    (``pingpong_consumer``)."""
+    (``pingpong_consumer``). ``cluster`` 2: a multicast pair (some rings' ``cluster`` is 2): both
+    programs start with ``ClusterSync("start")``, the consumers' ends with ``ClusterSync("exit")``."""
     by_name = {r.name: r for r in rings}
     if pingpong:
         loops = [item for item in items if isinstance(item, LoopPlan)]
@@ -656,4 +677,7 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
         cons.append(MmaWait(0))
         for name in one_shots:
             cons += [Release(name), Advance(name)]
+    if cluster > 1:
+        return Protocol(kernel, consumers, persistent, rings, (ClusterSync("start"), Tiles(tuple(prod))),
+                        (ClusterSync("start"), Tiles(tuple(cons)), ClusterSync("exit")))
     return Protocol(kernel, consumers, persistent, rings, (Tiles(tuple(prod)),), (Tiles(tuple(cons)),))
