@@ -5,7 +5,11 @@
 
 A variant is NAME=EDIT, where EDIT is '@stages(S)' (pinned on the K loop), constants
 'BM=..,BN=..' (pins, so @fill_sms keeps them), or 'pass:grid{multicast=2}' (that pass of the
-default pipeline with these options), or several joined by ';'. The default is always run.
+default pipeline with these options), or 'lowering:general' / 'lowering:template' (which Hopper
+lowering; default auto), or several joined by ';'. The default is always run. The multicast pair
+of the general lowering against the template's, same run:
+``--variant 'mc-tpl=pass:grid{multicast=2};lowering:template' --variant
+'mc-gen=pass:grid{multicast=2};lowering:general'``.
 Consumer schedules: 'pass:warp-spec{mode=pingpong}' / '{mode=cooperative}' (auto: ping-pong
 for tiles of at least 128 x 128 that one consumer holds whole, e.g. 'BM=128,BN=128').
 ``--launch-only`` launches each variant 5 times at each shape without timing (for ncu).
@@ -32,9 +36,11 @@ L2_BYTES = 60 << 20
 
 
 def variant_kernel(edit: str):
-    source, constants, pipeline = SOURCE, {}, None
+    source, constants, pipeline, options = SOURCE, {}, None, {}
     for part in filter(None, edit.split(";")):
-        if part.startswith("pass:"):
+        if part.startswith("lowering:"):
+            options["lowering"] = part[len("lowering:"):]
+        elif part.startswith("pass:"):
             given = part[len("pass:"):]
             name = given.split("{")[0]
             passes = (pipeline or default_pipeline("sm_90a")).split(",")
@@ -45,7 +51,7 @@ def variant_kernel(edit: str):
             for item in part.split(","):
                 name, value = item.split("=")
                 constants[name.strip()] = int(value)
-    return tkjit.compile(source, filename="gemm.tk", constants=constants or None, pipeline=pipeline)
+    return tkjit.compile(source, filename="gemm.tk", constants=constants or None, pipeline=pipeline, **options)
 
 
 def active_clusters(kernel, size: int) -> int:
@@ -142,7 +148,7 @@ def main() -> None:
                 kernel(*sets[0])
                 torch.cuda.synchronize()
                 err = ((sets[0][2].float() - ref).norm() / ref.norm()).item()
-                row[name] = {"err": err}
+                row[name] = {"err": err, "lowering": kernel.metadata.get("lowering", "template")}
                 choice = fill_sms_choice(kernel, f"at M={m} K={k} N={n}")
                 if choice is not None:
                     row[name]["choice"] = choice

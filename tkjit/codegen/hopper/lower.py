@@ -429,6 +429,8 @@ def reduction_shape(kernel: Kernel, schedule: Schedule) -> dict:
     shape = {"tile": [t.rows, t.cols, bk], "split": schedule.split, "k_trips": trips}
     if schedule.protocol.pingpong:
         shape["pingpong"] = True
+    if schedule.pair is not None and schedule.pair.ctas > 1:
+        shape["multicast"] = schedule.pair.ctas  # (as the template's metadata says it)
     return {"gemm": shape}
 
 
