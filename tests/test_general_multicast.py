@@ -153,11 +153,20 @@ def test_where_the_pair_is_not_taken_the_log_says_why(source, constants, why):
     assert all(r.cluster == 1 for r in schedule_of(k.ir).protocol.rings)
 
 
-def test_auto_keeps_the_template_until_the_gpu_test_has_run():
+def test_auto_takes_the_general_pair():
+    """Since the pair's GPU run (H200, 2026-11-27: tests/gpu/test_general_multicast_gpu.py, and
+    benchmarks/gemm_variants.py timing it against the template's pair in one run)."""
     k = _compile(lowering="auto")
-    assert ".multicast::cluster" in k.asm["ptx"] and k.metadata.get("lowering") != "general"
-    assert "backend: wgmma template" in k.explain()
-    assert "multicast pair is taken only with lowering='general'" in k.explain()
+    assert ".multicast::cluster" in k.asm["ptx"] and k.metadata["lowering"] == "general"
+    assert k.metadata["gemm"]["multicast"] == 2
+
+
+def test_under_auto_the_copying_variant_keeps_the_template():
+    from tkjit.codegen.hopper import emit_hopper_ptx
+    decisions = []
+    ptx, md = emit_hopper_ptx(_compile().ir, {"lowering": "auto", "unaligned_rows": True}, decisions)
+    assert md.get("lowering") != "general" and ".multicast::cluster" in ptx
+    assert "copying producer" in decisions[0]["why"]
 
 
 def test_the_pair_with_the_copying_producer_is_refused():

@@ -121,13 +121,8 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
 
 def _pair_refusal(kernel: Kernel, options: dict, blocks: Blocks) -> Refusal | None:
     """The multicast pair (grid{multicast=2}, passes/pairs.py) is a schedule option of this
-    lowering, taken with ``lowering='general'`` until its GPU test has run; under ``auto`` the
-    GEMM template keeps such kernels."""
-    if options.get("lowering") != "general":
-        return Refusal(blocks, "the grid pass's multicast = 2 (grid{multicast=2}): the general lowering's "
-                               "multicast pair is taken only with lowering='general' until it has run on a "
-                               "GPU (tests/gpu/test_general_multicast_gpu.py); lowering='auto' or 'template' "
-                               "gives it to the GEMM template where the kernel is of that pattern")
+    lowering (under ``auto`` too since its GPU test ran: H200, 2026-11-27,
+    tests/gpu/test_general_multicast_gpu.py); not with the copying producer."""
     if options.get("unaligned_rows") and schedule_of(kernel).pair.ctas > 1:
         return Refusal(blocks, "the multicast pair with the copying producer (rows TMA cannot address) is "
                                "not built: the copy fills only this CTA's stage")
