@@ -14,6 +14,9 @@ through the general lowering against the template's, same run:
         --variant skt='BM=128,BN=256;pass:grid{stream_k=1};lowering:template' --out results.json
 
 Each variant's row says which lowering it took (``lowering``) and whether stream-K is on.
+The multicast pair of the general lowering against the template's, same run:
+``--variant 'mc-tpl=pass:grid{multicast=2};lowering:template' --variant
+'mc-gen=pass:grid{multicast=2};lowering:general'``.
 Consumer schedules: 'pass:warp-spec{mode=pingpong}' / '{mode=cooperative}' (auto: ping-pong
 for tiles of at least 128 x 128 that one consumer holds whole, e.g. 'BM=128,BN=128').
 ``--launch-only`` launches each variant 5 times at each shape without timing (for ncu).
@@ -156,7 +159,8 @@ def main() -> None:
                 err = ((sets[0][2].float() - ref).norm() / ref.norm()).item()
                 md = kernel.metadata
                 row[name] = {"err": err, "lowering": md.get("lowering", "template"),
-                             "stream_k": bool(md.get("gemm", {}).get("stream_k"))}
+                             "stream_k": bool(md.get("gemm", {}).get("stream_k")),
+                             "multicast": int(md.get("gemm", {}).get("multicast", 1) or 1)}
                 choice = fill_sms_choice(kernel, f"at M={m} K={k} N={n}")
                 if choice is not None:
                     row[name]["choice"] = choice

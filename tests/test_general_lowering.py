@@ -81,26 +81,6 @@ def test_require_hopper_names_the_op_that_stops_it():
     assert ":10:" in text  # the line of col_sum in the kernel
 
 
-@pytest.mark.parametrize("option", ["multicast=2"])  # stream_k=1: tests/test_general_stream_k.py
-def test_multicast_and_stream_k_are_refused_at_the_block_loop_and_auto_gives_them_the_template(option):
-    """Not general-lowering options yet: lowering=general with require_hopper is an error at the
-    block loop's line:col naming the option; under auto the GEMM template takes the kernel and the
-    decision log says why."""
-    from tkjit.passes import default_pipeline
-    examples = __import__("pathlib").Path(__file__).parents[1] / "examples"
-    source = (examples / "gemm.tk").read_text()
-    pipeline = default_pipeline("sm_90a").replace("grid", "grid{" + option + "}")
-    with pytest.raises(NotAvailableError) as info:
-        tkjit.compile(source, filename="gemm.tk", pipeline=pipeline, lowering="general", require_hopper=True,
-                      cache=False).asm["ptx"]
-    text = str(info.value)
-    assert "gemm.tk:5:" in text and "grid{" + option.replace(" ", "") + "}" in text, text
-    auto = tkjit.compile(source, filename="gemm.tk", pipeline=pipeline, cache=False)
-    assert "GEMM" in auto.asm["ptx"].splitlines()[0]
-    why = [d for d in auto.decisions.decisions if d.decision == "backend: wgmma template"]
-    assert why and "not a schedule option of the general lowering" in why[0].reason
-
-
 def test_annotation_requires_the_hopper_path_too():
     with pytest.raises(NotAvailableError, match="require_hopper"):
         tkjit.compile("@require_hopper\n" + COL_SUM.lstrip(), lowering="general", cache=False).asm["ptx"]
@@ -118,8 +98,8 @@ def test_a_fallback_with_a_matrix_product_warns():
 def test_auto_takes_the_general_lowering_and_a_template_only_where_it_is_ahead_or_needed():
     """lowering=auto: the plain GEMM takes the general lowering (within 2% of its template on
     every GEMM row); attention keeps its template (AHEAD_OF_GENERAL: still faster); what the
-    general lowering refuses (multicast, stream-K: the test above) falls to the GEMM template;
-    rows TMA cannot address take the general lowering's copying producer."""
+    general lowering takes multicast (tests/test_general_multicast.py) and stream-K
+    (tests/test_general_stream_k.py) too; rows TMA cannot address take its copying producer."""
     from general_corpus import BY_NAME
     examples = __import__("pathlib").Path(__file__).parents[1] / "examples"
     plain = tkjit.load(str(examples / "gemm.tk"), cache=False)

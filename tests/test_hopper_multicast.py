@@ -55,7 +55,7 @@ def test_where_multicast_is_not_taken_the_log_says_why(source, constants, why):
 @pytest.mark.parametrize("name, source", [("mma_AB", (EXAMPLES / "gemm.tk").read_text()), ("mma_ABt", ABT)], ids=["mma_AB", "mma_ABt"])
 def test_the_pair_ptx(name, source):
     ir, _ = planned(source)
-    ptx, meta = emit_hopper_ptx(ir)
+    ptx, meta = emit_hopper_ptx(ir, {"lowering": "template"})
     assert ".reqnctapercluster 2, 1, 1" in ptx
     assert meta["grid"] == [["mul", ["min", ["mul", ["cdiv", ["cdiv", ["dim", "M"], 128], 2],
                                              ["cdiv", ["dim", "N"], 256]],
@@ -76,7 +76,7 @@ def test_the_pair_ptx(name, source):
 def test_the_pair_assembles_without_spills_or_serialized_wgmma():
     from tkjit.runtime import toolchain
     ir, _ = planned((EXAMPLES / "gemm.tk").read_text())
-    ptx, meta = emit_hopper_ptx(ir)
+    ptx, meta = emit_hopper_ptx(ir, {"lowering": "template"})
     cubin, report = toolchain.assemble(ptx, name=meta["name"])
     fn = report[meta["name"]]
     assert fn.spill_store_bytes == 0 and fn.spill_load_bytes == 0, report.log

@@ -30,6 +30,15 @@ persistent grid runs together over its units (codegen/hopper/tail_split.walk: wh
 its share of the last wave's trips); at the fix-up a contribution leaves its partial in the
 workspace, sets its flag and ends its tile, an owner waits (blocked) for the flags of its
 contributors and adds their partials in CTA order, as the GPU does: to rounding, like split-K.
+
+Multicast (``grid{multicast=2}``, passes/pairs.py): the two CTAs of a pair run together, on the
+tiles whose paired block index is 2 mp and 2 mp + 1 (an odd last row: the off-edge CTA runs too,
+its loads zero-filled past the tensor, its stores clipped). A load the pair shares lands as two
+halves, each CTA's producer's in *both* CTAs' stage (completing its bytes on both ``full[s]``);
+a stage is read whole, from the halves as they landed (the first half's columns or rows from
+rank 0's copy, the second's from rank 1's). A release of a shared ring arrives on both CTAs'
+``empty[s]`` (count x 2); ``ClusterSync`` is a meeting of every role of the pair ("start") or of
+its consumers ("exit").
 """
 from __future__ import annotations
 
@@ -149,6 +158,13 @@ class StreamK:
 
 
 @dataclass
+class PairState:
+    """A multicast pair's meetings (``ClusterSync``): arrivals per meeting."""
+
+    arrived: dict = field(default_factory=dict)
+
+
+@dataclass
 class Cta:
     rings: dict
     tile_count: int = 0
@@ -158,6 +174,12 @@ class Cta:
     written: dict = field(default_factory=dict)    # tile -> its contents (TileWrite)
     rank: int = 0
     cluster: Cluster | None = None
+    pair: PairState | None = None
+    off_edge: bool = False
+    """Multicast: the pair's second CTA on a tile row past the last (an odd count): its loads
+    past the tensor read zeros (TMA zero-fills them) and its stores there are dropped (clipped)."""
+    peers: list = field(default_factory=list)
+    """Multicast: the pair's CTAs, by rank (this one included)."""
 
 
 BLOCKED = "blocked"
@@ -232,7 +254,8 @@ class Role:
                 r.ph ^= 1
         elif isinstance(step, sp.Release):
             stage = r.s if step.which == "cur" else (r.s - 1) % ring.stages
-            ring.empty[stage].arrive()
+            for cta in self.cta.peers if self.rt.proto.ring(step.ring).cluster > 1 else [self.cta]:
+                cta.rings[step.ring].empty[stage].arrive()
         elif isinstance(step, sp.SkipTrips):
             total = r.s + r.trips
             r.ph ^= (total // ring.stages) & 1
@@ -244,6 +267,15 @@ class Role:
 
     def other(self, step):
         raise ScheduleError(f"the CPU schedule has no meaning for protocol step {step.text()}")
+
+    def cluster_sync(self, step):
+        """Multicast's cluster barrier: every role of the pair meets ("start"), or every consumer
+        of it ("exit")."""
+        meeting = self.cta.pair.arrived
+        meeting[step.at] = meeting.get(step.at, 0) + 1
+        roles = self.rt.proto.consumers + (1 if step.at == "start" else 0)
+        while meeting[step.at] < len(self.cta.peers) * roles:
+            yield BLOCKED
 
     def scalars(self, ops) -> None:
         from ..codegen.hopper.lower_producer import is_scalar_op
@@ -276,7 +308,18 @@ class Role:
                         raise ScheduleError(f"'{inner.NAME}' reads %{v.hint}, the result of a wgmma "
                                             "not waited for yet", inner.span)
                     self.env.values[v] = value.value
-        self.env.bind(op.results, self.rt.handlers[type(op)](self.it, op, args))
+        self.env.bind(op.results, self.run_op(op, args))
+
+    def run_op(self, op: Op, args: list) -> list:
+        """The op's handler; on the pair's off-edge CTA, a load or store past the tensor reads
+        zeros or writes nothing, as TMA and the clipped stores do."""
+        try:
+            return self.rt.handlers[type(op)](self.it, op, args)
+        except InterpreterError:
+            from ..ir.ops import Store
+            if not self.cta.off_edge or not isinstance(op, (Load, Store)):
+                raise
+            return [] if isinstance(op, Store) else [zero_value(op.result.type)]
 
     def bind_tile(self, tile: tuple) -> None:
         self.env.bind(self.rt.blocks.regions[0].args, list(tile))
@@ -326,13 +369,20 @@ class Producer(Role):
 
     def other(self, step):
         from ..passes import sync_protocol as sp
+        if isinstance(step, sp.ClusterSync):
+            yield from self.cluster_sync(step)
+            return
         if not isinstance(step, sp.TmaLoad):
             raise ScheduleError(f"the producer has no meaning for {step.text()}")
         op = self.rt.loads[(step.ring, step.load)]
-        value = self.rt.handlers[Load](self.it, op, [self.env.values[v] for v in op.operands])[0]
+        value = self.run_op(op, [self.env.values[v] for v in op.operands])[0]
         r = self.regs[step.ring]
         nbytes = next(ld.nbytes for ld in self.rt.proto.ring(step.ring).loads if ld.name == step.load)
-        self.cta.landings.append((step.ring, r.s, step.load, value, nbytes))
+        if op in self.rt.pair.loads and self.cta.pair is not None:  # this CTA's half, into both CTAs
+            for cta in self.cta.peers:
+                cta.landings.append((step.ring, r.s, (step.load, self.cta.rank), value, nbytes // 2))
+        else:
+            self.cta.landings.append((step.ring, r.s, step.load, value, nbytes))
         yield from ()
 
 
@@ -522,6 +572,8 @@ class Consumer(Role):
                 yield BLOCKED
         elif isinstance(step, (sp.StagingBegin, sp.StagingEnd)):
             pass
+        elif isinstance(step, sp.ClusterSync):
+            yield from self.cluster_sync(step)
         else:
             raise ScheduleError(f"the consumer has no meaning for {step.text()}")
         yield from ()
@@ -538,6 +590,8 @@ class Consumer(Role):
             if isinstance(x, tuple) and isinstance(x[0], RingRef):
                 (ref, s) = x
                 value = self.cta.rings[ref.ring].slots[s].get(ref.load)
+                if value is None and self.cta.pair is not None:
+                    value = self.rt.whole(self.cta.rings[ref.ring].slots[s], ref, op)
                 if value is None:
                     raise ScheduleError(f"'{op.NAME}' reads stage {s} of ring {ref.ring}, where {ref.load} "
                                         "never landed", op.span)
@@ -572,6 +626,7 @@ class Roles:
         self.split, self.split_loop = sched.split, sched.split_loop
         self.stream_k_loop = sched.stream_k_loop
         self.stream_k: StreamK | None = None
+        self.pair = sched.pair
         self.blocks = block_loop(kernel)
         self.rng = random.Random(seed)
         self.ctas = ctas
@@ -591,8 +646,41 @@ class Roles:
             tiles = [t + (i,) for t in tiles for i in range(c)]
         return tiles
 
+    def whole(self, slot: dict, ref: RingRef, op: Op):
+        """A shared load's stage as the pair's two halves landed in it (None: a half is missing)."""
+        halves = [slot.get((ref.load, rank)) for rank in range(2)]
+        if any(h is None for h in halves):
+            return None
+        load = self.loads[(ref.ring, ref.load)]
+        data = halves[0].data.copy()
+        if self.pair.loads[load] == "panels":
+            cols = data.shape[-1] // 2
+            data[..., cols:] = halves[1].data[..., cols:]
+        else:
+            rows = data.shape[-2] // 2
+            data[..., rows:, :] = halves[1].data[..., rows:, :]
+        return halves[0].with_data(data)
+
+    def pair_tiles(self, tiles: list[tuple]) -> list[list[tuple]]:
+        """Per unit of the pair walk, the tiles of rank 0 and rank 1: the paired (second to last)
+        index 2 mp and 2 mp + 1 (the latter possibly past the last tile row)."""
+        if not tiles:
+            return []
+        counts = [max(t[d] for t in tiles) + 1 for d in range(len(tiles[0]))]
+        units = [u for u in tiles if u[-2] < -(-counts[-2] // 2)]
+        return [[u[:-2] + (2 * u[-2] + r, u[-1]) for r in range(2)] for u in units]
+
     def run(self) -> None:
         tiles = self.all_tiles()
+        if self.pair is not None and self.pair.ctas > 1:  # pairs of CTAs, run together
+            units = self.pair_tiles(tiles)
+            persistent = self.blocks.attrs.get("schedule") == "persistent"
+            n = min(len(units), self.ctas) if persistent else len(units)
+            for b in range(n):
+                mine = units[b::n] if persistent else [units[b]]
+                self.run_ctas([[u[r] for u in mine] for r in range(2)], pair=PairState(),
+                              rows=max(t[-2] for t in tiles) + 1)
+            return
         if self.split > 1:  # a cluster of S CTAs per tile, run together
             for tile in tiles:
                 self.run_ctas([[tile]] * self.split, Cluster(self.split))
@@ -626,18 +714,22 @@ class Roles:
         lo, hi, step = (env.values[v] for v in self.stream_k_loop.operands[:3])
         return max(0, -(-(hi - lo) // step))
 
-    def run_ctas(self, tiles_of: list[list[tuple]], cluster: Cluster | None = None, units=None) -> None:
-        """Run CTAs together (one, the CTAs of a split-K cluster, or a stream-K grid; CTA r with
-        ``tiles_of[r]``, and with stream-K its units' (first trip, trips) in ``units[r]``)."""
+    def run_ctas(self, tiles_of: list[list[tuple]], cluster: Cluster | None = None, units=None,
+                 pair: PairState | None = None, rows: int = 0) -> None:
+        """Run CTAs together (one, the CTAs of a split-K cluster or of a multicast pair, or a
+        stream-K grid; CTA r with ``tiles_of[r]``, and with stream-K its units' (first trip, trips)
+        in ``units[r]``; a pair's CTA whose tile row is ``rows`` or more is off the edge)."""
         ctas, roles = [], []
         for rank, tiles in enumerate(tiles_of):
             rings = {}
             for ring in self.proto.rings:
                 rings[ring.name] = Ring(ring.stages, [Barrier(ring.full_arrivals) for _ in range(ring.stages)],
-                                        [Barrier(ring.empty_arrivals) for _ in range(ring.stages)],
+                                        [Barrier(ring.empty_arrivals * ring.cluster) for _ in range(ring.stages)],
                                         [{} for _ in range(ring.stages)])
-            cta = Cta(rings, len(tiles), rank=rank, cluster=cluster)
+            cta = Cta(rings, len(tiles), rank=rank, cluster=cluster, pair=pair,
+                      off_edge=pair is not None and any(t[-2] >= rows for t in tiles))
             ctas.append(cta)
+            cta.peers = ctas  # (multicast: the pair's CTAs; read only where ``pair`` is set)
             mine = [(Producer(self, cta, tiles, None), self.proto.producer)]
             mine += [(Consumer(self, cta, tiles, c), self.proto.consumer) for c in range(self.proto.consumers)]
             for role, _ in mine:
@@ -670,6 +762,15 @@ class Roles:
                                     f"({', '.join(type(running[i][0]).__name__ for i in running)})")
         if any(c.landings for c in ctas):
             raise ScheduleError("copies still in flight when the CTA ended")
+
+
+def zero_value(t):
+    """A tile or vector of type ``t`` wholly past its tensor: zeros, no valid element."""
+    from ..ir.types import TileType
+    from .values import TileValue, VectorValue
+    if isinstance(t, TileType):
+        return TileValue(np.zeros(t.shape, np.float32), np.zeros(t.rows, bool), np.zeros(t.cols, bool), t.dtype)
+    return VectorValue(np.zeros(t.length, np.float32), np.zeros(t.length, bool), t.dtype)
 
 
 def run_roles(kernel: Kernel, args: list, *, seed: int = 0, ctas: int = 3) -> None:

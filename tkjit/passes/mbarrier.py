@@ -63,6 +63,9 @@ class _Builder:
         self.split_loop: For | None = None
         self.stream_k_loop: For | None = None
         """Stream-K (the grid pass's ``stream_k``): the loop whose trips the CTAs share in units."""
+        from .pairs import pair_plan
+        self.pair = pair_plan(kernel)
+        """Multicast: the pair of CTAs (``pair.ctas`` 2) sharing the loads ``pair.loads``."""
         self.written: dict[Copy, str] = {}
         """Register tiles the consumers store to shared memory in a ring loop (``TileWrite``) -> name."""
 
@@ -114,7 +117,7 @@ class _Builder:
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
         return standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
-                                 tuple(self.items), pingpong=self.pingpong)
+                                 tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas)
 
     def stream_k_units(self, blocks) -> None:
         """Stream-K where the grid pass asks for it and the tile is one ring loop with products,
@@ -159,8 +162,9 @@ class _Builder:
                                for i, ld in enumerate(group))
             expect = (op.attrs.get("stage_bytes", stage_data_bytes(op)) if len(groups) == 1
                       else sum(ld.result.type.nbytes for ld in group))
+            shared = self.pair.ctas if any(ld in self.pair.loads for ld in group) else 1
             self.rings.append(Ring(ring_name, stages, ring_loads, expect, self.readers,
-                                   where=_where(op)))
+                                   where=_where(op), cluster=shared))
             for ld, ring_load in zip(group, ring_loads):
                 self.ring_of[ld.result] = ring_name
                 self.load_of[ld] = (ring_name, ring_load.name)
@@ -351,6 +355,9 @@ class Schedule:
     """IR copy of a register tile into a shared tile -> the protocol's name of that tile."""
     stream_k_loop: object = None
     """Stream-K: the ring loop whose tiles' trips the CTAs share in units (None: no stream-K)."""
+    pair: object = None
+    """Multicast (passes/pairs.py): ``pair.ctas`` CTAs per cluster (1: none) and the loads they
+    share (IR load -> how the box halves)."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -360,7 +367,7 @@ def schedule_of(kernel: Kernel) -> Schedule:
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
                     list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars),
                     builder.split_k if builder.split_loop is not None else 1, builder.split_loop,
-                    dict(builder.written), builder.stream_k_loop)
+                    dict(builder.written), builder.stream_k_loop, builder.pair)
 
 
 def _where(op: Op) -> str:
@@ -483,6 +490,11 @@ class Mbarrier(Pass):
                        "stream_k = 1 needs a persistent grid of whole tiles (no split-K, no ping-pong) "
                        "whose tile is one ring loop with products and nothing else taking a protocol "
                        "step; the general lowering refuses the option here")
+        if builder.pair.asked:
+            pair = builder.pair
+            ctx.decide("block loop", f"multicast: pairs of CTAs share {len(pair.loads)} load(s)" if pair.ctas > 1
+                       else "multicast not taken", pair.why, multicast=pair.ctas,
+                       rings=[r.name for r in proto.rings if r.cluster > 1])
         mode = self.check
         if mode == "auto":
             mode = "full" if ctx.options.debug else "quick"
@@ -506,8 +518,10 @@ def _ring_decision(ring: Ring) -> str:
     if ring.one_shot:
         return (f"one-shot full/empty pair: full count 1 + expect_tx {nbytes(ring.expect_tx)}, "
                 f"empty count {ring.empty_arrivals}")
+    empty = (f"{ring.empty_arrivals} x {ring.cluster} (every consumer of the pair's {ring.cluster} CTAs)"
+             if ring.cluster > 1 else f"{ring.empty_arrivals}")
     return (f"{ring.stages} stages: full[s] count 1 + expect_tx {nbytes(ring.expect_tx)}, "
-            f"empty[s] count {ring.empty_arrivals}")
+            f"empty[s] count {empty}")
 
 
 def _ring_reason(ring: Ring, proto: Protocol) -> str:

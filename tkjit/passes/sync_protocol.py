@@ -63,6 +63,13 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            accumulator (no wgmma group may be in flight), the last step of the
                            tile (a contribution skips only IR ops); the cross-CTA flags are the
                            launch-order model of codegen/hopper/tail_split.py (``check_walk``)
+    ClusterSync(at)        multicast: barrier.cluster, every non-exited thread of the pair meets;
+                           ``at`` "start" (first in both programs, after the barrier init: no
+                           remote arrival or multicast byte reaches a barrier before the peer
+                           initialised it) or "exit" (last in the consumers': no CTA exits while
+                           its peer's consumers may still arrive on its empty barriers). Checked
+                           as a meeting: "start" precedes every role's first action, "exit" is a
+                           meeting of the consumers (the peer is assumed to mirror this CTA)
 
 Every class is ``@dataclass(unsafe_hash=True)`` over ``Frozen`` (tkjit/frozen.py): protocols are
 compared, hashed (``mbarrier``'s cache of checks) and keyed by their repr (the verdicts kept on
@@ -280,6 +287,16 @@ class StreamKFixup(Frozen):
         return (f"stream-K fix-up of loop {self.ring}: a contribution stores its partial to the "
                 "workspace and sets its flags (st.release.gpu), then ends the tile; an owner waits "
                 "for the later CTAs' flags (ld.acquire.gpu) and adds their partials")
+class ClusterSync(Frozen):
+    """Multicast: a cluster barrier of the pair's CTAs (``barrier.cluster`` arrive + wait)."""
+
+    at: str  # "start" | "exit"
+
+    def text(self) -> str:
+        if self.at == "start":
+            return ("barrier.cluster: the pair meets after the barrier init (the peer may arrive and "
+                    "multicast here from now on)")
+        return "barrier.cluster: the pair's consumers meet before exit (no peer arrives here after it)"
 
 
 @dataclass(unsafe_hash=True)
@@ -309,7 +326,7 @@ class TurnPass(Frozen):
 
 
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, TileWrite,
-              StagingBegin, StagingEnd, ClusterReduce, StreamKFixup, SkipTrips, TurnWait, TurnPass]
+              StagingBegin, StagingEnd, ClusterReduce, StreamKFixup, ClusterSync, SkipTrips, TurnWait, TurnPass]
 
 
 # -- structure --------------------------------------------------------------------------------
@@ -649,13 +666,14 @@ def consumer_staging(item: StagingReuse) -> tuple[Step, ...]:
 
 
 def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tuple[Ring, ...],
-                      items: tuple[Item, ...], pingpong: bool = False) -> Protocol:
+                      items: tuple[Item, ...], pingpong: bool = False, cluster: int = 1) -> Protocol:
     """The producer/consumer programs for one tile's ``items``, in program order.
 
     One-shot rings are filled at their place and released at the end of the tile (after the
     consumers drained every wgmma); loop rings follow ``producer_fill`` and ``consumer_loop``.
     ``pingpong``: one pipelined loop, its consumers alternating over whole tiles
-    (``pingpong_consumer``)."""
+    (``pingpong_consumer``). ``cluster`` 2: a multicast pair (some rings' ``cluster`` is 2): both
+    programs start with ``ClusterSync("start")``, the consumers' ends with ``ClusterSync("exit")``."""
     by_name = {r.name: r for r in rings}
     if pingpong:
         loops = [item for item in items if isinstance(item, LoopPlan)]
@@ -691,4 +709,7 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
         cons.append(MmaWait(0))
         for name in one_shots:
             cons += [Release(name), Advance(name)]
+    if cluster > 1:
+        return Protocol(kernel, consumers, persistent, rings, (ClusterSync("start"), Tiles(tuple(prod))),
+                        (ClusterSync("start"), Tiles(tuple(cons)), ClusterSync("exit")))
     return Protocol(kernel, consumers, persistent, rings, (Tiles(tuple(prod)),), (Tiles(tuple(cons)),))

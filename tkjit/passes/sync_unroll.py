@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sync_protocol import (BLOCKS, Advance, ClusterReduce, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips,
+from .sync_protocol import (BLOCKS, Advance, ClusterReduce, ClusterSync, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips,
                             Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset, SkipTrips, StagingBegin,
                             StagingEnd, Step, StreamKFixup, Tiles, TileWrite, TmaLoad, TurnPass, TurnWait, Wait)
 
@@ -264,6 +264,16 @@ class _Unroller:
         wgmma group must have retired. Its flags are between CTAs, outside this one-CTA model
         (codegen/hopper/tail_split.check_walk models them)."""
         self.emit(ACC_READ, 0, label=f"stream-K fix-up reads loop {st.ring}'s accumulators")
+
+    def _ClusterSync(self, st: ClusterSync) -> None:
+        """Multicast's cluster barrier. "start" comes first in every role's program: it precedes
+        all of their actions, so, as a meeting, it orders nothing more in one CTA (no action);
+        "exit" (the consumers' last step) is a meeting of the consumers; the peer CTA is assumed
+        to mirror this one."""
+        if st.at == "exit":
+            self._ConsumerSync(ConsumerSync())
+        elif self.out:
+            raise ValueError("ClusterSync('start') must come before every other step of a program")
 
     def _StagingBegin(self, st: StagingBegin) -> None:
         self.emit(STAGING_BEGIN, self.layout.base[st.ring], self.proto.ring(st.ring).stages,

@@ -85,12 +85,14 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         if why is not None:
             return why
     multicast = int(kernel.attrs.get("multicast", 1) or 1)
-    if multicast > 1:
-        return Refusal(blocks, f"the grid pass's multicast = {multicast} (grid{{multicast={multicast}}}) is not a "
-                               "schedule option of the general lowering yet (docs/hopper-codegen.md, 'Next', 2); "
-                               "lowering='auto' or 'template' gives it to the GEMM template where the kernel "
-                               "is of that pattern")
     from . import lower_stream_k
+    if multicast > 1 and lower_stream_k.asked(kernel):
+        return Refusal(blocks, "multicast pairs together with stream-K are not built: the pair's walk and "
+                               "stream-K's units would both decide the CTA's tiles")
+    if multicast > 1:
+        why = _pair_refusal(kernel, options, blocks)
+        if why is not None:
+            return why
     if lower_stream_k.asked(kernel):
         why = lower_stream_k.refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"], options)
         if why is not None:
@@ -116,6 +118,16 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
             why = consumer_refusal(op, consumers, False, users)
         if why is not None:
             return why
+    return None
+
+
+def _pair_refusal(kernel: Kernel, options: dict, blocks: Blocks) -> Refusal | None:
+    """The multicast pair (grid{multicast=2}, passes/pairs.py) is a schedule option of this
+    lowering (under ``auto`` too since its GPU test ran: H200, 2026-11-27,
+    tests/gpu/test_general_multicast_gpu.py); not with the copying producer."""
+    if options.get("unaligned_rows") and schedule_of(kernel).pair.ctas > 1:
+        return Refusal(blocks, "the multicast pair with the copying producer (rows TMA cannot address) is "
+                               "not built: the copy fills only this CTA's stage")
     return None
 
 
@@ -212,6 +224,10 @@ class LoweredKernel:
         if asked(kernel):  # applied (the option's walk and fix-up), or why not
             from .lower_stream_k import decision
             self.decisions.append(decision(kernel, self.schedule, self.consumers))
+        self.pair = self.schedule.pair.ctas
+        """Multicast: the CTAs of a pair sharing the loads ``schedule.pair.loads`` (1: none)."""
+        if self.schedule.pair.asked:
+            self.decisions.append({"decision": "multicast", "value": self.pair, "why": self.schedule.pair.why})
         self._ring_offsets()
 
     def _ring_offsets(self) -> None:
@@ -228,7 +244,12 @@ class LoweredKernel:
         """The tensor map a producer load copies through: boxes of one swizzle panel x the tile's rows."""
         t: TileType = load.result.type
         span = swizzle_bytes(t)
-        return self._map(load.operands[0], (span // t.dtype.nbytes, t.rows), span)
+        rows = t.rows // 2 if self.halves(load) == "rows" else t.rows  # a pair's half of each panel
+        return self._map(load.operands[0], (span // t.dtype.nbytes, rows), span)
+
+    def halves(self, load: Load) -> str:
+        """How this CTA's half of a load the multicast pair shares is cut ("panels" or "rows"), or ''."""
+        return self.schedule.pair.loads.get(load, "") if self.pair > 1 else ""
 
     def store_map(self, param) -> tma.TensorMap:
         """The tensor map a staged epilogue stores ``param`` through: 64 x 64 boxes, 128B swizzle."""
@@ -274,7 +295,7 @@ class LoweredKernel:
         raw, self.smem = b.reg(), b.reg()
         b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
           f"and.b32 {self.smem}, {self.smem}, -1024;")
-        if self.split > 1:  # this CTA's share of each tile's reduction loop
+        if self.split > 1 or self.pair > 1:  # this CTA's share of the tile's loop, or its tile of the pair
             self.rank = b.reg()
             b(f"mov.u32 {self.rank}, %cluster_ctarank;")
         self.globals = Pointers()   # id(param) -> generic address (which ones emitters read)
@@ -326,7 +347,7 @@ class LoweredKernel:
             full, empty = self.bar_base(ring.name)
             for s in range(ring.stages):
                 b(mbarrier.init(f"{full}+{8 * s}", ring.full_arrivals),
-                  mbarrier.init(f"{empty}+{8 * s}", ring.empty_arrivals))
+                  mbarrier.init(f"{empty}+{8 * s}", ring.empty_arrivals * ring.cluster))
         b(mbarrier.INIT_FENCE)
         b.place(ready)
         b("bar.sync 0;", "// end step")
@@ -339,7 +360,7 @@ class LoweredKernel:
             from .lower_stream_k import declarations
             decls = declarations(self)
         return module_text("tile program", self.kernel.name, entries, self.maps.values(), self,
-                           self.b.body(), cluster=self.split, globals_=decls)
+                           self.b.body(), cluster=max(self.split, self.pair), globals_=decls)
 
     def metadata(self) -> dict:
         from ...passes.grid import launch_grid
@@ -350,7 +371,8 @@ class LoweredKernel:
         params += maps
         return {"name": self.kernel.name, "entry": self.kernel.name, "arch": ARCH, "backend": "wgmma",
                 "lowering": "general", "params": params, "dims": self.kernel.named_dims(),
-                "grid": [launch_grid(self.kernel)], "block": [self.threads, 1, 1],
+                "grid": [pair_grid(self.kernel) if self.pair > 1 else launch_grid(self.kernel)],
+                "block": [self.threads, 1, 1],
                 "smem_bytes": self.smem_bytes + 1024, "num_warps": self.threads // 32,
                 "registers": list(self.regs), "protocol": self.proto.text(),
                 # TMA only: a launch with other rows recompiles with the copying producer (kernel.py)
@@ -358,6 +380,20 @@ class LoweredKernel:
                 "strided_variant": True,  # the option ``strided``: views' strides as parameters
                 "decisions": list(self.decisions)} | reduction_shape(self.kernel, self.schedule) \
             | ({"serial_launches": True} if self.stream_k is not None else {})  # the module's workspace
+
+
+def pair_grid(kernel: Kernel) -> list:
+    """The launch grid of a multicast pair: 2 x its units, cdiv(paired count, 2) x the other
+    counts; persistent: at most one pair per two SMs."""
+    from ...passes.grid import count_expression
+    counts = [count_expression(v) for v in block_loop(kernel).variadic()]
+    counts[-2] = ["cdiv", counts[-2], 2]
+    units = counts[0]
+    for c in counts[1:]:
+        units = ["mul", units, c]
+    if block_loop(kernel).attrs.get("schedule") == "persistent":
+        units = ["min", units, ["cdiv", ["add", ["num_sms"], -1], 2]]
+    return ["mul", units, 2]
 
 
 def split_decision(schedule: Schedule, consumers: int) -> dict:
@@ -403,6 +439,8 @@ def reduction_shape(kernel: Kernel, schedule: Schedule) -> dict:
         shape["pingpong"] = True
     if schedule.stream_k_loop is not None:
         shape["stream_k"] = True
+    if schedule.pair is not None and schedule.pair.ctas > 1:
+        shape["multicast"] = schedule.pair.ctas  # (as the template's metadata says it)
     return {"gemm": shape}
 
 

@@ -95,6 +95,9 @@ class ConsumerRole(RoleEmitter):
         ctx._cache[("tid", "tid")] = ctid
         self.leader = b.pred()
         b(f"setp.eq.u32 {self.leader}, {k.tid_wg}, 0;")
+        if k.pair > 1:  # releases of a shared ring arrive on the peer's empty[s] too (RoleEmitter.release)
+            self.peer = b.reg()
+            b(f"xor.b32 {self.peer}, {k.rank}, 1;")
         start = len(b.lines)
         self.rings = {}
         for ring in k.proto.rings:

@@ -101,6 +101,7 @@ class ProducerRole(RoleEmitter):
                 CopyingProducer(k).walk()
             b(f"bra {done};")
             b.place(tma_path)
+        self.emit(self.together())  # multicast: the pair's cluster barrier, every producer thread
         b(f"setp.ne.u32 {leader}, {k.tid_wg}, 0;", f"@{leader} bra {done};")
         self.walk()
         b.place(done)
@@ -122,7 +123,17 @@ class ProducerRole(RoleEmitter):
             self.rings[ring.name] = RingRegs(ring, full, empty, s, ph, b.mov(1))
         self.tile, self.tile_count = b.reg(), b.reg()
         self.counts = None
-        self.emit(k.proto.producer)
+        self.emit(k.proto.producer[len(self.together()):])
+
+    def together(self) -> tuple:
+        """The producer program's leading ``ClusterSync`` steps: all 128 producer threads run
+        them (``barrier.cluster`` ``.aligned``), before one is elected for the rest."""
+        from ...passes.sync_protocol import ClusterSync
+        steps = self.k.proto.producer
+        n = 0
+        while n < len(steps) and isinstance(steps[n], ClusterSync):
+            n += 1
+        return tuple(steps[:n])
 
     def maps(self):
         return [self.k.tensor_map(op) for op in self.loads.values()]
@@ -175,10 +186,40 @@ class ProducerRole(RoleEmitter):
         raw, addr = b.reg("b64"), b.reg("b64")
         b(*tma.generic_address(tmap.symbol, raw, addr))
         lead = list(reversed(coords[:-2]))
+        half = self.k.halves(load)
+        if half:
+            self.half_load(t, tmap, stage, col0, row0, lead, addr, bar, half)
+            return
         for p in range(t.cols // panel_cols):
             dst, inner = b.reg(), b.reg()
             b(f"add.u32 {dst}, {stage}, {p * panel_bytes};", f"add.s32 {inner}, {col0}, {p * panel_cols};")
             b(tma.load_nd(dst, addr, [inner, row0, *lead], bar))
+
+    def half_load(self, t, tmap, stage, col0, row0, lead, addr, bar, half: str) -> None:
+        """This CTA's half of a load the pair shares, multicast into both CTAs (passes/pairs.py):
+        panels [r P/2, (r+1) P/2) of its P ("panels"), or rows [r R/2, (r+1) R/2) of every panel
+        through a map of R/2-row boxes ("rows"); r is the CTA's rank in the pair."""
+        from ...passes.pairs import CTAS
+        b, rank = self.b, self.k.rank
+        panel_cols, panels = tmap.box[0], t.cols // tmap.box[0]
+        panel_bytes = t.rows * tmap.swizzle
+        mine, first = b.reg(), b.reg()
+        if half == "panels":
+            per = panels // CTAS
+            b(f"mad.lo.u32 {mine}, {rank}, {per * panel_bytes}, {stage};",
+              f"mad.lo.s32 {first}, {rank}, {per * panel_cols}, {col0};")
+            for p in range(per):
+                dst, inner = b.reg(), b.reg()
+                b(f"add.u32 {dst}, {mine}, {p * panel_bytes};", f"add.s32 {inner}, {first}, {p * panel_cols};")
+                b(tma.load_nd_multicast(dst, addr, [inner, row0, *lead], bar, (1 << CTAS) - 1))
+            return
+        rows = t.rows // CTAS
+        b(f"mad.lo.u32 {mine}, {rank}, {rows * tmap.swizzle}, {stage};",
+          f"mad.lo.s32 {first}, {rank}, {rows}, {row0};")
+        for p in range(panels):
+            dst, inner = b.reg(), b.reg()
+            b(f"add.u32 {dst}, {mine}, {p * panel_bytes};", f"add.s32 {inner}, {col0}, {p * panel_cols};")
+            b(tma.load_nd_multicast(dst, addr, [inner, first, *lead], bar, (1 << CTAS) - 1))
 
 
 def load_stage_stride(loop: For | None) -> int:
@@ -245,13 +286,18 @@ def tile_walk_begin(role) -> None:
         if is_scalar_op(op):
             b(*ctx.emit_op(op))
     counts = [ctx.get(v).reg for v in k.blocks.variadic()]
+    if k.pair > 1:  # the pair walks units of two tiles along the paired (second to last) index
+        units = b.reg()
+        b(f"add.s32 {units}, {counts[-2]}, 1;", f"shr.s32 {units}, {units}, 1;")
+        role.paired_count, counts = counts[-2], counts[:-2] + [units, counts[-1]]
     b(f"mov.u32 {role.tile_count}, {counts[0]};")
     for c in counts[1:]:
         b(f"mul.lo.u32 {role.tile_count}, {role.tile_count}, {c};")
     role.counts = counts
     hoist_invariants(role)
-    # split-K: a cluster of S CTAs per tile (grid.launch_grid), so the tile is the cluster's index
-    b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 else '%ctaid.x'};")
+    # split-K: a cluster of S CTAs per tile (grid.launch_grid), so the tile is the cluster's index;
+    # multicast: a cluster of 2 per unit (lower.pair_grid)
+    b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 or k.pair > 1 else '%ctaid.x'};")
     role.sk_walk = None
     if k.stream_k is not None:  # the last wave's trips over every CTA (lower_stream_k.py)
         from .lower_stream_k import Walk
@@ -276,7 +322,8 @@ def tile_walk_next(role) -> None:
         role.sk_walk.advance()
     elif role.k.blocks.attrs.get("schedule", "grid") == "persistent" and role.k.split == 1:
         step = b.reg()
-        b(f"mov.u32 {step}, %nctaid.x;", f"add.u32 {role.tile}, {role.tile}, {step};")
+        b(f"mov.u32 {step}, {'%nclusterid.x' if role.k.pair > 1 else '%nctaid.x'};",
+          f"add.u32 {role.tile}, {role.tile}, {step};")
     else:
         b(f"mov.u32 {role.tile}, {role.tile_count};")
 
@@ -284,11 +331,28 @@ def tile_walk_next(role) -> None:
 def bind_block_indices(role) -> None:
     from ..emit_control import block_indices
     out: list[str] = []
-    regs = block_indices(role.ctx, role.k.blocks, role.tile, role.counts, out, bounded=True)
+    k = role.k
+    if k.pair > 1:  # unit (.., mp, ..): this CTA's tile row is 2 mp + rank, groups of group/2 unit rows
+        regs = block_indices(role.ctx, PairedOrder(k.blocks), role.tile, role.counts, out, bounded=True)
+        row = role.ctx.new("b32")
+        out.append(f"mad.lo.u32 {row}, {regs[-2]}, 2, {k.rank};")
+        regs[-2] = row
+    else:
+        regs = block_indices(role.ctx, k.blocks, role.tile, role.counts, out, bounded=True)
     role.b(*out)
     for arg, reg in zip(role.k.blocks.regions[0].args, regs):
         role.ctx.bind(arg, Scalar(reg, I32))
 
 
+class PairedOrder:
+    """The block loop as the pair's unit walk sees it: the grouped order over units, in groups of
+    group / 2 unit rows (the tile rows of the unpaired order's groups)."""
+
+    def __init__(self, blocks):
+        group = int(blocks.attrs.get("group", 1) or 1)
+        self.attrs = {key: value for key, value in blocks.attrs.items() if key != "heavy"}
+        self.attrs["group"] = max(1, group // 2)
+
+
 __all__ = ["ProducerRole", "role_ctx", "scalar_table", "emit_division", "is_scalar_op", "trip_count", "ring_trips", "bind_loop_index",
-           "tile_walk_begin", "tile_walk_next", "hoist_invariants", "bind_block_indices", "load_stage_stride"]
+           "tile_walk_begin", "tile_walk_next", "PairedOrder", "hoist_invariants", "bind_block_indices", "load_stage_stride"]

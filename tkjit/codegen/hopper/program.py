@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...passes.sync_protocol import (Advance, ExpectTx, First, IfNextTile, IfPrevTile, IfTrips, Loop, Mma,
+from ...passes.sync_protocol import (Advance, ClusterSync, ExpectTx, First, IfNextTile, IfPrevTile, IfTrips, Loop, Mma,
                                      MmaWait, NotFirst, Protocol, Release, Reset, Ring, SkipTrips,
                                      TmaLoad, Tiles, TurnPass, TurnWait, Wait)
 from . import mbarrier, wgmma  # multicast: where a ring is shared by a cluster
@@ -59,7 +59,7 @@ class RoleEmitter:
                       Reset: self.reset, Tiles: self.tiles, Loop: self.loop, IfTrips: self.if_trips,
                       NotFirst: self.not_first, First: self.first_trip, IfPrevTile: self.if_prev_tile,
                       IfNextTile: self.if_next_tile, SkipTrips: self.skip_trips,
-                      TurnWait: self.turn_wait, TurnPass: self.turn_pass}
+                      TurnWait: self.turn_wait, TurnPass: self.turn_pass, ClusterSync: self.cluster_sync}
 
     marks = False
     """Bracket each event step's PTX with ``// step: <text>`` ... ``// end step`` comments (the
@@ -129,6 +129,11 @@ class RoleEmitter:
             from . import multicast
             mapa, arrive = multicast.arrive_peer(self.b, bar, self.peer)
             self.b(mapa, self.leading(arrive))
+
+    def cluster_sync(self, step: ClusterSync) -> None:
+        """barrier.cluster (release/acquire): every non-exited thread of the cluster meets; the
+        role's threads run it together (``.aligned``)."""
+        self.b("barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;")
 
     def stage_before(self, r: RingRegs) -> str:
         """A register holding the stage before ``r``'s current one (s - 1 mod stages)."""

@@ -87,3 +87,10 @@ def load_nd(dst: str, tmap: str, coords: list[str], bar: str) -> str:
     at ``dst``, completing its bytes on mbarrier ``bar``."""
     return (f"cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
             f"[{dst}], [{tmap}, {{{', '.join(coords)}}}], [{bar}];")
+
+
+def load_nd_multicast(dst: str, tmap: str, coords: list[str], bar: str, mask: int) -> str:
+    """``load_nd`` into shared offset ``dst`` of every CTA of the cluster in ``mask``, completing
+    its bytes on the mbarrier at offset ``bar`` in each (TMA multicast)."""
+    return (f"cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+            f".multicast::cluster [{dst}], [{tmap}, {{{', '.join(coords)}}}], [{bar}], {mask};")

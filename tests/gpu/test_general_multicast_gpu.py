@@ -1,0 +1,117 @@
+"""On a Hopper GPU: the multicast pair (grid{multicast=2}) as a schedule option of the general
+sm_90a lowering -- clusters of 2 CTAs on tile rows 2mp and 2mp + 1, each loading half of the
+shared B stage with .multicast::cluster into both, releasing on both CTAs' barriers. Against
+float32 torch, the GEMM template's pair and the interpreter, at tile multiples and ragged shapes,
+odd tile-row counts (the off-edge CTA loads its half of B, stores nothing), one tile row, K below
+one K tile, more units than pairs; C poisoned (NaN) inside a poisoned buffer that must stay so,
+repeated launches bit-identical."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tkjit
+from tkjit.passes import default_pipeline
+
+pytestmark = pytest.mark.gpu
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GEMM = (EXAMPLES / "gemm.tk").read_text()
+ABT = GEMM.replace("B: gl<bf16>[K, N]", "B: gl<bf16>[N, K]") \
+    .replace("st<bf16>[BK, BN] = B.tile(k, n)", "st<bf16>[BN, BK] = B.tile(n, k)").replace("mma_AB(", "mma_ABt(")
+MULTICAST = default_pipeline("sm_90a").replace("grid", "grid{multicast=2}")
+PAD = 64
+
+BIAS = """
+kernel pair_bias<BM = 128, BN = 256>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], rb: gl<f32>[M], cb: gl<f32>[N],
+                                     C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[BM, 64] = A.tile(m, k)
+      b: st<bf16>[64, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    r: cv<f32>[BM] = rb.tile(m)
+    c: rv<f32>[BN] = cb.tile(n)
+    C.tile(m, n) = cvt<bf16>(relu(add_row(add_col(acc, c), r)))
+  }
+}
+"""
+
+
+def placed(m: int, n: int):
+    buf = torch.full((PAD + m * n + PAD,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    return buf, buf[PAD:PAD + m * n].view(m, n)
+
+
+def check(c, ref, buf):
+    torch.cuda.synchronize()
+    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert err <= 1e-2, f"relative error {err:.3e}"
+    assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
+    assert torch.isnan(buf[:PAD]).all() and torch.isnan(buf[-PAD:]).all(), "wrote outside C"
+
+
+def pair(source=GEMM, lowering="general", **constants):
+    return tkjit.compile(source, filename="gemm.tk", pipeline=MULTICAST, constants=constants or None,
+                         lowering=lowering, require_hopper=lowering == "general")
+
+
+@pytest.mark.parametrize("abt", [False, True], ids=["mma_AB", "mma_ABt"])
+@pytest.mark.parametrize("bm, bn, m, n, k", [
+    (128, 256, 4096, 4096, 4096),      # tile multiples
+    (128, 256, 1000, 3000, 520),       # ragged: 8 tile rows, 12 columns
+    (128, 256, 384, 512, 256),         # 3 tile rows: the last pair's second CTA is off the edge
+    (128, 256, 128, 1024, 320),        # one tile row: every pair's second CTA is off the edge
+    (128, 256, 256, 512, 16),          # K below one K tile
+    (128, 256, 8192, 8192, 256),       # 32 x 32 tiles: 512 units over the co-resident pairs
+    (64, 64, 130, 70, 130),            # 3 tile rows of 64, ragged everywhere
+])
+def test_the_general_pair_matches_torch(abt, bm, bn, m, n, k):
+    kernel = pair(ABT if abt else GEMM, BM=bm, BN=bn)
+    torch.manual_seed(0)
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") if abt else \
+        torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    buf, c = placed(m, n)
+    kernel(a, b, c)
+    md = kernel.metadata
+    assert md["lowering"] == "general" and md["gemm"].get("multicast") == 2, md.get("gemm")
+    check(c, a.float() @ (b.float().t() if abt else b.float()), buf)
+    again = torch.full_like(c, float("nan"))
+    kernel(a, b, again)
+    torch.cuda.synchronize()
+    assert torch.equal(c, again), "repeated launches differ"
+
+
+@pytest.mark.parametrize("m, n, k", [(1000, 3000, 520), (384, 512, 256), (4096, 4096, 4096)])
+def test_the_general_pair_agrees_with_the_template_pair(m, n, k):
+    general, template = pair(BM=128, BN=256), pair(lowering="template", BM=128, BN=256)
+    torch.manual_seed(1)
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    buf, c = placed(m, n)
+    general(a, b, c)
+    ref = torch.full_like(c, float("nan"))
+    template(a, b, ref)
+    check(c, ref.float(), buf)
+    assert template.metadata.get("lowering") != "general"
+
+
+def test_the_general_pair_with_row_and_column_vectors_matches_torch_and_the_interpreter():
+    kernel = tkjit.compile(BIAS, pipeline=MULTICAST, lowering="general", require_hopper=True)
+    torch.manual_seed(2)
+    m, n, k = 300, 520, 1000                  # 3 tile rows (off-edge CTA), ragged N and K
+    a, b = torch.randn(m, k, dtype=torch.bfloat16), torch.randn(k, n, dtype=torch.bfloat16)
+    rb, cb = torch.randn(m), torch.randn(n)
+    buf, c = placed(m, n)
+    kernel(a.cuda(), b.cuda(), rb.cuda(), cb.cuda(), c)
+    assert kernel.metadata["gemm"].get("multicast") == 2
+    ref = torch.relu(a.float() @ b.float() + cb + rb[:, None])
+    check(c, ref.cuda(), buf)
+    interp = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    kernel(a, b, rb, cb, interp)              # CPU tensors: the interpreter
+    assert torch.allclose(c.cpu().float(), interp.float(), rtol=1e-2, atol=1e-2)

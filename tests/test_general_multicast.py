@@ -1,0 +1,247 @@
+"""2-CTA clusters with TMA multicast (grid{multicast=2}) as a schedule option of the general
+sm_90a lowering: the mbarrier pass's decision (passes/pairs.py) and protocol (shared rings
+``cluster = 2``, ``ClusterSync`` at start and exit, checked), the pair's PTX (cluster launch of
+whole pairs, half of each shared load multicast, releases on the peer's barriers, every cluster
+barrier a protocol step), the SASS (UTMALDG multicast, cluster barriers, no cluster-scope memory
+barrier before the remote releases, no spills), where it is not taken and why, and the pair's
+CPU schedule (tkjit/interpreter/roles.py) against the plain interpreter, odd tile rows included.
+The GPU runs are tests/gpu/test_general_multicast_gpu.py."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import tkjit
+from tkjit.errors import NotAvailableError
+from tkjit.interpreter.roles import ScheduleError, run_roles
+from tkjit.passes import default_pipeline
+from tkjit.passes import sync_protocol as sp
+from tkjit.passes.mbarrier import schedule_of
+from tkjit.passes.sync_check import check_protocol
+
+from test_general_lowering import sync_outside_the_protocol
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+GEMM = (EXAMPLES / "gemm.tk").read_text()
+ABT = GEMM.replace("B: gl<bf16>[K, N]", "B: gl<bf16>[N, K]") \
+    .replace("st<bf16>[BK, BN] = B.tile(k, n)", "st<bf16>[BN, BK] = B.tile(n, k)").replace("mma_AB(", "mma_ABt(")
+MULTICAST = default_pipeline("sm_90a").replace("grid", "grid{multicast=2}")
+
+BIAS = """
+kernel pair_bias<BM = 64, BN = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], rb: gl<f32>[M], cb: gl<f32>[N],
+                                   C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[BM, 64] = A.tile(m, k)
+      b: st<bf16>[64, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    r: cv<f32>[BM] = rb.tile(m)
+    c: rv<f32>[BN] = cb.tile(n)
+    C.tile(m, n) = cvt<bf16>(relu(add_row(add_col(acc, c), r)))
+  }
+}
+"""
+
+
+def _compile(source=GEMM, lowering="general", **constants):
+    return tkjit.compile(source, pipeline=MULTICAST, constants=constants or None, lowering=lowering,
+                         require_hopper=lowering == "general", cache=False)
+
+
+def _decision(k, name: str):
+    return next(d for d in k.decisions.for_pass("mbarrier") if d.subject == name)
+
+
+def test_the_mbarrier_pass_pairs_the_ctas_and_says_why():
+    k = _compile()
+    proto = schedule_of(k.ir).protocol
+    (ring,) = proto.rings
+    assert ring.cluster == 2 and "empty[4] count 2 x 2" in proto.text()
+    assert proto.producer[0] == sp.ClusterSync("start") and isinstance(proto.producer[1], sp.Tiles)
+    assert proto.consumer[0] == sp.ClusterSync("start") and proto.consumer[-1] == sp.ClusterSync("exit")
+    check_protocol(proto)  # one CTA's view, the peer mirroring it
+    d = _decision(k, "block loop")
+    assert d.decision == "multicast: pairs of CTAs share 1 load(s)"
+    assert "%b (panels: 2 of 4 panels, 16384 of 32768 B)" in d.reason
+    assert "multicast: pairs of CTAs share 1 load(s)" in k.explain()
+    assert "empty[s] count 2 x 2" in k.explain()
+
+
+def test_without_the_option_nothing_changes():
+    k = tkjit.compile(GEMM, lowering="general", cache=False)
+    proto = schedule_of(k.ir).protocol
+    assert all(r.cluster == 1 for r in proto.rings) and "barrier.cluster" not in proto.text()
+    assert "multicast" not in k.explain()
+
+
+def test_the_checker_takes_the_exit_as_a_meeting():
+    """A ClusterSync("exit") among the consumers is their meeting: one consumer passing it alone
+    deadlocks (here: only one of the two consumers' programs has it)."""
+    from tkjit.passes.sync_unroll import ARRIVE, unroll
+    proto = schedule_of(_compile().ir).protocol
+    actions = unroll(proto, proto.consumer, (2,))
+    assert [a.op for a in actions[-2:]] == [ARRIVE, 0]  # bar arrive, then wait (opcode 0)
+    assert unroll(proto, proto.producer, (2,))[0].op != ARRIVE  # "start" orders nothing more
+    broken = dataclasses.replace(proto, consumer=(sp.Tiles(proto.consumer[1].body), sp.ClusterSync("start")))
+    with pytest.raises(ValueError):
+        unroll(broken, broken.consumer, (2,))
+
+
+@pytest.mark.parametrize("name, source, constants, boxes", [
+    ("mma_AB", GEMM, {}, 2),            # half of B: 2 of its 4 64-column panels
+    ("mma_ABt", ABT, {}, 1),            # K-major B: one panel, 128 of its 256 rows
+    ("64x64", GEMM, {"BM": 64, "BN": 64}, 1),
+])
+def test_the_pair_ptx(name, source, constants, boxes):
+    k = _compile(source, **constants)
+    ptx, md = k.asm["ptx"], k.metadata
+    bm, bn = constants.get("BM", 128), constants.get("BN", 256)
+    assert md["lowering"] == "general" and ".reqnctapercluster 2, 1, 1" in ptx
+    assert md["grid"] == [["mul", ["min", ["mul", ["cdiv", ["cdiv", ["dim", "M"], bm], 2],
+                                           ["cdiv", ["dim", "N"], bn]],
+                                   ["cdiv", ["add", ["num_sms"], -1], 2]], 2]]
+    loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared\S*[^;]*;", ptx)
+    multicast = [x for x in loads if ".multicast::cluster" in x]
+    assert len(multicast) == boxes and all(x.endswith(", 3;") for x in multicast)
+    assert len(loads) - len(multicast) == bm // 64 * 0 + 1  # A: one 64-column panel, this CTA's own
+    assert ptx.count("mbarrier.arrive.shared::cluster.b64") == 2  # in- and after-loop releases
+    assert "mbarrier.arrive.release.cluster" not in ptx  # (MEMBAR.ALL.GPU before every release)
+    consumers = bm // 64
+    assert re.search(rf"mbarrier\.init\.shared::cta\.b64 \[%r\d+\+0\], {2 * consumers};", ptx)
+    assert ptx.count("barrier.cluster.arrive.release.aligned;") == 3  # start: each role; exit: consumers
+    assert "%clusterid.x" in ptx and "%nclusterid.x" in ptx
+    stray, _ = sync_outside_the_protocol(ptx)
+    assert stray == []
+    if name == "mma_ABt":
+        b_map = next(p for p in md["params"] if p.get("kind") == "tensormap" and p["tensor"] == "B")
+        assert b_map["box"] == [64, 128]
+
+
+@pytest.mark.parametrize("source", [GEMM, ABT], ids=["mma_AB", "mma_ABt"])
+def test_the_pair_sass(source):
+    k = _compile(source)
+    try:
+        sass = k.asm["sass"]
+    except NotAvailableError as e:
+        pytest.skip(str(e))
+    assert "UTMALDG.2D.MULTICAST" in sass and re.search(r"UTMALDG\.2D\s", sass)
+    assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass
+    assert re.search(r"\bHGMMA", sass) and not re.search(r"\b(LDL|STL)\b", sass)
+    # the cluster barriers' .release only (one per role's ClusterSync: 3), none before the remote
+    # releases (SYNCS.ARRIVE...RED), which with .release.cluster measured 0.63-0.9x on the template
+    assert sass.count("MEMBAR.ALL.GPU") == sass.count("UCGABAR_ARV") == 3
+    assert "SYNCS.ARRIVE.TRANS64.RED" in sass
+    assert not [m for m in k.metadata["ptxas"]["messages"] if m["level"] == "warning"]
+
+
+@pytest.mark.parametrize("source, constants, why", [
+    (GEMM, {"BN": 128}, "not with ping-pong consumers"),
+    (GEMM, {"SPLIT": 2}, "split-K already makes each tile a cluster"),
+    (GEMM.replace("B.tile(k, n)", "B.tile(k + m - m, n)"), {}, "no ring load's coordinates are free of %m"),
+])
+def test_where_the_pair_is_not_taken_the_log_says_why(source, constants, why):
+    k = _compile(source, **constants)
+    d = _decision(k, "block loop")
+    assert d.decision == "multicast not taken" and why in d.reason
+    assert ".reqnctapercluster 2" not in k.asm["ptx"] or constants.get("SPLIT") == 2
+    assert all(r.cluster == 1 for r in schedule_of(k.ir).protocol.rings)
+
+
+def test_auto_takes_the_general_pair():
+    """Since the pair's GPU run (H200, 2026-11-27: tests/gpu/test_general_multicast_gpu.py, and
+    benchmarks/gemm_variants.py timing it against the template's pair in one run)."""
+    k = _compile(lowering="auto")
+    assert ".multicast::cluster" in k.asm["ptx"] and k.metadata["lowering"] == "general"
+    assert k.metadata["gemm"]["multicast"] == 2
+
+
+def test_under_auto_the_copying_variant_keeps_the_template():
+    from tkjit.codegen.hopper import emit_hopper_ptx
+    decisions = []
+    ptx, md = emit_hopper_ptx(_compile().ir, {"lowering": "auto", "unaligned_rows": True}, decisions)
+    assert md.get("lowering") != "general" and ".multicast::cluster" in ptx
+    assert "copying producer" in decisions[0]["why"]
+
+
+def test_the_pair_with_the_copying_producer_is_refused():
+    from tkjit.codegen.hopper.lower import refusal
+    k = _compile()
+    why = refusal(k.ir, {"lowering": "general", "unaligned_rows": True})
+    assert why is not None and "copying producer" in why.text() and why.op is not None
+
+
+def _run(source, constants, a, b, extra=()):
+    k = tkjit.compile(source, pipeline=MULTICAST, constants=constants, cache=False)
+    m, n = a.shape[0], b.shape[0] if source is ABT else b.shape[1]
+    ref = torch.full((m, n), float("nan")).bfloat16()
+    k(a, b, *extra, ref)
+    return k, ref
+
+
+@pytest.mark.parametrize("source, constants, shape", [
+    (GEMM, {"BM": 64, "BN": 64}, (256, 128, 256)),       # tile multiples, 2 unit rows
+    (GEMM, {"BM": 64, "BN": 64}, (192, 130, 200)),       # 3 tile rows: the off-edge CTA; ragged N, K
+    (ABT, {"BM": 64, "BN": 64}, (130, 70, 130)),         # rows halved (K-major B), ragged
+], ids=["multiples", "odd-rows", "abt-ragged"])
+def test_pair_schedules_match_the_interpreter(source, constants, shape):
+    """Both CTAs of each pair as coroutines, every shared load landing as two halves in both,
+    releases on both CTAs' barriers: the plain interpreter's result, bit for bit."""
+    m, n, kk = shape
+    torch.manual_seed(0)
+    a = torch.randn(m, kk).bfloat16()
+    b = (torch.randn(n, kk) if source is ABT else torch.randn(kk, n)).bfloat16()
+    k, ref = _run(source, constants, a, b)
+    assert schedule_of(k.ir).pair.ctas == 2
+    for seed in (0, 1, 2):
+        c = torch.full((m, n), float("nan")).bfloat16()
+        run_roles(k.ir, [a, b, c], seed=seed)
+        assert torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0)), seed
+
+
+def test_a_pair_epilogue_with_row_and_column_vectors_matches():
+    """The off-edge CTA's row vector lies past its tensor too: zeros, nothing stored."""
+    torch.manual_seed(2)
+    a, b = torch.randn(150, 130).bfloat16(), torch.randn(130, 100).bfloat16()
+    rb, cb = torch.randn(150), torch.randn(100)
+    k = tkjit.compile(BIAS, pipeline=MULTICAST, cache=False)
+    assert schedule_of(k.ir).pair.ctas == 2
+    ref = torch.full((150, 100), float("nan")).bfloat16()
+    k(a, b, rb, cb, ref)
+    for seed in (0, 1):
+        c = torch.full((150, 100), float("nan")).bfloat16()
+        run_roles(k.ir, [a, b, rb, cb, c], seed=seed)
+        assert torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0))
+
+
+def test_a_pair_releasing_only_its_own_barriers_is_caught(monkeypatch):
+    """Rings not marked shared (each CTA's consumers release only their own empty[s], count not
+    doubled): a producer refills a stage in both CTAs while the peer still reads it, or a half
+    never lands -- some schedule differs from the interpreter or fails."""
+    import tkjit.passes.mbarrier as mb
+    real = mb.schedule_of
+
+    def unshared(kernel):
+        s = real(kernel)
+        rings = tuple(dataclasses.replace(r, cluster=1) for r in s.protocol.rings)
+        s.protocol = dataclasses.replace(s.protocol, rings=rings)
+        return s
+    torch.manual_seed(0)
+    a, b = torch.randn(128, 2048).bfloat16(), torch.randn(2048, 64).bfloat16()
+    k, ref = _run(GEMM, {"BM": 64, "BN": 64}, a, b)
+    monkeypatch.setattr(mb, "schedule_of", unshared)
+    caught = 0
+    for seed in range(12):
+        c = torch.full((128, 64), float("nan")).bfloat16()
+        try:
+            run_roles(k.ir, [a, b, c], seed=seed)
+        except ScheduleError:
+            caught += 1
+            continue
+        caught += not torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0))
+    assert caught > 0
