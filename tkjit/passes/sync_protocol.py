@@ -287,6 +287,9 @@ class StreamKFixup(Frozen):
         return (f"stream-K fix-up of loop {self.ring}: a contribution stores its partial to the "
                 "workspace and sets its flags (st.release.gpu), then ends the tile; an owner waits "
                 "for the later CTAs' flags (ld.acquire.gpu) and adds their partials")
+
+
+@dataclass(unsafe_hash=True)
 class ClusterSync(Frozen):
     """Multicast: a cluster barrier of the pair's CTAs (``barrier.cluster`` arrive + wait)."""
 
