@@ -21,8 +21,11 @@ from .stream_plan import I32_T, NotStreamable, plan_streaming
 
 MAX_CLUSTER = 8
 """The portable cluster size (hopper-ptx-facts.md section 7)."""
-MIN_SLICE = 512
-"""The narrowest column slice ``cluster=auto`` gives a CTA (two 256-column chunks)."""
+MAX_SLICE = 1024
+"""The widest column slice ``cluster=auto`` leaves a CTA: the width at which the whole-row examples
+run at 82-84% of a 1 GiB copy (D = 1024), and the best of k = 2, 4, 8 measured on an H200 at
+D = 4096 / 8192 for RMSNorm and residual + LayerNorm (LayerNorm at 8192: 61% against 63% for the
+best form, k = 4 with reduce=tile warps=8): benchmarks/results/2026-11-27-nvidia-h200-s11-norms2-cluster.json."""
 _CLUSTER_OF = {cls.FN: cls for cls in CLUSTER_REDUCE_OPS}
 
 
@@ -39,23 +42,24 @@ def reread_bytes(body: Block) -> int:
     return sum(op.result.type.rows * plan.width * op.operands[0].type.dtype.nbytes for op in reread)
 
 
-def cluster_for(body: Block, budget: int = AUTO_CACHE_BYTES) -> tuple[int, str]:
-    """``cluster=auto``: the fewest CTAs (a power of two, at most MAX_CLUSTER) whose slices of the
-    re-read row block fit ``budget`` each, where the whole block does not; 1 otherwise; and why."""
+def cluster_for(body: Block, budget: int = AUTO_CACHE_BYTES) -> tuple[int, str | None]:
+    """``cluster=auto``, where one CTA cannot keep the re-read row block within ``budget``: the
+    fewest CTAs (a power of two, at most MAX_CLUSTER) whose slices are at most MAX_SLICE columns
+    wide and fit ``budget`` each; 1 (no split) where the block fits, or where even MAX_CLUSTER
+    slices would not fit; and why (None: no re-read row block over the budget, nothing to say)."""
     need = reread_bytes(body)
-    if need == 0:
-        return 1, "no pass re-reads a loaded tile"
     if need <= budget:
-        return 1, f"the re-read row block ({need:,} B) fits one CTA's {budget:,} B cache"
+        return 1, None
     width = plan_streaming(body, force=True).width
     k = 2
-    while k <= MAX_CLUSTER and need // k > budget:
+    while k < MAX_CLUSTER and (need // k > budget or width // k > MAX_SLICE):
         k *= 2
-    if k > MAX_CLUSTER or width % k or width // k < MIN_SLICE:
-        return 1, (f"the re-read row block ({need:,} B) needs more than {MAX_CLUSTER} CTAs or slices under "
-                   f"{MIN_SLICE} columns to fit {budget:,} B each")
+    if need // k > budget or width % (16 * k):
+        return 1, (f"the re-read row block ({need:,} B) does not fit {budget:,} B per CTA even over "
+                   f"{MAX_CLUSTER} CTAs")
     return k, (f"the re-read row block takes {need:,} B, over one CTA's {budget:,} B cache; {k} CTAs keep "
-               f"{need // k:,} B each")
+               f"{need // k:,} B each in slices of {width // k} columns (at most {MAX_SLICE}: measured best "
+               "on an H200, docs/codegen.md)")
 
 
 def split_over_cluster(kernel: Kernel, body: Block, k: int) -> tuple[int, int]:

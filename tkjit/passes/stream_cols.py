@@ -25,9 +25,11 @@ A row block a later pass reads again can instead stay on chip (``cache``, stream
 once into a shared tile (its first chunks, as many as the budget holds), every pass copying its
 chunks from there (``copy_cols``); ``cache=auto``, the default, takes that for every row-wise
 program with such a re-read, even one whose register tiles fit (docs/codegen.md, "Keeping the row
-block on chip"). What it decided, and why a kernel it leaves alone cannot be streamed, is logged;
-the front end asks ``oversized_tile_problem`` whether a too-large register tile will be streamed,
-and reports it at the tile's declaration when it cannot be. The analysis is stream_plan.py, the
+block on chip"); a row block over that budget is first split over a cluster of CTAs, each taking a
+column slice (``cluster=auto``, stream_cluster.py; "A row block split over a cluster"). What it
+decided, and why a kernel it leaves alone cannot be streamed, is logged; the front end asks
+``oversized_tile_problem`` whether a too-large register tile will be streamed, and reports it at
+the tile's declaration when it cannot be. The analysis is stream_plan.py, the
 rewrite stream_rewrite.py.
 """
 from __future__ import annotations
@@ -121,11 +123,13 @@ class StreamCols(Pass):
     ``resident``), so that at most k x SMs row blocks are between a chunk's first read and its
     re-read by a later pass: k x SMs x BR x W x (bytes of the loaded tensors) must fit in L2 for
     the re-read to hit there. 0: the kernel's own schedule (one CTA per block)."""
-    cluster: str = "none"
+    cluster: str = "auto"
     """``k`` (2..8): the row block's columns split over a cluster of k CTAs, each streaming (and
     keeping on chip) its slice, the row reductions combined through distributed shared memory
-    (stream_cluster.py); ``auto``: the fewest CTAs whose slices of a re-read row block fit the
-    cache budget, where one CTA's does not (``cluster_for``); ``none``: one CTA per row block."""
+    (stream_cluster.py); ``auto`` (the default; with ``cache=auto`` and no ``resident`` only, the
+    other forms keep one CTA): where one CTA cannot keep a re-read row block within the cache
+    budget, the fewest CTAs whose slices fit it and are at most MAX_SLICE columns
+    wide (``cluster_for``; measured on an H200, docs/codegen.md); ``none``: one CTA per row block."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -142,7 +146,7 @@ class StreamCols(Pass):
         body = block_body(kernel)
         if body is None:
             return kernel
-        if self.cluster != "none":
+        if self.cluster != "none" and (self.cluster != "auto" or (self.cache == "auto" and not self.resident)):
             return self._split(kernel, body, ctx)
         if self.cache == "auto":
             chosen = self._auto(body)
@@ -245,7 +249,8 @@ class StreamCols(Pass):
         if k > 1 and self.resident:
             raise PassError("stream-cols: cluster and resident cannot be combined (a cluster runs on the grid schedule)")
         if k == 1:
-            ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
+            if why:
+                ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
             return rest.run(kernel, ctx)
         try:
             width, part = split_over_cluster(kernel, body, k)
