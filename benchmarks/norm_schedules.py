@@ -198,7 +198,12 @@ def rows(which: str = "examples,variants") -> list[dict]:
                         R=65536, constants={}, pipeline=f"{PORTABLE}{{cache=none}}"))
         out.append(dict(label="rotary example", family="rotary", path=EXAMPLES / "rotary.tk", D=128,
                         R=4096 * 128, constants={}))
-    if "examples" in which:
+    if "softmax-wide" in which.split(","):  # the softmax example at C = 4096 / 8192: the default and one CTA
+        for d in (4096, 8192):
+            for label, pipe in (("softmax example", None), ("softmax cluster=none", f"{PORTABLE}{{cluster=none}}")):
+                out.append(dict(label=label, family="softmax", path=EXAMPLES / "softmax.tk", D=d,
+                                constants={"C": d}, **({"pipeline": pipe} if pipe else {})))
+    if "examples" in which.split(","):
         for fam in ("rmsnorm", "residual_layernorm", "layernorm"):
             for d in (1024, 4096, 8192):
                 out.append(dict(label=f"{fam} example", family=fam, path=EXAMPLES / f"{fam}.tk", D=d,
@@ -302,7 +307,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--profile")
     ap.add_argument("--rows", default="examples,others,variants",
-                    help="examples, others, variants, candidates, s11, s11b, s11c, torch, torch-wide (comma-separated)")
+                    help="examples, others, variants, candidates, s11, s11b, s11c, softmax-wide, torch, torch-wide "
+                         "(comma-separated)")
     a = ap.parse_args(argv)
     todo = [r for r in rows(a.rows) if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]
     if a.profile:
