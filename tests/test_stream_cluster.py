@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import tkjit
 from test_stream_cache import _norm_case
 from test_stream_cols import RMS_IR, check_lines, run_pass
+
+import tkjit
 from tkjit.errors import PassError, TkError
 from tkjit.ir.parser import parse_kernel
 from tkjit.ir.printer import print_kernel
@@ -182,6 +182,6 @@ def test_the_default_is_the_measured_split(name, d):
     k = {("residual_layernorm", 4096): 4}.get((name, d), 4 if d == 4096 else 8)
     auto = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d})
     pinned = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d}, pipeline=f"canonicalize,stream-cols{{cluster={k}}}")
-    strip = lambda ptx: [ln for ln in ptx.splitlines() if not ln.strip().startswith("//")]  # noqa: E731
+    strip = lambda ptx: [ln for ln in ptx.splitlines() if not ln.strip().startswith("//")]
     assert strip(auto.asm["ptx"]) == strip(pinned.asm["ptx"])
     assert auto.metadata["cluster"] == [k, 1, 1]

@@ -6,7 +6,6 @@ with NaN and surrounded by poison (nothing written outside them), against float6
 from __future__ import annotations
 
 import pytest
-
 from test_norms_gpu import PORTABLE, _run
 
 pytestmark = pytest.mark.gpu

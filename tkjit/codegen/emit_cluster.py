@@ -14,7 +14,7 @@ Both barriers are also block-wide barriers: the local hazard tracker starts over
 """
 from __future__ import annotations
 
-from ..ir.ops import Blocks, ClusterRank, CLUSTER_REDUCE_OPS
+from ..ir.ops import CLUSTER_REDUCE_OPS, Blocks, ClusterRank
 from ..ir.types import I32
 from .mathfn import binary_f32
 from .values import RegVec, Scalar

@@ -23,7 +23,7 @@ import operator
 from dataclasses import dataclass, field
 
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import (Abs, Blocks, ClusterRank, Broadcast, CausalMask, CmpSelect, Const, Copy, CopyCols, Cvt, Fill, For, Gelu, GeluTanh, If,
+from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, ClusterRank, CmpSelect, Const, Copy, CopyCols, Cvt, Fill, For, Gelu, GeluTanh, If,
                       Load, Mma, Neg, Reduce, Relu, Silu, Sin, Sqrt, Tanh, Unary, Yield, Zeros)
 from ..ir.ops import Add, Binary, CDiv, Div, FloorDiv, Max, Min, Mod, Mul, Sub
 from ..ir.types import GlobalType, ScalarType, TileType

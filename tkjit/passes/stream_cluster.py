@@ -14,7 +14,7 @@ W/k, which the rest of stream-cols streams (and, with ``cache=auto``, keeps on c
 from __future__ import annotations
 
 from ..ir.core import Block, Kernel, Op
-from ..ir.ops import (CLUSTER_REDUCE_OPS, REDUCE_OPS, Add, Blocks, ClusterRank, Const, Load, Mul, Store)
+from ..ir.ops import CLUSTER_REDUCE_OPS, REDUCE_OPS, Add, Blocks, ClusterRank, Const, Load, Mul, Store
 from ..ir.types import TileType, VectorType
 from .stream_cache import AUTO_CACHE_BYTES, cache_plan
 from .stream_plan import I32_T, NotStreamable, plan_streaming
