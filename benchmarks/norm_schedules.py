@@ -1,13 +1,14 @@
 """Row-wise kernels (RMSNorm, residual + LayerNorm, LayerNorm) against the copy bandwidth, one
 schedule variant per row: the examples as written and candidate schedules, for issue 17.
 
-    python3 benchmarks/norm_schedules.py [--out results.json] [--rows examples,variants,candidates]
+    python3 benchmarks/norm_schedules.py [--out results.json] [--rows examples,variants,candidates,s11c,...]
                                          [--only SUBSTRING,...] [--profile "LABEL D=N"]
 
 Rows: the examples as written at D = 1024, 4096 and 8192 (``examples``), the softmax and rotary
 examples (``others``: their code changes with the register-tile backend's column order), stream-cols options
 applied to them through the pipeline string (``variants``), the hand-written schedules of
-``norm_candidates/`` (``candidates``). Each row: compile, check against float64 torch on fresh random inputs with the outputs poisoned
+``norm_candidates/`` (``candidates``), session 11's sweeps (``s11``, ``s11b``; ``s11c``: the row block
+split over a cluster, stream-cols{cluster=k}), torch.compile (``torch``; ``torch-wide``: D = 4096, 8192). Each row: compile, check against float64 torch on fresh random inputs with the outputs poisoned
 (NaN) first, then time with CUDA events (warm-up, median of many calls) alternating with a
 device-to-device copy of the same number of bytes (read + written) in the same run; the row's
 figure is the copy's time over the kernel's (share of the measured copy bandwidth).
@@ -167,11 +168,20 @@ S11B = {  # session 11's second sweep (GPU call 2): cache=auto (the default) aga
     "no cache direct DC=256 S=4": ("cache=none direct=true cols=256 stages=4", (4096, 8192), ALL3),
 }
 
+S11C = {  # session 11's cluster sweep (helper norms2): the row block split over a cluster of k CTAs
+    "cluster=2": ("cluster=2", (4096, 8192), ALL3),
+    "cluster=4": ("cluster=4", (4096, 8192), ALL3),
+    "cluster=8": ("cluster=8", (4096, 8192), ALL3),
+    "cluster=2 128K": ("cluster=2 cache_bytes=131072", (4096,), ALL3),
+    "cluster=4 128K": ("cluster=4 cache_bytes=131072", (8192,), ALL3),
+    "cluster=4 tile warps=8": ("cluster=4 reduce=tile warps=8", (8192,), ALL3),
+}
+
 
 def rows(which: str = "examples,variants") -> list[dict]:
     """(label, family, source file, constants, pipeline) of every variant measured."""
     out = []
-    for key, table in (("s11b", S11B), ("s11", S11)):
+    for key, table in (("s11c", S11C), ("s11b", S11B), ("s11", S11)):
         if key not in which.split(","):
             continue
         for label, (opts, ds, fams) in table.items():
@@ -188,7 +198,12 @@ def rows(which: str = "examples,variants") -> list[dict]:
                         R=65536, constants={}, pipeline=f"{PORTABLE}{{cache=none}}"))
         out.append(dict(label="rotary example", family="rotary", path=EXAMPLES / "rotary.tk", D=128,
                         R=4096 * 128, constants={}))
-    if "examples" in which:
+    if "softmax-wide" in which.split(","):  # the softmax example at C = 4096 / 8192: the default and one CTA
+        for d in (4096, 8192):
+            for label, pipe in (("softmax example", None), ("softmax cluster=none", f"{PORTABLE}{{cluster=none}}")):
+                out.append(dict(label=label, family="softmax", path=EXAMPLES / "softmax.tk", D=d,
+                                constants={"C": d}, **({"pipeline": pipe} if pipe else {})))
+    if "examples" in which.split(","):
         for fam in ("rmsnorm", "residual_layernorm", "layernorm"):
             for d in (1024, 4096, 8192):
                 out.append(dict(label=f"{fam} example", family=fam, path=EXAMPLES / f"{fam}.tk", D=d,
@@ -218,9 +233,9 @@ def rows(which: str = "examples,variants") -> list[dict]:
             for dc in dcs:
                 out.append(dict(label=f"resln stream reg DC={dc}", family="residual_layernorm", D=d,
                                 path=CANDIDATES / "resln_stream_reg.tk", constants={"D": d, "DC": dc}))
-    if "torch" in which:  # torch.compile of each example's expression, same shapes
+    if "torch" in which.split(",") or "torch-wide" in which.split(","):  # torch.compile of each example's expression
         for fam in ("rmsnorm", "residual_layernorm", "layernorm"):
-            for d in (1024, 4096, 8192):
+            for d in (1024, 4096, 8192) if "torch" in which.split(",") else (4096, 8192):
                 out.append(dict(label=f"{fam} torch.compile", family=fam, D=d, torch=True, path="", constants={}))
     return out
 
@@ -292,7 +307,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--profile")
     ap.add_argument("--rows", default="examples,others,variants",
-                    help="examples, others, variants, candidates, s11, s11b, torch (comma-separated)")
+                    help="examples, others, variants, candidates, s11, s11b, s11c, softmax-wide, torch, torch-wide "
+                         "(comma-separated)")
     a = ap.parse_args(argv)
     todo = [r for r in rows(a.rows) if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]
     if a.profile:

@@ -224,12 +224,13 @@ def test_reduce_tile_and_eight_warps_agree_with_torch_on_the_simulated_ptx(name)
 def test_over_its_budget_auto_rereads_with_tile_partials_eight_warps_and_four_stages():
     """The wide-row default (the row block over the cache budget): the first chunks cached, the rest
     read again through a 4-stage pipeline, reduce=tile, 8 warps; the same choice made at D = 1024
-    with a small budget runs right on the simulator at a ragged row count."""
-    out, log = run_pass(RMS_IR)
+    with a small budget runs right on the simulator at a ragged row count (one CTA per row block:
+    cluster=none; cluster=auto splits such a block over a cluster, test_stream_cluster.py)."""
+    out, log = run_pass(RMS_IR, "stream-cols{cluster=none}")
     assert 'num_warps = 8' in out and "for {stages = 4}" in out and "zeros : rt<f32>[16, 256]" in out
     (d,) = [d for d in log if d.pass_name == "stream-cols" and "cache=auto" in d.decision]
     assert d.decision.endswith("later chunks read again") and "8 warps and 4 stages" in d.reason
-    kernel = tkjit.load(EXAMPLES / "residual_layernorm.tk", pipeline="canonicalize,stream-cols{cache_bytes=16384}")
+    kernel = tkjit.load(EXAMPLES / "residual_layernorm.tk", pipeline="canonicalize,stream-cols{cache_bytes=16384 cluster=none}")
     assert "for {stages = 4}" in kernel.asm["after:stream-cols"]
     args, index, refs = _norm_case("residual_layernorm", 37, 1024, seed=7)
     got = simulate(kernel.ir, args, index, ptx_meta=(kernel.asm["ptx"], kernel.metadata))

@@ -180,7 +180,7 @@ def test_the_chunk_order_of_a_stream_is_the_passes_and_the_interpreter_runs_it()
     result = compile((EXAMPLES / "rmsnorm.tk").read_text(), CompileOptions.resolve(constants={"D": 4096}),
                      filename="rmsnorm.tk")
     assert print_kernel(result.portable_ir) == result.asm["after:stream-cols"]
-    assert "for {stages = 4} %" in result.asm["after:stream-cols"]  # cache=auto over its budget
+    assert "blocks {cluster = 4} %" in result.asm["after:stream-cols"]  # cluster=auto: 4 slices of 1024
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm", "layernorm"])

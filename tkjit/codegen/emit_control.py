@@ -9,7 +9,8 @@ The block loop: the grid is one-dimensional (``ctaid.x`` = the linear block numb
 limits on y/z) and the linear number is decomposed with the *last* block index fastest, so
 consecutive CTAs share the rows of A in a GEMM. ``group = G`` visits the last two indices in
 groups of G rows (Triton's grouped order) for L2 reuse. ``persistent`` launches
-min(total, SMs) CTAs that loop over blocks with stride ``nctaid.x``.
+min(total, SMs) CTAs that loop over blocks with stride ``nctaid.x``. ``cluster = k`` launches k
+CTAs per block, clusters of k consecutive CTAs: block number ``ctaid.x / k``.
 """
 from __future__ import annotations
 
@@ -252,6 +253,9 @@ def emit_blocks(ctx, op: Blocks) -> list[str]:
         total = t
     lin = ctx.new("b32")
     out.append(f"mov.u32 {lin}, %ctaid.x;")
+    k = op.attrs.get("cluster", 1)
+    if k > 1:  # the k CTAs of a cluster (consecutive x: the cluster is k x 1 x 1) run the same block
+        out.append(f"div.u32 {lin}, {lin}, {k};")
     persistent = op.attrs.get("schedule", "grid") == "persistent"
     head, done = ctx.label("block"), ctx.label("blocks_done")
     p = ctx.new("pred")

@@ -120,6 +120,15 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
     persistent = blocks.attrs.get("schedule", "grid") == "persistent"
     resident = blocks.attrs.get("resident", 1)
     sms = ["num_sms"] if resident == 1 else ["mul", ["num_sms"], resident]
+    cluster = blocks.attrs.get("cluster", 1)
+    if cluster > 1:
+        if persistent:
+            raise NotAvailableError("a block loop split over a cluster runs on the grid schedule", blocks.span)
+        total = ["mul", total, cluster]
+        decisions.append({"decision": "cluster", "value": cluster,
+                          "why": f"{cluster} CTAs per block (.reqnctapercluster {cluster}, 1, 1): the CTAs of a "
+                                 "cluster run the same block, each on its own columns, and exchange row "
+                                 "reductions through distributed shared memory"})
     launch_grid = [["min", total, sms]] if persistent else [total]
     decisions.append({"decision": "schedule", "value": blocks.attrs.get("schedule", "grid"),
                       "why": (f"{resident} CTA(s) per SM looping over blocks with stride gridDim.x") if persistent else
@@ -142,6 +151,7 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
         "dims": kernel.named_dims(),
         "grid": launch_grid,
         "block": [grid.threads, 1, 1],
+        **({"cluster": [cluster, 1, 1]} if cluster > 1 else {}),
         "smem_bytes": plan.total,
         "num_warps": grid.warps,
         "warp_grid": [grid.wr, grid.wc],
@@ -158,6 +168,9 @@ def _module_text(kernel, entries, threads, ctx: Ctx, loads, body) -> str:
     params = ",\n".join(f"  .param {t} {name}" for t, name, _, _ in entries)
     lines.append(f".visible .entry {kernel.name}(\n{params}\n)")
     lines.append(f".reqntid {threads}, 1, 1")
+    cluster = _block_loop(kernel).attrs.get("cluster", 1)
+    if cluster > 1:
+        lines.append(f".reqnctapercluster {cluster}, 1, 1")
     lines.append("{")
     lines += ctx.namer.declarations()
     lines += ["  " + line for line in loads]

@@ -23,7 +23,7 @@ import operator
 from dataclasses import dataclass, field
 
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, CmpSelect, Const, Copy, CopyCols, Cvt, Fill, For, Gelu, GeluTanh, If,
+from ..ir.ops import (Abs, Blocks, Broadcast, CausalMask, ClusterRank, CmpSelect, Const, Copy, CopyCols, Cvt, Fill, For, Gelu, GeluTanh, If,
                       Load, Mma, Neg, Reduce, Relu, Silu, Sin, Sqrt, Tanh, Unary, Yield, Zeros)
 from ..ir.ops import Add, Binary, CDiv, Div, FloorDiv, Max, Min, Mod, Mul, Sub
 from ..ir.types import GlobalType, ScalarType, TileType
@@ -140,6 +140,9 @@ def upper_bound(v: Value) -> int | None:
     if c is not None:
         return c + 1
     owner = v.owner
+    if isinstance(owner, ClusterRank):  # below the cluster size of the enclosing block loop
+        loop = owner.parent.parent if owner.parent is not None else None
+        return loop.attrs.get("cluster", 1) if isinstance(loop, Blocks) else None
     if isinstance(owner, Block) and owner.parent is not None:
         parent = owner.parent
         if isinstance(parent, Blocks):
@@ -150,11 +153,15 @@ def upper_bound(v: Value) -> int | None:
 
 
 def _bound_of_arithmetic(op) -> int | None:
-    """Upper bounds through min, max, + and - of bounded indices (what stream-cols' chunk
-    indices are made of: ``n - 1 - c``, ``min(c + 1, n - 1)``, ``max(c - 1, 0)``)."""
-    if not isinstance(op, (Min, Max, Add, Sub)) or not isinstance(op.results[0].type, ScalarType):
+    """Upper bounds through min, max, + and - of bounded indices and products with a constant
+    (what stream-cols' chunk indices are made of: ``n - 1 - c``, ``min(c + 1, n - 1)``,
+    ``max(c - 1, 0)``, ``rank * n + c``)."""
+    if not isinstance(op, (Min, Max, Add, Sub, Mul)) or not isinstance(op.results[0].type, ScalarType):
         return None
     a, b = op.operands
+    if isinstance(op, Mul):
+        k, ua = const_int(b), upper_bound(a)
+        return (ua - 1) * k + 1 if k is not None and k >= 0 and ua is not None and _non_negative(a) else None
     if isinstance(op, Sub):
         k = const_int(b)
         if k is not None and k >= 0:
@@ -172,8 +179,10 @@ def _bound_of_arithmetic(op) -> int | None:
 
 
 def _non_negative(v: Value) -> bool:
-    """A block index, or the variable of a loop that starts at a constant >= 0."""
+    """A block index, a cluster rank, or the variable of a loop that starts at a constant >= 0."""
     owner = v.owner
+    if isinstance(owner, ClusterRank):
+        return True
     if isinstance(owner, Block) and owner.parent is not None and v.index == 0:
         if isinstance(owner.parent, Blocks):
             return True

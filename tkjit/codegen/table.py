@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from ..errors import NotAvailableError
 from ..ir.core import Op
-from ..ir.ops import Copy, CopyCols, Load, Store, Yield
+from ..ir.ops import ClusterRank, Copy, CopyCols, Load, Store, Yield
 from ..ir.types import ScalarType, describe
 from .emit_check import CHECK_EMITTERS
+from .emit_cluster import CLUSTER_EMITTERS, CLUSTER_SCRATCH
 from .emit_control import CONTROL_EMITTERS
 from .emit_copy_cols import COPY_COLS_EMITTERS
 from .emit_elementwise import REGISTER_EMITTERS
@@ -41,6 +42,8 @@ def _entries() -> dict:
                                     ("scalar", CHECK_EMITTERS)):
         for cls, fn in emitters.items():
             table[(cls, category_name)] = fn
+    for cls, fn in CLUSTER_EMITTERS.items():
+        table[(cls, "scalar" if cls is ClusterRank else "register")] = fn
     return table
 
 
@@ -48,7 +51,7 @@ class EmitterTable:
     def __init__(self, entries: dict | None = None, scratch: dict | None = None):
         self.entries = dict(_entries() if entries is None else entries)
         self.scratch = dict(scratch if scratch is not None else
-                            {**MEMORY_SCRATCH, **MMA_SCRATCH, **REDUCE_SCRATCH})
+                            {**MEMORY_SCRATCH, **MMA_SCRATCH, **REDUCE_SCRATCH, **CLUSTER_SCRATCH})
 
     def lookup(self, op: Op):
         key = (type(op), category(op))

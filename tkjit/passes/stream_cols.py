@@ -25,9 +25,11 @@ A row block a later pass reads again can instead stay on chip (``cache``, stream
 once into a shared tile (its first chunks, as many as the budget holds), every pass copying its
 chunks from there (``copy_cols``); ``cache=auto``, the default, takes that for every row-wise
 program with such a re-read, even one whose register tiles fit (docs/codegen.md, "Keeping the row
-block on chip"). What it decided, and why a kernel it leaves alone cannot be streamed, is logged;
-the front end asks ``oversized_tile_problem`` whether a too-large register tile will be streamed,
-and reports it at the tile's declaration when it cannot be. The analysis is stream_plan.py, the
+block on chip"); a row block over that budget is first split over a cluster of CTAs, each taking a
+column slice (``cluster=auto``, stream_cluster.py; "A row block split over a cluster"). What it
+decided, and why a kernel it leaves alone cannot be streamed, is logged; the front end asks
+``oversized_tile_problem`` whether a too-large register tile will be streamed, and reports it at
+the tile's declaration when it cannot be. The analysis is stream_plan.py, the
 rewrite stream_rewrite.py.
 """
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ..ir.ops import Blocks, Load
 from ..ir.types import MAX_REGISTER_TILE_BYTES, TileType, register_tile_problem
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
+from .stream_cluster import MAX_CLUSTER, cluster_for, split_over_cluster
 from .stream_cache import (AUTO_CACHE_BYTES, AUTO_REREAD_STAGES, AUTO_REREAD_WARPS, CACHE_BYTES,  # noqa: F401
                            CACHED_CHUNK_BYTES, cache_plan)
 from .stream_plan import (CHUNK_BYTES, NotStreamable, StreamPlan, _chunk_width, block_body,  # noqa: F401
@@ -120,6 +123,13 @@ class StreamCols(Pass):
     ``resident``), so that at most k x SMs row blocks are between a chunk's first read and its
     re-read by a later pass: k x SMs x BR x W x (bytes of the loaded tensors) must fit in L2 for
     the re-read to hit there. 0: the kernel's own schedule (one CTA per block)."""
+    cluster: str = "auto"
+    """``k`` (2..8): the row block's columns split over a cluster of k CTAs, each streaming (and
+    keeping on chip) its slice, the row reductions combined through distributed shared memory
+    (stream_cluster.py); ``auto`` (the default; with ``cache=auto`` and no ``resident`` only, the
+    other forms keep one CTA): where one CTA cannot keep a re-read row block within the cache
+    budget, the fewest CTAs whose slices fit it and are at most MAX_SLICE columns
+    wide (``cluster_for``; measured on an H200, docs/codegen.md); ``none``: one CTA per row block."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -136,6 +146,8 @@ class StreamCols(Pass):
         body = block_body(kernel)
         if body is None:
             return kernel
+        if self.cluster != "none" and (self.cluster != "auto" or (self.cache == "auto" and not self.resident)):
+            return self._split(kernel, body, ctx)
         if self.cache == "auto":
             chosen = self._auto(body)
             if chosen.cache == "shared":
@@ -223,6 +235,36 @@ class StreamCols(Pass):
             ctx.decide(subject_of(loop), f"chunk pass: {', '.join(sinks)}", "")
         return kernel
 
+
+    def _split(self, kernel: Kernel, body: Block, ctx: PassContext) -> Kernel:
+        """``cluster``: split the row block over a cluster (stream_cluster.py), then stream the slice."""
+        import dataclasses
+        rest = dataclasses.replace(self, cluster="none")
+        if self.cluster == "auto":
+            k, why = cluster_for(body, self.cache_bytes or AUTO_CACHE_BYTES)
+        elif self.cluster.isdigit() and 2 <= int(self.cluster) <= MAX_CLUSTER:
+            k, why = int(self.cluster), "the pass option"
+        else:
+            raise PassError(f"stream-cols: cluster must be none, auto or 2 to {MAX_CLUSTER} CTAs, got {self.cluster!r}")
+        if k > 1 and self.resident:
+            raise PassError("stream-cols: cluster and resident cannot be combined (a cluster runs on the grid schedule)")
+        if k == 1:
+            if why:
+                ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
+            return rest.run(kernel, ctx)
+        try:
+            width, part = split_over_cluster(kernel, body, k)
+        except NotStreamable as e:
+            where = f" ({e.op.NAME} at {e.op.span.location()})" if e.op is not None and e.op.span else ""
+            ctx.decide(f"@{kernel.name}", "not split over a cluster", e.why + where)
+            return rest.run(kernel, ctx)
+        ctx.decide(f"@{kernel.name}", f"row block split over a cluster of {k} CTAs, {part} columns each",
+                   f"{why}: the k CTAs of a cluster run the same rows, CTA rank r columns r*{part} .. "
+                   f"(r+1)*{part}-1 of each {width}-column tile and row vector; each row reduction reduces the "
+                   "CTA's slice, then cluster_sum/max/min combines the k partials through distributed shared "
+                   "memory (barrier.cluster, ld.shared::cluster) in rank order, the same in every CTA; the slice "
+                   "is streamed below", cluster=k, width=width, slice=part)
+        return rest.run(kernel, ctx)
 
     def _auto(self, body: Block) -> "StreamCols":
         """The options ``cache=auto`` stands for on this block body (see ``cache``)."""

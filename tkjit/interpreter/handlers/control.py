@@ -2,19 +2,24 @@
 
 The block loop runs its body once per block index (row-major order); ``schedule(persistent)``
 and ``group`` change only which thread block runs which block on the GPU, so every schedule
-means the same here. ``for`` carries its iter args through ``yield``; ``if`` runs one region.
+means the same here; ``cluster = k`` runs each block as k CTAs at once (cluster.py). ``for`` carries its iter args through ``yield``; ``if`` runs one region.
 """
 from __future__ import annotations
 
 import itertools
 
+from .cluster import run_cluster
 from ...ir.ops.check import loop_step_template, render
 
 
 def run_blocks(it, op, args):
     body = op.regions[0]
+    k = op.attrs.get("cluster", 1)
     for index in itertools.product(*(range(n) for n in args)):
-        it.run_block(body, list(index))
+        if k > 1:
+            run_cluster(it, body, list(index), k)
+        else:
+            it.run_block(body, list(index))
     return []
 
 

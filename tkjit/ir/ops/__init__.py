@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..core import Op
 from .check import Check
+from .cluster import CLUSTER_OPS, CLUSTER_REDUCE_OPS, ClusterRank, ClusterReduce
 from .control import Blocks, For, If, Yield
 from .elementwise import (ACTIVATION_OPS, BINARY_OPS, COMPARISONS, UNARY_OPS, Abs, Add, And, Binary,
                           CausalMask, CDiv, CmpSelect, Iota, Cos, Cvt,
@@ -16,7 +17,8 @@ from .scalar import Const, Dim
 
 ALL_OPS: tuple[type[Op], ...] = (
     Const, Dim, *BINARY_OPS, *UNARY_OPS, Cvt, Zeros, Fill, CausalMask, Select, Iota, CmpSelect,
-    Load, Store, Copy, CopyCols, *REDUCE_OPS, *BROADCAST_OPS, *MMA_OPS, Blocks, For, If, Yield, Check)
+    Load, Store, Copy, CopyCols, *REDUCE_OPS, *BROADCAST_OPS, *MMA_OPS, Blocks, For, If, Yield, Check,
+    *CLUSTER_OPS)
 
 OPS: dict[str, type[Op]] = {cls.NAME: cls for cls in ALL_OPS}
 assert len(OPS) == len(ALL_OPS), "two ops share a name"

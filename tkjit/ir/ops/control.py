@@ -35,12 +35,14 @@ class Blocks(Op):
     ``heavy``: the position of the index visited descending, heaviest tiles first (the grid
     pass); ``resident`` (persistent only): CTAs launched per SM, min(blocks, resident x SMs), so
     that at most that many blocks per SM are in flight at once (stream-cols bounds the bytes
-    between a chunk's first read and its re-read with it)."""
+    between a chunk's first read and its re-read with it); ``cluster``: k CTAs, one cluster, per
+    block, each running the body with its own ``cluster_rank`` (stream-cols{cluster=k} gives each
+    a column slice of the block's rows, ops/cluster.py)."""
 
     NAME = "blocks"
     OPERANDS = ("counts*",)
-    ATTRS = {"schedule": str, "group": int, "split": int, "heavy": int, "resident": int}
-    OPTIONAL_ATTRS = frozenset({"schedule", "group", "split", "heavy", "resident"})
+    ATTRS = {"schedule": str, "group": int, "split": int, "heavy": int, "resident": int, "cluster": int}
+    OPTIONAL_ATTRS = frozenset({"schedule", "group", "split", "heavy", "resident", "cluster"})
     NUM_RESULTS = 0
     NUM_REGIONS = 1
 
@@ -59,6 +61,10 @@ class Blocks(Op):
         if "resident" in self.attrs and (self.attrs["resident"] < 1 or sched != "persistent"):
             raise self.error(f"resident needs schedule = \"persistent\" and at least 1 CTA per SM, "
                              f"got {self.attrs['resident']} with schedule '{sched}'")
+        if "cluster" in self.attrs and not (1 <= self.attrs["cluster"] <= 8 and sched == "grid"
+                                            and self.attrs.get("split", 1) == 1):
+            raise self.error(f"cluster must be 1 to 8 CTAs (the portable cluster size) on the grid schedule "
+                             f"without split, got {self.attrs['cluster']} with schedule '{sched}'")
         if "heavy" in self.attrs and not 0 <= self.attrs["heavy"] < len(counts):
             raise self.error(f"heavy must name one of the {len(counts)} block indices, got {self.attrs['heavy']}")
         return []
