@@ -475,6 +475,15 @@ def flex_reference(p, variant: str, ctx):
     except Exception as exc:  # noqa: BLE001 - an older torch: the row says so
         return name, _raiser(exc)
     score_mod, mask_mod = flex_mods(p, variant, ctx.device)
+    if ctx.cuda:  # every variant recompiles flex_attention: past dynamo's cache limit (8) it would
+        # run eagerly, tens of times slower, and the row would flatter tkjit (session 11 saw 33 ms)
+        import torch._dynamo
+        cfg = torch._dynamo.config
+        cfg.cache_size_limit = max(cfg.cache_size_limit, 256)
+        if hasattr(cfg, "accumulated_cache_size_limit"):
+            cfg.accumulated_cache_size_limit = max(cfg.accumulated_cache_size_limit, 4096)
+        if hasattr(cfg, "recompile_limit"):
+            cfg.recompile_limit = max(cfg.recompile_limit, 256)
     fn = torch.compile(flex_attention) if ctx.cuda else flex_attention
     gqa = {"enable_gqa": True} if p.get("HKV", p["H"]) != p["H"] else {}
     state = {}
