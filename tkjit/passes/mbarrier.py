@@ -431,6 +431,9 @@ class Mbarrier(Pass):
             raise PassError(f"mbarrier: split must be auto or off, got '{self.split}'")
         if self.split == "off":
             kernel.attrs["split_rings"] = False
+        from .pairs import asked_for
+        if ctx.options.unaligned_rows and asked_for(kernel) > 1:
+            kernel.attrs["unaligned_rows"] = True  # the pair is not taken there (passes/pairs.py)
         builder = _Builder(kernel, self.overlap != "off")
         proto = builder.build()
         if builder.split_bars and "split_bars" not in kernel.attrs:

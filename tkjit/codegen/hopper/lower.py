@@ -89,10 +89,6 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     if multicast > 1 and lower_stream_k.asked(kernel):
         return Refusal(blocks, "multicast pairs together with stream-K are not built: the pair's walk and "
                                "stream-K's units would both decide the CTA's tiles")
-    if multicast > 1:
-        why = _pair_refusal(kernel, options, blocks)
-        if why is not None:
-            return why
     if lower_stream_k.asked(kernel):
         why = lower_stream_k.refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"], options)
         if why is not None:
@@ -118,16 +114,6 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
             why = consumer_refusal(op, consumers, False, users)
         if why is not None:
             return why
-    return None
-
-
-def _pair_refusal(kernel: Kernel, options: dict, blocks: Blocks) -> Refusal | None:
-    """The multicast pair (grid{multicast=2}, passes/pairs.py) is a schedule option of this
-    lowering (under ``auto`` too since its GPU test ran: H200, 2026-11-27,
-    tests/gpu/test_general_multicast_gpu.py); not with the copying producer."""
-    if options.get("unaligned_rows") and schedule_of(kernel).pair.ctas > 1:
-        return Refusal(blocks, "the multicast pair with the copying producer (rows TMA cannot address) is "
-                               "not built: the copy fills only this CTA's stage")
     return None
 
 
