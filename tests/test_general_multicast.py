@@ -275,3 +275,19 @@ def test_a_pair_releasing_only_its_own_barriers_is_caught(monkeypatch):
             continue
         caught += not torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0))
     assert caught > 0
+
+
+def test_with_stream_k_the_pair_is_taken_and_stream_k_is_not():
+    """grid{multicast=2,stream_k=1}: the pair's walk decides the CTA's tiles, so stream-K is not
+    applied (logged by the mbarrier pass and the lowering) and the kernel is the pair alone, byte
+    for byte (as the GEMM template did; no fallback to another backend)."""
+    both = tkjit.compile(GEMM, pipeline=MULTICAST.replace("grid{multicast=2}", "grid{multicast=2,stream_k=1}"),
+                         cache=False)
+    ptx = both.asm["ptx"]
+    assert both.metadata["lowering"] == "general" and "serial_launches" not in both.metadata
+    assert _decision(both, "block loop").decision == "multicast: pairs of CTAs share 1 load(s)"
+    assert "no multicast pair" in _decision(both, "@gemm").reason
+    why = next(d.reason for d in both.decisions.for_pass("codegen") if d.decision == "stream-K: none")
+    assert "the multicast pair walks tile pairs" in why
+    strip = lambda ptx: [line for line in ptx.splitlines() if not line.strip().startswith("//")]
+    assert strip(ptx) == strip(_compile(lowering="auto").asm["ptx"])

@@ -126,6 +126,8 @@ class _Builder:
         step. Otherwise none, and the general lowering refuses the option (saying why)."""
         if int(self.kernel.attrs.get("stream_k", 0) or 0) <= 0 or self.split_k > 1 or self.pingpong:
             return
+        if self.pair.ctas > 1:  # the pair's walk decides the CTA's tiles (lower_stream_k.not_applied)
+            return
         if blocks.attrs.get("schedule") != "persistent" or len(self.items) != 1:
             return
         (item,) = self.items
@@ -490,7 +492,8 @@ class Mbarrier(Pass):
                        "between CTAs are the launch-order model of tail_split.check_walk", ring=ring)
         elif int(kernel.attrs.get("stream_k", 0) or 0) > 0:
             ctx.decide(f"@{kernel.name}", "no stream-K fix-up in the protocol",
-                       "stream_k = 1 needs a persistent grid of whole tiles (no split-K, no ping-pong) "
+                       "stream_k = 1 needs a persistent grid of whole tiles (no split-K, no ping-pong, no "
+                       "multicast pair) "
                        "whose tile is one ring loop with products and nothing else taking a protocol "
                        "step; the general lowering refuses the option here")
         if builder.pair.asked:

@@ -20,6 +20,9 @@ an optimization, so that variant simply runs unpaired), split-K (its tile is a c
 ping-pong consumers (their alternation and the pair's walk are not built together), the
 heaviest-first order, a block loop of one index, ring loops whose bounds depend on the paired
 index (the pair's rings would be filled for different trip counts), no load the pair can share.
+Asked for together with stream-K (``grid{multicast=2,stream_k=1}``), the pair is taken and
+stream-K is not (the mbarrier pass places no fix-up, lower_stream_k.not_applied says why), as the
+GEMM template did.
 """
 from __future__ import annotations
 

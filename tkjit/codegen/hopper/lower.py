@@ -84,11 +84,7 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         why = split_refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"])
         if why is not None:
             return why
-    multicast = int(kernel.attrs.get("multicast", 1) or 1)
     from . import lower_stream_k
-    if multicast > 1 and lower_stream_k.asked(kernel):
-        return Refusal(blocks, "multicast pairs together with stream-K are not built: the pair's walk and "
-                               "stream-K's units would both decide the CTA's tiles")
     if lower_stream_k.asked(kernel):
         why = lower_stream_k.refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"], options)
         if why is not None:

@@ -51,6 +51,8 @@ def not_applied(kernel: Kernel, schedule) -> str | None:
         return "split-K already shares each tile's K loop within a cluster"
     if kernel.attrs.get("pingpong"):
         return "ping-pong consumers take whole tiles in turn; stream-K units are not built for them"
+    if schedule.pair is not None and schedule.pair.ctas > 1:
+        return "the multicast pair walks tile pairs; stream-K units are not built for them"
     if schedule.stream_k_loop is None:
         return ("the mbarrier pass placed no stream-K fix-up: the tile must be one ring loop with "
                 "products and nothing else taking a protocol step (one-shot tiles, stores staged over "
