@@ -98,7 +98,8 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         if not isinstance(op, Blocks) and not all(isinstance(v.type, ScalarType) for v in op.results):
             return Refusal(op, "only scalars may be computed before the block loop")
     from .lower_checks import consumer_refusal, users_of
-    consumers = kernel.attrs["consumers"]
+    # the consumers sharing each tile's rows: every one, or one with ping-pong (whole tiles in turn)
+    consumers = 1 if kernel.attrs.get("pingpong") else kernel.attrs["consumers"]
     loops = set(pipelined_loops(kernel))
     users = users_of(kernel)
     for op in blocks.regions[0].ops:
