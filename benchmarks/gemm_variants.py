@@ -5,18 +5,15 @@
 
 A variant is NAME=EDIT, where EDIT is '@stages(S)' (pinned on the K loop), constants
 'BM=..,BN=..' (pins, so @fill_sms keeps them), or 'pass:grid{multicast=2}' (that pass of the
-default pipeline with these options), or 'lowering:general' / 'lowering:template' (which Hopper
-lowering compiles it; default auto), or several joined by ';'. The default is always run. Stream-K
-through the general lowering against the template's, same run:
+default pipeline with these options), or 'lowering:general' (which Hopper lowering compiles it;
+default auto; 'lowering:template' was the GEMM template, deleted on 2026-11-27), or several joined
+by ';'. The default is always run. Stream-K against whole tiles, same run:
 
     python3 benchmarks/gemm_variants.py 4096x4096x4096 8192x8192x8192 \
-        --variant skg='BM=128,BN=256;pass:grid{stream_k=1};lowering:general' \
-        --variant skt='BM=128,BN=256;pass:grid{stream_k=1};lowering:template' --out results.json
+        --variant sk='BM=128,BN=256;pass:grid{stream_k=1}' --out results.json
 
 Each variant's row says which lowering it took (``lowering``) and whether stream-K is on.
-The multicast pair of the general lowering against the template's, same run:
-``--variant 'mc-tpl=pass:grid{multicast=2};lowering:template' --variant
-'mc-gen=pass:grid{multicast=2};lowering:general'``.
+The multicast pair: ``--variant 'mc=pass:grid{multicast=2}'``.
 Consumer schedules: 'pass:warp-spec{mode=pingpong}' / '{mode=cooperative}' (auto: ping-pong
 for tiles of at least 128 x 128 that one consumer holds whole, e.g. 'BM=128,BN=128').
 ``--launch-only`` launches each variant 5 times at each shape without timing (for ncu).
@@ -158,7 +155,7 @@ def main() -> None:
                 torch.cuda.synchronize()
                 err = ((sets[0][2].float() - ref).norm() / ref.norm()).item()
                 md = kernel.metadata
-                row[name] = {"err": err, "lowering": md.get("lowering", "template"),
+                row[name] = {"err": err, "lowering": md.get("lowering", "-"),
                              "stream_k": bool(md.get("gemm", {}).get("stream_k")),
                              "multicast": int(md.get("gemm", {}).get("multicast", 1) or 1)}
                 choice = fill_sms_choice(kernel, f"at M={m} K={k} N={n}")

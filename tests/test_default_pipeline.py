@@ -1,9 +1,8 @@
 """The default sm_90a pipeline: canonicalize and stream-cols (the portable passes), then the Hopper
 scheduling passes.
 
-The Hopper GEMM template follows the passes' annotations (and emits what its local rules gave
-before); the general lowering and the attention template follow the passes only;
-kernels it declines reach the register-tile backend as if only canonicalize had run; a kernel
+The general lowering and the attention template follow the passes only (the GEMM template, which
+also had local rules of its own, was deleted on 2026-11-27); kernels they decline reach the register-tile backend as if only canonicalize had run; a kernel
 the schedule refuses is recorded and goes on unscheduled (an explicit pipeline still errors).
 """
 from __future__ import annotations
@@ -55,9 +54,8 @@ def test_every_example_has_the_ir_after_each_pass_and_the_ptx_of_canonicalize_al
         return
     if example.name == "attention.tk" or general:  # these follow the passes only: no local rules
         assert "backend: wgmma" in scheduled.decisions.render()
-        # without the passes only the GEMM template's own rules take a kernel (the GEMM pattern)
-        assert "scheduling passes" in plain.decisions.render() or \
-            "the kernel is the GEMM pattern" in plain.decisions.render()
+        # without the passes nothing takes a kernel to the Hopper path
+        assert "scheduling passes" in plain.decisions.render()
     else:  # the Hopper passes leave the register-tile backend's code to the portable passes
         portable = ptx_of(text, example.name, "canonicalize,stream-cols")
         assert scheduled.asm["ptx"] == portable.asm["ptx"]
@@ -73,35 +71,6 @@ def test_an_example_no_backend_emits_yet_goes_through_the_passes_and_says_why(ex
         f"after:{name}" for name in DEFAULT_PIPELINE.split(",")]
     with pytest.raises(NotAvailableError, match="products are not supported by the mma.sync backend"):
         ptx_of(text, example.name)
-
-
-def test_the_hopper_emitter_takes_its_decisions_from_the_passes():
-    example = Path(__file__).parent.parent / "examples" / "gemm.tk"
-    result = ptx_of(example.read_text(), "gemm.tk", lowering="template")
-    emitted = {d.decision.split(":")[0]: d.reason for d in result.decisions.for_pass("codegen")}
-    assert emitted["swizzle A"] == "from the layout pass"
-    assert emitted["consumers"].startswith("from the warp-spec pass")
-    assert emitted["registers"].startswith("from the reg-budget pass")
-    assert emitted["stages"] == "from the pipeline pass"
-    assert emitted["shared_memory"].startswith("from the smem-plan pass")
-    assert emitted["epilogue"].startswith("from the smem-plan pass: chunks of 128 columns at 196608")
-    assert "local rule" not in result.decisions.render()
-    assert result.metadata["smem_bytes"] == 230_464
-
-
-def test_a_grid_gemm_keeps_its_staging_beside_the_ring():
-    """smem-plan puts a grid kernel's staging tile over the drained ring; the emitter has no
-    consumer barrier for that, so it keeps its own plan (today's PTX) and says why."""
-    text = (Path(__file__).parent.parent / "examples" / "gemm.tk").read_text()
-    text = text.replace("schedule(persistent, group = 8, split = SPLIT)", "schedule(grid, split = SPLIT)")
-    assert "persistent" not in text
-    result = ptx_of(text, "gemm.tk", lowering="template")
-    store = next(op for op in result.ir.walk() if op.NAME == "store")
-    assert store.attrs["smem"] == 0  # the plan: over the ring
-    memory = next(d.reason for d in result.decisions.for_pass("codegen") if d.decision.startswith("shared_memory"))
-    assert memory.startswith("the smem-plan pass put C's staging tile over the ring")
-    assert result.metadata["smem_bytes"] == 230_464
-    assert result.asm["ptx"] == ptx_of(text, "gemm.tk", "canonicalize").asm["ptx"]
 
 
 @pytest.mark.parametrize("name, refusal", [

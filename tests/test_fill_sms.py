@@ -378,20 +378,29 @@ def test_the_split_model_says_why():
     assert "BM = 128, BN = 64, SPLIT = 2: 128 CTAs, 1 x 819200 B, 8.5 us" in why
 
 
-@pytest.mark.parametrize("m, n, k", [(1000, 3000, 520), (4096, 4096, 512), (128, 14336, 4096),
-                                     (128, 4096, 4096), (4096, 4096, 4096)])
-def test_the_general_lowering_launches_the_variants_the_template_does(monkeypatch, m, n, k):
+TEMPLATE_CHOICES = {  # what the GEMM template launched (c151dac, H200 SMs), before its deletion
+    (1000, 3000, 520): ({}, [128, 256, 64], 1, False),
+    (4096, 4096, 512): ({"BM": 128, "BN": 128, "SPLIT": 1}, [128, 128, 64], 1, True),
+    (128, 14336, 4096): ({"BM": 128, "BN": 256, "SPLIT": 2}, [128, 256, 64], 2, False),
+    (128, 4096, 4096): ({"BM": 128, "BN": 64, "SPLIT": 2}, [128, 64, 64], 2, False),
+    (4096, 4096, 4096): ({}, [128, 256, 64], 1, False),
+}
+
+
+@pytest.mark.parametrize("m, n, k", list(TEMPLATE_CHOICES))
+def test_the_general_lowering_launches_the_variants_the_template_did(monkeypatch, m, n, k):
     """The general lowering's metadata carries the reduction shape ("gemm": tile, split, K trips,
-    ping-pong) that the launch model reads, so both paths launch the same tiles and split; without
-    it the general path fell to the tile-area model (1000x3000x520: 0.67x of the template)."""
+    ping-pong) that the launch model reads, so it launches the tiles and split the GEMM template
+    launched (deleted 2026-11-27; same-run A/B within noise); without it the general path fell to
+    the tile-area model (1000x3000x520: 0.67x of the template)."""
     from tkjit.runtime import driver
     monkeypatch.setattr(driver, "gpu_available", lambda: True)
     monkeypatch.setattr(driver, "ensure_context", lambda: 0)
     monkeypatch.setattr(driver, "num_sms", lambda device=None: H200_SMS)
-    chosen = {}
-    for lowering in ("template", "general"):
-        kernel = tkjit.load(EXAMPLE, cache=False, lowering=lowering)
-        variant = kernel._shape_dispatch()._choose(tensors(m, n, k))
-        assert variant.metadata.get("lowering", "template") == lowering
-        chosen[lowering] = (variant.options.constants, variant.metadata["gemm"])
-    assert chosen["general"] == chosen["template"]
+    kernel = tkjit.load(EXAMPLE, cache=False)
+    variant = kernel._shape_dispatch()._choose(tensors(m, n, k))
+    assert variant.metadata["lowering"] == "general"
+    constants, tile, split, pingpong = TEMPLATE_CHOICES[m, n, k]
+    shape = variant.metadata["gemm"]
+    assert dict(variant.options.constants) == constants
+    assert (shape["tile"], shape["split"], bool(shape.get("pingpong"))) == (tile, split, pingpong)

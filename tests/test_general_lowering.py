@@ -95,11 +95,12 @@ def test_a_fallback_with_a_matrix_product_warns():
     assert "schedule dropped" in str(k.explain())
 
 
-def test_auto_takes_the_general_lowering_and_a_template_only_where_it_is_ahead_or_needed():
-    """lowering=auto: the plain GEMM takes the general lowering (within 2% of its template on
-    every GEMM row); attention keeps its template (AHEAD_OF_GENERAL: still faster); what the
-    general lowering takes multicast (tests/test_general_multicast.py) and stream-K
-    (tests/test_general_stream_k.py) too; rows TMA cannot address take its copying producer."""
+def test_auto_takes_the_general_lowering_and_a_template_only_where_it_is_ahead():
+    """lowering=auto: the plain GEMM takes the general lowering (within noise of the GEMM template
+    on every GEMM row, which was then deleted on 2026-11-27); attention keeps its template
+    (AHEAD_OF_GENERAL: still faster); the general lowering takes multicast
+    (tests/test_general_multicast.py) and stream-K (tests/test_general_stream_k.py) too; rows TMA
+    cannot address take its copying producer; lowering='template' is attention's only."""
     from general_corpus import BY_NAME
     examples = __import__("pathlib").Path(__file__).parents[1] / "examples"
     plain = tkjit.load(str(examples / "gemm.tk"), cache=False)
@@ -111,7 +112,8 @@ def test_auto_takes_the_general_lowering_and_a_template_only_where_it_is_ahead_o
     epilogue = tkjit.compile(BY_NAME["gemm_bias_relu"].source, cache=False)
     assert "tile program" in epilogue.asm["ptx"].splitlines()[0]
     template = tkjit.load(str(examples / "gemm.tk"), cache=False, lowering="template")
-    assert "GEMM" in template.asm["ptx"].splitlines()[0]
+    assert "register-tile" in template.asm["ptx"].splitlines()[0]  # the GEMM template is gone
+    assert "the GEMM template was deleted on 2026-11-27" in str(template.explain())
     attention = tkjit.load(str(examples / "attention.tk"), cache=False)
     assert "attention" in attention.asm["ptx"].splitlines()[0]
     unaligned = plain._with_unaligned_rows()  # the variant a launch with such rows compiles

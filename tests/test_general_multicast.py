@@ -161,19 +161,49 @@ def test_auto_takes_the_general_pair():
     assert k.metadata["gemm"]["multicast"] == 2
 
 
-def test_under_auto_the_copying_variant_keeps_the_template():
-    from tkjit.codegen.hopper import emit_hopper_ptx
-    decisions = []
-    ptx, md = emit_hopper_ptx(_compile().ir, {"lowering": "auto", "unaligned_rows": True}, decisions)
-    assert md.get("lowering") != "general" and ".multicast::cluster" in ptx
-    assert "copying producer" in decisions[0]["why"]
+def _unaligned(lowering="auto"):
+    """The variant a launch with rows TMA cannot address compiles (kernel.py ``_with_unaligned_rows``)."""
+    variant = _compile(lowering=lowering)._with_unaligned_rows()
+    assert variant is not None and variant.options.unaligned_rows
+    return variant
 
 
-def test_the_pair_with_the_copying_producer_is_refused():
-    from tkjit.codegen.hopper.lower import refusal
-    k = _compile()
-    why = refusal(k.ir, {"lowering": "general", "unaligned_rows": True})
-    assert why is not None and "copying producer" in why.text() and why.op is not None
+@pytest.mark.parametrize("lowering", ["auto", "general"])
+def test_the_unaligned_rows_variant_declines_the_pair_and_says_why(lowering):
+    """Multicast is an optimization: where the copying producer may run (it fills only its own
+    CTA's stage), the pair is not taken and the kernel runs unpaired (no GEMM template)."""
+    v = _unaligned(lowering)
+    d = _decision(v, "block loop")
+    assert d.decision == "multicast not taken"
+    assert "not in the variant for rows TMA cannot address (compile option unaligned_rows)" in d.reason
+    assert "multicast not taken" in v.explain()
+    proto = schedule_of(v.ir).protocol
+    assert all(r.cluster == 1 for r in proto.rings) and "barrier.cluster" not in proto.text()
+    ptx = v.asm["ptx"]
+    assert v.metadata["lowering"] == "general" and "multicast" not in v.metadata["gemm"]
+    assert ".multicast::cluster" not in ptx and "barrier.cluster" not in ptx and "mapa" not in ptx
+    assert ".reqnctapercluster" not in ptx and ".explicitcluster" not in ptx
+    copy_path = ptx.split("$L_tma_producer")[1]  # the copying producer, beside the TMA one
+    assert "ld.global.nc.b16" in copy_path and "st.shared.b16" in copy_path
+    stray, _ = sync_outside_the_protocol(ptx)
+    assert stray == []
+    # the aligned kernel keeps its pair
+    assert ".multicast::cluster" in _compile(lowering=lowering).asm["ptx"]
+
+
+def test_the_unaligned_rows_variant_runs_unpaired_on_the_cpu_schedule():
+    """Rows TMA cannot address (K = 130: 260-byte rows of A): the declined pair's schedule
+    (tkjit/interpreter/roles.py) matches the plain interpreter, bit for bit."""
+    torch.manual_seed(5)
+    v = _unaligned()
+    assert schedule_of(v.ir).pair.ctas == 1
+    a, b = torch.randn(192, 130).bfloat16(), torch.randn(130, 200).bfloat16()
+    ref = torch.full((192, 200), float("nan")).bfloat16()
+    tkjit.compile(GEMM, cache=False)(a, b, ref)  # the plain interpreter (no GPU here)
+    for seed in (0, 1):
+        c = torch.full((192, 200), float("nan")).bfloat16()
+        run_roles(v.ir, [a, b, c], seed=seed)
+        assert torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0)), seed
 
 
 def _run(source, constants, a, b, extra=()):
@@ -245,3 +275,19 @@ def test_a_pair_releasing_only_its_own_barriers_is_caught(monkeypatch):
             continue
         caught += not torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0))
     assert caught > 0
+
+
+def test_with_stream_k_the_pair_is_taken_and_stream_k_is_not():
+    """grid{multicast=2,stream_k=1}: the pair's walk decides the CTA's tiles, so stream-K is not
+    applied (logged by the mbarrier pass and the lowering) and the kernel is the pair alone, byte
+    for byte (as the GEMM template did; no fallback to another backend)."""
+    both = tkjit.compile(GEMM, pipeline=MULTICAST.replace("grid{multicast=2}", "grid{multicast=2,stream_k=1}"),
+                         cache=False)
+    ptx = both.asm["ptx"]
+    assert both.metadata["lowering"] == "general" and "serial_launches" not in both.metadata
+    assert _decision(both, "block loop").decision == "multicast: pairs of CTAs share 1 load(s)"
+    assert "no multicast pair" in _decision(both, "@gemm").reason
+    why = next(d.reason for d in both.decisions.for_pass("codegen") if d.decision == "stream-K: none")
+    assert "the multicast pair walks tile pairs" in why
+    strip = lambda ptx: [line for line in ptx.splitlines() if not line.strip().startswith("//")]
+    assert strip(ptx) == strip(_compile(lowering="auto").asm["ptx"])

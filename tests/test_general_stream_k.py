@@ -6,7 +6,7 @@ the workspace, every flag operation inside the protocol's fix-up step), the prot
 shapes (a broken walk is caught), the refusals with the op, the decision log, and the CPU run of
 the schedule (every CTA's units as coroutines, owners waiting for contributions) against the plain
 interpreter. ``lowering="auto"`` takes it since the GPU tests (tests/gpu/test_general_stream_k_gpu.py)
-passed (``lower_stream_k.GPU_VERIFIED``)."""
+passed (H200, 2026-11-27)."""
 from __future__ import annotations
 
 import re
@@ -155,20 +155,12 @@ def test_what_stream_k_cannot_take_is_refused_at_the_op(what, source, why):
     assert re.search(r"gemm\.tk:\d+:\d+", str(e.value))
 
 
-def test_auto_takes_stream_k_through_the_general_lowering(monkeypatch):
-    """Since the GPU tests passed (lower_stream_k.GPU_VERIFIED), lowering=auto takes stream-K
-    through the general lowering; with the gate off it hands the kernel to the GEMM template and
-    the log says why."""
+def test_auto_takes_stream_k_through_the_general_lowering():
+    """Since the GPU tests passed (H200, 2026-11-27), lowering=auto takes stream-K through the
+    general lowering (the GEMM template that took it before was deleted the same day)."""
     k = _stream_k(lowering="auto")
     k.asm["ptx"]
     assert k.metadata["lowering"] == "general" and k.metadata["gemm"]["stream_k"] is True
-    from tkjit.codegen.hopper import lower_stream_k
-    monkeypatch.setattr(lower_stream_k, "GPU_VERIFIED", False)
-    k = _stream_k(lowering="auto")
-    assert "GEMM" in k.asm["ptx"].splitlines()[0]
-    assert k.metadata.get("lowering") != "general" and k.metadata["gemm"]["stream_k"] is True
-    why = [d for d in k.decisions.decisions if d.decision == "backend: wgmma template"]
-    assert why and "has not run on a GPU yet" in why[0].reason and "gemm.tk:5:" in why[0].reason
 
 
 # -- the schedule on the CPU ----------------------------------------------------------------------

@@ -223,7 +223,7 @@ def test_refusals_name_what_does_not_match(edit, reason):
         assert out is not None
         return
     assert out is None
-    assert decisions[0]["value"] == "mma.sync" and "nor the attention pattern" in decisions[0]["why"]
+    assert decisions[0]["value"] == "mma.sync" and "is not the attention pattern" in decisions[0]["why"]
     assert reason in decisions[0]["why"], decisions[0]["why"]
 
 

@@ -1,8 +1,9 @@
-"""The Hopper backend on the CPU: descriptors, the layout contract between TMA boxes and wgmma
-descriptors (checked on a model of both), the protocol the kernel follows (explored by the
-checker), which kernels take the path and why the others do not, and ptxas/SASS on the emitted
-PTX: HGMMA, UTMALDG and SYNCS present, no local memory or spills, setmaxnreg honoured, wgmma
-not serialized."""
+"""The Hopper backend on the CPU, through the general lowering (codegen/hopper/lower.py) since the
+GEMM template was deleted (2026-11-27): descriptors, the layout contract between TMA boxes and
+wgmma descriptors (checked on a model of both, with the operands the lowering reads), the
+protocol the kernel follows (explored by the checker), which kernels take the path and why the
+others do not, and ptxas/SASS on the emitted PTX: HGMMA, UTMALDG and SYNCS present, no local
+memory or spills, setmaxnreg honoured, wgmma not serialized."""
 from __future__ import annotations
 
 import functools
@@ -13,10 +14,13 @@ import numpy as np
 import pytest
 
 import tkjit
-from tkjit.codegen.hopper import emit_hopper_ptx, gemm_protocol, plan_gemm
+from tkjit.codegen.hopper import emit_hopper_ptx
 from tkjit.codegen.hopper.copy import SWIZZLE_MASKS
-from tkjit.codegen.hopper.plan import operand_a, operand_b
+from tkjit.codegen.hopper.lower_checks import a_operand, b_operand
 from tkjit.codegen.hopper.wgmma import Operand, descriptor, encode_field
+from tkjit.ir.ops import MMA_OPS
+from tkjit.passes.hopper import wgmma_n
+from tkjit.passes.mbarrier import schedule_of
 from tkjit.passes.sync_check import check_protocol
 from support import needs_cuda_tools
 
@@ -46,7 +50,8 @@ kernel g(A: gl<{dtype}>[M, K], B: {b_type}, C: gl<{out}>[M, N]) {{
 """
 
 
-def ir_of(source: str, pipeline: str = "canonicalize"):
+def ir_of(source: str, pipeline: str | None = None):
+    """The IR after the passes (the default pipeline, or ``pipeline``), for the general lowering."""
     return tkjit.compile(source, pipeline=pipeline, cache=False).ir
 
 
@@ -120,27 +125,32 @@ def wgmma_read(desc: int, major: str, mn: int, span: int, smem: dict) -> np.ndar
 
 @pytest.mark.parametrize("name", ["example", "abt", "bk32_swizzle64", "f16_bk128", "bm256_two_slabs"])
 def test_every_wgmma_reads_the_right_elements(name):
-    g, plan = plan_gemm(ir_of(VARIANTS[name]))
+    """The operands the general lowering builds its descriptors from (lower_checks.a_operand /
+    b_operand, offsets per k16 step, 64-row slab and wgmma-wide piece, as lower_consumer.wgmma
+    adds them) read exactly the elements the producer's TMA boxes wrote."""
+    (mma,) = [op for op in ir_of(VARIANTS[name]).walk() if isinstance(op, MMA_OPS)]
+    ta, tb = mma.operands[0].type, mma.operands[1].type
+    op_a, op_b = a_operand(mma), b_operand(mma)
+    b_major = op_b.major
+    n = wgmma_n(mma.result.type.cols, op_b.panel_cols if b_major == "MN" else 8)
     rng = np.random.default_rng(0)
-    a = rng.integers(0, 1 << 30, (g.bm, g.bk))
-    b_rows, b_cols = (g.bk, g.bn) if g.b_major == "MN" else (g.bn, g.bk)
-    b = rng.integers(0, 1 << 30, (b_rows, b_cols))
-    op_a, op_b = operand_a(g, plan), operand_b(g, plan)
-    stage = 3 * plan.stage_stride + 1024  # any stage, any 1024-aligned base
+    a = rng.integers(0, 1 << 30, (ta.rows, ta.cols))
+    b = rng.integers(0, 1 << 30, (tb.rows, tb.cols))
+    base_a, base_b = 0x2400 + 3 * 0xC000, 0x2400 + 3 * 0xC000 + 0x8000  # any stage, 1024-aligned
     smem: dict = {}
-    tma_fill(a, op_a, stage + plan.a_offset, smem)
-    tma_fill(b, op_b, stage + plan.b_offset, smem)
-    for ks in range(g.bk // 16):
-        for slab in range(g.bm // 64):
-            desc = op_a.constant | encode_field(stage + plan.a_offset)
-            got = wgmma_read(desc + encode_field(op_a.offset(ks, 64 * slab)), "K", 64, plan.span_a, smem)
+    tma_fill(a, op_a, base_a, smem)
+    tma_fill(b, op_b, base_b, smem)
+    bm, bn = mma.result.type.rows, mma.result.type.cols
+    for ks in range(ta.cols // 16):
+        for slab in range(bm // 64):
+            desc = op_a.constant | encode_field(base_a)
+            got = wgmma_read(desc + encode_field(op_a.offset(ks, 64 * slab)), "K", 64, op_a.span, smem)
             assert (got == a[64 * slab:64 * slab + 64, 16 * ks:16 * ks + 16]).all()
-        for piece in range(g.bn // plan.wgmma_n):
-            n0 = piece * plan.wgmma_n
-            desc = op_b.constant | encode_field(stage + plan.b_offset)
-            got = wgmma_read(desc + encode_field(op_b.offset(ks, n0)), g.b_major, plan.wgmma_n, plan.span_b, smem)
-            want = b[16 * ks:16 * ks + 16, n0:n0 + plan.wgmma_n].T if g.b_major == "MN" \
-                else b[n0:n0 + plan.wgmma_n, 16 * ks:16 * ks + 16]
+        for piece in range(bn // n):
+            n0 = piece * n
+            desc = op_b.constant | encode_field(base_b)
+            got = wgmma_read(desc + encode_field(op_b.offset(ks, n0)), b_major, n, op_b.span, smem)
+            want = b[16 * ks:16 * ks + 16, n0:n0 + n].T if b_major == "MN" else b[n0:n0 + n, 16 * ks:16 * ks + 16]
             assert (got == want).all()
 
 
@@ -148,8 +158,8 @@ def test_every_wgmma_reads_the_right_elements(name):
 
 @pytest.mark.parametrize("name", ["example", "grid_f32_out"])
 def test_the_emitted_protocol_passes_the_checker(name):
-    g, plan = plan_gemm(ir_of(VARIANTS[name]))
-    report = check_protocol(gemm_protocol(g, plan))  # raises SyncError on any violation
+    """The mbarrier pass's protocol, the object the general lowering emits step by step."""
+    report = check_protocol(schedule_of(ir_of(VARIANTS[name])).protocol)  # raises SyncError on any violation
     assert len(report.results) >= 6 and "no violation" in report.text()
 
 
@@ -170,17 +180,17 @@ def test_the_pipeline_pass_gives_smaller_tiles_more_stages(name):
     capped = name in ("example_bm64_bn128", "example_bm64_bn64")  # 9 and 13 would fit
     assert row.reason.endswith(", capped at max-stages 8") == capped
     assert capped or f"leave room for {stages} stage(s)" in row.reason
-    g, plan = plan_gemm(kernel.ir)
-    assert plan.stages == PIPELINED_STAGES[name]
+    (ring,) = schedule_of(kernel.ir).protocol.rings
+    assert ring.stages == PIPELINED_STAGES[name]
 
 
 @pytest.mark.parametrize("name", ["example_bm64_bn256", "example_bm128_bn128", "example_bm64_bn64"])
 def test_every_new_stage_count_passes_the_full_sync_check(name):
     """5, 6 and 8 stages: every trip count around the ring size (0, 1, s-1, s, s+1, 2s+1; one
     tile and three), every interleaving."""
-    g, plan = plan_gemm(ir_of(VARIANTS[name], HOPPER_PIPELINE))
-    report = check_protocol(gemm_protocol(g, plan))
-    assert plan.stages in (5, 6, 8) and "no violation" in report.text()
+    proto = schedule_of(ir_of(VARIANTS[name], HOPPER_PIPELINE)).protocol
+    report = check_protocol(proto)
+    assert proto.rings[0].stages in (5, 6, 8) and "no violation" in report.text()
     assert len(report.results) >= 12 and all(r.exhaustive for r in report.results)
 
 
@@ -195,64 +205,67 @@ def test_the_example_gemm_takes_the_hopper_path_through_the_compiler():
 @needs_cuda_tools
 def test_aligned_rows_are_assumed_and_the_variant_with_the_fallback_is_made_on_demand():
     """By default the GEMM assumes rows of whole 16-byte units: no copying producer and no
-    register-store epilogue in its SASS (no LDG/STG, only TMA), TMA-only tensor maps (so the
-    launcher refuses other rows to the kernel object) and the decision in the log. The variant
-    the kernel object makes for other rows has both paths and fallback maps."""
-    kernel = tkjit.load(EXAMPLES / "gemm.tk", cache=False, lowering="template")
+    register-store epilogue in its SASS (no LDG/STG, only TMA) and TMA-only tensor maps (so the
+    launcher refuses other rows to the kernel object). The variant the kernel object makes for
+    other rows (lower_copy.py) copies A and B where TMA cannot (fallback maps) and stores C from
+    registers."""
+    kernel = tkjit.load(EXAMPLES / "gemm.tk", cache=False)
     general = kernel._with_unaligned_rows()
-    assert kernel.metadata["assumes_aligned_rows"] and "aligned rows: A, B, C" in kernel.explain()
+    ops = {kk: set(re.findall(r"\b(LDG|STG|UTMALDG|UTMASTG)\b", kk.asm["sass"])) for kk in (kernel, general)}
+    assert kernel.metadata["assumes_aligned_rows"] and "assumes_aligned_rows" not in general.metadata
     assert general is not None and general.options.unaligned_rows and general._with_unaligned_rows() is None
-    maps = {kk: [e["fallback"] for e in kk.metadata["params"] if e["kind"] == "tensormap"] for kk in (kernel, general)}
-    assert maps[kernel] == [False] * 3 and maps[general] == [True] * 3
-    ops = {kk: re.findall(r"\b(LDG|STG|UTMALDG|UTMASTG)\b", kk.asm["sass"]) for kk in (kernel, general)}
-    assert set(ops[kernel]) == {"UTMALDG", "UTMASTG"}
-    assert {"LDG", "STG", "UTMALDG", "UTMASTG"} <= set(ops[general])
+    maps = {kk: {e["tensor"]: e["fallback"] for e in kk.metadata["params"] if e["kind"] == "tensormap"}
+            for kk in (kernel, general)}
+    assert maps[kernel] == {"A": False, "B": False, "C": False} and maps[general] == {"A": True, "B": True}
+    assert ops[kernel] == {"UTMALDG", "UTMASTG"}
+    assert ops[general] == {"LDG", "STG", "UTMALDG"}
     constant_k = tkjit.compile(VARIANTS["example"].replace("[M, K]", "[M, 100]").replace("[K, N]", "[100, N]").replace(
         "K / BK", "100 / BK"),
                                filename="k100.tk", cache=False)
     assert "LDG" in constant_k.asm["sass"]  # a constant row length of 100 needs the copy: kept
 
 
-def test_pass_annotations_are_used_when_present():
-    g, plan = plan_gemm(ir_of(VARIANTS["example"], HOPPER_PIPELINE))
-    assert plan.a_offset == g.load_a.attrs["smem"] and plan.bars == g.loop.attrs["bars"]
-    assert any("from the smem-plan pass" in d["why"] for d in plan.decisions)
-    assert any("from the layout pass" in d["why"] for d in plan.decisions)
-
-
 @pytest.mark.parametrize("example, reason", [
-    ("softmax.tk", "not the GEMM pattern"), ("layernorm.tk", "not the GEMM pattern")])
+    ("softmax.tk", "the general lowering cannot take 'copy_cols'"),
+    ("layernorm.tk", "the general lowering cannot take 'copy_cols'")])
 def test_other_kernels_fall_back_with_a_reason(example, reason):
     decisions: list = []
     ir = tkjit.load(EXAMPLES / example, cache=False).ir
     assert emit_hopper_ptx(ir, {}, decisions) is None
     assert decisions[0]["value"] == "mma.sync" and reason in decisions[0]["why"]
+    assert "is not the attention pattern" in decisions[0]["why"]
 
 
-@pytest.mark.parametrize("source, reason", [
-    (gemm_source(out="f32").replace("cvt<f32>", "cvt<bf16>"), "two roundings"),
-    (gemm_source(bm=512, bn=64), "TMA box"),
-    (gemm_source(bm=192, bn=64, annotations="@consumers(2)"), "cannot share"),
-    (gemm_source().replace("A.tile(m, k)", "A.tile(m, 0)"), "tile coordinates"),
-])
-def test_refusals_name_what_does_not_fit(source, reason):
-    assert reason in plan_gemm(ir_of(source))
+def test_refusals_name_what_does_not_fit():
+    decisions: list = []
+    assert emit_hopper_ptx(ir_of(gemm_source(bm=512, bn=64)), {}, decisions) is None
+    assert "a 512-row tile: a TMA box has at most 256 rows" in decisions[0]["why"]
+    assert decisions[0]["refusal"].op is not None
 
 
-def test_other_targets_and_the_off_switch():
-    ir = ir_of(VARIANTS["example"])
-    assert "sm_90a" in plan_gemm(ir, {"arch": "sm_80"})
-    assert "turned off" in plan_gemm(ir, {"hopper": False})
+def test_other_targets():
+    decisions: list = []
+    assert emit_hopper_ptx(ir_of(VARIANTS["example"]), {"arch": "sm_80"}, decisions) is None
+    assert "wgmma and setmaxnreg need sm_90a" in decisions[0]["why"]
+
+
+def test_lowering_template_refuses_a_gemm_and_says_the_gemm_template_is_gone():
+    """lowering='template' is the attention template only since 2026-11-27."""
+    decisions: list = []
+    assert emit_hopper_ptx(ir_of(VARIANTS["example"]), {"lowering": "template"}, decisions) is None
+    why = decisions[0]["why"]
+    assert decisions[0]["value"] == "mma.sync" and "the GEMM template was deleted on 2026-11-27" in why
+    assert "is not the attention pattern" in why and "general lowering cannot" not in why
 
 
 def test_metadata_lists_the_tensor_maps_after_the_tensors():
     _, meta = emit_hopper_ptx(ir_of(VARIANTS["example"]))
     kinds = [p["kind"] for p in meta["params"]]
     assert kinds == ["global", "global", "global", "tensormap", "tensormap", "tensormap"]
-    a_map, b_map, c_map = meta["params"][3:]
-    assert (a_map["param"], a_map["box"], a_map["swizzle"]) == (0, [64, 128], 128)
-    assert (b_map["param"], b_map["box"]) == (1, [64, 64])
-    assert (c_map["param"], c_map["box"], c_map["fallback"]) == (2, [64, 64], True)
+    c_map, a_map, b_map = meta["params"][3:]  # the staged store's map first (lower.py)
+    assert (a_map["param"], a_map["box"], a_map["swizzle"], a_map["fallback"]) == (0, [64, 128], 128, False)
+    assert (b_map["param"], b_map["box"], b_map["fallback"]) == (1, [64, 64], False)
+    assert (c_map["param"], c_map["box"], c_map["fallback"]) == (2, [64, 64], False)
     assert meta["block"] == [384, 1, 1] and meta["registers"] == [40, 232]
     assert meta["grid"] == [["min", ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], 256]],
                              ["num_sms"]]]
@@ -261,7 +274,7 @@ def test_metadata_lists_the_tensor_maps_after_the_tensors():
 # ------------------------------------------------------------------ ptxas and SASS
 
 @functools.lru_cache(maxsize=None)
-def assembled(name: str, pipeline: str = "canonicalize"):
+def assembled(name: str, pipeline: str | None = None):
     ptx, meta = emit_hopper_ptx(ir_of(VARIANTS[name], pipeline))
     cubin, report = toolchain.assemble(ptx, name=meta["name"])
     ops = set(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", toolchain.sass(cubin)))
@@ -269,7 +282,7 @@ def assembled(name: str, pipeline: str = "canonicalize"):
 
 
 @needs_cuda_tools
-@pytest.mark.parametrize("name, pipeline", [(name, "canonicalize") for name in VARIANTS]
+@pytest.mark.parametrize("name, pipeline", [(name, None) for name in VARIANTS]
                          + [(name, HOPPER_PIPELINE) for name in PIPELINED_STAGES])
 def test_assembles_with_hgmma_tma_and_mbarriers_and_no_spills(name, pipeline):
     report, ops, meta = assembled(name, pipeline)

@@ -1,5 +1,5 @@
-"""Ping-pong consumers (warp-spec{mode=pingpong}, auto at 128 x 128 tiles): the pass's choice and
-refusals, the kernel's PTX (turn barriers, empty count 1, no serialized wgmma, no spills), and
+"""Ping-pong consumers (warp-spec{mode=pingpong}, auto at 128 x 128 tiles) through the general
+lowering: the pass's choice and refusals, the kernel's PTX (turn barriers, empty count 1, no serialized wgmma, no spills), and
 the alternating-consumer protocol on the CPU sync checker, with broken variants it must catch."""
 from __future__ import annotations
 
@@ -23,13 +23,15 @@ def pipeline(mode: str = "auto", grid: str = "") -> str:
 
 def compiled(mode="auto", grid="", **constants):
     kernel = tkjit.compile(EXAMPLE, filename="gemm.tk", constants=constants, pipeline=pipeline(mode, grid),
-                           lowering="template")  # the template's consumer schedule
+                           lowering="general")
     kernel.binary  # noqa: B018 - the metadata is complete once assembled
     return kernel
 
 
 def schedule(kernel) -> str:
-    return next(d["decision"] for d in kernel.metadata["decisions"] if d["decision"].startswith("consumer schedule"))
+    """The consumer schedule the general lowering emitted: the protocol it follows says so."""
+    assert kernel.metadata["lowering"] == "general", kernel.explain()
+    return "consumer schedule: " + ("ping-pong" if "ping-pong" in kernel.metadata["protocol"] else "cooperative")
 
 
 @pytest.mark.parametrize("mode, constants, expect", [
@@ -120,3 +122,21 @@ def test_broken_alternations_are_caught(consumer, empty, kind):
     with pytest.raises(SyncError) as err:
         check_protocol(proto, default_cases(proto))
     assert err.value.violation.kind == kind, str(err.value)
+
+
+def test_pingpong_with_64_row_tiles_takes_the_general_lowering_and_its_schedule_matches():
+    """Each ping-pong consumer computes whole tiles, so a 64-row tile is one slab per consumer
+    (the general lowering's refusal counts the consumers sharing a tile's rows: one). Its CPU
+    schedule (tkjit/interpreter/roles.py) matches the plain interpreter, ragged edges included."""
+    import torch
+    from tkjit.interpreter.roles import run_roles
+    kernel = compiled("pingpong", BM=64, BN=256)
+    assert schedule(kernel) == "consumer schedule: ping-pong"
+    torch.manual_seed(3)
+    a, b = torch.randn(200, 130).bfloat16(), torch.randn(130, 300).bfloat16()
+    ref = torch.full((200, 300), float("nan")).bfloat16()
+    tkjit.compile(EXAMPLE, filename="gemm.tk", constants={"BM": 64, "BN": 256}, cache=False)(a, b, ref)
+    for seed in (0, 1):
+        c = torch.full((200, 300), float("nan")).bfloat16()
+        run_roles(kernel.ir, [a, b, c], seed=seed)
+        assert torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0)), seed

@@ -1,7 +1,9 @@
-"""Stream-K over the last wave in the Hopper GEMM (grid{stream_k=1}), on the CPU: the plan's
-decision and refusals, the walk's arithmetic (every trip of every tile computed once, one owner per
-split tile, each CTA contributing at most once and only from its first unit), the PTX (workspace,
-flags with release/acquire), the ring protocol through the checker, and ptxas (no spills)."""
+"""Stream-K over the last wave (grid{stream_k=1}) through the general lowering, on the CPU: the
+walk's arithmetic (tail_split.py: every trip of every tile computed once, one owner per split
+tile, each CTA contributing at most once and only from its first unit), the grid pass's option
+check, and ptxas (no spills) at the tile sizes @fill_sms may pick. The decisions, refusals, PTX
+and CPU schedules are tests/test_general_stream_k.py; the GEMM template that had these tests
+first was deleted on 2026-11-27."""
 from __future__ import annotations
 
 import itertools
@@ -10,9 +12,8 @@ from pathlib import Path
 import pytest
 
 import tkjit
-from tkjit.codegen.hopper import emit_hopper_ptx, gemm_protocol, plan_gemm, streamk
+from tkjit.codegen.hopper import tail_split
 from tkjit.passes import default_pipeline
-from tkjit.passes.sync_check import check_protocol
 from support import needs_cuda_tools
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -20,22 +21,20 @@ SOURCE = (EXAMPLES / "gemm.tk").read_text()
 STREAM_K = default_pipeline("sm_90a").replace("grid", "grid{stream_k=1}")
 
 
-def planned(pipeline: str = STREAM_K, source: str = SOURCE, **constants):
-    ir = tkjit.compile(source, pipeline=pipeline, constants=constants or {"BM": 128, "BN": 256}, cache=False).ir
-    return ir, plan_gemm(ir)
+def compiled(pipeline: str = STREAM_K, **constants):
+    return tkjit.compile(SOURCE, pipeline=pipeline, constants=constants or {"BM": 128, "BN": 256},
+                         lowering="general", require_hopper=True, cache=False)
 
 
-def decision(plan, what: str) -> dict:
-    return next(d for d in plan.decisions if d["decision"] == what)
-
-
-def test_a_gemm_that_asks_for_none_imports_neither_stream_k_nor_split_k_nor_multicast():
-    """streamk.py, reduce.py (split-K) and multicast.py are imported where a plan asks for them;
-    the example at its defaults asks for none."""
+def test_a_gemm_that_asks_for_nothing_imports_neither_split_k_nor_the_attention_template():
+    """reduce.py (split-K) is imported where a kernel splits; the attention template's modules
+    where a kernel has two matrix products (codegen/hopper/__init__.py): the example GEMM at its
+    defaults needs none of them (its cold compile)."""
     import json
     import subprocess
     import sys
-    unused = ["tkjit.codegen.hopper.streamk", "tkjit.codegen.hopper.reduce", "tkjit.codegen.hopper.multicast"]
+    unused = ["tkjit.codegen.hopper.reduce", "tkjit.codegen.hopper.attention",
+              "tkjit.codegen.hopper.attention_match", "tkjit.codegen.hopper.attention_plan"]
     code = ("import sys, json, tkjit; k = tkjit.compile(open('examples/gemm.tk').read(), cache=False); "
             f"assert 'wgmma' in k.asm['ptx']; print(json.dumps([m for m in {unused!r} if m in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=EXAMPLES.parent, timeout=120)
@@ -43,32 +42,9 @@ def test_a_gemm_that_asks_for_none_imports_neither_stream_k_nor_split_k_nor_mult
     assert json.loads(out.stdout.splitlines()[-1]) == []
 
 
-def test_off_unless_the_grid_pass_asks():
-    _, (_, plan) = planned(default_pipeline("sm_90a"))
-    assert not plan.stream_k and "not asked for" in decision(plan, "stream-K")["why"]
-    _, (_, plan) = planned()
-    assert plan.stream_k and "R = T mod P" in decision(plan, "stream-K")["why"]
-
-
-@pytest.mark.parametrize("constants, why", [
-    ({"BM": 128, "BN": 256, "SPLIT": 2}, "one CTA per tile"),  # split-K: a cluster per tile
-    ({"BM": 128, "BN": 128}, "ping-pong"),
-    ({"BM": 64, "BN": 256}, "one consumer"),
-])
-def test_where_it_is_not_taken_the_log_says_why(constants, why):
-    _, (_, plan) = planned(**constants)
-    assert not plan.stream_k and why in decision(plan, "stream-K")["why"]
-
-
-def test_not_on_a_plain_grid():
-    source = SOURCE.replace("schedule(persistent, group = 8, split = SPLIT)", "schedule(grid, split = SPLIT)")
-    _, (_, plan) = planned(source=source)
-    assert not plan.stream_k and "persistent" in decision(plan, "stream-K")["why"]
-
-
 def test_the_grid_pass_checks_its_option():
     with pytest.raises(tkjit.TkError, match="stream_k must be 1"):
-        planned(default_pipeline("sm_90a").replace("grid", "grid{stream_k=2}"))
+        compiled(default_pipeline("sm_90a").replace("grid", "grid{stream_k=2}")).ir
 
 
 CASES = [(t, p, k) for t, p, k in itertools.product(
@@ -77,7 +53,7 @@ CASES = [(t, p, k) for t, p, k in itertools.product(
 
 @pytest.mark.parametrize("tiles, ctas, trips", CASES)
 def test_the_walk_computes_every_trip_once(tiles, ctas, trips):
-    units = streamk.walk(tiles, ctas, trips)
+    units = tail_split.walk(tiles, ctas, trips)
     done = {t: [0] * trips for t in range(tiles)}
     for c, mine in enumerate(units):
         for i, (t, first, n) in enumerate(mine):
@@ -93,42 +69,26 @@ def test_the_walk_computes_every_trip_once(tiles, ctas, trips):
             if first == 0 and n < trips:
                 owners[t] = c
                 parts = [o for o in range(ctas) for u in units[o] if u[0] == t and u[1] > 0]
-                assert streamk.contributors(tiles, ctas, trips, c, t) == parts
+                assert tail_split.contributors(tiles, ctas, trips, c, t) == parts
                 assert all(o > c for o in parts)  # waits go to later CTAs only: no cycle
     split = {t for mine in units for t, f, n in mine if n < trips}
     assert split == set(owners)
 
 
 def test_the_tail_is_spread_evenly():
-    units = streamk.walk(512, 132, 64)  # 4096^3 at 128x256 on 132 SMs
+    units = tail_split.walk(512, 132, 64)  # 4096^3 at 128x256 on 132 SMs
     work = [sum(n for _, _, n in mine) for mine in units]
     assert max(work) - min(work) <= 1 and max(work) == 3 * 64 + 57
-
-
-def test_the_ptx_has_the_workspace_and_the_flags():
-    ir, (g, plan) = planned()
-    ptx, meta = emit_hopper_ptx(ir)
-    ws, flags = streamk.symbols("gemm")
-    assert f".global .align 16 .b8 {ws}[{streamk.MAX_SLOTS * 128 * 256 * 4}];" in ptx
-    assert f".global .align 16 .b32 {flags}[{streamk.MAX_SLOTS * 2 * 128}];" in ptx
-    assert ptx.count("st.release.gpu.global.u32") == 1 and ptx.count("ld.acquire.gpu.global.u32") == 1
-    assert ptx.count("st.relaxed.gpu.global.u32") == 1  # the reader resets the flag
-    assert meta["gemm"]["stream_k"] is True
-    assert meta["grid"] == [["min", ["mul", ["cdiv", ["dim", "M"], 128], ["cdiv", ["dim", "N"], 256]], ["num_sms"]]]
-    assert [p["kind"] for p in meta["params"]] == ["global"] * 3 + ["tensormap"] * 3  # the ABI is unchanged
-    check_protocol(gemm_protocol(g, plan))  # the ring protocol; the cross-CTA flags are not modelled
 
 
 @needs_cuda_tools
 @pytest.mark.parametrize("constants", [{"BM": 128, "BN": 256}, {"BM": 128, "BN": 64}, {"BM": 64, "BN": 128}])
 def test_assembles_without_spills(constants):
     from tkjit.runtime import toolchain
-    ir, (_, plan) = planned(**constants)
-    assert plan.stream_k
-    ptx, meta = emit_hopper_ptx(ir)
-    _, report = toolchain.assemble(ptx, name=meta["name"])
-    fn = report[meta["name"]]
-    # ptxas 13.0 keeps up to three values of the 128x256 tile's epilogue in local memory (12 B, read
-    # once per tile, never in the K loop); more than that would be a regression
-    assert fn.spill_store_bytes <= 16 and fn.spill_load_bytes <= 32, report.log
+    k = compiled(**constants)
+    ptx = k.asm["ptx"]
+    assert k.metadata["lowering"] == "general" and k.metadata.get("serial_launches"), k.explain()
+    _, report = toolchain.assemble(ptx, name=k.metadata["name"])
+    fn = report[k.metadata["name"]]
+    assert fn.spill_store_bytes == 0 and fn.spill_load_bytes == 0, report.log
     assert not report.setmaxnreg_ignored() and not {"C7517", "C7519"} & set(report.codes), report.log

@@ -472,7 +472,7 @@ def compile(source: str, *, constants: dict | None = None, filename: str = "<str
     default pass pipeline; ``debug`` verifies the IR after every pass; ``cache=False`` bypasses
     the disk cache; ``backend`` is ``"gpu"`` or ``"interpret"``; ``lowering`` is how the Hopper
     backend lowers it (``auto``: the general lowering, except attention, whose template is
-    still faster, and what the general lowering refuses; ``general``; ``template``);
+    still faster; ``general``; ``template``: the attention template only);
     ``require_hopper=True`` makes a kernel the Hopper path cannot lower an error at the op that stops it; ``checked=True`` is checked mode: GPU launches check
     tile coordinates, integer divisions and loop steps as the interpreter does and raise its error
     at the kernel's line:col (docs/reliability.md). Unset arguments come from the environment

@@ -19,9 +19,9 @@ from .frozen import Frozen
 BACKENDS = ("gpu", "interpret")
 LOWERINGS = ("auto", "general", "template")
 """How the Hopper backend lowers a kernel: ``general`` (the op-by-op lowering of every tile
-program), ``template`` (the GEMM and attention templates only, as before the general lowering),
-``auto`` (the general lowering; a template only where it is still measured faster -- attention --
-or where the general lowering refuses the kernel; docs/hopper-codegen.md)."""
+program), ``template`` (the attention template only: the GEMM template was deleted on
+2026-11-27, so any other kernel is refused with the reason), ``auto`` (the general lowering; the
+attention template where it matches, as it is still measured faster; docs/hopper-codegen.md)."""
 ConstantValue = int | float | bool
 
 

@@ -2,7 +2,7 @@
 
     compute-sanitizer --tool memcheck python3 tests/gpu/hopper_sanitize.py M N K [stream_k]
 
-``stream_k``: the example at its default tiles with grid{stream_k=1} (codegen/hopper/streamk.py).
+``stream_k``: the example at its default tiles with grid{stream_k=1} (codegen/hopper/lower_stream_k.py).
 """
 from __future__ import annotations
 

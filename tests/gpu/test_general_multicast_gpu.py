@@ -1,10 +1,11 @@
 """On a Hopper GPU: the multicast pair (grid{multicast=2}) as a schedule option of the general
 sm_90a lowering -- clusters of 2 CTAs on tile rows 2mp and 2mp + 1, each loading half of the
 shared B stage with .multicast::cluster into both, releasing on both CTAs' barriers. Against
-float32 torch, the GEMM template's pair and the interpreter, at tile multiples and ragged shapes,
+float32 torch, the same kernel unpaired and the interpreter, at tile multiples and ragged shapes,
 odd tile-row counts (the off-edge CTA loads its half of B, stores nothing), one tile row, K below
 one K tile, more units than pairs; C poisoned (NaN) inside a poisoned buffer that must stay so,
-repeated launches bit-identical."""
+repeated launches bit-identical; rows TMA cannot address (the variant the kernel object
+compiles for them declines the pair and runs unpaired with the copying producer)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -88,17 +89,36 @@ def test_the_general_pair_matches_torch(abt, bm, bn, m, n, k):
 
 
 @pytest.mark.parametrize("m, n, k", [(1000, 3000, 520), (384, 512, 256), (4096, 4096, 4096)])
-def test_the_general_pair_agrees_with_the_template_pair(m, n, k):
-    general, template = pair(BM=128, BN=256), pair(lowering="template", BM=128, BN=256)
+def test_the_general_pair_agrees_with_the_unpaired_kernel(m, n, k):
+    """(Until 2026-11-27 against the GEMM template's pair, deleted that day.)"""
+    general = pair(BM=128, BN=256)
+    unpaired = tkjit.compile(GEMM, filename="gemm.tk", constants={"BM": 128, "BN": 256}, lowering="general",
+                             require_hopper=True)
     torch.manual_seed(1)
     a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
     buf, c = placed(m, n)
     general(a, b, c)
     ref = torch.full_like(c, float("nan"))
-    template(a, b, ref)
+    unpaired(a, b, ref)
     check(c, ref.float(), buf)
-    assert template.metadata.get("lowering") != "general"
+    assert unpaired.metadata["lowering"] == "general" and "multicast" not in unpaired.metadata["gemm"]
+
+
+@pytest.mark.parametrize("m, n, k", [(1000, 1500, 700), (130, 258, 66), (129, 257, 65)])
+def test_rows_tma_cannot_address_run_the_unpaired_copying_variant(m, n, k):
+    """A launch with such rows compiles the variant with the copying producer, which declines the
+    pair (passes/pairs.py): correct against torch, nothing written outside C."""
+    kernel = pair(lowering="auto", BM=128, BN=256)
+    torch.manual_seed(4)
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    buf, c = placed(m, n)
+    kernel(a, b, c)
+    variant = kernel._with_unaligned_rows()
+    assert variant is not None and variant.metadata["lowering"] == "general"
+    assert ".multicast::cluster" not in variant.asm["ptx"]
+    check(c, a.float() @ b.float(), buf)
 
 
 def test_the_general_pair_with_row_and_column_vectors_matches_torch_and_the_interpreter():

@@ -149,8 +149,9 @@ class Grid(Pass):
     group: int = 0
     """Override the block loop's group size (0: keep the kernel's)."""
     multicast: int = 0
-    """CTAs per cluster sharing B through TMA multicast (the Hopper GEMM: 2 pairs tiles along M,
-    1 turns it off; 0: the backend's default). Recorded as the kernel attribute ``multicast``."""
+    """CTAs per cluster sharing ring loads through TMA multicast (passes/pairs.py: 2 pairs the
+    tiles along the paired block index, a GEMM's M; 1 turns it off; 0: the backend's default).
+    Recorded as the kernel attribute ``multicast``."""
 
     heavy: int = 0
     """-1: never order tiles heaviest first (0: where a ring loop's trip count grows with a block
@@ -158,7 +159,7 @@ class Grid(Pass):
 
     stream_k: int = 0
     """1: a persistent Hopper GEMM splits the K loops of its last, partial wave of tiles over
-    every CTA (stream-K, codegen/hopper/streamk.py); -1 turns it off; 0: the backend's default.
+    every CTA (stream-K, codegen/hopper/lower_stream_k.py); -1 turns it off; 0: the backend's default.
     Recorded as the kernel attribute ``stream_k``."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:

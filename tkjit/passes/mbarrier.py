@@ -126,6 +126,8 @@ class _Builder:
         step. Otherwise none, and the general lowering refuses the option (saying why)."""
         if int(self.kernel.attrs.get("stream_k", 0) or 0) <= 0 or self.split_k > 1 or self.pingpong:
             return
+        if self.pair.ctas > 1:  # the pair's walk decides the CTA's tiles (lower_stream_k.not_applied)
+            return
         if blocks.attrs.get("schedule") != "persistent" or len(self.items) != 1:
             return
         (item,) = self.items
@@ -431,6 +433,9 @@ class Mbarrier(Pass):
             raise PassError(f"mbarrier: split must be auto or off, got '{self.split}'")
         if self.split == "off":
             kernel.attrs["split_rings"] = False
+        from .pairs import asked_for
+        if ctx.options.unaligned_rows and asked_for(kernel) > 1:
+            kernel.attrs["unaligned_rows"] = True  # the pair is not taken there (passes/pairs.py)
         builder = _Builder(kernel, self.overlap != "off")
         proto = builder.build()
         if builder.split_bars and "split_bars" not in kernel.attrs:
@@ -487,7 +492,8 @@ class Mbarrier(Pass):
                        "between CTAs are the launch-order model of tail_split.check_walk", ring=ring)
         elif int(kernel.attrs.get("stream_k", 0) or 0) > 0:
             ctx.decide(f"@{kernel.name}", "no stream-K fix-up in the protocol",
-                       "stream_k = 1 needs a persistent grid of whole tiles (no split-K, no ping-pong) "
+                       "stream_k = 1 needs a persistent grid of whole tiles (no split-K, no ping-pong, no "
+                       "multicast pair) "
                        "whose tile is one ring loop with products and nothing else taking a protocol "
                        "step; the general lowering refuses the option here")
         if builder.pair.asked:

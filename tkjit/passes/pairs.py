@@ -13,10 +13,16 @@ half of the rows of every panel, whole 8-row swizzle atoms), which lands at the 
 both CTAs and completes its bytes on both CTAs' ``full[s]``. A ring holding such a load is
 shared by the pair: each CTA's ``empty[s]`` counts both CTAs' consumers.
 
-Not taken (the reason is logged by the mbarrier pass): split-K (its tile is a cluster already),
+Not taken (the reason is logged by the mbarrier pass): the variant for rows TMA cannot address
+(the compile option ``unaligned_rows``, which the mbarrier pass records on the kernel as the
+attribute ``unaligned_rows``: its copying producer fills only its own CTA's stage; multicast is
+an optimization, so that variant simply runs unpaired), split-K (its tile is a cluster already),
 ping-pong consumers (their alternation and the pair's walk are not built together), the
 heaviest-first order, a block loop of one index, ring loops whose bounds depend on the paired
 index (the pair's rings would be filled for different trip counts), no load the pair can share.
+Asked for together with stream-K (``grid{multicast=2,stream_k=1}``), the pair is taken and
+stream-K is not (the mbarrier pass places no fix-up, lower_stream_k.not_applied says why), as the
+GEMM template did.
 """
 from __future__ import annotations
 
@@ -70,6 +76,10 @@ def pair_plan(kernel: Kernel) -> Pair:
         return Pair(1, "turned off by the grid pass (multicast = 1)")
     if asked != CTAS:
         return Pair(1, f"multicast = {asked}: only pairs of CTAs share loads")
+    if kernel.attrs.get("unaligned_rows"):
+        return Pair(1, "not in the variant for rows TMA cannot address (compile option unaligned_rows): "
+                       "its copying producer fills only its own CTA's stage, so each CTA loads its tiles "
+                       "whole, unpaired")
     blocks = block_loop(kernel)
     if int(blocks.attrs.get("split", 1) or 1) > 1:
         return Pair(1, "split-K already makes each tile a cluster of its own")

@@ -23,9 +23,9 @@ what later ops read. The pass leaves a ``mul`` alone (and says why) when somethi
 the scaled tile (a store, a row_sum, an mma, ...), when nothing reduces it, or when the range
 holds a load, an mma or a store. It runs before layout, so the schedule passes see the branch.
 
-While the templates exist: under ``lowering=template``, and under ``auto`` for a kernel the
-attention template matches, the kernel is left as written (the templates match unfolded programs;
-the attention template has its own two softmax paths).
+While the attention template exists: under ``lowering=template``, and under ``auto`` for a kernel
+it matches, the kernel is left as written (the template matches unfolded programs and has its own
+two softmax paths).
 """
 from __future__ import annotations
 

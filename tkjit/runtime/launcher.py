@@ -35,7 +35,7 @@ is left is torch: five attribute reads per tensor (~45 ns each in torch's bindin
 current device and stream.
 
 A kernel whose metadata says ``serial_launches`` (the stream-K GEMM: its partial tiles go
-through a workspace and flags in module-scope ``.global`` memory, codegen/hopper/streamk.py) must
+through a workspace and flags in module-scope ``.global`` memory, codegen/hopper/tail_split.py) must
 never have two launches running at once, on two streams. Its Launcher (one per loaded module and
 device) orders them (``LaunchOrder``): each launch on a stream other than the previous launch's
 first waits for an event recorded after that launch, so the kernel's launches run one after
@@ -683,7 +683,7 @@ still open, its next launch on another of its streams would not be ordered)."""
 class LaunchOrder:
     """Orders the launches of one kernel through one Launcher (one loaded module, one device)
     across streams: the kernel's metadata says ``serial_launches`` when its launches share module
-    state (stream-K's workspace and flags, codegen/hopper/streamk.py), so that two of them running
+    state (stream-K's workspace and flags, codegen/hopper/tail_split.py), so that two of them running
     at once would compute wrong results.
 
     The Launcher calls ``before(stream)`` and ``after(stream, key)`` around the launch, holding

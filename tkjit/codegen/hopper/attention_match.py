@@ -26,13 +26,30 @@ from dataclasses import dataclass
 
 from ...frozen import Frozen
 from ...ir.core import Kernel, Op, Value
-from ...ir.ops import Blocks, Cvt, For, If, Load, MmaAB, MmaABt, Store, Yield, Zeros
+from ...ir.ops import Blocks, Const, Cvt, For, If, Load, MmaAB, MmaABt, Store, Yield, Zeros
 from ...ir.ops.elementwise import Add, CausalMask, Exp2, Fill, Log2, Max, Mul, Sub
-from ...ir.types import BF16, F32, ScalarType, TileType, VectorType
-from .match import NoMatch, const_value, param_index
+from ...ir.types import BF16, F32, GlobalType, ScalarType, TileType, VectorType
 from .scalars import UnsupportedScalar, supported
 
 HEAD_DIMS = (64, 128)
+
+
+class NoMatch(Exception):
+    """Why a kernel is not the attention pattern, or why its plan cannot be made (internal:
+    ``match_attention`` and ``plan_attention`` return the message)."""
+
+
+def param_index(params: list[Value], v: Value) -> int:
+    """The index of the global parameter ``v`` is (the pattern's tensors are kernel parameters)."""
+    for i, p in enumerate(params):
+        if p is v and isinstance(p.type, GlobalType):
+            return i
+    raise NoMatch("a load or store does not name a kernel parameter")
+
+
+def const_value(v: Value):
+    """The value of a ``const`` op's result, else None."""
+    return v.owner.attrs["value"] if isinstance(v.owner, Const) else None
 
 
 def _op_named(name: str) -> type:

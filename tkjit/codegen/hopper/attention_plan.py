@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 
 from ...ir.ops.elementwise import Mul
 from ...ir.types import ScalarType
-from .attention_match import AttentionMatch
-from .match import NoMatch, const_value
+from .attention_match import AttentionMatch, NoMatch, const_value
 from ...passes.hopper import SMEM_LIMIT, consumer_registers
 from ...passes.reg_budget import PRODUCER_DEFAULT
-from .plan import ALIGN_SLACK
 from .scalars import UnsupportedScalar, supported
 from .wgmma import Operand
 
+ALIGN_SLACK = 1024
+"""The kernel rounds the dynamic shared base up to 1024 at run time."""
 L2_BUDGET = 24 << 20
 """Bytes of K and V the causal block order keeps in flight at once (H100 L2 50 MB, H200 60 MB)."""
 PERSISTENT_CAUSAL: bool | None = None

@@ -84,15 +84,7 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         why = split_refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"])
         if why is not None:
             return why
-    multicast = int(kernel.attrs.get("multicast", 1) or 1)
     from . import lower_stream_k
-    if multicast > 1 and lower_stream_k.asked(kernel):
-        return Refusal(blocks, "multicast pairs together with stream-K are not built: the pair's walk and "
-                               "stream-K's units would both decide the CTA's tiles")
-    if multicast > 1:
-        why = _pair_refusal(kernel, options, blocks)
-        if why is not None:
-            return why
     if lower_stream_k.asked(kernel):
         why = lower_stream_k.refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"], options)
         if why is not None:
@@ -106,7 +98,8 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         if not isinstance(op, Blocks) and not all(isinstance(v.type, ScalarType) for v in op.results):
             return Refusal(op, "only scalars may be computed before the block loop")
     from .lower_checks import consumer_refusal, users_of
-    consumers = kernel.attrs["consumers"]
+    # the consumers sharing each tile's rows: every one, or one with ping-pong (whole tiles in turn)
+    consumers = 1 if kernel.attrs.get("pingpong") else kernel.attrs["consumers"]
     loops = set(pipelined_loops(kernel))
     users = users_of(kernel)
     for op in blocks.regions[0].ops:
@@ -118,16 +111,6 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
             why = consumer_refusal(op, consumers, False, users)
         if why is not None:
             return why
-    return None
-
-
-def _pair_refusal(kernel: Kernel, options: dict, blocks: Blocks) -> Refusal | None:
-    """The multicast pair (grid{multicast=2}, passes/pairs.py) is a schedule option of this
-    lowering (under ``auto`` too since its GPU test ran: H200, 2026-11-27,
-    tests/gpu/test_general_multicast_gpu.py); not with the copying producer."""
-    if options.get("unaligned_rows") and schedule_of(kernel).pair.ctas > 1:
-        return Refusal(blocks, "the multicast pair with the copying producer (rows TMA cannot address) is "
-                               "not built: the copy fills only this CTA's stage")
     return None
 
 

@@ -12,7 +12,8 @@ from .lower import MMA_DTYPES
 
 
 def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
-    """None when the consumer emitters take ``op`` (and everything inside it); else a Refusal."""
+    """None when the consumer emitters take ``op`` (and everything inside it); else a Refusal.
+    ``consumers``: the consumer warpgroups sharing each tile's rows (1 with ping-pong)."""
     from .lower import Refusal
     if isinstance(op, Yield):
         return None

@@ -6,7 +6,7 @@ compiles, kernel.py) tests the loaded tensors' row lengths once in its prologue 
 Where TMA can address them the producer is the one elected thread of lower_producer.py. Where it
 cannot, all 128 producer threads walk the same protocol program: each ``TmaLoad`` step copies its
 IR ``load`` element by element (zeros outside the tensor) into the swizzled panels the TMA boxes
-would have written (copy.py, shared with the GEMM template), the ``ExpectTx`` step arrives on
+would have written (copy.py), the ``ExpectTx`` step arrives on
 nothing, and after the stage's last load the threads fence their writes for the async proxy
 (wgmma reads through it), meet on a named barrier and one thread arrives on full[s]: full[s]
 still counts one arrival per phase, so the consumers and the protocol the checker explored are
@@ -16,9 +16,10 @@ launcher encodes none where the kernel copies (runtime/tensormap.py).
 
 Refused (``copy_refusal``): shared-tile loads of tensors other than rank-2 ones of 1-, 2- or
 4-byte elements, split-K
-tiles, the option ``strided`` (the copy reads rows as contiguous). Under ``lowering="auto"`` the copying producer is not taken yet (it has not run on a GPU:
-tests/gpu/test_general_lowering_gpu.py covers it); such launches keep the GEMM template or the
-register-tile backend, and ``lowering="general"`` takes it.
+tiles, the option ``strided`` (the copy reads rows as contiguous). ``lowering="auto"`` takes it
+since its GPU test passed (tests/gpu/test_general_lowering_gpu.py, H200, 2026-11-27). A
+multicast pair is not taken in this variant (passes/pairs.py): each CTA copies only its own
+stage, so the kernel runs unpaired.
 """
 from __future__ import annotations
 

@@ -98,8 +98,8 @@ def emit_staged(role, ctx, op: Store, tile, staging: Staging, coords: list[str] 
     b(f"mul.lo.s32 {row0}, {coords[-2]}, {t.rows};", f"mad.lo.s32 {row0}, {role.share}, {slabs * 64}, {row0};",
       f"mul.lo.s32 {col0}, {coords[-1]}, {t.cols};")
     out.append(EPILOGUE_MARK)
-    store_staged(b, staging, [None] * slabs, 16, t.cols, row0, col0, g.dtype.name,
-                 packed=_packed(ctx, tile, g.dtype, out), lead=tuple(reversed(coords[:-2])))
+    store_staged(b, staging, slabs, t.cols, row0, col0, _packed(ctx, tile, g.dtype, out),
+                 lead=tuple(reversed(coords[:-2])))
     out.append("// end epilogue sync")
     role.staged = True
     return out

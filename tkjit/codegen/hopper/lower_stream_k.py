@@ -32,13 +32,12 @@ def asked(kernel: Kernel) -> bool:
     return int(kernel.attrs.get("stream_k", 0) or 0) > 0
 
 
-GPU_VERIFIED = True
-"""Whether ``lowering="auto"`` takes stream-K through the general lowering (else the GEMM
-template does, where the kernel is of its pattern). True since tests/gpu/test_general_stream_k_gpu.py
-passed on an H200 (2026-11-27: 12 of 12, ragged shapes, poisoned outputs, repeated launches,
-a side stream, a CUDA graph, agreement with the template) and the general lowering's stream-K
-timed at 1.00-1.03x the template's in the same run (4096^3, 8192^3, 2048^3, 8192x4096x4096;
-benchmarks/results/2026-11-27-nvidia-h200-s11-stream-k-general-vs-template.json)."""
+# Stream-K through the general lowering is GPU-verified (H200, 2026-11-27:
+# tests/gpu/test_general_stream_k_gpu.py 12 of 12, ragged shapes, poisoned outputs, repeated
+# launches, a side stream, a CUDA graph, agreement with the GEMM template) and timed at
+# 1.00-1.03x the template's in the same run
+# (benchmarks/results/2026-11-27-nvidia-h200-s11-stream-k-general-vs-template.json);
+# lowering="auto" takes it, and the template was deleted the same day.
 
 
 def not_applied(kernel: Kernel, schedule) -> str | None:
@@ -51,6 +50,8 @@ def not_applied(kernel: Kernel, schedule) -> str | None:
         return "split-K already shares each tile's K loop within a cluster"
     if kernel.attrs.get("pingpong"):
         return "ping-pong consumers take whole tiles in turn; stream-K units are not built for them"
+    if schedule.pair is not None and schedule.pair.ctas > 1:
+        return "the multicast pair walks tile pairs; stream-K units are not built for them"
     if schedule.stream_k_loop is None:
         return ("the mbarrier pass placed no stream-K fix-up: the tile must be one ring loop with "
                 "products and nothing else taking a protocol step (one-shot tiles, stores staged over "
@@ -67,10 +68,6 @@ def refusal(kernel: Kernel, schedule, consumers: int, options: dict | None = Non
     blocks = block_loop(kernel)
     if not_applied(kernel, schedule) is not None:
         return None
-    if not GPU_VERIFIED and (options or {}).get("lowering") != "general":
-        return Refusal(blocks, "grid{stream_k=1}: stream-K through the general lowering has not run on a "
-                               "GPU yet: it is taken with lowering='general'; under auto the GEMM template "
-                               "takes it where the kernel is of its pattern")
     loop: For = schedule.stream_k_loop
     carried = list(loop.variadic())
     if len(carried) != 1 or not isinstance(carried[0].type, TileType) or carried[0].type.dtype != F32:

@@ -24,3 +24,14 @@ def wait_parity(bar: str, parity: str, pred: str, label: str) -> list[str]:
     return [f"{label}:",
             f"mbarrier.try_wait.parity.shared::cta.b64 {pred}, [{bar}], {parity};",
             f"@!{pred} bra {label};"]
+
+
+def arrive_peer(remote: str, bar: str, peer: str) -> list[str]:
+    """Arrive on the mbarrier at this CTA's shared offset ``bar`` in CTA ``peer`` of the cluster
+    (a multicast pair's release of a stage the peer's producer refills too), through the register
+    ``remote``. Default semantics (.release.cta), as CUTLASS's ClusterBarrier::arrive: what it
+    orders is this thread's wgmma reads, retired by wait_group; .release.cluster puts
+    MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before every release (SASS), which measured 0.63-0.9x of
+    the unpaired kernel on the H200 (the GEMM template's pair, 2026-11-21)."""
+    return [f"mapa.shared::cluster.u32 {remote}, {bar}, {peer};",
+            f"mbarrier.arrive.shared::cluster.b64 _, [{remote}];"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ...passes.sync_protocol import (Advance, ClusterSync, ExpectTx, First, IfNextTile, IfPrevTile, IfTrips, Loop, Mma,
                                      MmaWait, NotFirst, Protocol, Release, Reset, Ring, SkipTrips,
                                      TmaLoad, Tiles, TurnPass, TurnWait, Wait)
-from . import mbarrier, wgmma  # multicast: where a ring is shared by a cluster
+from . import mbarrier, wgmma
 from .builder import Builder
 
 PTX_VERSION = "8.0"
@@ -126,8 +126,7 @@ class RoleEmitter:
         bar = self.bar(r, "empty", stage)
         self.b(self.leading(mbarrier.arrive(bar)))
         if r.ring.cluster > 1:  # the peer's producer refills this stage in both CTAs too
-            from . import multicast
-            mapa, arrive = multicast.arrive_peer(self.b, bar, self.peer)
+            mapa, arrive = mbarrier.arrive_peer(self.b.reg(), bar, self.peer)
             self.b(mapa, self.leading(arrive))
 
     def cluster_sync(self, step: ClusterSync) -> None:

@@ -1,6 +1,6 @@
-"""Stream-K's run-time pieces, shared by the general lowering (lower_stream_k.py) and, until it
-is deleted, the GEMM template (streamk.py): the split of the last wave's K trips over every CTA of
-a persistent grid, the module-scope workspace of partial accumulators and the per-thread flags,
+"""Stream-K's run-time pieces, used by the general lowering (lower_stream_k.py; the GEMM
+template's streamk.py shared them until its deletion on 2026-11-27): the split of the last
+wave's K trips over every CTA of a persistent grid, the module-scope workspace of partial accumulators and the per-thread flags,
 and the contribution / gather code around them. Nothing here knows which kernel it serves.
 
 The split, made by the kernel at run time from the launch shape (P = ``%nctaid.x``, c =

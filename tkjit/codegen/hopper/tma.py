@@ -55,17 +55,6 @@ def prefetch(tmap: str) -> str:
     return f"prefetch.tensormap [{tmap}];"
 
 
-def load_2d(dst: str, tmap: str, inner: str, outer: str, bar: str) -> str:
-    """Copy one box into shared memory at ``dst``, completing its bytes on mbarrier ``bar``."""
-    return (f"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-            f"[{dst}], [{tmap}, {{{inner}, {outer}}}], [{bar}];")
-
-
-def store_2d(tmap: str, inner: str, outer: str, src: str) -> str:
-    """Copy one box from shared memory at ``src`` to the tensor (elements outside it are skipped)."""
-    return f"cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [{tmap}, {{{inner}, {outer}}}], [{src}];"
-
-
 def store_nd(tmap: str, coords: list[str], src: str) -> str:
     """Copy one box of a rank-``len(coords)`` map (coordinates innermost first) from shared memory
     at ``src`` to the tensor (elements outside it are skipped)."""
