@@ -3,6 +3,7 @@ winner no slower than any timed candidate nor (beyond noise) than @fill_sms's ch
 run, the tuning time in explain(), and a second process that reuses the choice without timing."""
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -33,8 +34,14 @@ def test_gemm_autotune(m, n, k):
     timed = [t for t in tuning.trials if t.ms is not None]
     best = min(t.ms for t in timed)
     assert [t for t in timed if t.constants == tuning.winner][0].ms == best
-    fill_sms_ms = cuda_event_timer()(lambda: gemm(a, b, c))
-    assert best <= fill_sms_ms * 1.03, (best, fill_sms_ms, tuned.explain())
+    # the winner against @fill_sms's choice, timed now in alternating rounds (a ~13 us kernel read
+    # 3-5% apart when the tuning's figure was compared with one taken later)
+    timer = cuda_event_timer(reps=20)
+    tuned_ms, fill_sms_ms = math.inf, math.inf
+    for _ in range(5):
+        tuned_ms = min(tuned_ms, timer(lambda: tuned(a, b, c)))
+        fill_sms_ms = min(fill_sms_ms, timer(lambda: gemm(a, b, c)))
+    assert tuned_ms <= fill_sms_ms * 1.03, (tuned_ms, fill_sms_ms, tuned.explain())
     assert "tuning took" in tuned.explain()
 
 

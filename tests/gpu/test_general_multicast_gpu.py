@@ -116,8 +116,10 @@ def test_rows_tma_cannot_address_run_the_unpaired_copying_variant(m, n, k):
     buf, c = placed(m, n)
     kernel(a, b, c)
     variant = kernel._with_unaligned_rows()
-    assert variant is not None and variant.metadata["lowering"] == "general"
+    assert variant is not None
+    # metadata is the backend's once the PTX is made (a cubin from the disk cache makes none)
     assert ".multicast::cluster" not in variant.asm["ptx"]
+    assert variant.metadata["lowering"] == "general"
     check(c, a.float() @ b.float(), buf)
 
 
