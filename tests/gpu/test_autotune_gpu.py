@@ -34,14 +34,17 @@ def test_gemm_autotune(m, n, k):
     timed = [t for t in tuning.trials if t.ms is not None]
     best = min(t.ms for t in timed)
     assert [t for t in timed if t.constants == tuning.winner][0].ms == best
-    # the winner against @fill_sms's choice, timed now in alternating rounds (a ~13 us kernel read
-    # 3-5% apart when the tuning's figure was compared with one taken later)
+    # the kernel the tuner picked against @fill_sms's choice, timed now in alternating rounds (a
+    # ~13 us kernel read 3-5% apart when the tuning's figure was compared with one taken later).
+    # Both are kernel objects launched directly: the tuned wrapper's own host cost is
+    # tests/test_autotune.py's (at 13 us, back-to-back launches are bound by the host's launch path)
+    (winner,) = {id(v): v for v in tuned._by_shapes.values()}.values()
     timer = cuda_event_timer(reps=20)
-    tuned_ms, fill_sms_ms = math.inf, math.inf
+    winner_ms, fill_sms_ms = math.inf, math.inf
     for _ in range(5):
-        tuned_ms = min(tuned_ms, timer(lambda: tuned(a, b, c)))
+        winner_ms = min(winner_ms, timer(lambda: winner(a, b, c)))
         fill_sms_ms = min(fill_sms_ms, timer(lambda: gemm(a, b, c)))
-    assert tuned_ms <= fill_sms_ms * 1.03, (tuned_ms, fill_sms_ms, tuned.explain())
+    assert winner_ms <= fill_sms_ms * 1.03, (winner_ms, fill_sms_ms, tuned.explain())
     assert "tuning took" in tuned.explain()
 
 
