@@ -2,7 +2,7 @@
 forks onto a second stream, against torch.matmul.
 
 A stream-K GEMM combines the tail tiles' partial accumulators through a workspace and flags in its
-module's ``.global`` memory (codegen/hopper/streamk.py): two launches running at once would mix
+module's ``.global`` memory (codegen/hopper/tail_split.py, through the general lowering's lower_stream_k.py): two launches running at once would mix
 each other's partials (wrong tiles) or consume each other's flags (an owner then spins forever).
 Its metadata says ``serial_launches`` and the launcher orders its launches across streams
 (runtime/launcher.py, LaunchOrder). Each case runs in a child process with a deadline, so that a
