@@ -1,46 +1,25 @@
-"""Run attention_mask.tk — causal attention with the mask applied on every trip — and check it
-against torch.
+"""Run attention_mask.tk — causal attention with the mask applied on every trip — and check it against torch.
 
     python examples/attention_mask.py [B H HKV N]
 
 On a GPU the kernel runs there; without one it runs on tkjit's CPU interpreter, at smaller sizes.
+The inputs, the reference and the report are attention_nol.py's (``run_and_check``).
 """
+import importlib.util
 import sys
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-
-import tkjit
-
-HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("tkjit_example_attention_nol",
+                                               Path(__file__).resolve().parent / "attention_nol.py")
+nol = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(nol)
 
 
 def check(device: str, sizes=None, d: int = 128) -> tuple[str, float]:
-    """Run the kernel once on fresh random inputs; return (shape, relative error of O against
-    float32 torch)."""
-    bsz, h, hkv, n = sizes if sizes and len(sizes) == 4 else ((4, 16, 4, 4096) if device == "cuda" else (1, 2, 1, 300))
-    q = torch.randn(bsz, h, n, d, dtype=torch.bfloat16, device=device)
-    k = torch.randn(bsz, hkv, n, d, dtype=torch.bfloat16, device=device)
-    v = torch.randn(bsz, hkv, n, d, dtype=torch.bfloat16, device=device)
-    o = torch.full((bsz, h, n, d), float("nan"), dtype=torch.bfloat16, device=device)
-    scale = d ** -0.5
-    kr, vr = (t.float().repeat_interleave(h // hkv, dim=1) for t in (k, v))
-
-    kernel = tkjit.load(HERE / "attention_mask.tk", constants={"D": d})
-    kernel(q, k, v, o, scale)
-
-    ref = F.scaled_dot_product_attention(q.float(), kr, vr, is_causal=True, scale=scale)
-    err = ((o.float() - ref).norm() / ref.norm()).item()
-    return f"{bsz}x{h}(kv {hkv})x{n}x{d} causal", err
-
-
-def main(argv: list[str]) -> int:
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    shape, err = check(device, [int(a) for a in argv] or None)
-    print(f"attention_mask {shape} on {device}: relative error {err:.2e}")
-    return 0 if err < 1e-2 else 1
+    """Run the (always causal) kernel once on fresh random inputs; return (shape, relative error
+    of O against float32 torch)."""
+    return nol.run_and_check("attention_mask", device, sizes, causal=True, d=d, constants={"D": d})
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(nol.main(sys.argv[1:], "attention_mask", check))
