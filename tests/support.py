@@ -49,3 +49,23 @@ def fake_cuda_tensor_class():
             return getattr(self, "fake_device", 0)
 
     return FakeCuda
+
+
+def placed(m: int, n: int, dtype=None, pad: int = 64, device: str = "cuda"):
+    """A NaN-poisoned (m, n) output inside a NaN-poisoned buffer with ``pad`` elements each side:
+    (buffer, the view a kernel writes)."""
+    import torch
+    buf = torch.full((pad + m * n + pad,), float("nan"), dtype=dtype or torch.bfloat16, device=device)
+    return buf, buf[pad:pad + m * n].view(m, n)
+
+
+def check_placed(c, ref, buf, pad: int = 64) -> None:
+    """``c`` (from ``placed``) within 1e-2 relative error of ``ref``, wholly written (no NaN left),
+    and nothing written into the poisoned pads around it."""
+    import torch
+    if c.is_cuda:
+        torch.cuda.synchronize()
+    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert err <= 1e-2, f"relative error {err:.3e}"
+    assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
+    assert torch.isnan(buf[:pad]).all() and torch.isnan(buf[-pad:]).all(), "wrote outside C"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import check_placed as check
+from support import placed
 
 import tkjit
 from tkjit.passes import default_pipeline
@@ -23,7 +25,6 @@ GEMM = (EXAMPLES / "gemm.tk").read_text()
 ABT = GEMM.replace("B: gl<bf16>[K, N]", "B: gl<bf16>[N, K]") \
     .replace("st<bf16>[BK, BN] = B.tile(k, n)", "st<bf16>[BN, BK] = B.tile(n, k)").replace("mma_AB(", "mma_ABt(")
 MULTICAST = default_pipeline("sm_90a").replace("grid", "grid{multicast=2}")
-PAD = 64
 
 BIAS = """
 kernel pair_bias<BM = 128, BN = 256>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], rb: gl<f32>[M], cb: gl<f32>[N],
@@ -43,17 +44,6 @@ kernel pair_bias<BM = 128, BN = 256>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], rb: g
 """
 
 
-def placed(m: int, n: int):
-    buf = torch.full((PAD + m * n + PAD,), float("nan"), dtype=torch.bfloat16, device="cuda")
-    return buf, buf[PAD:PAD + m * n].view(m, n)
-
-
-def check(c, ref, buf):
-    torch.cuda.synchronize()
-    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert err <= 1e-2, f"relative error {err:.3e}"
-    assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
-    assert torch.isnan(buf[:PAD]).all() and torch.isnan(buf[-PAD:]).all(), "wrote outside C"
 
 
 def pair(source=GEMM, lowering="general", **constants):

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import check_placed as check
+from support import placed
 
 import tkjit
 
 pytestmark = pytest.mark.gpu
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-PAD = 64
 
 BIAS_RELU_SPLIT = """
 kernel gemm_bias_relu_split<BM = 128, BN = 128, BK = 64, SPLIT = 2>(A: gl<bf16>[M, K], B: gl<bf16>[K, N],
@@ -33,17 +34,6 @@ kernel gemm_bias_relu_split<BM = 128, BN = 128, BK = 64, SPLIT = 2>(A: gl<bf16>[
 """
 
 
-def placed(m: int, n: int):
-    buf = torch.full((PAD + m * n + PAD,), float("nan"), dtype=torch.bfloat16, device="cuda")
-    return buf, buf[PAD:PAD + m * n].view(m, n)
-
-
-def check(c, ref, buf):
-    torch.cuda.synchronize()
-    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert err <= 1e-2, f"relative error {err:.3e}"
-    assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
-    assert torch.isnan(buf[:PAD]).all() and torch.isnan(buf[-PAD:]).all(), "wrote outside C"
 
 
 @pytest.mark.parametrize("bm, bn, split, m, n, k", [

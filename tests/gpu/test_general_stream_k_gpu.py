@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import check_placed as check
+from support import placed
 
 import tkjit
 
 pytestmark = pytest.mark.gpu
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-PAD = 64
 
 
 def stream_k_kernel(lowering: str = "general", source: str | None = None, **constants):
@@ -33,17 +34,6 @@ def stream_k_kernel(lowering: str = "general", source: str | None = None, **cons
     return kernel
 
 
-def placed(m: int, n: int, dtype=torch.bfloat16):
-    buf = torch.full((PAD + m * n + PAD,), float("nan"), dtype=dtype, device="cuda")
-    return buf, buf[PAD:PAD + m * n].view(m, n)
-
-
-def check(c, ref, buf):
-    torch.cuda.synchronize()
-    assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
-    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert err <= 1e-2, f"relative error {err:.3e}"
-    assert torch.isnan(buf[:PAD]).all() and torch.isnan(buf[-PAD:]).all(), "wrote outside C"
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import check_placed as check
+from support import placed
 
 import tkjit
 
@@ -58,18 +60,6 @@ def gemm():
     return kernel
 
 
-def placed(m: int, n: int, dtype=torch.bfloat16, pad: int = 64):
-    """A NaN-poisoned (m, n) tensor inside a NaN-poisoned buffer with ``pad`` elements each side."""
-    buf = torch.full((pad + m * n + pad,), float("nan"), dtype=dtype, device="cuda")
-    return buf, buf[pad:pad + m * n].view(m, n)
-
-
-def check(c, ref, buf, pad=64):
-    torch.cuda.synchronize()
-    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert err <= 1e-2, f"relative error {err:.3e}"
-    assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
-    assert torch.isnan(buf[:pad]).all() and torch.isnan(buf[-pad:]).all(), "wrote outside C"
 
 
 def same_bits_three_times(kernel, m, n, k, why=None):
