@@ -110,13 +110,39 @@ def test_auto_takes_the_copying_producer_for_such_rows():
     assert "$L_tma_producer" in ptx and "register-tile" not in ptx.splitlines()[0]
 
 
-def test_what_the_copy_cannot_take_is_refused_at_its_op():
-    """A rank-3 load (bmm): the copying producer copies rank-2 tensors; require_hopper names the
-    load's line."""
+def test_a_batched_load_copies_from_the_matrix_its_leading_coordinate_selects():
+    """bmm (rank-3 loads): the copy's source moves by b * M * K (A) and b * K * N (B) elements,
+    in 64 bits, before the element loop; no register-tile fallback, lint clean, no spills."""
+    import warnings
     case = BY_NAME["bmm"]
     kernel = tkjit.compile(case.source, lowering="general", require_hopper=True, cache=False)
-    with pytest.raises(NotAvailableError, match=r"not a rank-3 bf16 one"):
-        kernel._with_unaligned_rows().asm["ptx"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        variant = kernel._with_unaligned_rows()
+        ptx = variant.asm["ptx"]
+    assert variant.metadata.get("lowering") == "general" and variant.options.unaligned_rows
+    copy_path = ptx.split("$L_tma_producer")[1]
+    # two loads, each: index = b; index *= extent; index *= extent; bytes; add to the base
+    offsets = re.findall(r"cvt\.s64\.s32 (%rd\d+), %r\d+;\s+cvt\.u64\.u32 (%rd\d+), %r\d+;\s+"
+                         r"mul\.lo\.s64 \1, \1, \2;\s+cvt\.u64\.u32 \2, %r\d+;\s+mul\.lo\.s64 \1, \1, \2;\s+"
+                         r"shl\.b64 \1, \1, 1;\s+add\.s64 %rd\d+, %rd\d+, \1;", copy_path)
+    assert len(offsets) == 2
+    stray, _ = sync_outside_the_protocol(ptx)
+    assert stray == []
+    try:
+        sass = variant.asm["sass"]
+    except NotAvailableError as e:
+        pytest.skip(str(e))
+    assert re.search(r"\bHGMMA", sass) and not re.search(r"\b(LDL|STL)\b", sass)
+
+
+def test_what_the_copy_cannot_take_is_refused_at_its_op():
+    """A strided view's rows: the copy reads rows as contiguous; require_hopper says why."""
+    case = BY_NAME["gemm_bias_relu"]
+    kernel = tkjit.compile(case.source, lowering="general", require_hopper=True, cache=False)
+    variant = kernel._recompiled(strided=True, unaligned_rows=True)
+    with pytest.raises(NotAvailableError, match=r"reads rows as contiguous"):
+        variant.asm["ptx"]
 
 
 def test_the_aligned_kernel_has_no_copy_path():

@@ -112,7 +112,8 @@ def test_the_copying_producer_matches_torch(m, n, k):
 @pytest.mark.parametrize("name,shape", [("linear", {"M": 300, "N": 260, "K": 100}),
                                         ("gemm_bias_relu", {"M": 1000, "N": 1500, "K": 700}),
                                         ("gemm_atb", {"M": 264, "N": 300, "K": 130}),
-                                        ("gemm_fp8_scaled", {"M": 264, "N": 300, "K": 200})])
+                                        ("gemm_fp8_scaled", {"M": 264, "N": 300, "K": 200}),
+                                        ("bmm", {"B": 3, "M": 300, "N": 260, "K": 100})])
 def test_the_copying_producer_takes_other_kernels(name, shape):
     from general_corpus import BY_NAME
     case = BY_NAME[name]

@@ -14,9 +14,12 @@ unchanged. Stores of a tensor whose rows may be such go from registers (no TMA-s
 ``lower_consumer.plan_stagings``). The tensor maps of such tensors say ``fallback: true``: the
 launcher encodes none where the kernel copies (runtime/tensormap.py).
 
-Refused (``copy_refusal``): shared-tile loads of tensors other than rank-2 ones of 1-, 2- or
-4-byte elements, split-K
-tiles, the option ``strided`` (the copy reads rows as contiguous). ``lowering="auto"`` takes it
+A load of a tensor of rank 3 to 5 (a batch or head index before the tile's two coordinates)
+copies from the matrix its leading coordinates select: their row-major offset, in 64 bits, moves
+the source address (``leading_offset``); they index the tensor directly, as the TMA box's do.
+
+Refused (``copy_refusal``): shared-tile loads of tensors with elements other than 1, 2 or 4
+bytes, split-K tiles, the option ``strided`` (the copy reads rows as contiguous). ``lowering="auto"`` takes it
 since its GPU test passed (tests/gpu/test_general_lowering_gpu.py, H200, 2026-11-27). A
 multicast pair is not taken in this variant (passes/pairs.py): each CTA copies only its own
 stage, so the kernel runs unpaired.
@@ -57,9 +60,9 @@ def copy_refusal(kernel: Kernel, options: dict):
                              "copying producer reads rows as contiguous")
     for op in shared_loads(kernel):
         g = op.operands[0].type
-        if len(g.dims) != 2 or g.dtype.nbytes not in copy.ELEMENT:
-            return Refusal(op, f"rows that are not whole 16-byte units: the copying producer copies rank-2 "
-                               f"tensors of 1-, 2- or 4-byte elements, not a rank-{len(g.dims)} {g.dtype} one")
+        if g.dtype.nbytes not in copy.ELEMENT:
+            return Refusal(op, f"rows that are not whole 16-byte units: the copying producer copies tensors of "
+                               f"1-, 2- or 4-byte elements, not {g.dtype} ones")
     return None
 
 
@@ -91,6 +94,24 @@ def rows_aligned(k) -> str | None:
     return ok
 
 
+def leading_offset(b, src: str, leading: list[str], dims: list[str], elem_bytes: int) -> str:
+    """The address of the matrix that the leading coordinates ``leading`` select in the row-major
+    tensor at ``src`` with extents ``dims`` (registers): src + ((c0 d1 + c1) d2 + ..) d[-2] d[-1]
+    elements, in 64 bits."""
+    n = len(leading)
+    index, wide, extent = b.reg("b64"), b.reg("b64"), b.reg("b64")
+    b(f"cvt.s64.s32 {index}, {leading[0]};")
+    for i in range(1, n + 2):  # the leading extents after the first, then the matrix's two
+        b(f"cvt.u64.u32 {extent}, {dims[i]};", f"mul.lo.s64 {index}, {index}, {extent};")
+        if i < n:
+            b(f"cvt.s64.s32 {wide}, {leading[i]};", f"add.s64 {index}, {index}, {wide};")
+    if elem_bytes > 1:
+        b(f"shl.b64 {index}, {index}, {elem_bytes.bit_length() - 1};")
+    address = b.reg("b64")
+    b(f"add.s64 {address}, {src}, {index};")
+    return address
+
+
 class CopyingProducer(ProducerRole):
     """All 128 producer threads walk the protocol's producer program and copy each load."""
 
@@ -116,9 +137,13 @@ class CopyingProducer(ProducerRole):
           f"add.u32 {stage}, {stage}, {load.attrs['smem']};")
         row0, col0 = b.reg(), b.reg()
         b(f"mul.lo.s32 {row0}, {coords[-2]}, {t.rows};", f"mul.lo.s32 {col0}, {coords[-1]}, {t.cols};")
-        rows, cols = (b.dims[d] if isinstance(d, str) else b.mov(d) for d in param.type.dims)
+        dims = [b.dims[d] if isinstance(d, str) else b.mov(d) for d in param.type.dims]
+        rows, cols = dims[-2:]
+        src = k.globals[id(param)]
+        if len(dims) > 2:
+            src = leading_offset(b, src, coords[:-2], dims, t.dtype.nbytes)
         op = Operand("K", t.rows, t.cols, swizzle_bytes(t), t.dtype.nbytes)  # the TMA boxes' panels
-        copy.copy_tile(b, op, k.tid_wg, k.globals[id(param)], rows, cols, row0, col0, stage)
+        copy.copy_tile(b, op, k.tid_wg, src, rows, cols, row0, col0, stage)
         if step.load == r.ring.loads[-1].name:
             b("fence.proxy.async.shared::cta;", f"bar.sync {COPY_BARRIER}, {copy.PRODUCER_THREADS};",
               self.leading(mbarrier.arrive(self.bar(r, "full"))))
@@ -128,6 +153,7 @@ __all__ = [
     "COPY_BARRIER",
     "CopyingProducer",
     "copy_refusal",
+    "leading_offset",
     "row_may_be_unaligned",
     "rows_aligned",
     "shared_loads",
