@@ -238,3 +238,15 @@ def test_the_gpu_path_builds_a_launcher_from_the_metadata(kernel, monkeypatch):
     assert calls == [("load", b"\x7fELF", "// ptx"), ("function", "twice"), ("smem", "fn", 65536, 0),
                      ("launcher", "fn", meta["params"], [1], [128], 65536, "twice", 0),
                      ("launch", (a, b)), ("launch", (a, b))]
+
+
+def test_metadata_is_there_before_the_ptx_is_asked_for(tmp_path, monkeypatch):
+    """``kernel.metadata`` makes the PTX where it is not made yet (a fresh compile and a disk
+    cache hit alike): the backend's choices are never an empty dict by accident of order."""
+    monkeypatch.setenv("TKJIT_CACHE_DIR", str(tmp_path))
+    source = (Path(__file__).resolve().parents[1] / "examples" / "gemm.tk").read_text()
+    for _ in range(2):  # the second load is a cache hit
+        kernel = tkjit.compile(source, filename="gemm.tk")
+        meta = kernel.metadata
+        assert meta["backend"] == "wgmma" and meta["lowering"] == "general"
+        assert [p["name"] for p in meta["params"] if p["kind"] == "global"] == ["A", "B", "C"]

@@ -148,7 +148,14 @@ class CompiledKernel:
 
     @property
     def metadata(self) -> dict:
-        """What the backend says about the kernel (empty until the PTX is made)."""
+        """What the backend says about the kernel (its backend, lowering, parameters, launch
+        shape, registers...). Makes the PTX first where it is not made yet, as ``explain()`` does;
+        empty where no backend is here to make it."""
+        if "ptx" not in self._result.asm:
+            try:
+                compiler.advance(self._result, "ptx")
+            except NotAvailableError:
+                pass
         return dict(self._result.metadata)
 
     @property
