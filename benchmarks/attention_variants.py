@@ -2,6 +2,10 @@
 
     python3 benchmarks/attention_variants.py 64:4096 64:8192:causal 128:4096 \\
         --variant percausal=PERSISTENT_CAUSAL=True --out results.json
+    python3 benchmarks/attention_variants.py --nol 256:4096 --variant k80=BKV=80
+
+``--nol`` times examples/attention_nol.tk (no L output; the general lowering) instead of
+examples/attention.tk; its variants are the kernel's constants (``BKV=80``) and ``REGS``.
 
 A shape is D:N[:causal] with B·N = 16384 tokens and 16 heads (as benchmarks/tkbench/attention.py).
 A variant is NAME=ATTR=VALUE[,ATTR=VALUE]: module constants of tkjit.codegen.hopper.attention_plan
@@ -31,7 +35,10 @@ from tkjit.codegen.hopper import attention_plan
 
 from gemm_variants import batch_us  # noqa: E402 - this directory's harness: one timed batch
 
-SOURCE = (Path(__file__).resolve().parent.parent / "examples" / "attention.tk").read_text()
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SOURCE = (EXAMPLES / "attention.tk").read_text()
+NOL = False
+"""--nol: examples/attention_nol.tk (O only) instead."""
 L2_BYTES = 60 << 20
 TOKENS, HEADS = 16384, 16
 
@@ -39,18 +46,18 @@ TOKENS, HEADS = 16384, 16
 def variant_kernel(d: int, causal: bool, pins: dict):
     pins = dict(pins)
     regs = pins.pop("REGS", None)  # "P:C": the kernel's @regs(P, C) pin
-    source = SOURCE
+    source = (EXAMPLES / "attention_nol.tk").read_text() if NOL else SOURCE
     if regs:
-        if "@consumers(" not in SOURCE:
+        if "@consumers(" not in source:
             raise SystemExit("REGS: examples/attention.tk has no @consumers(...) to put @regs beside")
-        source = SOURCE.replace("@consumers(", f"@regs({regs.replace(':', ', ')}) @consumers(", 1)
+        source = source.replace("@consumers(", f"@regs({regs.replace(':', ', ')}) @consumers(", 1)
     constants = {name: v for name, v in pins.items() if not hasattr(attention_plan, name)}
     pins = {name: v for name, v in pins.items() if name not in constants}
     saved = {name: getattr(attention_plan, name) for name in pins}
     try:
         for name, value in pins.items():
             setattr(attention_plan, name, value)
-        kern = tkjit.compile(source, filename="attention.tk",
+        kern = tkjit.compile(source, filename="attention_nol.tk" if NOL else "attention.tk",
                              constants={"D": d, "CAUSAL": causal} | constants, cache=False)
         kern.binary  # compile now, while the pins hold (the stages are made lazily)
         return kern
@@ -77,7 +84,10 @@ def main() -> None:
     ap.add_argument("shapes", nargs="+")
     ap.add_argument("--variant", action="append", default=[])
     ap.add_argument("--out")
+    ap.add_argument("--nol", action="store_true")
     args = ap.parse_args()
+    global NOL
+    NOL = args.nol
     variants = {"default": {}} | {v.split("=", 1)[0]: parse_pins(v.split("=", 1)[1]) for v in args.variant}
     rows = []
     for shape in args.shapes:
@@ -98,9 +108,16 @@ def main() -> None:
         errors = {}
         for name, pins in variants.items():
             kern = variant_kernel(d, causal, pins)
-            kern(q, k, v, o, lse, scale)
+            o.fill_(float("nan"))
+            if NOL:
+                kern(q, k, v, o, scale)
+                fns[name] = (lambda kk: lambda q_, k_, v_, o_, l_: kk(q_, k_, v_, o_, scale))(kern)
+            else:
+                kern(q, k, v, o, lse, scale)
+                fns[name] = (lambda kk: lambda q_, k_, v_, o_, l_: kk(q_, k_, v_, o_, l_, scale))(kern)
             errors[name] = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
-            fns[name] = (lambda kk: lambda q_, k_, v_, o_, l_: kk(q_, k_, v_, o_, l_, scale))(kern)
+            if not errors[name] < 2e-2:
+                raise SystemExit(f"{name} at D={d} N={n}: relative error {errors[name]:.3e} against cuDNN")
         times = {name: [] for name in fns}
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             for fn in fns.values():
@@ -111,7 +128,7 @@ def main() -> None:
         med = {name: statistics.median(t) for name, t in times.items()}
         flops = 4.0 * b * HEADS * n * n * d / (2 if causal else 1)
         for name in variants:
-            row = {"D": d, "N": n, "causal": causal, "variant": name, "pins": {k: v for k, v in variants[name].items()},
+            row = {"kernel": "attention_nol" if NOL else "attention", "D": d, "N": n, "causal": causal, "variant": name, "pins": {k: v for k, v in variants[name].items()},
                    "ms": med[name], "tflops": flops / med[name] / 1e9, "cudnn_ms": med["cudnn"],
                    "ratio": med["cudnn"] / med[name], "rel_err_vs_cudnn": errors[name]}
             rows.append(row)
