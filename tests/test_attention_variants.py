@@ -56,9 +56,9 @@ def test_variant_takes_the_general_lowering_without_spills(variant):
     assert not [m for m in k.metadata["ptxas"]["messages"] if m["level"] == "warning"]
 
 
-@pytest.mark.parametrize("bkv", [64, 128])
+@pytest.mark.parametrize("bkv", [64, 80, 128])
 def test_head_dim_256_takes_the_general_lowering_without_spills(bkv):
-    """At D = 256 both key blocks fit beside O's 128 registers (the padding masks of the row
+    """At D = 256 the key blocks (80, the example's, 64 and 128) fit beside O's 128 registers (the padding masks of the row
     reductions are only on edge tiles, so nothing spills); the compile log would name a spill."""
     k = tkjit.load(EXAMPLES / "attention_nol.tk", constants={"D": 256, "BKV": bkv}, cache=False)
     try:
