@@ -6,6 +6,9 @@
 
 ``--nol`` times examples/attention_nol.tk (no L output; the general lowering) instead of
 examples/attention.tk; its variants are the kernel's constants (``BKV=80``) and ``REGS``.
+``--window W`` times examples/attention_window.tk with window W (a causal band), each variant's O
+checked against SDPA with the band as its mask; the cuDNN column is then the full causal
+attention's time, a yardstick for comparing the variants in one run.
 
 A shape is D:N[:causal] with B·N = 16384 tokens and 16 heads (as benchmarks/tkbench/attention.py).
 A variant is NAME=ATTR=VALUE[,ATTR=VALUE]: module constants of tkjit.codegen.hopper.attention_plan
@@ -39,6 +42,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SOURCE = (EXAMPLES / "attention.tk").read_text()
 NOL = False
 """--nol: examples/attention_nol.tk (O only) instead."""
+WINDOW = 0
+"""--window W: examples/attention_window.tk with this window instead."""
 L2_BYTES = 60 << 20
 TOKENS, HEADS = 16384, 16
 
@@ -46,7 +51,8 @@ TOKENS, HEADS = 16384, 16
 def variant_kernel(d: int, causal: bool, pins: dict):
     pins = dict(pins)
     regs = pins.pop("REGS", None)  # "P:C": the kernel's @regs(P, C) pin
-    source = (EXAMPLES / "attention_nol.tk").read_text() if NOL else SOURCE
+    name = "attention_window.tk" if WINDOW else "attention_nol.tk" if NOL else "attention.tk"
+    source = (EXAMPLES / name).read_text()
     if regs:
         if "@consumers(" not in source:
             raise SystemExit("REGS: examples/attention.tk has no @consumers(...) to put @regs beside")
@@ -57,8 +63,8 @@ def variant_kernel(d: int, causal: bool, pins: dict):
     try:
         for name, value in pins.items():
             setattr(attention_plan, name, value)
-        kern = tkjit.compile(source, filename="attention_nol.tk" if NOL else "attention.tk",
-                             constants={"D": d, "CAUSAL": causal} | constants, cache=False)
+        base = {"D": d} if WINDOW else {"D": d, "CAUSAL": causal}
+        kern = tkjit.compile(source, filename=name, constants=base | constants, cache=False)
         kern.binary  # compile now, while the pins hold (the stages are made lazily)
         return kern
     finally:
@@ -85,9 +91,10 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[])
     ap.add_argument("--out")
     ap.add_argument("--nol", action="store_true")
+    ap.add_argument("--window", type=int, default=0)
     args = ap.parse_args()
-    global NOL
-    NOL = args.nol
+    global NOL, WINDOW
+    NOL, WINDOW = args.nol or args.window > 0, args.window
     variants = {"default": {}} | {v.split("=", 1)[0]: parse_pins(v.split("=", 1)[1]) for v in args.variant}
     rows = []
     for shape in args.shapes:
@@ -101,15 +108,25 @@ def main() -> None:
                 + (torch.empty(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda"),
                    torch.empty(b, HEADS, n, dtype=torch.float32, device="cuda")) for _ in range(count)]
         q, k, v, o, lse = sets[0]
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        if WINDOW:
+            pos = torch.arange(n, device="cuda")
+            band = (pos[:, None] - pos[None, :] >= 0) & (pos[:, None] - pos[None, :] < WINDOW)
+            ref = F.scaled_dot_product_attention(q, k, v, attn_mask=band, scale=scale)
+            del band
+            causal = True  # the yardstick: cuDNN's full causal attention
+        else:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
         fns = {"cudnn": lambda q_, k_, v_, o_, l_: F.scaled_dot_product_attention(
             q_, k_, v_, is_causal=causal, scale=scale)}
         errors = {}
         for name, pins in variants.items():
             kern = variant_kernel(d, causal, pins)
             o.fill_(float("nan"))
-            if NOL:
+            if WINDOW:
+                kern(q, k, v, o, scale, WINDOW)
+                fns[name] = (lambda kk: lambda q_, k_, v_, o_, l_: kk(q_, k_, v_, o_, scale, WINDOW))(kern)
+            elif NOL:
                 kern(q, k, v, o, scale)
                 fns[name] = (lambda kk: lambda q_, k_, v_, o_, l_: kk(q_, k_, v_, o_, scale))(kern)
             else:
@@ -128,7 +145,8 @@ def main() -> None:
         med = {name: statistics.median(t) for name, t in times.items()}
         flops = 4.0 * b * HEADS * n * n * d / (2 if causal else 1)
         for name in variants:
-            row = {"kernel": "attention_nol" if NOL else "attention", "D": d, "N": n, "causal": causal, "variant": name, "pins": {k: v for k, v in variants[name].items()},
+            row = {"kernel": "attention_window" if WINDOW else "attention_nol" if NOL else "attention",
+                   "window": WINDOW or None, "D": d, "N": n, "causal": causal, "variant": name, "pins": {k: v for k, v in variants[name].items()},
                    "ms": med[name], "tflops": flops / med[name] / 1e9, "cudnn_ms": med["cudnn"],
                    "ratio": med["cudnn"] / med[name], "rel_err_vs_cudnn": errors[name]}
             rows.append(row)
