@@ -3,9 +3,13 @@
     python3 benchmarks/attention_variants.py 64:4096 64:8192:causal 128:4096 \\
         --variant percausal=PERSISTENT_CAUSAL=True --out results.json
     python3 benchmarks/attention_variants.py --nol 256:4096 --variant k80=BKV=80
+    python3 benchmarks/attention_variants.py --nol --kernel attention_exp 128:4096 \\
+        --variant e=PASS=scale-fold{base2=0}
 
 ``--nol`` times examples/attention_nol.tk (no L output; the general lowering) instead of
-examples/attention.tk; its variants are the kernel's constants (``BKV=80``) and ``REGS``.
+examples/attention.tk (``--kernel attention_exp``: another example with that signature); its
+variants are the kernel's constants (``BKV=80``), ``REGS`` and ``PASS`` (one pass of the default
+pipeline with options, e.g. ``PASS=scale-fold{base2=0}``).
 ``--window W`` times examples/attention_window.tk with window W (a causal band), each variant's O
 checked against SDPA with the band as its mask; the cuDNN column is then the full causal
 attention's time, a yardstick for comparing the variants in one run.
@@ -42,6 +46,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SOURCE = (EXAMPLES / "attention.tk").read_text()
 NOL = False
 """--nol: examples/attention_nol.tk (O only) instead."""
+KERNEL = "attention_nol"
+"""--kernel NAME: which O-only example (q, k, v, o, scale) --nol times: attention_nol, attention_exp,
+attention_mask."""
 WINDOW = 0
 """--window W: examples/attention_window.tk with this window instead."""
 L2_BYTES = 60 << 20
@@ -51,7 +58,14 @@ TOKENS, HEADS = 16384, 16
 def variant_kernel(d: int, causal: bool, pins: dict):
     pins = dict(pins)
     regs = pins.pop("REGS", None)  # "P:C": the kernel's @regs(P, C) pin
-    name = "attention_window.tk" if WINDOW else "attention_nol.tk" if NOL else "attention.tk"
+    name = "attention_window.tk" if WINDOW else f"{KERNEL}.tk" if NOL else "attention.tk"
+    swap = pins.pop("PASS", None)  # e.g. PASS=scale-fold{base2=0}: that pass of the default pipeline
+    extra = {}
+    if swap:
+        from tkjit.passes import default_pipeline
+        stem = swap.split("{")[0]
+        extra["pipeline"] = ",".join(swap if p.split("{")[0] == stem else p
+                                     for p in default_pipeline("sm_90a").split(","))
     source = (EXAMPLES / name).read_text()
     if regs:
         if "@consumers(" not in source:
@@ -64,7 +78,7 @@ def variant_kernel(d: int, causal: bool, pins: dict):
         for name, value in pins.items():
             setattr(attention_plan, name, value)
         base = {"D": d} if WINDOW else {"D": d, "CAUSAL": causal}
-        kern = tkjit.compile(source, filename=name, constants=base | constants, cache=False)
+        kern = tkjit.compile(source, filename=name, constants=base | constants, cache=False, **extra)
         kern.binary  # compile now, while the pins hold (the stages are made lazily)
         return kern
     finally:
@@ -80,8 +94,8 @@ def parse_pins(text: str) -> dict:
     """'PERSISTENT_CAUSAL=True,L2_BUDGET=8388608' -> a dict of them (values as Python literals)."""
     pins = {}
     for item in filter(None, text.split(",")):
-        name, value = item.split("=")
-        pins[name] = value if name == "REGS" else ast.literal_eval(value)
+        name, value = item.split("=", 1)
+        pins[name] = value if name in ("REGS", "PASS") else ast.literal_eval(value)
     return pins
 
 
@@ -92,9 +106,10 @@ def main() -> None:
     ap.add_argument("--out")
     ap.add_argument("--nol", action="store_true")
     ap.add_argument("--window", type=int, default=0)
+    ap.add_argument("--kernel", default="attention_nol")
     args = ap.parse_args()
-    global NOL, WINDOW
-    NOL, WINDOW = args.nol or args.window > 0, args.window
+    global NOL, WINDOW, KERNEL
+    NOL, WINDOW, KERNEL = args.nol or args.window > 0, args.window, args.kernel
     variants = {"default": {}} | {v.split("=", 1)[0]: parse_pins(v.split("=", 1)[1]) for v in args.variant}
     rows = []
     for shape in args.shapes:
@@ -145,7 +160,7 @@ def main() -> None:
         med = {name: statistics.median(t) for name, t in times.items()}
         flops = 4.0 * b * HEADS * n * n * d / (2 if causal else 1)
         for name in variants:
-            row = {"kernel": "attention_window" if WINDOW else "attention_nol" if NOL else "attention",
+            row = {"kernel": "attention_window" if WINDOW else KERNEL if NOL else "attention",
                    "window": WINDOW or None, "D": d, "N": n, "causal": causal, "variant": name, "pins": {k: v for k, v in variants[name].items()},
                    "ms": med[name], "tflops": flops / med[name] / 1e9, "cudnn_ms": med["cudnn"],
                    "ratio": med["cudnn"] / med[name], "rel_err_vs_cudnn": errors[name]}

@@ -121,3 +121,32 @@ def test_a_value_read_in_the_else_branch_is_not_live_in_the_then_branch():
                       cache=False)
     assert consumer_pressure(k.ir, 1).peak == 128
     assert "ping-pong: 2 consumers" in k.explain()
+
+
+@pytest.mark.parametrize("scale", [0.125, -0.125])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_base_e_softmax_takes_base_2_on_the_fold_and_means_the_same(scale, causal):
+    """attention_exp: on the folded branch the exps become exp2 of x·(c·log2e) − m·log2e (the
+    multiply by log2e per score is gone); the scheduled IR on the roles interpreter agrees with the
+    source-level interpreter to within float rounding (the change of base rounds differently)."""
+    import torch
+    from tkjit.interpreter.roles import run_roles
+    from tkjit.ir.ops import Exp, Exp2
+    name = "attention_exp.tk"
+    k = tkjit.compile((EXAMPLES / name).read_text(), filename=name, lowering="general", cache=False,
+                      constants={"D": 64, "CAUSAL": causal, "BQ": 128, "BKV": 64})
+    (branch,) = versioned_ifs(k.ir)
+    then, orelse = branch.regions
+    assert [type(op) for op in then.ops if isinstance(op, (Exp, Exp2))] == [Exp2]
+    assert [type(op) for op in orelse.ops if isinstance(op, (Exp, Exp2))] == [Exp]
+    assert "taken in base 2 there" in k.explain()
+    torch.manual_seed(3)
+    b, h, n, d = 1, 2, 150, 64
+    q, kk, v = (torch.randn(b, h, n, d).bfloat16() for _ in range(3))
+    ref = [q, kk, v, torch.full((b, h, n, d), float("nan")).bfloat16(), scale]
+    k(*ref)
+    mine = [q, kk, v, torch.full((b, h, n, d), float("nan")).bfloat16(), scale]
+    run_roles(k.ir, mine, seed=2)
+    got, want = mine[3].float(), ref[3].float()
+    assert not got.isnan().any()
+    assert ((got - want).norm() / want.norm()).item() < 2e-3

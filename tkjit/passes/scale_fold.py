@@ -18,6 +18,12 @@ that read ``s`` (from the ``mul`` to its last reader in the block) under a unifo
     %r... = if (gt c, 0.0) { the same ops on x, each reduction times c, each broadcast on mul(x, c);
                              yield ... } { the original ops; yield ... }
 
+A broadcast read only by ``exp`` (a softmax in base e: ``p = exp(sub_row(s, m))``) takes the
+change of base too: ``exp(x·c − m) = 2^(x·(c·log2 e) − m·log2 e)``, so the folded branch reads
+``exp2(sub_row(mul(x, c·log2e), mul(m, log2e)))``: still one FFMA per element, and the multiply by
+log2 e that ``exp`` costs each element (exp lowers to ex2 of x·log2 e) moves to one multiply per
+row and one per scale.
+
 Ops of that range that do not depend on ``s`` are moved before the ``if``; the ``if`` yields
 what later ops read. The pass leaves a ``mul`` alone (and says why) when something else reads
 the scaled tile (a store, a row_sum, an mma, ...), when nothing reduces it, or when the range
@@ -33,8 +39,8 @@ import math
 from dataclasses import dataclass
 
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import (BROADCAST_OPS, MMA_OPS, REDUCE_OPS, CausalMask, CmpSelect, Const, For, Gt, If,
-                      Load, Mul, Yield)
+from ..ir.ops import (BROADCAST_OPS, MMA_OPS, REDUCE_OPS, CausalMask, CmpSelect, Const, Exp, Exp2, For,
+                      Gt, If, Load, Mul, Yield)
 from ..ir.types import BOOL, F32, ScalarType, TileType
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
@@ -45,6 +51,7 @@ SINK_REDUCE = frozenset(cls for cls in REDUCE_OPS if cls.FN in ("max", "min"))
 """Reductions that commute with a positive scale: max(x·c) = max(x)·c."""
 SINK_BROADCAST = frozenset(cls for cls in BROADCAST_OPS if cls.FN in ("sub", "add"))
 """Broadcasts whose tile operand, scaled, contracts with them into one FFMA per element."""
+LOG2E = math.log2(math.e)
 
 
 class NotFoldable(Exception):
@@ -63,6 +70,7 @@ class Fold:
     versioned: list        # ops of the range that do, in order (the mul first)
     escaping: list         # their results read after the range
     sinks: list            # the reductions and broadcasts that read a scaled value
+    base_e: set            # the broadcasts of those whose every reader is an exp (base 2 on the fold)
 
 
 def scaled_operands(op: Op) -> tuple[Value, Value] | None:
@@ -105,7 +113,7 @@ def _is_inf(v: Value) -> bool:
         and math.isinf(op.attrs["value"])
 
 
-def plan_fold(mul: Op, users: dict[Value, list[Op]]) -> Fold | None:
+def plan_fold(mul: Op, users: dict[Value, list[Op]], base2: bool = True) -> Fold | None:
     """The fold of ``mul``; None when no max/min reduction reads the scaled tile (nothing to
     gain); NotFoldable (why not) when one does but the fold does not apply."""
     x, c = scaled_operands(mul)
@@ -149,7 +157,10 @@ def plan_fold(mul: Op, users: dict[Value, list[Op]]) -> Fold | None:
             if region.terminator.operands[i] not in scaled:
                 raise NotFoldable(f"the if at {owner.span.location() if owner.span else '?'} yields "
                                   "the scaled tile from one branch only")
+    base_e = {op for op in sinks if base2 and type(op) in SINK_BROADCAST and users.get(op.result)
+              and all(isinstance(u, Exp) for u in users[op.result])}
     touching = [mul] + sinks + [users_of_scaled for v in scaled for users_of_scaled in users.get(v, [])]
+    touching += [u for op in base_e for u in users[op.result]]  # the exps turn exp2 in the branch
     tops = []
     for op in touching:
         top = _top(op, block)
@@ -177,7 +188,7 @@ def plan_fold(mul: Op, users: dict[Value, list[Op]]) -> Fold | None:
         for r in op.results:
             if any(u not in inside for u in users.get(r, [])) and r not in escaping:
                 escaping.append(r)
-    return Fold(mul, x, c, scaled, hoisted, versioned, escaping, sinks)
+    return Fold(mul, x, c, scaled, hoisted, versioned, escaping, sinks, base_e)
 
 
 def _clone(op: Op, mapping: dict[Value, Value], regions=None) -> Op:
@@ -191,12 +202,32 @@ def _clone(op: Op, mapping: dict[Value, Value], regions=None) -> Op:
     return new
 
 
-def _fold_into(ops: list[Op], f: Fold, mapping: dict[Value, Value], out: Block) -> None:
+def _fold_into(ops: list[Op], f: Fold, mapping: dict[Value, Value], out: Block,
+               base2: dict | None = None) -> None:
     """``ops`` on the raw tile into ``out``: scaled values map to raw ones, each reduction of one
-    is multiplied by c after, each broadcast on one reads mul(raw, c)."""
+    is multiplied by c after, each broadcast on one reads mul(raw, c); a broadcast only exp reads
+    is taken in base 2 (``base2``: such broadcasts' new results, and the scale c·log2e once made),
+    and those exps become exp2."""
+    base2 = {} if base2 is None else base2
     for op in ops:
         if op is f.mul:
             mapping[op.result] = f.x
+        elif op in f.base_e:
+            tile, vec = mapping[op.operands[0]], mapping.get(op.operands[1], op.operands[1])
+            if "scale" not in base2:
+                log2e = out.append(Const([], {"value": LOG2E}, [F32_T], [], op.span, [None]))
+                c2 = out.append(Mul([f.c, log2e.result], {}, [F32_T], [], op.span, [None]))
+                base2["log2e"], base2["scale"] = log2e.result, c2.result
+            scaled = out.append(Mul([tile, base2["scale"]], {}, [tile.type], [], op.span, [None]))
+            vec2 = out.append(Mul([vec, base2["log2e"]], {}, [vec.type], [], op.span, [None]))
+            new = out.append(type(op)([scaled.result, vec2.result], dict(op.attrs), [op.result.type], [],
+                                      op.span, [None]))
+            mapping[op.result] = new.result
+            base2[new.result] = True
+        elif isinstance(op, Exp) and mapping.get(op.operands[0]) in base2:
+            new = out.append(Exp2([mapping[op.operands[0]]], dict(op.attrs), [op.result.type], [], op.span,
+                                  [None]))
+            mapping[op.result] = new.result
         elif op in f.sinks and type(op) in SINK_REDUCE:
             raw = out.append(_clone(op, mapping))
             scaled = out.append(Mul([raw.result, f.c], {}, [op.result.type], [], op.span, [None]))
@@ -211,7 +242,7 @@ def _fold_into(ops: list[Op], f: Fold, mapping: dict[Value, Value], out: Block) 
             regions = []
             for region in op.regions:
                 inner = Block([_arg(a, mapping) for a in region.args])
-                _fold_into(list(region.ops), f, mapping, inner)
+                _fold_into(list(region.ops), f, mapping, inner, base2)
                 regions.append(inner)
             out.append(_clone(op, mapping, regions))
         else:
@@ -273,6 +304,9 @@ class ScaleFold(Pass):
     name = "scale-fold"
     summary = "keep a scaled tile raw when its scale is positive: max on raw values, one FFMA per element"
     target_specific = True
+    base2: int = 1
+    """1: a broadcast only exp reads takes the change of base on the folded branch; 0: it keeps
+    exp (``scale-fold{base2=0}``, for same-run A/Bs)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         muls = [op for block in all_blocks(kernel) for op in block.ops if scaled_operands(op)]
@@ -288,7 +322,7 @@ class ScaleFold(Pass):
             if mul.parent is None:
                 continue
             try:
-                f = plan_fold(mul, users_map(kernel))
+                f = plan_fold(mul, users_map(kernel), bool(self.base2))
             except NotFoldable as e:
                 ctx.decide(subject_of(mul), "left as written", f"a max/min reduction reads the "
                            f"scaled tile, but {e}")
@@ -299,10 +333,14 @@ class ScaleFold(Pass):
             _replace_after(kernel, branch, f.escaping)
             reads = ", ".join(f"{s.NAME} at {s.span.location()}" if s.span else s.NAME
                               for s in f.sinks)
+            base = "" if not f.base_e else (
+                "; " + ", ".join(f"{b.NAME} at {b.span.location()}" if b.span else b.NAME for b in f.base_e)
+                + " feed only exp: taken in base 2 there (exp2 of x·(c·log2e) − v·log2e), so no "
+                "multiply by log2e per element")
             ctx.decide(subject_of(mul), "folded into its readers when the scale is positive",
                        f"{reads} read the raw tile under a uniform branch on "
                        f"%{f.c.hint or 'the scale'} > 0: each reduction is scaled once per row, "
                        "each broadcast's scaled operand contracts into one FFMA per element (the "
-                       "scaled tile is never held); otherwise the ops run as written",
-                       versioned=len(f.versioned), yields=len(f.escaping))
+                       f"scaled tile is never held){base}; otherwise the ops run as written",
+                       versioned=len(f.versioned), yields=len(f.escaping), base2=len(f.base_e))
         return kernel
