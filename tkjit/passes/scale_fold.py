@@ -22,7 +22,10 @@ A broadcast read only by ``exp`` (a softmax in base e: ``p = exp(sub_row(s, m))`
 change of base too: ``exp(x·c − m) = 2^(x·(c·log2 e) − m·log2 e)``, so the folded branch reads
 ``exp2(sub_row(mul(x, c·log2e), mul(m, log2e)))``: still one FFMA per element, and the multiply by
 log2 e that ``exp`` costs each element (exp lowers to ex2 of x·log2 e) moves to one multiply per
-row and one per scale.
+row and one per scale. Where the exps come after the versioned range, the else branch yields its
+subtract times log2e and the exps after the ``if`` become exp2s (so they stay outside the branch,
+where ptxas can interleave them with what follows); an exp inside the range becomes exp2 on the
+folded branch only.
 
 Ops of that range that do not depend on ``s`` are moved before the ``if``; the ``if`` yields
 what later ops read. The pass leaves a ``mul`` alone (and says why) when something else reads
@@ -160,7 +163,6 @@ def plan_fold(mul: Op, users: dict[Value, list[Op]], base2: bool = True) -> Fold
     base_e = {op for op in sinks if base2 and type(op) in SINK_BROADCAST and users.get(op.result)
               and all(isinstance(u, Exp) for u in users[op.result])}
     touching = [mul] + sinks + [users_of_scaled for v in scaled for users_of_scaled in users.get(v, [])]
-    touching += [u for op in base_e for u in users[op.result]]  # the exps turn exp2 in the branch
     tops = []
     for op in touching:
         top = _top(op, block)
@@ -271,7 +273,13 @@ def apply_fold(f: Fold) -> If:
     orig = Block()
     for op in f.versioned:
         orig.append(op)
-    orig.append(Yield(list(f.escaping), {}, [], [], span))
+    yields = list(f.escaping)
+    if any(v.owner in f.base_e for v in yields):  # taken in base 2 on both paths: the exps after are exp2s
+        log2e = orig.append(Const([], {"value": LOG2E}, [F32_T], [], span, [None]))
+        for i, v in enumerate(yields):
+            if v.owner in f.base_e:
+                yields[i] = orig.append(Mul([v, log2e.result], {}, [v.type], [], span, [None])).result
+    orig.append(Yield(yields, {}, [], [], span))
     branch = If([cond.result], {}, [v.type for v in f.escaping], [then, orig], span,
                 [None] * len(f.escaping))
     new_ops = f.hoisted + [zero, cond, branch]
@@ -281,13 +289,23 @@ def apply_fold(f: Fold) -> If:
     return branch
 
 
-def _replace_after(kernel: Kernel, branch: If, escaping: list[Value]) -> None:
-    """Every read of an escaping value outside the ``if`` now reads the ``if``'s result."""
+def _replace_after(kernel: Kernel, branch: If, f: Fold) -> None:
+    """Every read of an escaping value outside the ``if`` now reads the ``if``'s result; an exp
+    of a result both branches yield in base 2 becomes an exp2 (same result value)."""
     inside = set(branch.walk())
-    swap = dict(zip(escaping, branch.results))
-    for op in kernel.walk():
-        if op not in inside:
-            op.operands = [swap.get(v, v) for v in op.operands]
+    swap = dict(zip(f.escaping, branch.results))
+    base2 = {branch.results[i] for i, v in enumerate(f.escaping) if v.owner in f.base_e}
+    for op in list(kernel.walk()):
+        if op in inside:
+            continue
+        op.operands = [swap.get(v, v) for v in op.operands]
+        if isinstance(op, Exp) and op.operands[0] in base2:
+            new = Exp2(list(op.operands), dict(op.attrs), [op.result.type], [], op.span, [None])
+            new.results = op.results
+            op.result.owner = new
+            new.parent = op.parent
+            block = op.parent
+            block.ops[block.ops.index(op)] = new
 
 
 def template_takes(kernel: Kernel) -> bool:
@@ -330,7 +348,7 @@ class ScaleFold(Pass):
             if f is None:
                 continue
             branch = apply_fold(f)
-            _replace_after(kernel, branch, f.escaping)
+            _replace_after(kernel, branch, f)
             reads = ", ".join(f"{s.NAME} at {s.span.location()}" if s.span else s.NAME
                               for s in f.sinks)
             base = "" if not f.base_e else (
