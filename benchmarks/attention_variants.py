@@ -48,7 +48,7 @@ NOL = False
 """--nol: examples/attention_nol.tk (O only) instead."""
 KERNEL = "attention_nol"
 """--kernel NAME: which O-only example (q, k, v, o, scale) --nol times: attention_nol, attention_exp,
-attention_mask."""
+attention_mask (always causal: time it at D:N:causal shapes)."""
 WINDOW = 0
 """--window W: examples/attention_window.tk with this window instead."""
 L2_BYTES = 60 << 20
@@ -77,7 +77,7 @@ def variant_kernel(d: int, causal: bool, pins: dict):
     try:
         for name, value in pins.items():
             setattr(attention_plan, name, value)
-        base = {"D": d} if WINDOW else {"D": d, "CAUSAL": causal}
+        base = {"D": d} if WINDOW or "CAUSAL =" not in source else {"D": d, "CAUSAL": causal}
         kern = tkjit.compile(source, filename=name, constants=base | constants, cache=False, **extra)
         kern.binary  # compile now, while the pins hold (the stages are made lazily)
         return kern

@@ -14,7 +14,7 @@ from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import Blocks, Copy, For, If, Load, Store, Yield
 from ..ir.types import TileType
 
-HOPPER_PIPELINE = "scale-fold,layout,grid,warp-spec,pipeline,smem-plan,mbarrier,reg-budget"
+HOPPER_PIPELINE = "mask-branch,scale-fold,layout,grid,warp-spec,pipeline,smem-plan,mbarrier,reg-budget"
 """The scheduling passes in the order each one's inputs require (grid before warp-spec,
 smem-plan and mbarrier: ping-pong, buffer lifetimes and the protocol depend on whether the
 block loop is persistent; mbarrier after smem-plan: an epilogue that smem-plan puts over a ring
