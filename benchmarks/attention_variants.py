@@ -9,7 +9,7 @@
 ``--nol`` times examples/attention_nol.tk (no L output; the general lowering) instead of
 examples/attention.tk (``--kernel attention_exp``: another example with that signature); its
 variants are the kernel's constants (``BKV=80``), ``REGS`` and ``PASS`` (one pass of the default
-pipeline with options, e.g. ``PASS=scale-fold{base2=0}``).
+pipeline with options, e.g. ``PASS=scale-fold{base2=0}``, or without it: ``PASS=-mask-branch``).
 ``--window W`` times examples/attention_window.tk with window W (a causal band), each variant's O
 checked against SDPA with the band as its mask; the cuDNN column is then the full causal
 attention's time, a yardstick for comparing the variants in one run.
@@ -64,8 +64,11 @@ def variant_kernel(d: int, causal: bool, pins: dict):
     if swap:
         from tkjit.passes import default_pipeline
         stem = swap.split("{")[0]
+        drop = stem.startswith("-")  # PASS=-mask-branch: the default pipeline without that pass
+        stem = stem.lstrip("-")
         extra["pipeline"] = ",".join(swap if p.split("{")[0] == stem else p
-                                     for p in default_pipeline("sm_90a").split(","))
+                                     for p in default_pipeline("sm_90a").split(",")
+                                     if not (drop and p.split("{")[0] == stem))
     source = (EXAMPLES / name).read_text()
     if regs:
         if "@consumers(" not in source:
