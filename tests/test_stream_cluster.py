@@ -75,13 +75,14 @@ def test_the_pass_gives_each_cta_a_column_slice_and_combines_the_row_reductions(
         "%rank = cluster_rank : i32",
         "%x_row = load %X, %i, %rank : st<bf16>[16, 2048]",   # the slice, kept whole on chip
         "= for %", "copy_cols %x_row, %c : rt<f32>[16, 256]", "row_sum", "yield",
-        "= cluster_sum %part : cv<f32>[16]",
+        '= cluster_sum {exchange = "push"} %part : cv<f32>[16]',
         "rsqrt",
         "= mul %rank, %", "load %W, %",                       # vector chunk rank * 8 + chunk
         "= for %", "mul_col", "= mul %rank, %", "store %Y, %", "yield"])
     assert out.count("cluster_sum") == 1 and out.count("load %X") == 1
-    (d,) = [d for d in log if d.pass_name == "stream-cols" and "cluster" in d.decision]
+    (d, x) = [d for d in log if d.pass_name == "stream-cols" and "cluster" in d.decision]
     assert d.decision == "row block split over a cluster of 2 CTAs, 2048 columns each"
+    assert x.decision == "cluster exchange: push" and x.data["exchange"] == "push"
     assert d.data["cluster"] == 2 and d.data["slice"] == 2048
     assert parse_kernel(out) is not None and print_kernel(parse_kernel(out)) == out  # round trip
 
@@ -141,7 +142,7 @@ def _sass_ops(sass: str) -> set[str]:
 @pytest.mark.parametrize("name, k, reductions", [("rmsnorm", 4, 1), ("layernorm", 2, 2), ("residual_layernorm", 8, 2)])
 def test_the_ptx_exchanges_partials_between_cluster_barriers(name, k, reductions):
     kernel = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": 8192},
-                        pipeline=f"canonicalize,stream-cols{{cluster={k}}}")
+                        pipeline=f"canonicalize,stream-cols{{cluster={k} exchange=barrier}}")
     ptx = kernel.asm["ptx"]
     assert f".reqnctapercluster {k}, 1, 1" in ptx
     assert kernel.metadata["cluster"] == [k, 1, 1]

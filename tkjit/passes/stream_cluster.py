@@ -62,9 +62,10 @@ def cluster_for(body: Block, budget: int = AUTO_CACHE_BYTES) -> tuple[int, str |
                "on an H200, docs/codegen.md)")
 
 
-def split_over_cluster(kernel: Kernel, body: Block, k: int) -> tuple[int, int]:
+def split_over_cluster(kernel: Kernel, body: Block, k: int, exchange: str = "barrier") -> tuple[int, int]:
     """Rewrite ``body`` (the block loop's) so that k CTAs share each block, CTA ``rank`` taking
-    column slice ``rank`` (module docstring); returns (W, W/k). Raises NotStreamable when the
+    column slice ``rank`` (module docstring), each cluster reduction with attribute ``exchange``
+    (ops/cluster.py); returns (W, W/k). Raises NotStreamable when the
     program is not row-wise or its wide tensors cannot be sliced."""
     blocks = body.parent
     assert isinstance(blocks, Blocks)
@@ -119,7 +120,7 @@ def split_over_cluster(kernel: Kernel, body: Block, k: int) -> tuple[int, int]:
                                 result_hints=[f"{op.result.hint}_part" if op.result.hint and not op.result.hint.isdigit()
                                               else "part"])
             out.append(part_red)
-            new = _CLUSTER_OF[op.FN]([part_red.result], {}, None, span=op.span, result_hints=[op.result.hint])
+            new = _CLUSTER_OF[op.FN]([part_red.result], {"exchange": exchange}, None, span=op.span, result_hints=[op.result.hint])
             out.append(new)
             mapping[op.result] = new.result
             continue
