@@ -69,7 +69,7 @@ def test_cluster_sum_needs_an_f32_column_vector():
 
 
 def test_the_pass_gives_each_cta_a_column_slice_and_combines_the_row_reductions():
-    out, log = run_pass(RMS_IR, "stream-cols{cluster=2}")
+    out, log = run_pass(RMS_IR, "stream-cols{cluster=2 reduce=chunk}")
     check_lines(out, [
         "blocks {cluster = 2} %0 {",
         "%rank = cluster_rank : i32",
@@ -83,8 +83,18 @@ def test_the_pass_gives_each_cta_a_column_slice_and_combines_the_row_reductions(
     (d, x) = [d for d in log if d.pass_name == "stream-cols" and "cluster" in d.decision]
     assert d.decision == "row block split over a cluster of 2 CTAs, 2048 columns each"
     assert x.decision == "cluster exchange: push" and x.data["exchange"] == "push"
+    (w,) = [d for d in log if d.decision.startswith("slice streamed")]
+    assert w.decision == "slice streamed with reduce=chunk, 8 warps" and "num_warps = 8" in out
     assert d.data["cluster"] == 2 and d.data["slice"] == 2048
     assert parse_kernel(out) is not None and print_kernel(parse_kernel(out)) == out  # round trip
+
+
+def test_the_slice_takes_a_tile_of_partials_and_8_warps_unless_pinned():
+    out, log = run_pass(RMS_IR, "stream-cols{cluster=2}")
+    assert "num_warps = 8" in out and "rt<f32>[16, 256] {" in out  # the carried tile of partials
+    assert [d.decision for d in log if d.decision.startswith("slice")] == ["slice streamed with reduce=tile, 8 warps"]
+    out, log = run_pass(RMS_IR, "stream-cols{cluster=2 reduce=chunk warps=4}")
+    assert "num_warps = 4" in out and [d.data["reduce"] for d in log if d.decision.startswith("slice")] == ["chunk"]
 
 
 @pytest.mark.parametrize("d, want", [(1024, 1), (4096, 4), (8192, 8), (16384, 8), (32768, 1)])

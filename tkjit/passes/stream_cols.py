@@ -43,7 +43,7 @@ from ..ir.ops.cluster import EXCHANGES
 from ..ir.types import MAX_REGISTER_TILE_BYTES, TileType, register_tile_problem
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
-from .stream_cluster import MAX_CLUSTER, cluster_for, split_over_cluster
+from .stream_cluster import MAX_CLUSTER, SLICE_REDUCE, SLICE_WARPS, cluster_for, split_over_cluster
 from .stream_cache import (AUTO_CACHE_BYTES, AUTO_REREAD_STAGES, AUTO_REREAD_WARPS, CACHE_BYTES,  # noqa: F401
                            CACHED_CHUNK_BYTES, cache_plan)
 from .stream_plan import (CHUNK_BYTES, NotStreamable, StreamPlan, _chunk_width, block_body,  # noqa: F401
@@ -278,6 +278,13 @@ class StreamCols(Pass):
                    "exchange" if self.exchange == "push" else
                    "each CTA stores its own partial; a cluster barrier before and one after the remote reads "
                    "(ld.shared::cluster)", exchange=self.exchange)
+        if self.cache == "auto":
+            rest = dataclasses.replace(rest, reduce=self.reduce if self.reduce != "auto" else SLICE_REDUCE,
+                                       warps=self.warps or SLICE_WARPS)
+            ctx.decide(f"@{kernel.name}", f"slice streamed with reduce={rest.reduce}, {rest.warps} warps",
+                       "cache=auto on a split row block: a carried tile of partials reduced once per pass and "
+                       "8 warps, unless pinned (measured on an H200 with the push exchange, "
+                       "stream_cluster.SLICE_WARPS)", reduce=rest.reduce, warps=rest.warps)
         return rest.run(kernel, ctx)
 
     def _auto(self, body: Block) -> "StreamCols":
