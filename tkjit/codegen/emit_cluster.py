@@ -195,6 +195,10 @@ def _emit_push(ctx, op, vec: RegVec, k: int) -> list[str]:
     return out
 
 
+_PROLOGUE_NOTE = ("// cluster exchanges (push): mbarriers initialised and armed, published by a cluster barrier "
+                  "awaited before the first remote store")
+
+
 def finish_exchanges(ctx) -> bool:
     """After the body: the push exchanges' prologue (mbarrier init and arming by thread 0, the
     init fence, a relaxed cluster arrive) and the protocol check of the recorded steps; returns
@@ -202,25 +206,19 @@ def finish_exchanges(ctx) -> bool:
     state = getattr(ctx, "cluster_push", None)
     if state is None:
         return False
-    proto: PushProtocol = state["proto"]
+    proto = PushProtocol(state["proto"].k)
     first = ctx.new("pred")
-    lines = [f"setp.eq.u32 {first}, {ctx.tid('tid')}, 0;"]
-    head = []
+    lines = [_PROLOGUE_NOTE, f"setp.eq.u32 {first}, {ctx.tid('tid')}, 0;"]
     for e, (off, expect, span) in enumerate(state["exchanges"]):
         bar = ctx.new("b32")
         lines += [f"add.u32 {bar}, {ctx.smem_base()}, {off};",
                   f"@{first} mbarrier.init.shared::cta.b64 [{bar}], 1;",
                   f"@{first} mbarrier.arrive.expect_tx.shared::cta.b64 _, [{bar}], {expect};"]
-        head.append(("init", dict(exchange=e, nbytes=expect, span=span)))
+        proto.add("init", exchange=e, nbytes=expect, span=span)
     lines += [f"@{first} fence.mbarrier_init.release.cluster;", "barrier.cluster.arrive.relaxed.aligned;"]
-    head.append(("arrive", {}))
-    ctx.prologue.append("\n".join(["// cluster exchanges (push): mbarriers initialised and armed, published by a "
-                                    "cluster barrier awaited before the first remote store"] + lines))
-    steps = proto.steps
-    proto.steps = []
-    for kind, kw in head:
-        proto.add(kind, **kw)
-    proto.steps += steps
+    proto.add("arrive")
+    proto.steps += state["proto"].steps  # the exchanges' steps, in program order
+    ctx.prologue.append("\n".join(lines))
     check_push_protocol(proto)
     ctx.decide("cluster_exchange", "push",
                f"{len(state['exchanges'])} exchange(s), each with its own mbarrier and {proto.k} slots per CTA; "

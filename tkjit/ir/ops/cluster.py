@@ -16,7 +16,6 @@ from __future__ import annotations
 from ..core import Op
 from ..types import F32, I32, ScalarType, VectorType, describe
 
-
 EXCHANGES = ("barrier", "push")
 """How a cluster reduction's partials travel (module docstring)."""
 
