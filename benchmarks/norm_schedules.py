@@ -8,7 +8,8 @@ Rows: the examples as written at D = 1024, 4096 and 8192 (``examples``), the sof
 examples (``others``: their code changes with the register-tile backend's column order), stream-cols options
 applied to them through the pipeline string (``variants``), the hand-written schedules of
 ``norm_candidates/`` (``candidates``), session 11's sweeps (``s11``, ``s11b``; ``s11c``: the row block
-split over a cluster, stream-cols{cluster=k}), torch.compile (``torch``; ``torch-wide``: D = 4096, 8192). Each row: compile, check against float64 torch on fresh random inputs with the outputs poisoned
+split over a cluster, stream-cols{cluster=k}; ``s12``: session 12's push exchange against the barrier
+exchange and the forms around it; ``s12b``: the committed default against session 11's form), torch.compile (``torch``; ``torch-wide``: D = 4096, 8192). Each row: compile, check against float64 torch on fresh random inputs with the outputs poisoned
 (NaN) first, then time with CUDA events (warm-up, median of many calls) alternating with a
 device-to-device copy of the same number of bytes (read + written) in the same run; the row's
 figure is the copy's time over the kernel's (share of the measured copy bandwidth).
@@ -177,11 +178,26 @@ S11C = {  # session 11's cluster sweep (helper norms2): the row block split over
     "cluster=4 tile warps=8": ("cluster=4 reduce=tile warps=8", (8192,), ALL3),
 }
 
+S12 = {  # session 12 (helper norms): the push exchange (the default) against the forms around it
+    "exchange=barrier": ("exchange=barrier", (4096, 8192), ALL3),
+    "warps=8": ("warps=8", (4096, 8192), ALL3),
+    "cols=512": ("cols=512", (4096, 8192), ALL3),
+    "tile warps=8": ("reduce=tile warps=8", (4096, 8192), ALL3),
+    "cluster=8": ("cluster=8", (4096,), ALL3),
+    "cluster=4": ("cluster=4", (8192,), ALL3),
+}
+S12B = {  # session 12's second call: the committed default (push, reduce=tile, 8 warps) against session
+    # 11's form (exact PTX: barrier exchange, per-chunk reductions, 4 warps) and the push exchange alone
+    "s11 form (barrier chunk 4 warps)": ("exchange=barrier reduce=chunk warps=4", (4096, 8192), ALL3),
+    "push chunk 4 warps": ("reduce=chunk warps=4", (4096, 8192), ALL3),
+    "cluster=8": ("cluster=8", (4096,), ALL3),
+}
+
 
 def rows(which: str = "examples,variants") -> list[dict]:
     """(label, family, source file, constants, pipeline) of every variant measured."""
     out = []
-    for key, table in (("s11c", S11C), ("s11b", S11B), ("s11", S11)):
+    for key, table in (("s12", S12), ("s12b", S12B), ("s11c", S11C), ("s11b", S11B), ("s11", S11)):
         if key not in which.split(","):
             continue
         for label, (opts, ds, fams) in table.items():
@@ -307,7 +323,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--profile")
     ap.add_argument("--rows", default="examples,others,variants",
-                    help="examples, others, variants, candidates, s11, s11b, s11c, softmax-wide, torch, torch-wide "
+                    help="examples, others, variants, candidates, s11, s11b, s11c, s12, s12b, softmax-wide, torch, torch-wide "
                          "(comma-separated)")
     a = ap.parse_args(argv)
     todo = [r for r in rows(a.rows) if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]

@@ -69,21 +69,32 @@ def test_cluster_sum_needs_an_f32_column_vector():
 
 
 def test_the_pass_gives_each_cta_a_column_slice_and_combines_the_row_reductions():
-    out, log = run_pass(RMS_IR, "stream-cols{cluster=2}")
+    out, log = run_pass(RMS_IR, "stream-cols{cluster=2 reduce=chunk}")
     check_lines(out, [
         "blocks {cluster = 2} %0 {",
         "%rank = cluster_rank : i32",
         "%x_row = load %X, %i, %rank : st<bf16>[16, 2048]",   # the slice, kept whole on chip
         "= for %", "copy_cols %x_row, %c : rt<f32>[16, 256]", "row_sum", "yield",
-        "= cluster_sum %part : cv<f32>[16]",
+        '= cluster_sum {exchange = "push"} %part : cv<f32>[16]',
         "rsqrt",
         "= mul %rank, %", "load %W, %",                       # vector chunk rank * 8 + chunk
         "= for %", "mul_col", "= mul %rank, %", "store %Y, %", "yield"])
     assert out.count("cluster_sum") == 1 and out.count("load %X") == 1
-    (d,) = [d for d in log if d.pass_name == "stream-cols" and "cluster" in d.decision]
+    (d, x) = [d for d in log if d.pass_name == "stream-cols" and "cluster" in d.decision]
     assert d.decision == "row block split over a cluster of 2 CTAs, 2048 columns each"
+    assert x.decision == "cluster exchange: push" and x.data["exchange"] == "push"
+    (w,) = [d for d in log if d.decision.startswith("slice streamed")]
+    assert w.decision == "slice streamed with reduce=chunk, 8 warps" and "num_warps = 8" in out
     assert d.data["cluster"] == 2 and d.data["slice"] == 2048
     assert parse_kernel(out) is not None and print_kernel(parse_kernel(out)) == out  # round trip
+
+
+def test_the_slice_takes_a_tile_of_partials_and_8_warps_unless_pinned():
+    out, log = run_pass(RMS_IR, "stream-cols{cluster=2}")
+    assert "num_warps = 8" in out and "rt<f32>[16, 256] {" in out  # the carried tile of partials
+    assert [d.decision for d in log if d.decision.startswith("slice")] == ["slice streamed with reduce=tile, 8 warps"]
+    out, log = run_pass(RMS_IR, "stream-cols{cluster=2 reduce=chunk warps=4}")
+    assert "num_warps = 4" in out and [d.data["reduce"] for d in log if d.decision.startswith("slice")] == ["chunk"]
 
 
 @pytest.mark.parametrize("d, want", [(1024, 1), (4096, 4), (8192, 8), (16384, 8), (32768, 1)])
@@ -141,7 +152,7 @@ def _sass_ops(sass: str) -> set[str]:
 @pytest.mark.parametrize("name, k, reductions", [("rmsnorm", 4, 1), ("layernorm", 2, 2), ("residual_layernorm", 8, 2)])
 def test_the_ptx_exchanges_partials_between_cluster_barriers(name, k, reductions):
     kernel = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": 8192},
-                        pipeline=f"canonicalize,stream-cols{{cluster={k}}}")
+                        pipeline=f"canonicalize,stream-cols{{cluster={k} exchange=barrier}}")
     ptx = kernel.asm["ptx"]
     assert f".reqnctapercluster {k}, 1, 1" in ptx
     assert kernel.metadata["cluster"] == [k, 1, 1]

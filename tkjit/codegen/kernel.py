@@ -15,6 +15,7 @@ from ..ir.core import Kernel
 from ..ir.ops import Blocks
 from .abi import grid_expr, launch_params, param_entries, stride_registers  # noqa: F401 - the shared launch ABI
 from .context import SMEM_SYMBOL, Ctx
+from .emit_cluster import finish_exchanges
 from .layout import choose_warp_grid, contiguous_columns
 from .padding import analyze_padding
 from .pipeline import find_pipelines
@@ -23,6 +24,8 @@ from .table import DEFAULT_TABLE, EmitterTable
 from .values import Scalar
 
 PTX_VERSION = "8.0"
+PUSH_PTX_VERSION = "8.1"
+"""For a kernel with push exchanges between the CTAs of a cluster: st.async needs PTX ISA 8.1."""
 ARCH = "sm_90a"
 
 
@@ -59,7 +62,8 @@ def _plan(kernel: Kernel, table: EmitterTable, grid):
     while True:
         pipelines = find_pipelines(kernel, limit)
         try:
-            return pipelines, plan_shared_memory(kernel, lambda op: table.scratch_bytes(op, grid), pipelines)
+            return pipelines, plan_shared_memory(kernel, lambda op: table.scratch_bytes(op, grid), pipelines,
+                                                 table.scratch_pinned)
         except PassError:
             deepest = max((p.stages for p in pipelines.values()), default=1)
             if deepest <= 1:
@@ -113,6 +117,7 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
     entries = param_entries(kernel, bool(options.get("strided")))
     loads = _load_params(ctx, entries)
     body = ctx.emit_block(kernel.body)
+    ctx.pushes = finish_exchanges(ctx)
     counts = [grid_expr(v, blocks) for v in blocks.variadic()]
     total = counts[0]
     for c in counts[1:]:
@@ -162,7 +167,7 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
 
 def _module_text(kernel, entries, threads, ctx: Ctx, loads, body) -> str:
     lines = [f"// tkjit: kernel '{kernel.name}', register-tile (mma.sync) backend",
-             f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", ""]
+             f".version {PUSH_PTX_VERSION if getattr(ctx, 'pushes', False) else PTX_VERSION}", f".target {ARCH}", ".address_size 64", ""]
     lines.append(f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];")
     lines.append("")
     params = ",\n".join(f"  .param {t} {name}" for t, name, _, _ in entries)

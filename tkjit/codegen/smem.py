@@ -11,7 +11,8 @@ and 32B swizzle of the address.
 **Plan.** Shared tiles live from their definition to their last use (extended to the end of any
 loop that uses them but does not define them); an op's scratch (staging of register tiles,
 cross-warp reduction partials, shared copies of register mma operands) lives during the op
-only. Intervals are packed first-fit, so scratch reuses the space of dead tiles.
+only, except a *pinned* op's (a cluster exchange that peers write into at any time: the whole
+kernel). Intervals are packed first-fit, so scratch reuses the space of dead tiles.
 """
 from __future__ import annotations
 
@@ -134,8 +135,10 @@ def _live_interval(num: _Numbering, v: Value, uses: list[Op]) -> tuple[int, int]
     return start, end
 
 
-def plan_shared_memory(kernel: Kernel, scratch_bytes, pipelines: dict | None = None) -> SmemPlan:
-    """Place every shared tile and scratch area; ``scratch_bytes(op)`` is the op's need (0: none).
+def plan_shared_memory(kernel: Kernel, scratch_bytes, pipelines: dict | None = None,
+                       pinned=None) -> SmemPlan:
+    """Place every shared tile and scratch area; ``scratch_bytes(op)`` is the op's need (0: none);
+    ``pinned(op)``: its scratch lives through the whole kernel.
 
     ``pipelines`` (id(for) → LoopPipeline): a pipelined load gets ``stages`` stage buffers that
     live over its whole loop."""
@@ -165,7 +168,9 @@ def plan_shared_memory(kernel: Kernel, scratch_bytes, pipelines: dict | None = N
                 items.append(((lo, hi), r.type.nbytes, 1024, "value", f"%{r.hint or '?'} {r.type}", id(r)))
         need = scratch_bytes(op)
         if need:
-            items.append(((idx, idx), need, 128, "scratch", f"scratch of {op.NAME}", id(op)))
+            whole = pinned is not None and pinned(op)
+            items.append(((0, len(num.ops) - 1) if whole else (idx, idx), need, 128, "scratch",
+                          f"scratch of {op.NAME}" + (" (whole kernel)" if whole else ""), id(op)))
     placed: list[tuple[tuple[int, int], Region]] = []
     plan = SmemPlan({}, {}, 0, [])
     for (lo, hi), size, align, kind, what, key in sorted(items, key=lambda it: (it[0][0], -it[1])):

@@ -12,7 +12,7 @@ from ..ir.core import Op
 from ..ir.ops import ClusterRank, Copy, CopyCols, Load, Store, Yield
 from ..ir.types import ScalarType, describe
 from .emit_check import CHECK_EMITTERS
-from .emit_cluster import CLUSTER_EMITTERS, CLUSTER_SCRATCH
+from .emit_cluster import CLUSTER_EMITTERS, CLUSTER_SCRATCH, pinned_scratch
 from .emit_control import CONTROL_EMITTERS
 from .emit_copy_cols import COPY_COLS_EMITTERS
 from .emit_elementwise import REGISTER_EMITTERS
@@ -66,6 +66,11 @@ class EmitterTable:
     def scratch_bytes(self, op: Op, grid) -> int:
         fn = self.scratch.get(type(op))
         return fn(op, grid) if fn is not None else 0
+
+    @staticmethod
+    def scratch_pinned(op: Op) -> bool:
+        """Whether the op's scratch must live through the whole kernel (smem.py)."""
+        return pinned_scratch(op)
 
 
 DEFAULT_TABLE = EmitterTable()

@@ -26,6 +26,13 @@ MAX_SLICE = 1024
 run at 82-84% of a 1 GiB copy (D = 1024), and the best of k = 2, 4, 8 measured on an H200 at
 D = 4096 / 8192 for RMSNorm and residual + LayerNorm (LayerNorm at 8192: 61% against 63% for the
 best form, k = 4 with reduce=tile warps=8): benchmarks/results/2026-11-27-nvidia-h200-s11-norms2-cluster.json."""
+SLICE_REDUCE = "tile"
+SLICE_WARPS = 8
+"""How ``cache=auto`` streams a CTA's slice of a split row block (unless ``reduce``/``warps`` are
+pinned): a carried tile of partials reduced once per pass, 8 warps. Measured on an H200 with the
+push exchange (2026-11-27, benchmarks/results/2026-11-27-nvidia-h200-s12-norms-1.json, share of a
+1 GiB copy at D = 4096 / 8192): RMSNorm 82/83% against 81/79% with per-chunk reductions and 4
+warps, LayerNorm 73/73 against 66/69, residual + LayerNorm 76/77 against 75/74."""
 _CLUSTER_OF = {cls.FN: cls for cls in CLUSTER_REDUCE_OPS}
 
 
@@ -62,9 +69,10 @@ def cluster_for(body: Block, budget: int = AUTO_CACHE_BYTES) -> tuple[int, str |
                "on an H200, docs/codegen.md)")
 
 
-def split_over_cluster(kernel: Kernel, body: Block, k: int) -> tuple[int, int]:
+def split_over_cluster(kernel: Kernel, body: Block, k: int, exchange: str = "barrier") -> tuple[int, int]:
     """Rewrite ``body`` (the block loop's) so that k CTAs share each block, CTA ``rank`` taking
-    column slice ``rank`` (module docstring); returns (W, W/k). Raises NotStreamable when the
+    column slice ``rank`` (module docstring), each cluster reduction with attribute ``exchange``
+    (ops/cluster.py); returns (W, W/k). Raises NotStreamable when the
     program is not row-wise or its wide tensors cannot be sliced."""
     blocks = body.parent
     assert isinstance(blocks, Blocks)
@@ -119,7 +127,7 @@ def split_over_cluster(kernel: Kernel, body: Block, k: int) -> tuple[int, int]:
                                 result_hints=[f"{op.result.hint}_part" if op.result.hint and not op.result.hint.isdigit()
                                               else "part"])
             out.append(part_red)
-            new = _CLUSTER_OF[op.FN]([part_red.result], {}, None, span=op.span, result_hints=[op.result.hint])
+            new = _CLUSTER_OF[op.FN]([part_red.result], {"exchange": exchange}, None, span=op.span, result_hints=[op.result.hint])
             out.append(new)
             mapping[op.result] = new.result
             continue

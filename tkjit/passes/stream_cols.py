@@ -39,10 +39,11 @@ from dataclasses import dataclass
 from ..errors import DiagnosticError, PassError
 from ..ir.core import Block, Kernel
 from ..ir.ops import Blocks, Load
+from ..ir.ops.cluster import EXCHANGES
 from ..ir.types import MAX_REGISTER_TILE_BYTES, TileType, register_tile_problem
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
-from .stream_cluster import MAX_CLUSTER, cluster_for, split_over_cluster
+from .stream_cluster import MAX_CLUSTER, SLICE_REDUCE, SLICE_WARPS, cluster_for, split_over_cluster
 from .stream_cache import (AUTO_CACHE_BYTES, AUTO_REREAD_STAGES, AUTO_REREAD_WARPS, CACHE_BYTES,  # noqa: F401
                            CACHED_CHUNK_BYTES, cache_plan)
 from .stream_plan import (CHUNK_BYTES, NotStreamable, StreamPlan, _chunk_width, block_body,  # noqa: F401
@@ -130,6 +131,11 @@ class StreamCols(Pass):
     other forms keep one CTA): where one CTA cannot keep a re-read row block within the cache
     budget, the fewest CTAs whose slices fit it and are at most MAX_SLICE columns
     wide (``cluster_for``; measured on an H200, docs/codegen.md); ``none``: one CTA per row block."""
+    exchange: str = "push"
+    """How a split row block's reductions meet (``cluster_sum {exchange}``, ops/cluster.py): ``push``
+    (the default) -- each CTA stores its partial into every peer's shared memory with ``st.async``
+    and waits on one local mbarrier; ``barrier`` -- each CTA stores its own, and two cluster
+    barriers surround the remote reads (session 11's form)."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -143,6 +149,8 @@ class StreamCols(Pass):
             raise PassError(f"stream-cols: reduce must be auto, chunk or tile, got {self.reduce!r}")
         if self.order not in ("alternate", "forward"):
             raise PassError(f"stream-cols: order must be alternate or forward, got {self.order!r}")
+        if self.exchange not in EXCHANGES:
+            raise PassError(f"stream-cols: exchange must be {' or '.join(EXCHANGES)}, got {self.exchange!r}")
         body = block_body(kernel)
         if body is None:
             return kernel
@@ -253,7 +261,7 @@ class StreamCols(Pass):
                 ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
             return rest.run(kernel, ctx)
         try:
-            width, part = split_over_cluster(kernel, body, k)
+            width, part = split_over_cluster(kernel, body, k, self.exchange)
         except NotStreamable as e:
             where = f" ({e.op.NAME} at {e.op.span.location()})" if e.op is not None and e.op.span else ""
             ctx.decide(f"@{kernel.name}", "not split over a cluster", e.why + where)
@@ -262,8 +270,21 @@ class StreamCols(Pass):
                    f"{why}: the k CTAs of a cluster run the same rows, CTA rank r columns r*{part} .. "
                    f"(r+1)*{part}-1 of each {width}-column tile and row vector; each row reduction reduces the "
                    "CTA's slice, then cluster_sum/max/min combines the k partials through distributed shared "
-                   "memory (barrier.cluster, ld.shared::cluster) in rank order, the same in every CTA; the slice "
-                   "is streamed below", cluster=k, width=width, slice=part)
+                   "memory in rank order, the same in every CTA; the slice is streamed below", cluster=k,
+                   width=width, slice=part)
+        ctx.decide(f"@{kernel.name}", f"cluster exchange: {self.exchange}",
+                   "each CTA stores its partial into every peer's shared memory (st.async, counted by the "
+                   "receiver's per-exchange mbarrier) and waits on its own mbarrier: no cluster barrier per "
+                   "exchange" if self.exchange == "push" else
+                   "each CTA stores its own partial; a cluster barrier before and one after the remote reads "
+                   "(ld.shared::cluster)", exchange=self.exchange)
+        if self.cache == "auto":
+            rest = dataclasses.replace(rest, reduce=self.reduce if self.reduce != "auto" else SLICE_REDUCE,
+                                       warps=self.warps or SLICE_WARPS)
+            ctx.decide(f"@{kernel.name}", f"slice streamed with reduce={rest.reduce}, {rest.warps} warps",
+                       "cache=auto on a split row block: a carried tile of partials reduced once per pass and "
+                       "8 warps, unless pinned (measured on an H200 with the push exchange, "
+                       "stream_cluster.SLICE_WARPS)", reduce=rest.reduce, warps=rest.warps)
         return rest.run(kernel, ctx)
 
     def _auto(self, body: Block) -> "StreamCols":

@@ -5,11 +5,19 @@ row vectors are combined across them.
 ``%r = cluster_rank : i32`` is the CTA's rank in its cluster (0 .. k-1; 0 outside a split loop).
 ``%s = cluster_sum %v : cv<f32>[16]`` (``cluster_max``, ``cluster_min``) combines the column
 vector ``v`` of every CTA of the cluster, in rank order, so that every CTA gets the same bits;
-stream-cols{cluster=k} writes them (docs/codegen.md, "A row block split over a cluster")."""
+stream-cols{cluster=k} writes them (docs/codegen.md, "A row block split over a cluster").
+Attribute ``exchange`` (stream-cols' ``exchange`` option): how the register-tile backend moves the
+partials -- ``barrier`` (the default: each CTA stores its own, two cluster barriers around the
+remote reads) or ``push`` (each CTA stores its partial into every peer's shared memory with
+``st.async``, counted by a per-exchange mbarrier of the receiver: one local wait;
+codegen/emit_cluster.py, checked by codegen/cluster_protocol.py)."""
 from __future__ import annotations
 
 from ..core import Op
 from ..types import F32, I32, ScalarType, VectorType, describe
+
+EXCHANGES = ("barrier", "push")
+"""How a cluster reduction's partials travel (module docstring)."""
 
 
 class ClusterRank(Op):
@@ -26,8 +34,12 @@ class ClusterReduce(Op):
 
     OPERANDS = ("v",)
     FN = "sum"
+    ATTRS = {"exchange": str}
+    OPTIONAL_ATTRS = frozenset({"exchange"})
 
     def infer(self):
+        if self.attrs.get("exchange", "barrier") not in EXCHANGES:
+            raise self.error(f"exchange must be one of {', '.join(EXCHANGES)}, got {self.attrs['exchange']!r}")
         t = self.operands[0].type
         if not (isinstance(t, VectorType) and t.kind == "cv" and t.dtype == F32):
             raise self.error(f"expected an f32 column vector (cv<f32>), got {describe(t)}")
