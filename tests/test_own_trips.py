@@ -165,3 +165,99 @@ def test_the_ptx_computes_own_trips_and_idles_with_only_protocol_syncs():
     except tkjit.errors.NotAvailableError as e:
         pytest.skip(str(e))
     assert "HGMMA" in sass and not re.search(r"\b(LDL|STL)\b", sass)
+
+
+# -- the own count's PTX on the simulator ---------------------------------------------------------
+def _own_counts_on_the_simulator(kernel, n: int, i: int) -> list[int]:
+    """The consumers' ``own_count`` PTX (lower_own_trips.py) for block row ``i`` at N = ``n``, run
+    on the PTX simulator (tests/ptxsim.py runs no wgmma, mbarrier or TMA, so not the whole
+    kernel): the kernel body's and the block body's scalars from a dim N and block index i, the
+    tile's trip count as the consumers print it, then the own count of each consumer warpgroup."""
+    import numpy as np
+    from ptxsim import Memory, launch
+    from tkjit.codegen.hopper.lower import LoweredKernel
+    from tkjit.codegen.hopper.lower_consumer import ConsumerRole
+    from tkjit.codegen.hopper.lower_own_trips import own_count
+    from tkjit.codegen.hopper.lower_producer import is_scalar_op, ring_trips
+    from tkjit.codegen.hopper.program import RingRegs
+    from tkjit.codegen.values import Scalar
+    from tkjit.ir.ops import Dim
+    from tkjit.ir.types import I32
+    from tkjit.passes.own_trips import own_loops
+    lk = LoweredKernel(kernel.ir)
+    b = lk.b
+    lk.tid, lk.smem = b.reg(), b.reg()
+    b(f"mov.u32 {lk.tid}, %tid.x;")
+    lk.globals, lk.check_buffer, lk.strides, lk.scalars = {}, None, None, {}
+    role = ConsumerRole(lk)
+    ctx = role.ctx
+    role.index = b.reg()
+    b(f"shr.u32 {role.index}, {lk.tid}, 7;")  # consumer c: threads 128c ..
+    params = {}
+    for name in ("n", "iblk"):
+        params[name] = b.reg()
+        b(f"ld.param.u32 {params[name]}, [{name}];")
+    for op in kernel.ir.body.ops:
+        if isinstance(op, Dim):
+            ctx.bind(op.result, Scalar(params["n"] if op.attrs["name"] == "N" else b.mov(1), I32))
+        elif is_scalar_op(op):
+            b(*ctx.emit_op(op))
+    for a in lk.blocks.regions[0].args:
+        ctx.bind(a, Scalar(params["iblk"] if a is lk.blocks.regions[0].args[-1] else b.mov(0), I32))
+    (loop,) = own_loops(kernel.ir)
+    for op in lk.blocks.regions[0].ops:
+        if op is loop:
+            break
+        if is_scalar_op(op) and all(id(x) in ctx.values for x in op.operands):
+            b(*ctx.emit_op(op))
+    ring = lk.schedule.loop_of[loop]
+    role.rings = {ring: RingRegs(lk.proto.ring(ring), b.mov(0), b.mov(0), b.mov(0), b.mov(0), b.mov(0))}
+    ring_trips(role, ring, loop)
+    own = own_count(role, ring, loop)
+    out, off = b.reg("b64"), b.reg("b64")
+    b(f"ld.param.u64 {out}, [out];", f"cvta.to.global.u64 {out}, {out};",
+      f"mul.wide.u32 {off}, {lk.tid}, 4;", f"add.s64 {out}, {out}, {off};",
+      f"st.global.b32 [{out}], {own};", "ret;")
+    ptx = "\n".join([".version 8.0", ".target sm_90a", ".address_size 64",
+                     ".visible .entry own(.param .u64 out, .param .u32 n, .param .u32 iblk)", "{"]
+                    + b.namer.declarations() + ["  " + b.lines[0]] + ["  " + x for x in ctx.prologue]
+                    + [x if x.endswith(":") else "  " + x for x in b.lines[1:]] + ["}"])
+    threads = 128 * lk.consumers
+    mem = Memory(1 << 16)
+    buf = np.full(threads, -1, dtype=np.int32)
+    addr = mem.alloc(buf)
+    launch(ptx, {"dims": [], "grid": [1], "block": [threads, 1, 1], "smem_bytes": 0}, [addr, n, i], {},
+           mem=mem, max_ctas=1)
+    got = mem.read_back(addr, buf)
+    assert all((got[128 * c:128 * (c + 1)] == got[128 * c]).all() for c in range(lk.consumers))
+    return [int(got[128 * c]) for c in range(lk.consumers)]
+
+
+@pytest.mark.parametrize("n,i", [(4096, 0), (4096, 1), (4096, 2), (4096, 7), (4096, 21), (300, 1), (1000, 5),
+                                 (128, 0), (200, 1)])
+def test_the_own_count_ptx_on_the_simulator(n, i):
+    """Consumer c's own trips of block row i: the key blocks j < T with 128·j <= 192·i + 64c + 63,
+    every trip when one of the later ones does not cross the diagonal (the example's condition,
+    (j + 1)·128 > 192·i + 1, always holds there)."""
+    got = _own_counts_on_the_simulator(general(), n, i)
+    trips = max(0, min(-(-n // 128), -(-192 * (i + 1) // 128)))
+    want = [sum(1 for j in range(trips) if 128 * j <= 192 * i + 64 * c + 63) for c in range(3)]
+    assert got == want
+
+
+WRONG_SIDE = ((EXAMPLES / "attention.tk").read_text()
+              .replace("if (j + 1) * BKV > i * BQ + 1 {", "if j * BKV < i * BQ {"))
+"""The mask applied only on blocks left of the block's first row: on the trips past a consumer's
+own the condition fails, so the pass's assumption is checked false at run time and every trip is
+each consumer's own (the program's meaning is the interpreter's, whatever it computes)."""
+
+
+def test_a_condition_that_fails_at_run_time_makes_every_trip_the_consumers_own():
+    assert WRONG_SIDE != (EXAMPLES / "attention.tk").read_text()
+    k = tkjit.compile(WRONG_SIDE, filename="attention.tk", constants={"D": 64, "CAUSAL": True},
+                      lowering="general", cache=False)
+    assert "each consumer runs its own trips" in k.explain()
+    assert _roles_equal(k, _inputs("attention", 1, 1, 1, 700, 64, 0.125), seeds=(0,))
+    for n, i in ((4096, 0), (4096, 3)):
+        trips = min(32, -(-192 * (i + 1) // 128))
+        assert _own_counts_on_the_simulator(k, n, i) == [trips] * 3
