@@ -31,8 +31,8 @@ constant) in the block body:
    accumulator; a scalar multiply keeps -inf when the scalar is positive (a positive constant,
    or inside ``if c > 0``); ``if``s join their branches. The body stores nothing.
 
-**Assumptions** (documented, not proved): the carried row maxima are finite on the skipped trips,
-i.e. each row saw some unmasked key in its own trips (in a causal tile every row sees key 0 ..
+**Assumptions** (documented, not proved): the carried values a skipped trip subtracts (the row
+maxima: ``s - m``, ``m - m``) are finite, i.e. each row saw some unmasked key in its own trips (in a causal tile every row sees key 0 ..
 itself; a row that sees no key has no softmax, and the program as written gives NaN there too), and
 the tiles loaded on the skipped trips are finite (0·v = 0). Under those, the skip is exact: the
 consumer's results are bit-identical to running every trip.
