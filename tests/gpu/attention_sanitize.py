@@ -2,6 +2,7 @@
 for compute-sanitizer.
 
     compute-sanitizer --tool memcheck python3 tests/gpu/attention_sanitize.py D CAUSAL N [B H HKV]
+    TKJIT_SANITIZE_LOWERING=general compute-sanitizer ...   # through the general lowering
 
 Fresh random inputs, O and L poisoned with NaN; prints the errors and exits non-zero when they
 are out of tolerance or an output element was left unwritten.
@@ -9,6 +10,7 @@ are out of tolerance or an output element was left unwritten.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +22,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "attention.tk"
 
 
 def main(d: int, causal: bool, n: int, b: int = 1, h: int = 4, hkv: int = 2) -> int:
-    kernel = tkjit.load(EXAMPLE, constants={"D": d, "CAUSAL": causal})
+    lowering = os.environ.get("TKJIT_SANITIZE_LOWERING", "auto")
+    kernel = tkjit.compile(EXAMPLE.read_text(), filename=EXAMPLE.name, constants={"D": d, "CAUSAL": causal},
+                           lowering=lowering)
     q = torch.randn(b, h, n, d, dtype=torch.bfloat16, device="cuda")
     k, v = (torch.randn(b, hkv, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     o = torch.full_like(q, float("nan"))

@@ -135,6 +135,13 @@ class Regs:
     ph: int = 0
     trips: int = 0
     counter: int = 0
+    own: int = 0
+    """A consumer's own trips of the tile (``Loop(part="own")``; the own-trips pass)."""
+
+    def part(self, part: str) -> range:
+        """The trip indices a loop over ``part`` of the tile's trips runs."""
+        own = min(self.own, self.trips)
+        return {"all": range(self.trips), "own": range(own), "rest": range(own, self.trips)}[part]
 
 
 @dataclass
@@ -207,10 +214,13 @@ class Role:
                 yield from self.tiles_step(step)
             elif isinstance(step, sp.Loop):
                 r = self.regs[step.ring]
-                for r.counter in range(r.trips):
-                    yield from self.trip(step)
+                for r.counter in r.part(step.part):
+                    if step.part == "rest":  # a consumer's idle trips: protocol steps only
+                        yield from self.run(step.body)
+                    else:
+                        yield from self.trip(step)
             elif isinstance(step, sp.IfTrips):
-                yield from self.run(step.body if self.regs[step.ring].trips > 0 else step.orelse)
+                yield from self.run(step.body if len(self.regs[step.ring].part(step.part)) > 0 else step.orelse)
             elif isinstance(step, sp.IfPrevTile):
                 if self.tile_i > 0:  # the CTA handled a tile before this one
                     yield from self.run(step.body)
@@ -283,6 +293,10 @@ class Role:
             if is_scalar_op(op) and all(v in self.env.values for v in op.operands):
                 self.exec(op)
 
+    row_share = None
+    """(consumer, consumers): a consumer that stores only its share of each register tile's rows
+    (with per-consumer trip counts each one computes only its own rows right)."""
+
     shadow = False
     """A consumer whose stores are dropped: cooperative consumers each own a share of a tile's rows
     on the GPU; here each computes the whole tile, and one of them writes it."""
@@ -300,6 +314,8 @@ class Role:
             args.append(value)
         if self.shadow and isinstance(op, Store):
             return
+        if self.row_share is not None and isinstance(op, Store):
+            args[1] = own_rows(args[1], op.operands[1].type, *self.row_share)
         for inner in (o for region in op.regions for r in region.ops for o in r.walk()):
             for v in inner.operands:  # an if's branch reads a wgmma result from outside it
                 value = self.env.values.get(v)
@@ -403,6 +419,8 @@ class Consumer(Role):
         body = list(self.rt.blocks.regions[0].ops)
         anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings)
         self.shadow = (not step.alternate and self.index > 0) or (self.cta.cluster is not None and self.cta.rank > 0)
+        if self.rt.proto.own_trips and not step.alternate and self.cta.cluster is None:
+            self.shadow, self.row_share = False, (self.index, n)
         for self.tile_i, tile in mine:
             self.bind_tile(tile)
             if step.alternate:  # as the emitter does (lower_consumer.ahead): SkipTrips comes first
@@ -435,6 +453,8 @@ class Consumer(Role):
             self.env.bind(op.results, [RingRef(*self.rt.load_of[op])])
         elif isinstance(step, sp.IfTrips):  # a ring loop: its carried values, then the protocol's
             self.trip_count(op, step.ring)
+            if step.part == "own":
+                self.own_count(op, step.ring)
             body = op.regions[0]
             self.env.bind(body.args[1:], [self.env.values[v] for v in op.variadic()])
             yield from self.run((step,))
@@ -456,6 +476,25 @@ class Consumer(Role):
             self.exec(op)
         else:
             raise ScheduleError(f"no meaning for {step.text()} at '{op.NAME}'")
+
+    def own_count(self, loop: For, ring: str) -> None:
+        """This consumer's own trips of the tile (passes/own_trips.py, as lower_own_trips.own_count
+        prints it): the plan's formula, then the conditions the pass assumed on the later trips,
+        evaluated for each; one that fails makes every trip its own."""
+        from ..passes.own_trips import plan_of
+        plan = plan_of(loop, self.rt.proto.consumers)
+        for op in plan.q0_ops:
+            self.exec(op)
+        r = self.regs[ring]
+        lo = self.env.values[loop.operands[0]]
+        r.own = plan.own(self.index, int(self.env.values[plan.q0]), lo, r.trips)
+        for t in range(r.own, r.trips):
+            self.env.bind([loop.regions[0].args[0]], [lo + t * plan.step])
+            for op in plan.cond_ops:
+                self.exec(op)
+            if any(bool(self.env.values[c]) != taken for c, taken in plan.conds):
+                r.own = r.trips
+                break
 
     def cluster_reduce(self, step):
         """Split-K: meet every consumer of the cluster, then hold the sum of the CTAs' partials
@@ -762,6 +801,24 @@ class Roles:
                                     f"({', '.join(type(running[i][0]).__name__ for i in running)})")
         if any(c.landings for c in ctas):
             raise ScheduleError("copies still in flight when the CTA ended")
+
+
+def own_rows(value, t, consumer: int, consumers: int):
+    """``value`` (a register tile or a column vector of one value a row) valid only on consumer
+    ``consumer``'s share of its rows, [c·R/C, (c+1)·R/C), as the GPU's consumers store them."""
+    from .values import TileValue, VectorValue
+    if isinstance(value, TileValue):
+        rows = value.rows.copy()
+        share = len(rows) // consumers
+        keep = np.zeros(len(rows), bool)
+        keep[consumer * share:(consumer + 1) * share] = True
+        return TileValue(value.data, rows & keep, value.cols, value.dtype)
+    if isinstance(value, VectorValue) and getattr(t, "kind", "cv") == "cv":
+        share = len(value.valid) // consumers
+        keep = np.zeros(len(value.valid), bool)
+        keep[consumer * share:(consumer + 1) * share] = True
+        return VectorValue(value.data, value.valid & keep, value.dtype)
+    return value
 
 
 def zero_value(t):

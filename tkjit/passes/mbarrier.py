@@ -13,7 +13,7 @@ and the programs in the decision log and explores the protocol (``sync_check``):
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
@@ -21,9 +21,9 @@ from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
 from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipelined_loops, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
-from .sync_report import CheckReport, default_cases
+from .sync_report import CheckReport, default_cases, own_trip_cases
 from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse, StreamKUnits,
-                            standard_protocol)
+                            own_trips_consumer, standard_protocol)
 from .sync_protocol import Load as RingLoad
 from . import sync_verdicts
 
@@ -68,6 +68,10 @@ class _Builder:
         """Multicast: the pair of CTAs (``pair.ctas`` 2) sharing the loads ``pair.loads``."""
         self.written: dict[Copy, str] = {}
         """Register tiles the consumers store to shared memory in a ring loop (``TileWrite``) -> name."""
+        self.own: dict[str, For] = {}
+        """Rings whose consumers run their own trips (the own-trips pass's loops) -> the loop."""
+        self.own_refused: dict[For, str] = {}
+        """Loops the own-trips pass marked whose protocol keeps the tile's trips here -> why."""
 
     def level2_fits(self, loop: For) -> bool:
         """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
@@ -116,8 +120,26 @@ class _Builder:
         self.stream_k_units(blocks)
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
-        return standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
-                                 tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas)
+        proto = standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
+                                  tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas)
+        for ring in self.own:
+            proto = replace(proto, consumer=own_trips_consumer(proto.consumer, ring))
+        return proto
+
+    def own_trips(self, op: For, name: str, split: bool, writes: list) -> None:
+        """A loop the own-trips pass marked gets per-consumer trips (``own_trips_consumer``) where
+        the protocol has them: cooperative consumers on one ring, no consumer-written tile, no
+        split-K, stream-K or multicast pair."""
+        why = ("ping-pong consumers compute whole tiles" if self.pingpong else
+               "the loop's second product has a ring of its own (split rings)" if split else
+               "the consumers write a shared tile in the loop (they meet every trip)" if writes else
+               "split-K" if self.split_k > 1 else
+               "stream-K" if int(self.kernel.attrs.get("stream_k", 0) or 0) > 0 else
+               "a multicast pair" if self.pair.ctas > 1 else None)
+        if why is None:
+            self.own[name] = op
+        else:
+            self.own_refused[op] = why
 
     def stream_k_units(self, blocks) -> None:
         """Stream-K where the grid pass asks for it and the tile is one ring loop with products,
@@ -194,6 +216,8 @@ class _Builder:
                     tile_reads.append(tiles)
         if self.pingpong:  # consumers on alternate tiles cannot meet: the lowering refuses it
             writes = []
+        if op.attrs.get("own_trips"):
+            self.own_trips(op, name, len(names) > 1, writes)
         level2 = not writes and self.level2_allowed(op, split=len(names) > 1)
         self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op),
                                    split=names[1] if len(names) > 1 and level2 else "",
@@ -386,6 +410,8 @@ def quick_cases(proto: Protocol) -> list[tuple[int, ...]]:
     cases = [(0,), (1,), (s + 1,)]
     if proto.persistent:
         cases.append((s + 1, 1, 2 * s + 1))
+    if proto.own_trips:  # consumers' own trips differ, down to none (sync_report.own_trip_cases)
+        cases += own_trip_cases(proto, [1, 2, s + 1])
     return cases
 
 
@@ -453,6 +479,15 @@ class Mbarrier(Pass):
                        "accumulates into a carried tile: trip j issues its first product, then trip "
                        "j-1's second, and runs its register work while the second one computes "
                        "(FlashAttention-3's overlap); the previous stage is released once both are done")
+        for ring, loop in builder.own.items():
+            ctx.decide(f"loop at {_where(loop)}", "per-consumer trip counts in the protocol",
+                       f"the own-trips pass marked it: each consumer loops over its own trips of ring "
+                       f"{ring} (drain and release included), then takes the tile's later trips idle "
+                       "(wait for the stage's fill, release it, advance), so every fill is released by "
+                       f"all {builder.consumers} consumers and the producer loads the tile's trips")
+        for loop, why in builder.own_refused.items():
+            ctx.decide(f"loop at {_where(loop)}", "every consumer runs the tile's trips",
+                       f"the own-trips pass marked it, but the protocol has no per-consumer trips with {why}")
         for ring in proto.rings:
             ctx.decide(f"ring {ring.name}" + (f" ({ring.where})" if ring.where else ""),
                        _ring_decision(ring), _ring_reason(ring, proto), stages=ring.stages,

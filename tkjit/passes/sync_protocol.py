@@ -78,7 +78,7 @@ generate two more methods per class when this module is imported by every Hopper
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 from ..frozen import Frozen
@@ -660,6 +660,25 @@ def pingpong_consumer(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     hand_on = IfNextTile((TurnPass(),))
     return (Tiles((IfPrevTile((SkipTrips(r), TurnWait())),
                    IfTrips(r, (loop, hand_on, *tail), orelse=(hand_on,))), alternate=True),)
+
+
+def own_trips_consumer(steps: tuple[Step, ...], ring: str) -> tuple[Step, ...]:
+    """A ring loop whose consumers run their own trips (the own-trips pass): the loop, its drain
+    and release over the consumer's own trips only (``part`` "own"), then the tile's remaining
+    trips idle: wait for the stage's fill (so that the release counts toward this fill, not the
+    previous one, which another consumer may still be reading), release it at once, advance. The
+    producer fills every trip as before, so it never waits for a release that does not come."""
+    out: list[Step] = []
+    for st in steps:
+        if isinstance(st, IfTrips) and st.ring == ring and st.part == "all" and not st.orelse:
+            loop, *drain = st.body
+            out += [IfTrips(ring, (replace(loop, part="own"), *drain), part="own"),
+                    Loop(ring, (Wait(ring, "full"), Release(ring), Advance(ring)), part="rest")]
+        elif isinstance(st, Tiles):
+            out.append(replace(st, body=own_trips_consumer(st.body, ring)))
+        else:
+            out.append(st)
+    return tuple(out)
 
 
 def consumer_staging(item: StagingReuse) -> tuple[Step, ...]:

@@ -76,6 +76,7 @@ class ConsumerRole(RoleEmitter):
         self.shared: dict[int, Load] = {}  # id(value) -> the ring load it reads
         self.carried_homes: list = []
         self.hoisted: set[int] = set()  # block-body scalars emitted once before the tile walk
+        self.own = {}
         self.table[ConsumerSync] = self.consumer_sync
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
@@ -315,6 +316,9 @@ class ConsumerRole(RoleEmitter):
             self.held = (fresh(ctx, second.operands[0].type), ctx.get(arg))
         if step.ring not in self.trips_ready:
             ring_trips(self, step.ring, loop)
+        if step.part == "own":  # this consumer's own trips (the own-trips pass; lower_own_trips.py)
+            from .lower_own_trips import own_count
+            self.own[step.ring] = own_count(self, step.ring, loop)
         self.emit((step,))
         if self.deferred is not None:  # a tile without trips issued no wgmma: flush here, before
             b(*self.deferred.flush(ctx))  # the epilogue makes the next tile's values
@@ -346,7 +350,22 @@ class ConsumerRole(RoleEmitter):
     """Inside a level-2 loop: "first" while emitting its peeled first trip, "later" for the rest
     (so First/NotFirst resolve statically and ptxas sees which wgmma groups each wait retires)."""
 
+    own: dict = {}
+    """Ring -> the register with this consumer's own trips of the tile (``Loop(part="own")``)."""
+
+    def if_trips(self, step: IfTrips) -> None:
+        """``part`` "own": the loop, drain and release over this consumer's own trips."""
+        if step.part != "own":
+            return super().if_trips(step)
+        r = self.rings[step.ring]
+        tile_trips, r.trips = r.trips, self.own[step.ring]
+        super().if_trips(step)
+        r.trips = tile_trips
+
     def loop(self, step: Loop) -> None:
+        if step.part == "rest":  # the tile's trips after this consumer's own: protocol steps only
+            from .lower_own_trips import idle_trips
+            return idle_trips(self, step)
         if self.loop_of[step.ring] not in self.k.schedule.level2:
             return super().loop(step)
         b, r = self.b, self.rings[step.ring]

@@ -182,7 +182,7 @@ class RoleEmitter:
         self.b.place(end)
 
     def loop(self, step: Loop) -> None:
-        if step.part != "all":  # a consumer's own trips: only the attention consumer emits those
+        if step.part == "rest":  # a consumer's idle trips: only the consumers emit those
             raise NotImplementedError(f"this role has no per-consumer trip counts ({step.head()})")
         r = self.rings[step.ring]
         outer = r.counter

@@ -85,12 +85,13 @@ class For(Op):
     Set by passes: ``stage_bytes`` (bytes the loop's loads bring per trip), ``stage_stride``
     (shared-memory distance between two stages), ``bars`` (offset of its mbarrier words) and
     ``partial_sums`` (the carried row sums each thread keeps as its own share, combined across
-    the threads of a row once after the loop: the row-sums pass)."""
+    the threads of a row once after the loop: the row-sums pass), ``own_trips`` ([rows per
+    consumer, key scale]: each consumer runs the trips its own rows see; the own-trips pass)."""
 
     NAME = "for"
     OPERANDS = ("lo", "hi", "step", "inits*")
     ATTRS = {"stages": int, "unroll": int, "stage_bytes": int, "stage_stride": int, "bars": int,
-             "partial_sums": tuple}
+             "partial_sums": tuple, "own_trips": tuple}
     OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = None
     NUM_REGIONS = 1
