@@ -16,36 +16,52 @@ from __future__ import annotations
 
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
-from ...passes.sync_protocol import ClusterReduce, ConsumerSync, IfTrips, Mma, StreamKFixup, TileWrite, Wait
+from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma, StagedStore,
+                                     StreamKFixup, TileWrite, Wait)
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
+    """(See the module.) Two steps may stand for one op (the ``ConsumerSync`` before a staged
+    store over a ring, then its ``StagedStore``): the last of them takes it. An ``IfHeld`` (a
+    held tile's stores, run under the wgmma group just issued) stays right after the step
+    before it."""
     anchors = [anchor(step, ops) for step in steps]
     placed = [a for a in anchors if a is not None]
-    if placed != sorted(placed) or len(set(placed)) != len(placed):
+    if placed != sorted(placed):
         raise AssertionError(f"internal: protocol steps anchored out of program order ({placed})")
     out: list[tuple] = []
     i = 0
     for n, (step, j) in enumerate(zip(steps, anchors)):
         if j is None:
+            if isinstance(step, IfHeld) and out and out[-1][0] == "anchored":
+                out.append(("step", step, None))
+                continue
             if all(a is None for a in anchors[n + 1:]):
                 out += [("op", None, op) for op in ops[i:]]
                 i = len(ops)
             out.append(("step", step, None))
             continue
         out += [("op", None, op) for op in ops[i:j]]
+        i = j
+        if j in anchors[n + 1:]:  # a later step stands for this op too
+            out.append(("step", step, None))
+            continue
         out.append(("anchored", step, ops[j]))
         i = j + 1
     out += [("op", None, op) for op in ops[i:]]
     return out
 
 
-def tile_anchor(ring_of_load: dict, loop_of: dict, staged_over_rings: list):
+def tile_anchor(ring_of_load: dict, loop_of: dict, staged_over_rings: list, store_of: dict | None = None):
     """The anchor of the tile body's steps (``loop_of``: ring -> its IR loop; the k-th
-    ``ConsumerSync`` stands for the k-th store staged over a ring)."""
+    ``ConsumerSync`` stands for the k-th store staged over a ring; ``store_of``: a staged
+    store's name -> the IR store its ``StagedStore`` or ``HoldStore`` stands for)."""
     syncs = iter(staged_over_rings)
+    store_of = store_of or {}
 
     def anchor(step, ops: list[Op]) -> int | None:
+        if isinstance(step, (StagedStore, HoldStore)):
+            return ops.index(store_of[step.store])
         if isinstance(step, Wait) and step.bar == "full":
             for i, op in enumerate(ops):
                 if isinstance(op, Load) and ring_of_load.get(op) == step.ring:
@@ -70,14 +86,18 @@ def first_reader(ops: list[Op], loop: For) -> int | None:
     return None
 
 
-def trip_anchor(loop: For):
+def trip_anchor(loop: For, store_of: dict | None = None):
     """The anchor of a trip's steps: the k-th ``Mma`` step is the k-th product of the loop body,
-    the k-th ``TileWrite`` its k-th copy of a register tile into a shared tile."""
+    the k-th ``TileWrite`` its k-th copy of a register tile into a shared tile, a ``StagedStore``
+    its store."""
     from ...passes.mbarrier import is_tile_write
     order = iter([op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)])
     writes = iter([op for op in loop.regions[0].ops if is_tile_write(op)])
+    store_of = store_of or {}
 
     def anchor(step, ops: list[Op]) -> int | None:
+        if isinstance(step, StagedStore):
+            return ops.index(store_of[step.store])
         if isinstance(step, TileWrite):
             return ops.index(next(writes))
         return ops.index(next(order)) if isinstance(step, Mma) else None
