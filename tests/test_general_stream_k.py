@@ -86,9 +86,10 @@ def test_the_checker_catches_a_fixup_before_the_drain():
     from tkjit.passes.sync_check import find_violation
     proto = schedule_of(_stream_k().ir).protocol
     assert find_violation(proto, (5, 5, 2))[0] is None
-    (tiles,) = proto.consumer
-    if_trips, fixup = tiles.body
-    assert isinstance(fixup, sp.StreamKFixup)
+    tiles, *rest = proto.consumer  # then the deferred epilogue's last IfHeld and StoreDrain
+    assert all(isinstance(st, (sp.IfHeld, sp.StoreDrain)) for st in rest)
+    if_trips, _held, fixup, _hold = tiles.body  # IfHeld after the loop, HoldStore at the store
+    assert isinstance(fixup, sp.StreamKFixup) and isinstance(_hold, sp.HoldStore)
     loop, drain, release = if_trips.body
     early = sp.IfTrips(if_trips.ring, (loop, fixup, drain, release))
     broken = sp.Protocol(proto.kernel, proto.consumers, proto.persistent, proto.rings, proto.producer,

@@ -96,6 +96,13 @@ def test_the_decisions_and_the_protocol_say_what_runs():
         "bar.sync: all consumer warpgroups meet",
         "mma reading c.s; commit_group", "mma_wait 0",
         "mma reading c.s, tile s (consumer-written); commit_group", "mma_wait 0",
+        # O's staged store (the epilogue pass), between the trip's third and fourth products
+        "epilogue of O through its staging {",
+        "bulk stores: at most 0 group(s) still read their staging (cp.async.bulk.wait_group.read, one thread)",
+        "bar.sync staging[c]: this consumer's 4 warps meet",
+        "stmatrix a round of O into staging O.0; fence.proxy.async",
+        "bar.sync staging[c]: this consumer's 4 warps meet",
+        "tma_store staging O.0 -> O (one thread); commit_group", "}",
         "mma reading c.s; commit_group", "mma_wait 0", ""]
 
 
