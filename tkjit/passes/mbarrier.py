@@ -23,7 +23,7 @@ from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
 from .sync_report import CheckReport, default_cases
 from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse, StoreItem,
-                            StreamKUnits, standard_protocol)
+                            StreamKUnits, TileProduct, standard_protocol)
 from .sync_protocol import Load as RingLoad
 from . import sync_verdicts
 
@@ -109,6 +109,10 @@ class _Builder:
                 self.one_shot(op)
             elif isinstance(op, For) and shared_loads(op.regions[0]):
                 self.loop(op)
+            elif isinstance(op, MMA_OPS):  # a product of tiles loaded once per tile
+                rings = tuple(dict.fromkeys(self.ring_of[v] for v in op.operands if v in self.ring_of))
+                if rings:
+                    self.items.append(TileProduct(rings))
             elif isinstance(op, Store) and "smem" in op.attrs:
                 self.staging(op)
                 item = self.store_item(op)

@@ -660,7 +660,16 @@ class StoreItem(Frozen):
     deferred: bool = False
 
 
-Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem]
+@dataclass(unsafe_hash=True)
+class TileProduct(Frozen):
+    """A product outside any loop of tiles loaded once per tile (one-shot rings ``rings``): one
+    wgmma group, drained at once (its result is read by the tile's next ops); the rings are
+    released at the end of the tile, as every one-shot ring is."""
+
+    rings: tuple[str, ...]
+
+
+Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem, TileProduct]
 
 
 def staged_store(item: StoreItem) -> StagedStore:
@@ -886,6 +895,8 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             cons.append(ClusterReduce(item.ring, item.ctas))
         elif isinstance(item, StreamKUnits):
             cons.append(StreamKFixup(item.ring))
+        elif isinstance(item, TileProduct):
+            cons += [Mma(item.rings), MmaWait(0)]
         elif isinstance(item, StoreItem):
             if not (n and isinstance(items[n - 1], StagingReuse)):
                 cons.append(staged_store(item))
