@@ -193,7 +193,7 @@ class Epilogue(Pass):
                 op.attrs["epilogue"] = "deferred"
             ctx.decide(where, "staged: stmatrix + TMA store" + (", deferred to the next tile's first wgmma group"
                                                               if deferred else ""),
-                       f"{layout}; " + (reason or "stored where the tile computes it"),
+                       f"{layout}; " + (reason if deferred else "stored where the tile computes it"),
                        rounds=len(rounds), cols=cols, deferred=deferred)
             if reason and not deferred:
                 ctx.decide(where, "epilogue overlap: none", reason)

@@ -876,7 +876,11 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             raise ValueError("ping-pong consumers follow one pipelined loop and nothing else per tile")
         ring = by_name[loops[0].ring]
         (tiles,) = pingpong_consumer(loops[0], ring.stages)
-        tiles = Tiles(tiles.body + tuple(staged_store(item) for item in stores), alternate=True)
+        at = items.index(loops[0])  # staged stores before the loop come after the turn's wait
+        before = tuple(staged_store(item) for item in items[:at])
+        after = tuple(staged_store(item) for item in items[at + 1:])
+        prev, if_trips = tiles.body
+        tiles = Tiles((prev, *before, if_trips, *after), alternate=True)
         return Protocol(kernel, consumers, persistent, rings, (Tiles((Loop(ring.name, producer_fill(ring)),)),),
                         with_drain((tiles,), items))
     prod: list[Step] = []
