@@ -205,6 +205,49 @@ kernel row_centered(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<bf16>[M, N]) {
 }
 """
 
+TILE_PRODUCT = """
+kernel tile_product(A: gl<bf16>[M, 64], B: gl<bf16>[64, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    a: st<bf16>[128, 64] = A.tile(m, 0)
+    b: st<bf16>[64, 128] = B.tile(0, n)
+    C.tile(m, n) = cvt<bf16>(relu(mma_AB(a, b)))
+  }
+}
+"""
+"""One product of tiles loaded once per tile, outside any loop (the producer's one-shot loads)."""
+
+PRODUCT_THEN_LOOP = """
+kernel product_then_loop(X: gl<bf16>[M, 64], W: gl<bf16>[64, 64], A: gl<bf16>[M, K], B: gl<bf16>[K, N],
+                         C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) schedule(persistent) {
+    x: st<bf16>[128, 64] = X.tile(m, 0)
+    w: st<bf16>[64, 64] = W.tile(0, 0)
+    h = mma_AB(x, w)
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[64, 128] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(add_row(acc, row_sum(h)))
+  }
+}
+"""
+"""A first product outside the loop (a per-row term from tiles loaded once per tile), then the
+ring loop's GEMM; persistent, so the one-shot rings carry their phases from tile to tile."""
+
+TILE_PRODUCT_ACC = """
+kernel tile_product_acc(A: gl<bf16>[M, 64], B: gl<bf16>[N, 64], C: gl<f32>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) schedule(persistent) {
+    a: st<bf16>[128, 64] = A.tile(m, 0)
+    b: st<bf16>[128, 64] = B.tile(n, 0)
+    c: rt<f32>[128, 128] = C.tile(m, n)
+    C.tile(m, n) = mma_ABt(a, b, c)
+  }
+}
+"""
+"""C += A·Bᵀ in one product of one-shot tiles, the accumulator loaded from C (f32, from registers)."""
+
 
 def _randn(*shape, dtype=torch.bfloat16, device="cpu"):
     return torch.randn(*shape, device=device).to(dtype)
@@ -301,6 +344,20 @@ CASES = [
          lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
                        _nan(s["M"], s["N"], device=d)],
          None, (2,), [_mk(2048, 2048, 1024), _mk(1000, 1000, 200)], _mk(300, 260, 136)),
+    Case("tile_product", TILE_PRODUCT,
+         lambda s, d: [_randn(s["M"], 64, device=d), _randn(64, s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [torch.relu(a[0].float() @ a[1].float())], (2,),
+         [_mk(4096, 4096, 64), _mk(1000, 3000, 64), _mk(100, 72, 64)], _mk(300, 200, 64)),
+    Case("product_then_loop", PRODUCT_THEN_LOOP,
+         lambda s, d: [_randn(s["M"], 64, device=d), _randn(64, 64, device=d), _randn(s["M"], s["K"], device=d),
+                       _randn(s["K"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [a[2].float() @ a[3].float() + (a[0].float() @ a[1].float()).sum(1, keepdim=True)], (4,),
+         [_mk(4096, 4096, 1024), _mk(1000, 3000, 520)], _mk(300, 260, 136)),
+    Case("tile_product_acc", TILE_PRODUCT_ACC,
+         lambda s, d: [_randn(s["M"], 64, device=d), _randn(s["N"], 64, device=d),
+                       torch.randn(s["M"], s["N"], device=d)],
+         lambda a: [a[0].float() @ a[1].float().t() + a[2]], (2,),
+         [_mk(4096, 4096, 64), _mk(1000, 3000, 64)], _mk(300, 200, 64)),
 ]
 """row_centered's reference subtracts the row max over each 128-column tile, not the whole row:
 see ``row_centered_reference``."""
@@ -327,6 +384,6 @@ def grouped_reference(args):
     return [out]
 
 
-CASES[-1].reference = row_centered_reference
 BY_NAME = {c.name: c for c in CASES}
+BY_NAME["row_centered"].reference = row_centered_reference
 BY_NAME["grouped"].reference = grouped_reference

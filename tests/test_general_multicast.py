@@ -64,7 +64,10 @@ def test_the_mbarrier_pass_pairs_the_ctas_and_says_why():
     (ring,) = proto.rings
     assert ring.cluster == 2 and "empty[4] count 2 x 2" in proto.text()
     assert proto.producer[0] == sp.ClusterSync("start") and isinstance(proto.producer[1], sp.Tiles)
-    assert proto.consumer[0] == sp.ClusterSync("start") and proto.consumer[-1] == sp.ClusterSync("exit")
+    exit_at = proto.consumer.index(sp.ClusterSync("exit"))
+    assert proto.consumer[0] == sp.ClusterSync("start") and isinstance(proto.consumer[exit_at - 1], sp.Tiles)
+    # after it only the staged epilogue's own steps (its last held tile, the bulk-store drain)
+    assert all(isinstance(st, (sp.IfHeld, sp.StoreDrain)) for st in proto.consumer[exit_at + 1:])
     check_protocol(proto)  # one CTA's view, the peer mirroring it
     d = _decision(k, "block loop")
     assert d.decision == "multicast: pairs of CTAs share 1 load(s)"
@@ -83,9 +86,10 @@ def test_without_the_option_nothing_changes():
 def test_the_checker_takes_the_exit_as_a_meeting():
     """A ClusterSync("exit") among the consumers is their meeting: one consumer passing it alone
     deadlocks (here: only one of the two consumers' programs has it)."""
-    from tkjit.passes.sync_unroll import ARRIVE, unroll
+    from tkjit.passes.sync_unroll import ARRIVE, STAGING_SYNC, STAGING_WRITE, STORE_DRAIN, STORE_WAIT, TMA_STORE, unroll
     proto = schedule_of(_compile().ir).protocol
-    actions = unroll(proto, proto.consumer, (2,))
+    epilogue = (STORE_WAIT, STAGING_SYNC, STAGING_WRITE, TMA_STORE, STORE_DRAIN)  # the consumer's own staging
+    actions = [a for a in unroll(proto, proto.consumer, (2,)) if a.op not in epilogue]
     assert [a.op for a in actions[-2:]] == [ARRIVE, 0]  # bar arrive, then wait (opcode 0)
     assert unroll(proto, proto.producer, (2,))[0].op != ARRIVE  # "start" orders nothing more
     broken = dataclasses.replace(proto, consumer=(sp.Tiles(proto.consumer[1].body), sp.ClusterSync("start")))
@@ -116,7 +120,7 @@ def test_the_pair_ptx(name, source, constants, boxes):
     assert re.search(rf"mbarrier\.init\.shared::cta\.b64 \[%r\d+\+0\], {2 * consumers};", ptx)
     assert ptx.count("barrier.cluster.arrive.release.aligned;") == 3  # start: each role; exit: consumers
     assert "%clusterid.x" in ptx and "%nclusterid.x" in ptx
-    stray, _ = sync_outside_the_protocol(ptx)
+    stray = sync_outside_the_protocol(ptx)
     assert stray == []
     if name == "mma_ABt":
         b_map = next(p for p in md["params"] if p.get("kind") == "tensormap" and p["tensor"] == "B")
@@ -185,7 +189,7 @@ def test_the_unaligned_rows_variant_declines_the_pair_and_says_why(lowering):
     assert ".reqnctapercluster" not in ptx and ".explicitcluster" not in ptx
     copy_path = ptx.split("$L_tma_producer")[1]  # the copying producer, beside the TMA one
     assert "ld.global.nc.b16" in copy_path and "st.shared.b16" in copy_path
-    stray, _ = sync_outside_the_protocol(ptx)
+    stray = sync_outside_the_protocol(ptx)
     assert stray == []
     # the aligned kernel keeps its pair
     assert ".multicast::cluster" in _compile(lowering=lowering).asm["ptx"]

@@ -59,7 +59,7 @@ def test_every_flag_operation_is_a_protocol_step(constants):
     """The lint counts stream-K's release/acquire flag operations as synchronization: each must
     sit inside the protocol's fix-up step."""
     ptx = _stream_k(**constants).asm["ptx"]
-    assert sync_outside_the_protocol(ptx)[0] == []
+    assert sync_outside_the_protocol(ptx) == []
     fixups = re.findall(r"// step: stream-K fix-up.*?// end step", ptx, re.S)
     assert len(fixups) == 1 and "st.release.gpu" in fixups[0] and "ld.acquire.gpu" in fixups[0]
 
@@ -67,7 +67,7 @@ def test_every_flag_operation_is_a_protocol_step(constants):
 def test_the_lint_catches_a_flag_outside_the_fixup():
     ptx = _stream_k().asm["ptx"]
     broken = ptx.replace("  ret;", "  ld.acquire.gpu.global.u32 %r1, [%rd1];\n  ret;", 1)
-    assert sync_outside_the_protocol(broken)[0] == ["ld.acquire.gpu.global.u32 %r1, [%rd1];"]
+    assert sync_outside_the_protocol(broken) == ["ld.acquire.gpu.global.u32 %r1, [%rd1];"]
 
 
 def test_the_other_kernels_keep_their_protocol():
@@ -86,9 +86,10 @@ def test_the_checker_catches_a_fixup_before_the_drain():
     from tkjit.passes.sync_check import find_violation
     proto = schedule_of(_stream_k().ir).protocol
     assert find_violation(proto, (5, 5, 2))[0] is None
-    (tiles,) = proto.consumer
-    if_trips, fixup = tiles.body
-    assert isinstance(fixup, sp.StreamKFixup)
+    tiles, *rest = proto.consumer  # then the deferred epilogue's last IfHeld and StoreDrain
+    assert all(isinstance(st, (sp.IfHeld, sp.StoreDrain)) for st in rest)
+    if_trips, _held, fixup, _hold = tiles.body  # IfHeld after the loop, HoldStore at the store
+    assert isinstance(fixup, sp.StreamKFixup) and isinstance(_hold, sp.HoldStore)
     loop, drain, release = if_trips.body
     early = sp.IfTrips(if_trips.ring, (loop, fixup, drain, release))
     broken = sp.Protocol(proto.kernel, proto.consumers, proto.persistent, proto.rings, proto.producer,

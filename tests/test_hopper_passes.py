@@ -82,9 +82,11 @@ def test_gemm_decisions():
         # the Hopper emitter stages per round (its plan of 230,464 B is this + 1,024 to align)
         "staging tile of store at gemm.tk:13:5: bytes 196,608 .. 229,375 (32,768 B, 1024-byte aligned)",
         "@gemm: 229,440 B of dynamic shared memory",
+        "@gemm: setmaxnreg: producer 40, consumers 232; .maxnreg 168 at entry",
+        "store at gemm.tk:13:5: staged: stmatrix + TMA store, deferred to the next tile's first wgmma group",
+        "4 round(s) of 64 columns per consumer, two halves of its staging in turn",
         "ring k (gemm.tk:8:5): 4 stages: full[s] count 1 + expect_tx 49,152 B, empty[s] count 2",
         "@gemm: sync protocol checked: 4 trip-count case(s), every interleaving",
-        "@gemm: setmaxnreg: producer 40, consumers 232; .maxnreg 168 at entry",
     ]
     at = 0
     for line in expected:
@@ -92,7 +94,7 @@ def test_gemm_decisions():
         assert found >= 0, f"{line!r} not in order in:\n{text}"
         at = found
     by_pass = {d.pass_name for d in log}
-    assert by_pass == {"layout", "warp-spec", "pipeline", "smem-plan", "mbarrier", "reg-budget", "grid"}
+    assert by_pass == {"layout", "warp-spec", "pipeline", "smem-plan", "reg-budget", "epilogue", "mbarrier", "grid"}
 
 
 def test_gemm_annotations_are_what_the_emitter_needs():
@@ -100,7 +102,8 @@ def test_gemm_annotations_are_what_the_emitter_needs():
     loop = next(op for op in kernel.walk() if op.NAME == "for")
     assert loop.attrs == {"stages": 4, "stage_bytes": 49152, "stage_stride": 49152, "bars": 229376}
     store = next(op for op in kernel.walk() if op.NAME == "store")
-    assert store.attrs == {"smem": 196608, "staging": "chunks", "staging_cols": 128}
+    assert store.attrs == {"smem": 196608, "staging": "chunks", "staging_cols": 128,
+                           "epilogue": "deferred", "epilogue_cols": 128}
     loads = [op for op in kernel.walk() if op.NAME == "load"]
     assert [ld.attrs["smem"] for ld in loads] == [0, 16384]
     assert [str(ld.result.type) for ld in loads] == ["st<bf16, swizzle=128B>[128, 64]",
@@ -132,10 +135,14 @@ def test_the_checker_catches_a_broken_variant_of_the_real_gemm_protocol():
 def test_attention_epilogue_reuses_the_ring_behind_a_consumer_barrier():
     kernel, log = schedule(example("attention"), "attention.tk")
     store = next(op for op in kernel.walk() if op.NAME == "store" and "staging" in op.attrs)
-    assert store.attrs == {"smem": 0, "staging": "tile"}
+    assert store.attrs == {"smem": 0, "staging": "tile", "epilogue": "staged", "epilogue_cols": 128}
     text = protocol_of(kernel).text()
     assert "bar.sync: all consumer warpgroups meet" in text
     assert "epilogue: write the staging tile over ring j" in text
+    # the staged store's rounds come after the meeting, between the staging's begin and end
+    at = text.index("epilogue: write the staging tile over ring j")
+    assert text.index("epilogue of O through its staging") > at
+    assert text.index("epilogue: TMA store has read the staging tile") > text.index("tma_store staging O.0")
 
 
 def test_persistent_attention_keeps_the_staging_tile_off_the_ring():

@@ -17,7 +17,9 @@ from general_corpus import CASES
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SOURCE = (EXAMPLES / "attention.tk").read_text()
-NO_FOLD = "canonicalize,stream-cols,layout,grid,warp-spec,pipeline,smem-plan,mbarrier,reg-budget"
+from tkjit.passes import default_pipeline  # noqa: E402
+
+NO_FOLD = default_pipeline("sm_90a").replace("scale-fold,", "")
 
 
 def general(d: int, causal: bool, source: str = SOURCE, **extra):

@@ -417,7 +417,7 @@ class Consumer(Role):
         if step.alternate:
             mine = mine[self.index::n]
         body = list(self.rt.blocks.regions[0].ops)
-        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings)
+        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings, self.rt.store_of)
         self.shadow = (not step.alternate and self.index > 0) or (self.cta.cluster is not None and self.cta.rank > 0)
         if self.rt.proto.own_trips and not step.alternate and self.cta.cluster is None:
             self.shadow, self.row_share = False, (self.index, n)
@@ -470,6 +470,8 @@ class Consumer(Role):
             self.env.bind(op.results, [TileRef(step.tile)])
         elif isinstance(step, sp.ConsumerSync):
             yield from self.run((step,))
+            self.exec(op)
+        elif isinstance(step, (sp.StagedStore, sp.HoldStore)):  # a staged store: the tile is final here
             self.exec(op)
         elif isinstance(step, sp.ClusterReduce):
             yield from self.cluster_reduce(step)
@@ -554,7 +556,7 @@ class Consumer(Role):
         if loop in self.rt.level2:
             items = pipelined_trip(loop, step.body)
         else:
-            items = interleave(body_ops(loop.regions[0]), step.body, trip_anchor(loop))
+            items = interleave(body_ops(loop.regions[0]), step.body, trip_anchor(loop, self.rt.store_of))
         for kind, s_, op in items:
             if kind == "hold":
                 self.hold(op)
@@ -609,8 +611,8 @@ class Consumer(Role):
                 self.cta.meeting[1] += 1
             while self.cta.meeting[1] == gen:
                 yield BLOCKED
-        elif isinstance(step, (sp.StagingBegin, sp.StagingEnd)):
-            pass
+        elif isinstance(step, (sp.StagingBegin, sp.StagingEnd, sp.IfHeld, sp.StoreDrain)):
+            pass  # the staging and its bulk stores touch no tile a role reads
         elif isinstance(step, sp.ClusterSync):
             yield from self.cluster_sync(step)
         else:
@@ -662,6 +664,7 @@ class Roles:
         self.loop_of = {ring: loop for loop, ring in sched.loop_of.items()}
         self.level2 = list(sched.level2)
         self.staged_over_rings = list(sched.staged_over_rings)
+        self.store_of = dict(sched.store_of)
         self.split, self.split_loop = sched.split, sched.split_loop
         self.stream_k_loop = sched.stream_k_loop
         self.stream_k: StreamK | None = None

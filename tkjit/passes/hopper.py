@@ -14,12 +14,13 @@ from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import Blocks, Copy, For, If, Load, Store, Yield
 from ..ir.types import TileType
 
-HOPPER_PIPELINE = "mask-branch,scale-fold,layout,grid,warp-spec,pipeline,smem-plan,own-trips,mbarrier,reg-budget"
+HOPPER_PIPELINE = "mask-branch,scale-fold,layout,grid,warp-spec,pipeline,smem-plan,own-trips,reg-budget,epilogue,mbarrier"
 """The scheduling passes in the order each one's inputs require (grid before warp-spec,
 smem-plan and mbarrier: ping-pong, buffer lifetimes and the protocol depend on whether the
 block loop is persistent; mbarrier after smem-plan: an epilogue that smem-plan puts over a ring
 adds a consumer barrier to the protocol; own-trips before mbarrier: the loops it marks get
-per-consumer trip counts in the protocol)."""
+per-consumer trip counts in the protocol; epilogue after reg-budget: a deferred store must fit
+the consumers' registers; mbarrier last: the protocol holds the epilogue's steps)."""
 
 SMEM_LIMIT = 232_448          # opt-in dynamic shared memory per block
 REGISTER_FILE = 65_536        # 32-bit registers per block

@@ -22,8 +22,8 @@ from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipeli
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
 from .sync_report import CheckReport, default_cases, own_trip_cases
-from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse, StreamKUnits,
-                            own_trips_consumer, standard_protocol)
+from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse, StoreItem,
+                            StreamKUnits, TileProduct, own_trips_consumer, standard_protocol)
 from .sync_protocol import Load as RingLoad
 from . import sync_verdicts
 
@@ -72,6 +72,8 @@ class _Builder:
         """Rings whose consumers run their own trips (the own-trips pass's loops) -> the loop."""
         self.own_refused: dict[For, str] = {}
         """Loops the own-trips pass marked whose protocol keeps the tile's trips here -> why."""
+        self.store_of: dict[str, Store] = {}
+        """The protocol's name of each store the epilogue pass staged -> the IR store."""
 
     def level2_fits(self, loop: For) -> bool:
         """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
@@ -111,8 +113,15 @@ class _Builder:
                 self.one_shot(op)
             elif isinstance(op, For) and shared_loads(op.regions[0]):
                 self.loop(op)
+            elif isinstance(op, MMA_OPS):  # a product of tiles loaded once per tile
+                rings = tuple(dict.fromkeys(self.ring_of[v] for v in op.operands if v in self.ring_of))
+                if rings:
+                    self.items.append(TileProduct(rings))
             elif isinstance(op, Store) and "smem" in op.attrs:
                 self.staging(op)
+                item = self.store_item(op)
+                if item is not None:
+                    self.items.append(item)
             elif any(isinstance(inner, For) and shared_loads(inner.regions[0])
                      for inner in op.walk() if inner is not op):
                 raise PassError("a loop that loads shared tiles must sit directly in the block "
@@ -150,14 +159,26 @@ class _Builder:
             return
         if self.pair.ctas > 1:  # the pair's walk decides the CTA's tiles (lower_stream_k.not_applied)
             return
-        if blocks.attrs.get("schedule") != "persistent" or len(self.items) != 1:
+        others = [i for i in self.items if not isinstance(i, StoreItem)]  # staged stores end the tile
+        if blocks.attrs.get("schedule") != "persistent" or len(others) != 1:
             return
-        (item,) = self.items
-        if not isinstance(item, LoopPlan) or not item.mmas or item.writes:
+        (item,) = others
+        if not isinstance(item, LoopPlan) or not item.mmas or item.writes or item.stores:
             return
         loop = next(op for op, name in self.loop_of.items() if name == item.ring)
-        self.items.append(StreamKUnits(item.ring))
+        self.items.insert(self.items.index(item) + 1, StreamKUnits(item.ring))
         self.stream_k_loop = loop
+
+    def store_item(self, op: Store) -> StoreItem | None:
+        """The protocol's epilogue of a store the epilogue pass staged (its ``epilogue`` attribute;
+        none without that pass, or for split-K, where each CTA stores its part from registers)."""
+        if op.attrs.get("epilogue") not in ("staged", "deferred") or self.split_k > 1:
+            return None
+        from .epilogue import staging_rounds
+        name = self.unique(op.operands[0].hint, "store")
+        self.store_of[name] = op
+        return StoreItem(name, staging_rounds(op.operands[1].type.cols, op.attrs["epilogue_cols"]),
+                         deferred=op.attrs["epilogue"] == "deferred")
 
     def one_shot(self, op: Load) -> None:
         name = self.unique(op.result.hint, "tile")
@@ -201,9 +222,13 @@ class _Builder:
             base = self.kernel.attrs.get("split_bars", self.kernel.attrs.get("smem", 0))
             base += 16 * stages * sum(1 for other in self.split_bars.values())  # (one split loop)
             self.split_bars[names[1]] = base
-        reads, tile_reads, writes = [], [], []
+        reads, tile_reads, writes, stores = [], [], [], []
         for inner in op.walk():
-            if is_tile_write(inner):
+            if isinstance(inner, Store) and inner.parent is op.regions[0]:
+                item = self.store_item(inner)
+                if item is not None:
+                    stores.append((len(reads) + len(writes), item))
+            elif is_tile_write(inner):
                 tile = self.unique(inner.result.hint, "tile")
                 self.written[inner] = tile
                 writes.append((len(reads), tile))
@@ -218,10 +243,11 @@ class _Builder:
             writes = []
         if op.attrs.get("own_trips"):
             self.own_trips(op, name, len(names) > 1, writes)
-        level2 = not writes and self.level2_allowed(op, split=len(names) > 1)
+        level2 = not writes and not stores and self.level2_allowed(op, split=len(names) > 1)
         self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op),
                                    split=names[1] if len(names) > 1 and level2 else "",
-                                   writes=tuple(writes), tile_reads=tuple(tile_reads) if writes else ()))
+                                   writes=tuple(writes), tile_reads=tuple(tile_reads) if writes else (),
+                                   stores=tuple(stores)))
         if level2:
             self.level2.append(op)
         if self.split_k > 1 and reads and self.split_loop is None:
@@ -384,6 +410,8 @@ class Schedule:
     pair: object = None
     """Multicast (passes/pairs.py): ``pair.ctas`` CTAs per cluster (1: none) and the loads they
     share (IR load -> how the box halves)."""
+    store_of: dict = field(default_factory=dict)
+    """The protocol's name of each staged store (``StagedStore``, ``HoldStore``) -> the IR store."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -393,7 +421,7 @@ def schedule_of(kernel: Kernel) -> Schedule:
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
                     list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars),
                     builder.split_k if builder.split_loop is not None else 1, builder.split_loop,
-                    dict(builder.written), builder.stream_k_loop, builder.pair)
+                    dict(builder.written), builder.stream_k_loop, builder.pair, dict(builder.store_of))
 
 
 def _where(op: Op) -> str:

@@ -37,6 +37,11 @@ newer than the last meeting, ``overwrite`` when another consumer already wrote t
 contents), and a consumer may write it only while no wgmma of any consumer reading it is in
 flight (``overwrite``).
 
+The staged epilogue (``StagedStore``): each consumer's own staging buffers, its bulk-store groups
+and its warps' meetings (``_epilogue``): a write over a buffer a store may still read is an
+``overwrite``, a store of a buffer its warps have not all written (no meeting since) an
+``early-read``, a bulk store still in flight at the end ``in-flight-at-exit``.
+
 Ping-pong (``Protocol.pingpong``): each consumer runs its own program (the CTA's tiles c, c + N,
 ...), so each fill has one reader, its *owner* (the consumer of the tile the producer filled it
 for): a consumer must read exactly its own fills (``wrong-fill`` when it waits for more of a
@@ -51,8 +56,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .sync_protocol import Protocol
-from .sync_unroll import (ACC_READ, ARRIVE, EXPECT, MMA, MMA_WAIT, RELEASE, STAGING_BEGIN, STAGING_END, TILE_WRITE, TMA,
-                          TURN_ARRIVE, WAIT, Action, Layout, unroll)
+from .sync_unroll import (ACC_READ, ARRIVE, EXPECT, MMA, MMA_WAIT, RELEASE, STAGING_BEGIN, STAGING_END, STAGING_SYNC,
+                          STAGING_WRITE, STORE_DRAIN, STORE_WAIT, TILE_WRITE, TMA, TMA_STORE, TURN_ARRIVE, WAIT, Action,
+                          Layout, unroll)
 
 
 class Found(Exception):
@@ -73,6 +79,7 @@ class State:
     reads: tuple[int, ...]               # per consumer, per stage: fills acquired, released
     groups: tuple[tuple[tuple[int, ...], ...], ...]  # per consumer: wgmma groups in flight
     written: tuple[int, ...] = ()        # per written tile, per consumer: writes, writes published
+    epi: tuple = ()                      # per consumer: (bulk-store groups in flight, free, dirty, published)
 
 
 class _Scratch:
@@ -86,11 +93,12 @@ class _Scratch:
         self.reads = list(st.reads)
         self.groups = [list(g) for g in st.groups]
         self.written = list(st.written)
+        self.epi = list(st.epi)
 
     def freeze(self) -> State:
         return State(tuple(self.pcs), tuple(self.bars), tuple(self.stages),
                      tuple(sorted(self.inflight)), tuple(self.reads),
-                     tuple(tuple(g) for g in self.groups), tuple(self.written))
+                     tuple(tuple(g) for g in self.groups), tuple(self.written), tuple(self.epi))
 
 
 class Machine:
@@ -154,7 +162,8 @@ class Machine:
             bars += [0, 2, 0] * self.consumers  # turn barriers: pending roles, arrived-role mask
         return State(tuple(0 for _ in self.programs), tuple(bars), (0,) * (4 * n), (),
                      (0,) * (2 * n * self.consumers), tuple(() for _ in range(self.consumers)),
-                     (0,) * (2 * len(self.layout.tiles) * self.consumers))
+                     (0,) * (2 * len(self.layout.tiles) * self.consumers),
+                     (((), (1 << len(self.layout.buffers)) - 1, 0, 0),) * self.consumers)
 
     def count(self, bar: int) -> int:
         if bar == self.layout.sync_bar:
@@ -348,6 +357,44 @@ class Machine:
         elif act.op == RELEASE:
             self._release(s, role - 1, act.arg // 2)
             self._arrive(s, act.arg)
+        elif act.op in (STORE_WAIT, STAGING_SYNC, STAGING_WRITE, TMA_STORE, STORE_DRAIN):
+            self._epilogue(s, role - 1, act)
+
+    def _epilogue(self, s: _Scratch, c: int, act: Action) -> None:
+        """The staged epilogue of consumer ``c`` over its own staging buffers: ``groups`` are its
+        committed bulk-store groups not yet retired by a wait (each a mask of the buffers it
+        reads); a buffer is *free* for the consumer's warps once a meeting of its warps follows
+        the issuing thread's wait that retired every group reading it; a write makes it *dirty*
+        until the next meeting *publishes* it, and only a published buffer may be TMA-stored."""
+        groups, free, dirty, published = s.epi[c]
+        if act.op == STORE_WAIT:
+            groups = groups[len(groups) - act.arg:] if act.arg else ()
+        elif act.op == STORE_DRAIN:
+            groups = ()
+        elif act.op == STAGING_SYNC:
+            busy = 0
+            for g in groups:
+                busy |= g
+            free = ((1 << len(self.layout.buffers)) - 1) & ~busy
+            published, dirty = published | dirty, 0
+        elif act.op == STAGING_WRITE:
+            bit = 1 << act.arg
+            if not free & bit:
+                raise Found("overwrite", None, f"consumer {c}'s warps write {self.layout.buffer_name(act.arg)} "
+                            "while a TMA store committed before may still read it (no wait_group.read by "
+                            "the issuing thread with a meeting of the warps after it)")
+            dirty, published = dirty | bit, published & ~bit
+        else:  # TMA_STORE
+            bit = 1 << act.arg
+            name = self.layout.buffer_name(act.arg)
+            if dirty & bit:
+                raise Found("early-read", None, f"consumer {c}'s TMA store reads {name} before its warps "
+                            "met after writing it (another warp's rows may not be written yet)")
+            if not published & bit:
+                raise Found("early-read", None, f"consumer {c}'s TMA store reads {name}, which no write "
+                            "since its last store filled")
+            groups, free, published = groups + (bit,), free & ~bit, published & ~bit
+        s.epi[c] = (groups, free, dirty, published)
 
     def _rix(self, c: int, g: int) -> int:
         return 2 * (c * self.layout.n_stages + g)
@@ -456,6 +503,9 @@ class Machine:
     # -- end states -----------------------------------------------------------------------
     def check_end(self, st: State) -> None:
         for c in range(self.consumers):
+            if st.epi and st.epi[c][0]:
+                raise Found("in-flight-at-exit", None, f"consumer {c} finished with {len(st.epi[c][0])} "
+                            "bulk-store group(s) in flight (no cp.async.bulk.wait_group 0 before exit)")
             if st.groups[c]:
                 g = st.groups[c][0][0] if st.groups[c][0] else None
                 raise Found("in-flight-at-exit", g if g is not None and g < self.layout.n_stages else None,

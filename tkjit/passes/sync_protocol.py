@@ -63,6 +63,24 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            accumulator (no wgmma group may be in flight), the last step of the
                            tile (a contribution skips only IR ops); the cross-CTA flags are the
                            launch-order model of codegen/hopper/tail_split.py (``check_walk``)
+    StagedStore(store, body)  the staged epilogue of IR store ``store`` (the epilogue pass chose it):
+                           its rounds, each ``StoreWait``, ``StagingSync``, ``StagingWrite``,
+                           ``StagingSync``, ``TmaStore`` (``staged_store``)
+    StoreWait(pending)     the consumer's TMA-issuing thread waits until at most ``pending`` of
+                           its committed bulk-store groups still read their staging
+                           (cp.async.bulk.wait_group.read)
+    StagingSync()          bar.sync on this consumer warpgroup's own named barrier (its 4 warps
+                           meet: after the wait above, and after every warp's stmatrix)
+    StagingWrite(store, buffer)  every warp stmatrix-es its rows of the round into staging
+                           buffer ``buffer`` (one of two halves used in turn, or the only one),
+                           then fence.proxy.async (the TMA store reads through the async proxy)
+    TmaStore(store, buffer)  one thread TMA-stores the buffer's panels; commit_group
+    StoreDrain()           before the consumer exits: its bulk stores have completed
+                           (cp.async.bulk.wait_group 0)
+    HoldStore(store)       the deferred epilogue: the tile is kept in registers of its own; its
+                           ``StagedStore`` runs at the next ``IfHeld``
+    IfHeld(store, body)    only when a tile of ``store`` is held (after the next tile's first wgmma
+                           group, after a ring loop, after the tile loop; ``defer_store``)
     ClusterSync(at)        multicast: barrier.cluster, every non-exited thread of the pair meets;
                            ``at`` "start" (first in both programs, after the barrier init: no
                            remote arrival or multicast byte reaches a barrier before the peer
@@ -303,6 +321,67 @@ class ClusterSync(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class StoreWait(Frozen):
+    """Staged epilogue: the consumer's one TMA-issuing thread waits until at most ``pending`` of
+    its committed bulk-store groups still read their staging (``cp.async.bulk.wait_group.read``)."""
+
+    pending: int
+
+    def text(self) -> str:
+        return (f"bulk stores: at most {self.pending} group(s) still read their staging "
+                "(cp.async.bulk.wait_group.read, one thread)")
+
+
+@dataclass(unsafe_hash=True)
+class StagingSync(Frozen):
+    """Staged epilogue: ``bar.sync`` on this consumer warpgroup's own named barrier (128 threads)."""
+
+    def text(self) -> str:
+        return "bar.sync staging[c]: this consumer's 4 warps meet"
+
+
+@dataclass(unsafe_hash=True)
+class StagingWrite(Frozen):
+    """Staged epilogue: every warp of the consumer stmatrix-es its rows of one round into staging
+    buffer ``buffer`` of ``store``, then ``fence.proxy.async`` for the TMA store (async proxy)."""
+
+    store: str
+    buffer: int
+
+    def text(self) -> str:
+        return f"stmatrix a round of {self.store} into staging {self.store}.{self.buffer}; fence.proxy.async"
+
+
+@dataclass(unsafe_hash=True)
+class TmaStore(Frozen):
+    """Staged epilogue: one thread TMA-stores staging buffer ``buffer`` of ``store``; commit_group."""
+
+    store: str
+    buffer: int
+
+    def text(self) -> str:
+        return f"tma_store staging {self.store}.{self.buffer} -> {self.store} (one thread); commit_group"
+
+
+@dataclass(unsafe_hash=True)
+class StoreDrain(Frozen):
+    """Before the consumer exits: its bulk stores have completed (``cp.async.bulk.wait_group 0``)."""
+
+    def text(self) -> str:
+        return "bulk stores: every group completed (cp.async.bulk.wait_group 0, one thread)"
+
+
+@dataclass(unsafe_hash=True)
+class HoldStore(Frozen):
+    """The deferred epilogue: ``store``'s tile is held in registers of its own until ``IfHeld``."""
+
+    store: str
+
+    def text(self) -> str:
+        return f"hold the tile of {self.store} in registers (deferred epilogue)"
+
+
+@dataclass(unsafe_hash=True)
 class SkipTrips(Frozen):
     """Advance the ring past the previous tile's trips (ping-pong: the other consumer's stages)."""
 
@@ -329,7 +408,8 @@ class TurnPass(Frozen):
 
 
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, TileWrite,
-              StagingBegin, StagingEnd, ClusterReduce, StreamKFixup, ClusterSync, SkipTrips, TurnWait, TurnPass]
+              StagingBegin, StagingEnd, ClusterReduce, StreamKFixup, ClusterSync, SkipTrips, TurnWait, TurnPass,
+              StoreWait, StagingSync, StagingWrite, TmaStore, StoreDrain, HoldStore]
 
 
 # -- structure --------------------------------------------------------------------------------
@@ -423,9 +503,31 @@ class First(Frozen):
         return "if the first trip"
 
 
-Block = Union[Tiles, Loop, IfTrips, NotFirst, First, IfPrevTile, IfNextTile]
+@dataclass(unsafe_hash=True)
+class StagedStore(Frozen):
+    """The staged epilogue of IR store ``store``: its rounds (``staged_store``)."""
+
+    store: str
+    body: tuple["Step", ...]
+
+    def head(self) -> str:
+        return f"epilogue of {self.store} through its staging"
+
+
+@dataclass(unsafe_hash=True)
+class IfHeld(Frozen):
+    """Only when a tile of ``store`` is held (``HoldStore`` since the last ``IfHeld``)."""
+
+    store: str
+    body: tuple["Step", ...]
+
+    def head(self) -> str:
+        return f"if a tile of {self.store} is held"
+
+
+Block = Union[Tiles, Loop, IfTrips, NotFirst, First, IfPrevTile, IfNextTile, StagedStore, IfHeld]
 Step = Union[Event, Block]
-BLOCKS = (Tiles, Loop, IfTrips, NotFirst, First, IfPrevTile, IfNextTile)
+BLOCKS = (Tiles, Loop, IfTrips, NotFirst, First, IfPrevTile, IfNextTile, StagedStore, IfHeld)
 
 
 def program_lines(steps: tuple[Step, ...], depth: int = 1) -> list[str]:
@@ -512,6 +614,9 @@ class LoopPlan(Frozen):
     before the trip's k-th product (``tile_write``); such a trip drains every group."""
     tile_reads: tuple[tuple[str, ...], ...] = ()
     """Per product (as ``mmas``), the consumer-written tiles it reads (empty: none)."""
+    stores: tuple[tuple[int, "StoreItem"], ...] = ()
+    """Staged stores in the trip: (n, store) -- the store comes after the trip's n-th product or
+    written tile (``place_anchored``)."""
 
 
 @dataclass(unsafe_hash=True)
@@ -544,7 +649,91 @@ class StreamKUnits(Frozen):
     ring: str
 
 
-Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits]
+@dataclass(unsafe_hash=True)
+class StoreItem(Frozen):
+    """A store the epilogue pass stages (``rounds``: (buffer, pending) per round,
+    ``passes/epilogue.staging_rounds``); ``deferred``: held until the next tile's first wgmma
+    group (``defer_store``)."""
+
+    store: str
+    rounds: tuple[tuple[int, int], ...]
+    deferred: bool = False
+
+
+@dataclass(unsafe_hash=True)
+class TileProduct(Frozen):
+    """A product outside any loop of tiles loaded once per tile (one-shot rings ``rings``): one
+    wgmma group, drained at once (its result is read by the tile's next ops); the rings are
+    released at the end of the tile, as every one-shot ring is."""
+
+    rings: tuple[str, ...]
+
+
+Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem, TileProduct]
+
+
+def staged_store(item: StoreItem) -> StagedStore:
+    """A staged store's rounds: before a round writes its buffer, the stores that read it have
+    read it (the issuing thread waits, then the consumer's warps meet), every warp writes its
+    rows and fences them, the warps meet again, and one thread stores the buffer."""
+    body: list[Step] = []
+    for buffer, pending in item.rounds:
+        body += [StoreWait(pending), StagingSync(), StagingWrite(item.store, buffer), StagingSync(),
+                 TmaStore(item.store, buffer)]
+    return StagedStore(item.store, tuple(body))
+
+
+ANCHORED = (Mma, TileWrite)
+"""The steps of a trip that stand for an IR op (codegen/hopper/interleave.trip_anchor)."""
+
+
+def place_anchored(body: tuple[Step, ...], n: int, step: Step) -> tuple[Step, ...]:
+    """``step`` (which stands for an IR op coming after the trip's ``n``-th anchored op) put where
+    the emitter's walk (interleave.py) keeps every other step's place: right before the
+    ``n+1``-th anchored step, or, when there is none, right after the ``n``-th (at the start when
+    ``n`` is 0): the steps with no op of their own then come where they came without it."""
+    at = [i for i, st in enumerate(body) if isinstance(st, ANCHORED) and
+          not (isinstance(st, Mma) and st.which == "prev")]
+    if n < len(at):
+        i = at[n]
+    else:
+        i = at[n - 1] + 1 if n else 0
+    return body[:i] + (step,) + body[i:]
+
+
+def defer_store(program: tuple[Step, ...], item: StoreItem) -> tuple[Step, ...]:
+    """The deferred epilogue in a consumer program: the tile's ``StagedStore`` becomes
+    ``HoldStore``, and the held tile's store runs under the next tile's first wgmma group: an
+    ``IfHeld`` after every wgmma group a trip issues (not the held product of level 2), after
+    every ring loop of the tile (a tile without trips) and after the tile loop (the last tile)."""
+    flush = IfHeld(item.store, (staged_store(item),))
+
+    def walk(steps: tuple[Step, ...], in_loop: bool) -> tuple[Step, ...]:
+        out: list[Step] = []
+        for st in steps:
+            if isinstance(st, StagedStore) and st.store == item.store:
+                out.append(HoldStore(item.store))
+                continue
+            if isinstance(st, BLOCKS) and not isinstance(st, (StagedStore, IfHeld)):
+                inner = isinstance(st, Loop) or in_loop
+                fields = {"body": walk(st.body, inner)}
+                if getattr(st, "orelse", ()):
+                    fields["orelse"] = walk(st.orelse, inner)
+                st = type(st)(**{**st.__dict__, **fields})
+            out.append(st)
+            if in_loop and isinstance(st, Mma) and st.which == "cur":
+                out.append(flush)
+            if isinstance(st, IfTrips) and not in_loop:
+                out.append(flush)
+        return tuple(out)
+
+    return walk(program, False) + (flush,)
+
+
+def with_drain(program: tuple[Step, ...], items: tuple[Item, ...]) -> tuple[Step, ...]:
+    """A consumer program that stages stores ends by waiting for its bulk stores (``StoreDrain``)."""
+    staged = any(isinstance(i, StoreItem) or (isinstance(i, LoopPlan) and i.stores) for i in items)
+    return program + (StoreDrain(),) if staged else program
 
 
 def producer_fill(ring: Ring) -> tuple[Step, ...]:
@@ -681,9 +870,11 @@ def own_trips_consumer(steps: tuple[Step, ...], ring: str) -> tuple[Step, ...]:
     return tuple(out)
 
 
-def consumer_staging(item: StagingReuse) -> tuple[Step, ...]:
-    """Every consumer must be done with the rings before any of them writes over them."""
+def consumer_staging(item: StagingReuse, store: "StoreItem | None" = None) -> tuple[Step, ...]:
+    """Every consumer must be done with the rings before any of them writes over them (and, with
+    ``store``, the staged store that writes its staging there comes between)."""
     return (ConsumerSync(), *(StagingBegin(r) for r in item.rings),
+            *((staged_store(store),) if store is not None else ()),
             *(StagingEnd(r) for r in item.rings))
 
 
@@ -697,16 +888,23 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
     (``pingpong_consumer``). ``cluster`` 2: a multicast pair (some rings' ``cluster`` is 2): both
     programs start with ``ClusterSync("start")``, the consumers' ends with ``ClusterSync("exit")``."""
     by_name = {r.name: r for r in rings}
+    stores = [item for item in items if isinstance(item, StoreItem)]
     if pingpong:
         loops = [item for item in items if isinstance(item, LoopPlan)]
-        if len(loops) != 1 or len(items) != 1:
+        if len(loops) != 1 or len(items) != 1 + len(stores):
             raise ValueError("ping-pong consumers follow one pipelined loop and nothing else per tile")
         ring = by_name[loops[0].ring]
+        (tiles,) = pingpong_consumer(loops[0], ring.stages)
+        at = items.index(loops[0])  # staged stores before the loop come after the turn's wait
+        before = tuple(staged_store(item) for item in items[:at])
+        after = tuple(staged_store(item) for item in items[at + 1:])
+        prev, if_trips = tiles.body
+        tiles = Tiles((prev, *before, if_trips, *after), alternate=True)
         return Protocol(kernel, consumers, persistent, rings, (Tiles((Loop(ring.name, producer_fill(ring)),)),),
-                        pingpong_consumer(loops[0], ring.stages))
+                        with_drain((tiles,), items))
     prod: list[Step] = []
     cons: list[Step] = []
-    for item in items:
+    for n, item in enumerate(items):
         if isinstance(item, OneShotUse):
             prod.extend(producer_fill(by_name[item.ring]))
             cons.append(Wait(item.ring, "full"))
@@ -715,23 +913,49 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             if item.split:
                 fills += producer_fill(by_name[item.split])
             prod.append(Loop(item.ring, fills))
-            cons.extend(consumer_loop(item, by_name[item.ring].stages))
+            cons.extend(loop_stores(consumer_loop(item, by_name[item.ring].stages), item))
         elif isinstance(item, SplitReduce):
             cons.append(ClusterReduce(item.ring, item.ctas))
         elif isinstance(item, StreamKUnits):
             cons.append(StreamKFixup(item.ring))
+        elif isinstance(item, TileProduct):
+            cons += [Mma(item.rings), MmaWait(0)]
+        elif isinstance(item, StoreItem):
+            if not (n and isinstance(items[n - 1], StagingReuse)):
+                cons.append(staged_store(item))
         else:
-            cons.extend(consumer_staging(item))
+            follows = items[n + 1] if n + 1 < len(items) and isinstance(items[n + 1], StoreItem) else None
+            cons.extend(consumer_staging(item, follows))
     one_shots = [item.ring for item in items if isinstance(item, OneShotUse)]
+    last = [st for st in cons if not isinstance(st, StagedStore)]
     if any(isinstance(item, StreamKUnits) for item in items) and \
-            (one_shots or not isinstance(cons[-1], StreamKFixup)):
-        raise ValueError("stream-K's fix-up must be the tile's last consumer step: a contribution "
-                         "ends its tile there")
+            (one_shots or not isinstance(last[-1], StreamKFixup)):
+        raise ValueError("stream-K's fix-up must be the tile's last consumer step but its staged stores: "
+                         "a contribution ends its tile there")
     if one_shots:
         cons.append(MmaWait(0))
         for name in one_shots:
             cons += [Release(name), Advance(name)]
+    prod_prog: tuple[Step, ...] = (Tiles(tuple(prod)),)
+    cons_prog: tuple[Step, ...] = (Tiles(tuple(cons)),)
     if cluster > 1:
-        return Protocol(kernel, consumers, persistent, rings, (ClusterSync("start"), Tiles(tuple(prod))),
-                        (ClusterSync("start"), Tiles(tuple(cons)), ClusterSync("exit")))
-    return Protocol(kernel, consumers, persistent, rings, (Tiles(tuple(prod)),), (Tiles(tuple(cons)),))
+        prod_prog = (ClusterSync("start"), *prod_prog)
+        cons_prog = (ClusterSync("start"), *cons_prog, ClusterSync("exit"))
+    for item in stores:
+        if item.deferred:
+            cons_prog = defer_store(cons_prog, item)
+    return Protocol(kernel, consumers, persistent, rings, prod_prog, with_drain(cons_prog, items))
+
+
+def loop_stores(steps: tuple[Step, ...], plan: LoopPlan) -> tuple[Step, ...]:
+    """A ring loop's consumer steps with the trip's staged stores (``plan.stores``) placed in
+    its (flat) trip."""
+    if not plan.stores:
+        return steps
+    (if_trips,) = steps
+    loop, *tail = if_trips.body
+    body = loop.body
+    for n, item in plan.stores:
+        body = place_anchored(body, n, staged_store(item))
+    return (IfTrips(if_trips.ring, (Loop(loop.ring, body, loop.min_trips, loop.part), *tail),
+                    if_trips.orelse, if_trips.part),)

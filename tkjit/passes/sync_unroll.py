@@ -12,6 +12,11 @@ then, in a ping-pong protocol, consumer c's turn barrier (``2 * stages + 1 + c``
 the consumers write from registers (``TileWrite``) is numbered after the stages (``stages + t``)
 where a wgmma reads it.
 
+A staged store's epilogue (``StagedStore``) is unrolled where it stands; a held one
+(``HoldStore``) at the next ``IfHeld``, as the consumer's pending-tile predicate runs it. A
+stream-K contribution skips the rest of its tile (IR ops and staged stores): the unrolled
+program runs them always, which only adds rounds whose own waits and meetings order them.
+
 A case's entry may also be ``(total, own_0, .., own_{N-1})``: the tile's trips and each
 consumer's own trips, for protocols whose consumers loop over their own trips (``Loop.part``);
 a plain count is every consumer's own too.
@@ -24,12 +29,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sync_protocol import (BLOCKS, Advance, ClusterReduce, ClusterSync, ConsumerSync, ExpectTx, IfNextTile, IfPrevTile, IfTrips,
-                            Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset, SkipTrips, StagingBegin,
-                            StagingEnd, Step, StreamKFixup, Tiles, TileWrite, TmaLoad, TurnPass, TurnWait, Wait)
+from .sync_protocol import (BLOCKS, Advance, ClusterReduce, ClusterSync, ConsumerSync, ExpectTx, HoldStore, IfHeld,
+                            IfNextTile, IfPrevTile, IfTrips, Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset,
+                            SkipTrips, StagedStore, StagingBegin, StagingEnd, StagingSync, StagingWrite, Step, StoreDrain,
+                            StoreWait, StreamKFixup, Tiles, TileWrite, TmaLoad, TmaStore, TurnPass, TurnWait, Wait)
 
 # concrete opcodes
-WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE, TILE_WRITE, ACC_READ = range(12)
+(WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE, TILE_WRITE, ACC_READ,
+ STORE_WAIT, STAGING_SYNC, STAGING_WRITE, TMA_STORE, STORE_DRAIN) = range(17)
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,7 @@ class Layout:
     stage_ring: tuple[str, ...]       # stage id -> ring name
     stage_index: tuple[int, ...]      # stage id -> index within its ring
     tiles: tuple[str, ...] = ()       # consumer-written tiles (TileWrite), in program order
+    buffers: tuple[tuple[str, int], ...] = ()  # staging buffers (store, buffer) of the epilogue's steps
 
     @staticmethod
     def of(proto: Protocol) -> "Layout":
@@ -61,7 +69,12 @@ class Layout:
             base[r.name] = len(ring_of)
             ring_of += [r.name] * r.stages
             index += list(range(r.stages))
-        return Layout(base, tuple(ring_of), tuple(index), written_tiles(proto.consumer))
+        return Layout(base, tuple(ring_of), tuple(index), written_tiles(proto.consumer),
+                      staging_buffers(proto.consumer))
+
+    def buffer_name(self, b: int) -> str:
+        store, buffer = self.buffers[b]
+        return f"staging {store}.{buffer}"
 
     def tile_id(self, tile: str) -> int:
         """The id a wgmma's reads name a consumer-written tile by (after every stage)."""
@@ -105,6 +118,18 @@ def written_tiles(steps) -> tuple[str, ...]:
     return tuple(out)
 
 
+def staging_buffers(steps) -> tuple[tuple[str, int], ...]:
+    """The staging buffers (store, buffer) a program's epilogue steps write, in order."""
+    out: list[tuple[str, int]] = []
+    for st in steps:
+        if isinstance(st, (StagingWrite, TmaStore)) and (st.store, st.buffer) not in out:
+            out.append((st.store, st.buffer))
+        if isinstance(st, BLOCKS):
+            out += [b for b in staging_buffers(st.body) + staging_buffers(getattr(st, "orelse", ()))
+                    if b not in out]
+    return tuple(out)
+
+
 def tile_trips(entry) -> int:
     """A case entry's trip count for the tile (the producer's loops)."""
     return entry if isinstance(entry, int) else entry[0]
@@ -126,6 +151,7 @@ class _Unroller:
         self.tile = 0
         self.trips: list[tuple[str, int]] = []  # enclosing loops: (ring, trip index)
         self.syncs = 0
+        self.held: set[str] = set()  # stores whose tile is held (deferred epilogue)
 
     def emit(self, op: int, arg: int, val: int = 0, reads: tuple[int, ...] = (),
              label: str = "") -> None:
@@ -274,6 +300,36 @@ class _Unroller:
             self._ConsumerSync(ConsumerSync())
         elif self.out:
             raise ValueError("ClusterSync('start') must come before every other step of a program")
+
+    # -- the staged epilogue (one consumer's own staging; its warps meet on its own barrier) -----
+    def _StagedStore(self, st: StagedStore) -> None:
+        self.run(st.body)
+
+    def _HoldStore(self, st: HoldStore) -> None:
+        """The tile is kept in registers: its store's actions come at the next ``IfHeld``."""
+        self.held.add(st.store)
+
+    def _IfHeld(self, st: IfHeld) -> None:
+        if st.store in self.held:
+            self.held.discard(st.store)
+            self.run(st.body)
+
+    def _StoreWait(self, st: StoreWait) -> None:
+        self.emit(STORE_WAIT, st.pending, label=f"cp.async.bulk.wait_group.read {st.pending} (one thread)")
+
+    def _StagingSync(self, st: StagingSync) -> None:
+        self.emit(STAGING_SYNC, 0, label="bar.sync staging[c]: the consumer's warps meet")
+
+    def _StagingWrite(self, st: StagingWrite) -> None:
+        b = self.layout.buffers.index((st.store, st.buffer))
+        self.emit(STAGING_WRITE, b, label=f"stmatrix into {self.layout.buffer_name(b)}; fence.proxy.async")
+
+    def _TmaStore(self, st: TmaStore) -> None:
+        b = self.layout.buffers.index((st.store, st.buffer))
+        self.emit(TMA_STORE, b, label=f"TMA store of {self.layout.buffer_name(b)}; commit_group")
+
+    def _StoreDrain(self, st: StoreDrain) -> None:
+        self.emit(STORE_DRAIN, 0, label="cp.async.bulk.wait_group 0 (one thread)")
 
     def _StagingBegin(self, st: StagingBegin) -> None:
         self.emit(STAGING_BEGIN, self.layout.base[st.ring], self.proto.ring(st.ring).stages,

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from ..errors import PassError
 from ..ir.core import Kernel
-from ..ir.ops import MMA_OPS
+from ..ir.ops import MMA_OPS, Load
 from ..ir.types import TileType
 from .decisions import subject_of
-from .hopper import (MAX_THREADS, SETMAXNREG_MIN, WARPGROUP, block_loop, consumer_registers,
+from .hopper import (MAX_THREADS, SETMAXNREG_MIN, WARPGROUP, block_loop, consumer_registers, is_shared,
                      depends_on, has_producer, pipelined_loops, threads_for)
 from .liveness import CONSUMER_OVERHEAD, consumer_pressure
 from .manager import Pass, PassContext, register_pass
@@ -140,8 +140,12 @@ class WarpSpec(Pass):
             return "the block loop is not persistent (a CTA has one tile, nothing to alternate)"
         if int(blocks.attrs.get("split", 1)) > 1:
             return "split-K gives each tile a cluster of its own (one tile per CTA)"
+        loops = pipelined_loops(kernel)
+        if len(loops) != 1 or any(isinstance(op, Load) and is_shared(op.result) for op in blocks.regions[0].ops):
+            return ("ping-pong consumers alternate over one streamed loop per tile and nothing else the "
+                    "producer fills (here: tiles loaded once per tile, or no such loop)")
         indices = set(blocks.regions[0].args)
-        for loop in pipelined_loops(kernel):
+        for loop in loops:
             if any(depends_on(v, indices) for v in loop.operands[:3]):
                 return ("a streamed loop's trip count depends on the block indices (a consumer skips "
                         "the other's trips by its own count, so every tile must have the same)")

@@ -1,17 +1,16 @@
 """The staged epilogue: a consumer's tile, packed to 16-bit pairs, stmatrix'd into 128B-swizzled
 staging panels in shared memory and TMA-stored to C (rows and columns outside C clipped by the
-box), used by the general lowering's staged stores (lower_epilogue.py).
+box), used by the general lowering's staged stores (lower_epilogue.py). One function per protocol
+step of a round (``sync_protocol.staged_store``: ``StoreWait``, ``StagingSync``,
+``StagingWrite``, ``StagingSync``, ``TmaStore``); the rounds are the epilogue pass's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...frozen import Frozen
+from ...passes.epilogue import PANEL_BYTES, PANEL_COLS
 from .builder import Builder
-
-PANEL_COLS, PANEL_BYTES = 64, 64 * 128
-"""A staging panel: 64 rows x 64 columns of a 16-bit C, rows of 128 bytes, 128B-swizzled (what a
-TMA box of 64 x 64 with CU_TENSOR_MAP_SWIZZLE_128B reads)."""
 
 
 @dataclass(unsafe_hash=True)
@@ -44,46 +43,59 @@ def staging_lanes(b: Builder, base: str, lane: str, warp: str) -> tuple[str, ...
 
 def staging_halves(st: Staging) -> bool:
     """Whether a consumer's staging is used as two halves in turn (double-buffered): when it
-    holds an even number of panels. Then the stmatrix of one half overlaps the TMA store still
-    reading the other, and a round waits only for the store before last."""
-    return (st.cols // PANEL_COLS) % 2 == 0
+    holds an even number of panels (``passes/epilogue.staging_rounds``)."""
+    from ...passes.epilogue import staging_halves as halves
+    return halves(st.cols)
 
 
-def store_staged(b: Builder, st: Staging, slabs: int, bn: int, row0: str, col0: str,
-                 packed: dict[tuple[int, int], list[str]], lead: tuple[str, ...] = ()) -> None:
-    """stmatrix a tile's packed 16-bit pairs (``packed[slab, first column of 16]``: one
-    stmatrix.x4's four registers, lower_epilogue.py) into the staging panels and TMA-store
-    each panel to C at rows ``row0 + 64*slab``, columns ``col0 + ...``: rows and columns outside
-    C are not written (TMA clips the box). A round covers ``st.cols`` columns, or half of them in
-    alternating halves of the staging (``staging_halves``); before a round writes its panels,
-    the store groups that read them have finished reading (``cp.async.bulk.wait_group.read``:
-    0 pending with one buffer, 1 -- the other half's -- with two; 0 at a tile's first round
-    when the tile has an odd number of rounds, as the last one used the same half). ``lead``:
-    the store's leading coordinates (outermost last), for a C of rank above 2."""
-    from . import tma
+def _round_shape(st: Staging) -> tuple[int, int, int]:
+    """(panels of the staging, columns of a round, panels of a round)."""
     panels = st.cols // PANEL_COLS
-    halves = staging_halves(st)
-    cols = st.cols // 2 if halves else st.cols
-    per_round = cols // PANEL_COLS
-    rounds = bn // cols
-    for r in range(rounds):
-        half = r % 2 if halves else 0
-        pending = 1 if halves and (r > 0 or rounds % 2 == 0) else 0
-        b(f"@{st.leader} {tma.store_wait(pending, read_only=True)}", f"bar.sync {st.barrier}, 128;")
-        for slab in range(slabs):
-            for jr in range(cols // 16):
-                col = r * cols + 16 * jr
-                chunk = packed[slab, col]
-                p, q = divmod(jr, 4)
-                panel = slab * panels + half * per_round + p
-                b(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{st.lanes[q]}+{panel * PANEL_BYTES}], "
-                  f"{{{', '.join(chunk)}}};")
-        b("fence.proxy.async.shared::cta;", f"bar.sync {st.barrier}, 128;")
-        for slab in range(slabs):
-            for p in range(per_round):
-                inner, outer, src = b.reg(), b.reg(), b.reg()
-                panel = slab * panels + half * per_round + p
-                b(f"add.s32 {inner}, {col0}, {r * cols + p * PANEL_COLS};", f"add.s32 {outer}, {row0}, {64 * slab};",
-                  f"add.u32 {src}, {st.base}, {panel * PANEL_BYTES};",
-                  f"@{st.leader} {tma.store_nd(st.tmap, [inner, outer, *lead], src)}")
-        b(f"@{st.leader} {tma.STORE_COMMIT}")
+    cols = st.cols // 2 if staging_halves(st) else st.cols
+    return panels, cols, cols // PANEL_COLS
+
+
+def wait_stores(b: Builder, st: Staging, pending: int) -> None:
+    """The protocol's ``StoreWait``: the TMA-issuing thread waits until at most ``pending`` store
+    groups still read their staging."""
+    from . import tma
+    b(f"@{st.leader} {tma.store_wait(pending, read_only=True)}")
+
+
+def meet(b: Builder, st: Staging) -> None:
+    """The protocol's ``StagingSync``: the consumer's warps meet on its named barrier."""
+    b(f"bar.sync {st.barrier}, 128;")
+
+
+def write_round(b: Builder, st: Staging, slabs: int, r: int, buffer: int,
+                packed: dict[tuple[int, int], list[str]]) -> None:
+    """The protocol's ``StagingWrite``: round ``r``'s columns of every slab, stmatrix-ed into
+    ``buffer`` (a half, or the whole staging), then fenced for the async proxy.
+    ``packed[slab, first column of 16]``: one stmatrix.x4's four registers (lower_epilogue.py)."""
+    panels, cols, per_round = _round_shape(st)
+    for slab in range(slabs):
+        for jr in range(cols // 16):
+            chunk = packed[slab, r * cols + 16 * jr]
+            p, q = divmod(jr, 4)
+            panel = slab * panels + buffer * per_round + p
+            b(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{st.lanes[q]}+{panel * PANEL_BYTES}], "
+              f"{{{', '.join(chunk)}}};")
+    b("fence.proxy.async.shared::cta;")
+
+
+def store_round(b: Builder, st: Staging, slabs: int, r: int, buffer: int, row0: str, col0: str,
+                lead: tuple[str, ...] = ()) -> None:
+    """The protocol's ``TmaStore``: one thread TMA-stores the round's panels to C at rows
+    ``row0 + 64*slab``, columns ``col0 + ...`` (TMA clips rows and columns outside C), then
+    commits them as one bulk group. ``lead``: the store's leading coordinates (outermost last),
+    for a C of rank above 2."""
+    from . import tma
+    panels, cols, per_round = _round_shape(st)
+    for slab in range(slabs):
+        for p in range(per_round):
+            inner, outer, src = b.reg(), b.reg(), b.reg()
+            panel = slab * panels + buffer * per_round + p
+            b(f"add.s32 {inner}, {col0}, {r * cols + p * PANEL_COLS};", f"add.s32 {outer}, {row0}, {64 * slab};",
+              f"add.u32 {src}, {st.base}, {panel * PANEL_BYTES};",
+              f"@{st.leader} {tma.store_nd(st.tmap, [inner, outer, *lead], src)}")
+    b(f"@{st.leader} {tma.STORE_COMMIT}")

@@ -5,7 +5,7 @@ follow, so that what the CPU checks is what the GPU runs.
     for kind, step, op in interleave(ops, steps, anchor): ...
 
 ``anchor(step, ops)`` gives the index of the IR op a step stands for (a one-shot tile's full
-``Wait``, a ring loop's ``IfTrips``, a trip's ``Mma``, the ``ConsumerSync`` before a store staged
+``Wait``, a ring loop's ``IfTrips``, a trip's ``Mma`` or a product of one-shot tiles, the ``ConsumerSync`` before a store staged
 over a ring, split-K's ``ClusterReduce`` before the first op reading the loop's results) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
 (``"anchored"``); a step with no op of its own comes where it stands among the anchored ones (a
 wait right after its wgmma), or, after the last of them, once every pending op has run (the
@@ -16,48 +16,80 @@ from __future__ import annotations
 
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
-from ...passes.sync_protocol import ClusterReduce, ConsumerSync, IfTrips, Mma, StreamKFixup, TileWrite, Wait
+from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma, MmaWait,
+                                     StagedStore, StreamKFixup, TileWrite, Wait)
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
+    """(See the module.) Two steps may stand for one op (the ``ConsumerSync`` before a staged
+    store over a ring, then its ``StagedStore``): the last of them takes it. An ``IfHeld`` (a
+    held tile's stores, run under the wgmma group just issued) stays right after the step
+    before it."""
+    if hasattr(anchor, "start"):
+        anchor.start()
     anchors = [anchor(step, ops) for step in steps]
     placed = [a for a in anchors if a is not None]
-    if placed != sorted(placed) or len(set(placed)) != len(placed):
+    if placed != sorted(placed):
         raise AssertionError(f"internal: protocol steps anchored out of program order ({placed})")
     out: list[tuple] = []
     i = 0
     for n, (step, j) in enumerate(zip(steps, anchors)):
         if j is None:
+            if out and out[-1][0] == "anchored" and (isinstance(step, IfHeld) or (
+                    isinstance(step, MmaWait) and step.pending == 0 and isinstance(out[-1][1], Mma))):
+                out.append(("step", step, None))  # stays with the step it follows
+                continue
             if all(a is None for a in anchors[n + 1:]):
                 out += [("op", None, op) for op in ops[i:]]
                 i = len(ops)
             out.append(("step", step, None))
             continue
         out += [("op", None, op) for op in ops[i:j]]
+        i = j
+        if j in anchors[n + 1:]:  # a later step stands for this op too
+            out.append(("step", step, None))
+            continue
         out.append(("anchored", step, ops[j]))
         i = j + 1
     out += [("op", None, op) for op in ops[i:]]
     return out
 
 
-def tile_anchor(ring_of_load: dict, loop_of: dict, staged_over_rings: list):
+def tile_anchor(ring_of_load: dict, loop_of: dict, staged_over_rings: list, store_of: dict | None = None):
     """The anchor of the tile body's steps (``loop_of``: ring -> its IR loop; the k-th
-    ``ConsumerSync`` stands for the k-th store staged over a ring)."""
-    syncs = iter(staged_over_rings)
+    ``ConsumerSync`` stands for the k-th store staged over a ring, the k-th ``Mma`` for the k-th
+    product of the body (of tiles loaded once per tile); ``store_of``: a staged store's name ->
+    the IR store its ``StagedStore`` or ``HoldStore`` stands for). Counted afresh for every tile
+    (``interleave`` calls ``start``)."""
+    return _TileAnchor(ring_of_load, loop_of, list(staged_over_rings), store_of or {})
 
-    def anchor(step, ops: list[Op]) -> int | None:
+
+class _TileAnchor:
+    def __init__(self, ring_of_load: dict, loop_of: dict, staged_over_rings: list, store_of: dict):
+        self.ring_of_load, self.loop_of, self.staged, self.store_of = ring_of_load, loop_of, staged_over_rings, store_of
+        self.start()
+
+    def start(self) -> None:
+        self.syncs, self.products = iter(self.staged), None
+
+    def __call__(self, step, ops: list[Op]) -> int | None:
+        if isinstance(step, (StagedStore, HoldStore)):
+            return ops.index(self.store_of[step.store])
+        if isinstance(step, Mma):  # a product of one-shot tiles (TileProduct)
+            if self.products is None:
+                self.products = iter([i for i, op in enumerate(ops) if isinstance(op, MMA_OPS)])
+            return next(self.products)
         if isinstance(step, Wait) and step.bar == "full":
             for i, op in enumerate(ops):
-                if isinstance(op, Load) and ring_of_load.get(op) == step.ring:
+                if isinstance(op, Load) and self.ring_of_load.get(op) == step.ring:
                     return i
         if isinstance(step, IfTrips):
-            return ops.index(loop_of[step.ring])
+            return ops.index(self.loop_of[step.ring])
         if isinstance(step, ConsumerSync):
-            return ops.index(next(syncs))
+            return ops.index(next(self.syncs))
         if isinstance(step, (ClusterReduce, StreamKFixup)):
-            return first_reader(ops, loop_of[step.ring])
+            return first_reader(ops, self.loop_of[step.ring])
         return None
-    return anchor
 
 
 def first_reader(ops: list[Op], loop: For) -> int | None:
@@ -70,14 +102,18 @@ def first_reader(ops: list[Op], loop: For) -> int | None:
     return None
 
 
-def trip_anchor(loop: For):
+def trip_anchor(loop: For, store_of: dict | None = None):
     """The anchor of a trip's steps: the k-th ``Mma`` step is the k-th product of the loop body,
-    the k-th ``TileWrite`` its k-th copy of a register tile into a shared tile."""
+    the k-th ``TileWrite`` its k-th copy of a register tile into a shared tile, a ``StagedStore``
+    its store."""
     from ...passes.mbarrier import is_tile_write
     order = iter([op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)])
     writes = iter([op for op in loop.regions[0].ops if is_tile_write(op)])
+    store_of = store_of or {}
 
     def anchor(step, ops: list[Op]) -> int | None:
+        if isinstance(step, StagedStore):
+            return ops.index(store_of[step.store])
         if isinstance(step, TileWrite):
             return ops.index(next(writes))
         return ops.index(next(order)) if isinstance(step, Mma) else None

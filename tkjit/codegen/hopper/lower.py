@@ -108,7 +108,7 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         elif op in loops:
             why = _loop_body(op, consumers, users)
         else:
-            why = consumer_refusal(op, consumers, False, users)
+            why = consumer_refusal(op, consumers, False, users, at_tile=True)
         if why is not None:
             return why
     return None

@@ -11,9 +11,12 @@ from . import wgmma
 from .lower import MMA_DTYPES
 
 
-def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
+def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]],
+                     at_tile: bool = False):
     """None when the consumer emitters take ``op`` (and everything inside it); else a Refusal.
-    ``consumers``: the consumer warpgroups sharing each tile's rows (1 with ping-pong)."""
+    ``consumers``: the consumer warpgroups sharing each tile's rows (1 with ping-pong);
+    ``at_tile``: ``op`` stands directly in the block body (a product there reads tiles loaded once
+    per tile: the protocol's ``TileProduct``)."""
     from .lower import Refusal
     if isinstance(op, Yield):
         return None
@@ -40,7 +43,7 @@ def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int
         return Refusal(op, "a column reduction combines the warps of every consumer through shared "
                            "memory, which the general lowering does not plan yet")
     if isinstance(op, MMA_OPS):
-        return _mma_refusal(op, consumers, in_ring_loop, users)
+        return _mma_refusal(op, consumers, in_ring_loop, users, at_tile)
     if isinstance(op, (For, If)):
         for region in op.regions:
             for inner in region.ops:
@@ -58,13 +61,19 @@ def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int
     return None
 
 
-def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]]):
+def _mma_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int, list[Op]], at_tile: bool = False):
     from .lower import Refusal
-    if not in_ring_loop:
-        return Refusal(op, "a matrix product outside the loop that streams its operands (its wgmma "
-                           "would not be a protocol step)")
     from ...passes.mbarrier import is_tile_write
     a, b = op.operands[0], op.operands[1]
+    if at_tile:  # a product of tiles loaded once per tile (one-shot rings), outside any loop
+        once = [v for v in (a, b) if is_shared(v)]
+        if not all(isinstance(v.owner, Load) and v.owner.parent is op.parent for v in once):
+            return Refusal(op, "a product outside any loop reads shared tiles the producer loads once "
+                               "per tile, in the block body (a tile the consumers write there is not "
+                               "lowered yet)")
+    elif not in_ring_loop:
+        return Refusal(op, "a matrix product inside a loop that streams no operands or an 'if' "
+                           "(its wgmma would not be a protocol step)")
     if not is_shared(b) or not (isinstance(b.owner, Load) or is_tile_write(b.owner)):
         return Refusal(op, "B must be a shared tile the producer loads or the consumers write "
                            "(wgmma reads B from shared memory)")

@@ -22,8 +22,9 @@ from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
-from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, IfTrips, Loop, Mma, StagingBegin,
-                                     StagingEnd, StreamKFixup, TileWrite, Wait)
+from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Loop, Mma,
+                                     StagedStore, StagingBegin, StagingEnd, StagingSync, StagingWrite, StoreDrain,
+                                     StoreWait, StreamKFixup, TileWrite, TmaStore, Wait)
 from ..emit_control import fresh, moves
 from ..emit_reduce import combine_partial_sums
 from ..padding import analyze_padding
@@ -81,6 +82,12 @@ class ConsumerRole(RoleEmitter):
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
         self.table[StreamKFixup] = self.stream_k_fixup  # (when no op reads the loop's result)
+        # the staged epilogue (lower_epilogue.py): StagedStore/HoldStore stand for the IR store
+        self.table.update({StoreWait: self.store_wait, StagingSync: self.staging_sync,
+                           StagingWrite: self.staging_write, TmaStore: self.tma_store,
+                           StoreDrain: self.store_drain, IfHeld: self.if_held})
+        self.epi = None  # the staged store being printed (lower_epilogue.EpilogueWalk)
+        self.epilogue_step: dict = {}  # IR store -> its StagedStore/HoldStore, while it is emitted
 
     def run(self) -> None:
         k, b, ctx = self.k, self.b, self.ctx
@@ -106,12 +113,8 @@ class ConsumerRole(RoleEmitter):
             self.rings[ring.name] = RingRegs(ring, full, empty, b.mov(0), b.mov(0), b.mov(1))
         self.tile, self.tile_count = b.reg(), b.reg()
         self.stagings = self.plan_stagings()
-        self.deferred = self.choose_deferral()
+        self.deferred = self.deferral()
         self.emit(k.proto.consumer)
-        from .lower_epilogue import drain
-        if self.deferred is not None:
-            b(*self.deferred.flush(ctx))
-        b(*drain(self))
         b.lines[start:start] = ctx.prologue
         if ctx.reduced:
             where = ", ".join(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
@@ -130,48 +133,22 @@ class ConsumerRole(RoleEmitter):
                                        "compare and select on the other tiles)"})
 
     def plan_stagings(self) -> dict:
-        """The staging of every register-tile store smem-plan staged (lower_epilogue), set up once.
-        Split-K: none (each CTA stores its part of the tile from registers)."""
-        from .lower_epilogue import staging_columns, staging_for
+        """The staging of every store the epilogue pass staged (lower_epilogue), set up once."""
+        from .lower_epilogue import staging_for
         out = {}
-        if self.k.split > 1:
-            return out
         for op in self.k.blocks.walk():
-            if isinstance(op, Store) and isinstance(op.operands[1].type, TileType) \
-                    and op.operands[1].type.space == "rt":
-                cols = staging_columns(op, self.owners, self.pingpong)
-                if cols and self.k.copying:
-                    from .lower_copy import row_may_be_unaligned
-                    if row_may_be_unaligned(op.operands[0]):  # no TMA store: from registers
-                        self.k.decisions.append({
-                            "decision": "epilogue", "value": "registers",
-                            "why": f"{op.operands[0].hint}'s rows may not be whole 16-byte units (option "
-                                   "unaligned_rows), which a TMA store cannot address"})
-                        continue
-                if cols:
-                    out[op] = staging_for(self, op, cols)
+            if isinstance(op, Store) and op.attrs.get("epilogue") in ("staged", "deferred") \
+                    and op in self.k.schedule.store_of.values():
+                out[op] = staging_for(self, op, op.attrs["epilogue_cols"])
         return out
 
-    def choose_deferral(self):
-        """The deferred epilogue (lower_epilogue.Deferred) when the tile ends in a staged store
-        of a 16-bit tile, after a ring loop with a wgmma, and it fits; the choice is logged."""
-        from .lower_epilogue import Deferred, defer_choice
-        ops = [op for op in self.k.blocks.regions[0].ops if not isinstance(op, Yield)]
-        last = ops[-1] if ops else None
-        if not isinstance(last, Store) or not isinstance(last.operands[1].type, TileType):
-            return None
-        if not any(isinstance(op, MMA_OPS) for loop in self.loop_of.values() for op in loop.regions[0].ops):
-            return None
-        if not any(op in self.loop_of.values() for op in ops):
-            return None
-        t = last.operands[1].type
-        if last not in self.stagings or t.dtype.bits != 16:
-            return None
-        ok, why = defer_choice(self, last, self.stagings[last].cols)
-        self.k.decisions.append({"decision": "epilogue overlap",
-                                 "value": "deferred to the next tile's first wgmma group" if ok else "none",
-                                 "why": why})
-        return Deferred(self, last, self.stagings[last]) if ok else None
+    def deferral(self):
+        """The deferred epilogue (lower_epilogue.Deferred) of the store the epilogue pass deferred."""
+        from .lower_epilogue import Deferred
+        for op in self.stagings:
+            if op.attrs["epilogue"] == "deferred":
+                return Deferred(self, op, self.stagings[op])
+        return None
 
     # -- the tile walk --------------------------------------------------------------------
     def first_tile(self) -> None:
@@ -195,7 +172,8 @@ class ConsumerRole(RoleEmitter):
         self.trips_ready: set[str] = set()
         if step.alternate:  # SkipTrips comes before the loop: its trip count first (the same every tile)
             self.ahead(list(self.k.blocks.regions[0].ops))
-        anchor = tile_anchor(self.ring_of_load, self.loop_of, self.k.schedule.staged_over_rings)
+        anchor = tile_anchor(self.ring_of_load, self.loop_of, self.k.schedule.staged_over_rings,
+                             self.k.schedule.store_of)
         if self.k.stream_k is not None:  # where a stream-K contribution ends its tile
             self.tile_end = self.b.label("tile_end")
         self.walk(list(self.k.blocks.regions[0].ops), step.body, anchor)
@@ -287,8 +265,9 @@ class ConsumerRole(RoleEmitter):
             self.b(f"// step: {step.text()}")
             self.wgmma(op)
             self.b("// end step")
-            if self.deferred is not None:  # the last tile's stores run under this group
-                self.b(*self.deferred.flush(self.ctx))
+        elif isinstance(step, (StagedStore, HoldStore)):  # a staged store (lower_fragments.emit_store)
+            self.epilogue_step[op] = step
+            self.ops([op])
         else:                            # ConsumerSync before a store staged over the ring
             self.emit((step,))
             self.ops([op])
@@ -320,8 +299,6 @@ class ConsumerRole(RoleEmitter):
             from .lower_own_trips import own_count
             self.own[step.ring] = own_count(self, step.ring, loop)
         self.emit((step,))
-        if self.deferred is not None:  # a tile without trips issued no wgmma: flush here, before
-            b(*self.deferred.flush(ctx))  # the epilogue makes the next tile's values
         out: list[str] = []  # row sums kept per thread (the row-sums pass): the quad, once
         for res, rep in zip(loop.results, combine_partial_sums(ctx, loop, carried, out)):
             ctx.bind(res, rep)
@@ -342,7 +319,7 @@ class ConsumerRole(RoleEmitter):
                 else:
                     self.anchored(st, op)
         else:
-            self.walk(body_ops(loop.regions[0]), step.body, trip_anchor(loop))
+            self.walk(body_ops(loop.regions[0]), step.body, trip_anchor(loop, self.k.schedule.store_of))
         term = loop.regions[0].terminator
         self.b(*moves(self.ctx, self.carried, [self.ctx.get(v) for v in term.operands]))
 
@@ -515,6 +492,33 @@ class ConsumerRole(RoleEmitter):
     def stream_k_fixup(self, step: StreamKFixup) -> None:
         from .lower_stream_k import fixup
         fixup(self, step, self.tile_end)
+
+    # -- the staged epilogue (lower_epilogue.py, epilogue.py) ---------------------------------
+    def store_wait(self, step: StoreWait) -> None:
+        from .epilogue import wait_stores
+        wait_stores(self.b, self.epi.staging, step.pending)
+
+    def staging_sync(self, step: StagingSync) -> None:
+        from .epilogue import meet
+        meet(self.b, self.epi.staging)
+
+    def staging_write(self, step: StagingWrite) -> None:
+        from .epilogue import write_round
+        epi = self.epi
+        epi.round += 1
+        write_round(self.b, epi.staging, epi.slabs, epi.round, step.buffer, epi.packed)
+
+    def tma_store(self, step: TmaStore) -> None:
+        from .epilogue import store_round
+        epi = self.epi
+        store_round(self.b, epi.staging, epi.slabs, epi.round, step.buffer, epi.row0, epi.col0, epi.lead)
+
+    def store_drain(self, step: StoreDrain) -> None:
+        from .lower_epilogue import drain
+        self.b(*drain(self))
+
+    def if_held(self, step: IfHeld) -> None:
+        self.b(*self.deferred.flush(self.ctx, step))
 
     # -- named barriers -------------------------------------------------------------------
     def consumer_sync(self, step) -> None:

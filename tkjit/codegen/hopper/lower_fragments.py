@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...errors import NotAvailableError
 from ...ir.ops import MMA_OPS, Load, Store
+from ...passes.sync_protocol import HoldStore
 from ...ir.types import BF16, F16, F32, TileType
 from ..emit_control import fresh
 from ..emit_memory import emit_load as rt_emit_load, emit_store as rt_emit_store
@@ -28,12 +29,14 @@ def emit_store(ctx, op) -> list[str]:
     rep = ctx.get(op.operands[1])
     if not isinstance(rep, RegTile):
         return rt_emit_store(ctx, op)
-    staging = ctx.role.stagings.get(op) if not rep.layout.rows.replicated else None
-    deferred = ctx.role.deferred
-    if staging is not None and deferred is not None and deferred.op is op:
-        return deferred.hold(ctx, rep)
-    if staging is not None:
-        return emit_staged(ctx.role, ctx, op, rep, staging)
+    step = ctx.role.epilogue_step.pop(op, None)  # the protocol's StagedStore / HoldStore of a staged store
+    if step is not None:
+        if rep.layout.rows.replicated:
+            raise NotAvailableError(f"{op.NAME}: a staged store of a tile whose rows are replicated "
+                                    "across warps", op.span)
+        if isinstance(step, HoldStore):
+            return ctx.role.deferred.hold(ctx, rep)
+        return emit_staged(ctx.role, ctx, op, rep, ctx.role.stagings[op], step)
     if getattr(ctx.role, "split_part", None) is not None:
         return _split_store(ctx, op, rep)
     return _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=True)

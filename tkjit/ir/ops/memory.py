@@ -51,11 +51,13 @@ class Store(Op):
     Set by smem-plan for a register tile: ``smem`` (offset of the shared staging buffer it goes
     through) and ``staging`` ("tile": the whole tile; "chunks": 64-row x 128-byte chunks, one
     buffer per consumer warpgroup, reused chunk after chunk; ``staging_cols``, when set, widens a
-    chunk to that many columns)."""
+    chunk to that many columns). Set by the epilogue pass: ``epilogue`` ("staged": through that
+    staging and TMA stores; "deferred": staged under the next tile's first wgmma group; absent:
+    from registers) and ``epilogue_cols`` (columns of a consumer's staging per round)."""
 
     NAME = "store"
     OPERANDS = ("dst", "value", "coords*")
-    ATTRS = {"smem": int, "staging": str, "staging_cols": int}
+    ATTRS = {"smem": int, "staging": str, "staging_cols": int, "epilogue": str, "epilogue_cols": int}
     OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = 0
 
@@ -63,6 +65,8 @@ class Store(Op):
         _check_coords(self, self.operands[0].type, self.variadic(), self.operands[1].type, "store")
         if self.attrs.get("staging", "tile") not in ("tile", "chunks"):
             raise self.error(f"staging expected \"tile\" or \"chunks\", got {self.attrs['staging']!r}")
+        if self.attrs.get("epilogue", "staged") not in ("staged", "deferred"):
+            raise self.error(f"epilogue expected \"staged\" or \"deferred\", got {self.attrs['epilogue']!r}")
         return []
 
 
