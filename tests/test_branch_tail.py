@@ -61,7 +61,7 @@ def softmax_blocks(sass: str, scores: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("name,d,scores", [("attention.tk", 128, 88), ("attention.tk", 64, 64),
-                                           ("attention_nol.tk", 128, 64)])
+                                           ("attention_nol.tk", 128, 88)])
 def test_the_whole_tile_softmax_is_one_basic_block(name, d, scores, monkeypatch):
     now = sass_of(compile_(name, d))
     assert softmax_blocks(now, scores), "no basic block holds a whole trip's softmax"
@@ -83,11 +83,14 @@ def test_the_decisions_are_logged():
     assert "row sums of %l kept per thread" in text
 
 
-def test_a_region_holding_an_if_keeps_a_branch_a_reduction():
-    """The causal trip's branch holds the causal if: copying it into an edge copy spilled at D = 64,
-    so its reductions keep their own edge branches."""
-    text = compile_("attention.tk", 64, True).explain()
-    assert "moved into both branches" in text
+@pytest.mark.parametrize("d", [64, 128])
+def test_a_branch_holding_an_if_keeps_its_tail_and_a_branch_a_reduction(d):
+    """The causal trip's scale-fold branch holds the causal-mask if: its tail stays after the join
+    (measured slower moved in at D = 128), and the branch (row_max and the causal if) is not
+    copied under one edge branch (copying the if spilled at D = 64): its reduction keeps its own."""
+    text = compile_("attention.tk", d, True).explain()
+    assert "moved into both branches" not in text
+    assert re.search(r"if at attention.tk:\d+:\d+: the ops after it stay after its join", text)
     assert "one edge branch a region" not in text
     assert "padding masks: edge tiles only" in text
 

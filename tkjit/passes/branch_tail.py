@@ -17,7 +17,12 @@ the first op that makes one. Ops of ``T`` that read nothing the ``if`` (or an op
 defines are moved before the ``if`` instead; the ``if`` then yields its old results still read
 after it and the results of ``T`` read after it. Values are unchanged (both branches compute
 what the program as written computes on the path it takes). Only an ``if`` directly in a loop
-body, and only when at least one op moves in. Under ``lowering=template`` (and ``auto`` for a
+body, only when at least one op moves in, and not for an ``if`` whose branches hold an ``if`` (or
+a loop) of their own: their paths are split at the inner join anyway, and the causal attention
+trip (scale-fold's branch holding the causal-mask if) measured 2-5% slower at D = 128 with its
+tail moved in (H200, 2026-11-27, same run, general / template N = 2k..16k: 0.960/0.936/0.890/
+0.932 against 0.979/0.972/0.930/0.977 as before;
+benchmarks/results/2026-11-27-nvidia-h200-s12-attnloop-1.json). Under ``lowering=template`` (and ``auto`` for a
 kernel the attention template matches) it changes nothing: the template matches kernels as
 written.
 """
@@ -57,7 +62,13 @@ class Tail:
     escaping: list     # results of moved ops read after the run
 
 
+def holds_if(branch: If) -> bool:
+    """Whether a branch of ``branch`` holds an op with regions of its own (an if, a loop)."""
+    return any(op.regions for region in branch.regions for op in region.ops)
+
+
 def plan_tail(branch: If, users: dict[Value, list[Op]]) -> Tail | None:
+    """What would move into ``branch`` (None: nothing); ``holds_if`` is checked by the caller."""
     block = branch.parent
     run = []
     for op in block.ops[block.ops.index(branch) + 1:]:
@@ -143,7 +154,7 @@ class BranchTail(Pass):
         users = _users(kernel)
         if not any(plan_tail(op, users) for loop in loops for op in loop.regions[0].ops
                    if isinstance(op, If)):
-            return kernel
+            return kernel  # (a GEMM: nothing to do, and no import of the attention template)
         lowering = "general" if ctx.options.runs_checks else ctx.options.lowering
         if lowering == "template" or (lowering == "auto" and template_takes(kernel)):
             return kernel  # the attention template matches kernels as written
@@ -152,6 +163,12 @@ class BranchTail(Pass):
             for branch in [op for op in body.ops if isinstance(op, If)]:
                 t = plan_tail(branch, _users(kernel))
                 if t is None:
+                    continue
+                if holds_if(branch):  # its paths are split by the inner if anyway
+                    ctx.decide(subject_of(branch), "the ops after it stay after its join",
+                               "its branches hold an if of their own (their paths are split at its "
+                               "join anyway); measured slower with the tail moved in (causal "
+                               "attention, D = 128: 2-5%)")
                     continue
                 new = apply_tail(t)
                 swap = {t.branch.results[i]: r for i, r in zip(t.kept, new.results)}
