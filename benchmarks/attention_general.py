@@ -2,7 +2,8 @@
 
     python3 benchmarks/attention_general.py [--shapes 128:4096,64:8192:causal] [--json OUT.json]
         [--variant NAME[@D]=PIPELINE]   # also the general lowering under this pass pipeline
-        [--variant NAME[@D]=pin:MODULE:ATTR=VALUE]   # ... with a module constant pinned
+        [--variant NAME[@D]=pin:MODULE:ATTR=VALUE[+PIPELINE]]   # ... with a module constant pinned
+                                                               # (and under PIPELINE)
         [--profile D:N[:causal]]   # one launch of each lowering, for ncu to look at
         [--nol]   # also examples/attention_nol.tk (no L output) through the general lowering
         [--jobs N]   # compile every row's kernels first, N at a time (the disk cache serves the rows)
@@ -74,10 +75,13 @@ def kernels(d: int, causal: bool, variants: dict | None = None, nol: bool = Fals
 
 def pinned(pin: str, consts: dict):
     """The general lowering with a module constant pinned while it compiles (``MODULE:ATTR=VALUE``,
-    e.g. ``tkjit.codegen.hopper.lower_consumer:TREE_REDUCTIONS=False``), without the disk cache
-    (its key does not see the constant), assembled at once."""
+    e.g. ``tkjit.codegen.hopper.lower_consumer:TREE_REDUCTIONS=False``, optionally ``+PIPELINE``:
+    under that pass pipeline), without the disk cache (its key does not see the constant),
+    assembled at once."""
     import ast
     import importlib
+    pin, _, pipeline = pin.partition("+")
+    extra = {"pipeline": pipeline} if pipeline else {}
     where, _, value = pin.partition("=")
     module, _, attr = where.partition(":")
     mod = importlib.import_module(module)
@@ -85,7 +89,7 @@ def pinned(pin: str, consts: dict):
     setattr(mod, attr, ast.literal_eval(value))
     try:
         k = tkjit.compile(SOURCE, filename="attention.tk", constants=consts, lowering="general",
-                          cache=False)
+                          cache=False, **extra)
         k.binary  # noqa: B018 - the PTX is made now, under the pin
     finally:
         setattr(mod, attr, old)

@@ -126,7 +126,9 @@ def test_reading_a_product_before_its_wait_is_caught(monkeypatch):
                      if not (isinstance(st, (sp.First, sp.NotFirst)) and st.body in ((sp.MmaWait(0),), (sp.MmaWait(1),))))
         return (sp.IfTrips(ift.ring, (sp.Loop(loop.ring, body), *ift.body[1:])),)
 
-    k = tkjit.load(EXAMPLES / "attention_nol.tk", cache=False)
+    # 128-key blocks: one ring of 3 stages, pipelined_loop's protocol (the D = 128 default, 176
+    # keys in 2 stages, takes split rings: split_loop)
+    k = tkjit.load(EXAMPLES / "attention_nol.tk", constants={"BKV": 128}, cache=False)
     monkeypatch.setattr(sp, "pipelined_loop", no_s_wait)
     q, kk, v = (torch.randn(1, 1, 300, 128).bfloat16() for _ in range(3))
     with pytest.raises(ScheduleError, match="not waited for"):

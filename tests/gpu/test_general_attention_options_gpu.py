@@ -1,8 +1,10 @@
-"""On a GPU: examples/attention.tk through the general lowering with the session-11 options that
-are not on by default -- the row-sums pass (row sums kept per thread, the quad combined after
-the loop) and pairwise reductions (lower_consumer.TREE_REDUCTIONS) -- and with the scale-fold
-branch taken both ways (a negative scale runs the program as written), against float64 torch:
-O and L (the log-sum-exp reads the combined sums), N ragged and below one tile, outputs
+"""On a GPU: examples/attention.tk through the general lowering with its options on and off -- the
+default (since session 12: the row-sums pass, branch-tail and one edge branch a region,
+lower_consumer.EDGE_REGIONS), the session-11 pipeline without them ("previous"), the default
+with one edge branch a reduction ("no-regions"), and pairwise reductions
+(lower_consumer.TREE_REDUCTIONS) -- and with the scale-fold branch taken both ways (a negative
+scale runs the program as written), against float64 torch: O and L (the log-sum-exp reads the
+combined sums), N ragged (the edge copy of a region runs) and below one tile, outputs
 NaN-poisoned, two query heads over one key/value head."""
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from tkjit.passes import DEFAULT_PIPELINE
 
 pytestmark = pytest.mark.gpu
 SOURCE = (Path(__file__).resolve().parents[2] / "examples" / "attention.tk").read_text()
-OPTIONS = {"default": (None, False), "row-sums": (DEFAULT_PIPELINE + ",row-sums", False),
-           "pairwise": (None, True), "both": (DEFAULT_PIPELINE + ",row-sums", True)}
+PREVIOUS = DEFAULT_PIPELINE.replace("row-sums,", "").replace("branch-tail,", "")
+OPTIONS = {"default": (None, False, True), "previous": (PREVIOUS, False, False),
+           "no-regions": (None, False, False), "pairwise": (None, True, True)}
+"""name -> (pass pipeline, TREE_REDUCTIONS, EDGE_REGIONS)"""
 
 
 def _exact(q, k, v, scale, causal):
@@ -37,8 +41,9 @@ def _kernel(option: str, d: int, causal: bool, monkeypatch):
     """Compiled once per option and shape (without the disk cache: its key does not see the pin)."""
     key = (option, d, causal)
     if key not in _MADE:
-        pipeline, tree = OPTIONS[option]
+        pipeline, tree, regions = OPTIONS[option]
         monkeypatch.setattr(lower_consumer, "TREE_REDUCTIONS", tree)
+        monkeypatch.setattr(lower_consumer, "EDGE_REGIONS", regions)
         kernel = tkjit.compile(SOURCE, filename="attention.tk", constants={"D": d, "CAUSAL": causal},
                                lowering="general", require_hopper=True, cache=False, pipeline=pipeline)
         kernel.binary  # noqa: B018 - made under the pinned option

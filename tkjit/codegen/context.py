@@ -137,6 +137,14 @@ class Ctx:
         self.edge_branched: list | None = None
         """None, or (the general lowering's option) the reductions that mask padding only on
         tiles reaching past their tensor's edge, behind a uniform branch (emit_reduce)."""
+        self.edge_known: dict = {}
+        """(padding limit, extent) -> whether the enclosing edge-versioned region is the copy
+        for a whole tile (True) or the edge copy (False): emit_reduce.edge_versioned."""
+        self.edge_regions = False
+        """(The general lowering's option) an if branch whose reductions mask padding at one
+        limit is emitted twice under one edge branch instead of one branch a reduction."""
+        self.edge_regions_done: list = []
+        """The first reduction of each region so versioned (for the decision log)."""
         self.tree_reductions = False
         """(The general lowering's option) a thread combines its elements of a row or column
         pairwise (depth log2 n) instead of in one chain (depth n): emit_reduce."""

@@ -128,19 +128,30 @@ def emit_if(ctx, op: If) -> list[str]:
     l_else, l_end = ctx.label("else"), ctx.label("endif")
     out.append(f"@!{cond} bra.uni {l_else};")
     before = ctx.sync.state()
-    out += ctx.emit_block(op.regions[0])
-    out += moves(ctx, results, [ctx.get(v) for v in op.regions[0].terminator.operands])
+    out += _branch(ctx, op.regions[0], results)
     after_then = ctx.sync.state()
     out.append(f"bra.uni {l_end};")
     out.append(f"{l_else}:")
     ctx.sync.restore(before)
-    out += ctx.emit_block(op.regions[1])
-    out += moves(ctx, results, [ctx.get(v) for v in op.regions[1].terminator.operands])
+    out += _branch(ctx, op.regions[1], results)
     ctx.sync.join(after_then, ctx.sync.state())
     out.append(f"{l_end}:")
     for r, rep in zip(op.results, results):
         ctx.bind(r, rep)
     return out
+
+
+def _branch(ctx, region, results) -> list[str]:
+    """One branch of an if, ending with the moves of what it yields into the if's results
+    (emit_reduce.edge_versioned: emitted twice under one edge branch where that applies)."""
+    from .emit_reduce import edge_versioned
+
+    def finish() -> list[str]:
+        return moves(ctx, results, [ctx.get(v) for v in region.terminator.operands])
+    versioned = edge_versioned(ctx, region, finish)
+    if versioned is not None:
+        return versioned
+    return ctx.emit_block(region) + finish()
 
 
 def block_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str],

@@ -15,6 +15,7 @@ from __future__ import annotations
 from ..errors import NotAvailableError
 from ..ir.ops import REDUCE_OPS
 from ..ir.types import VectorType
+from .padding import UNKNOWN
 from .mathfn import binary_f32
 from .ptx import f32_imm
 from .values import RegVec
@@ -58,7 +59,11 @@ def emit_reduce(ctx, op) -> list[str]:
     tile = ctx.get(op.operands[0])
     layout = tile.layout
     row = op.AXIS == "row"
-    if ctx.edge_branched is not None and _needs_mask(ctx, op):
+    known = _known_edge(ctx, op) if ctx.edge_branched is not None and _needs_mask(ctx, op) else None
+    if known is not None:  # inside a region versioned on the tile's edge (edge_versioned)
+        ctx.edge_branched.append(op)
+        partial = _partials(ctx, op, tile, None if known else _mask_preds(ctx, op, tile, out), out)
+    elif ctx.edge_branched is not None and _needs_mask(ctx, op):
         partial = _edge_branch(ctx, op, tile, out)
     else:
         partial = _partials(ctx, op, tile, _mask_preds(ctx, op, tile, out), out)
@@ -78,6 +83,67 @@ def _needs_mask(ctx, op) -> bool:
     pad = ctx.pads[op.operands[0]]
     axis = pad.cols if op.AXIS == "row" else pad.rows
     return axis is not None and not (op.FN == "sum" and axis.clean)
+
+
+def _edge_key(ctx, op):
+    """(the padding limit, the extent) of a reduction's reduced axis: the reductions one edge
+    branch can decide for."""
+    pad = ctx.pads[op.operands[0]]
+    row = op.AXIS == "row"
+    axis = pad.cols if row else pad.rows
+    t = op.operands[0].type
+    return axis.limit, (t.cols if row else t.rows)
+
+
+def _known_edge(ctx, op) -> bool | None:
+    """Whether an enclosing edge-versioned region decided this reduction's tile is whole (True)
+    or reaches past its tensor's edge (False); None when none did."""
+    return ctx.edge_known.get(_edge_key(ctx, op))
+
+
+def edge_versioned(ctx, block, finish) -> list[str] | None:
+    """A region whose reductions all mask padding at one limit, emitted twice under one uniform
+    branch on that limit (the general lowering's ``edge_regions``): the copy for a whole tile
+    without masks, the edge copy with them, each ending with ``finish()`` (the region's yield
+    moves). One branch a region instead of one a reduction: each copy is one basic block, so
+    ptxas can interleave the region's work across the reductions. None when the region has no
+    such reductions, reductions at two different limits, or an op with regions of its own (each
+    reduction then branches on its own)."""
+    if ctx.edge_branched is None or not ctx.edge_regions:
+        return None
+    if any(op.regions for op in block.ops):
+        return None  # an if inside would be copied too: D = 64 causal attention then spilled
+                     # (22 LDL / 10 STL); its reductions keep a branch each
+    keys = {_edge_key(ctx, op) for op in block.ops if isinstance(op, REDUCE_OPS) and _needs_mask(ctx, op)}
+    if len(keys) != 1:
+        return None
+    key = next(iter(keys))
+    if key in ctx.edge_known or key[0] == UNKNOWN:
+        return None
+    first = next(op for op in block.ops if isinstance(op, REDUCE_OPS) and _needs_mask(ctx, op))
+    out: list[str] = []
+    count = ctx.limit_count(key[0], "the reduced tile", first, out)
+    inside, edge, done = ctx.new("pred"), ctx.label("edge_region"), ctx.label("edge_region_done")
+    out.append(f"setp.ge.s32 {inside}, {count}, {key[1]};")
+    out.append(f"@!{inside} bra.uni {edge};")
+    before = ctx.sync.state()
+    try:
+        ctx.edge_known[key] = True
+        out += ctx.emit_block(block)
+        out += finish()
+        whole = ctx.sync.state()
+        out.append(f"bra.uni {done};")
+        out.append(f"{edge}:")
+        ctx.sync.restore(before)
+        del ctx.edge_known[key]  # the edge copy: each reduction branches on its own, as before
+        out += ctx.emit_block(block)
+        out += finish()
+        ctx.sync.join(whole, ctx.sync.state())
+    finally:
+        ctx.edge_known.pop(key, None)
+    out.append(f"{done}:")
+    ctx.edge_regions_done.append(first)
+    return out
 
 
 def _partials(ctx, op, tile, preds, out: list[str]) -> dict:

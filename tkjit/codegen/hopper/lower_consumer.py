@@ -53,6 +53,13 @@ without the mask (D = 128: 0.809-0.893 vs 0.845-0.921; D = 64: 0.796-0.944 vs 0.
 mixed at D = 64 causal; why is not profiled yet. benchmarks/attention_general.py's ``pin:``
 variants time either setting against the default in one run."""
 
+EDGE_REGIONS = True
+"""On: an if branch whose reductions all mask padding at one limit (an attention trip's row_max
+and row_sum under scale-fold's branch, after branch-tail) is emitted twice under one uniform
+branch on that limit -- unmasked for a whole tile, masked at the edge -- instead of one branch
+around each reduction, so each copy is one basic block that ptxas can interleave (row max,
+scaled subtract, exp2, row sum). Off: one edge branch a reduction (``edge_branches``)."""
+
 
 # -- the role -------------------------------------------------------------------------------
 class ConsumerRole(RoleEmitter):
@@ -70,6 +77,7 @@ class ConsumerRole(RoleEmitter):
         self.ctx.role = self
         self.ctx.emitters = consumer_table()
         self.ctx.edge_branched = []
+        self.ctx.edge_regions = EDGE_REGIONS
         self.ctx.tree_reductions = TREE_REDUCTIONS
         self.ctx.reduced = []
         self.loop_of = {ring: loop for loop, ring in k.schedule.loop_of.items()}
@@ -131,6 +139,14 @@ class ConsumerRole(RoleEmitter):
                                        "unmasked reduction when the whole tile lies inside its "
                                        "tensor, the masked one only at the edge (no per-element "
                                        "compare and select on the other tiles)"})
+        if ctx.edge_regions_done:
+            where = ", ".join(f"the branch holding {op.NAME} at {op.span.location()}" if op.span
+                              else f"the branch holding {op.NAME}" for op in ctx.edge_regions_done)
+            k.decisions.append({"decision": "padding masks", "value": "one edge branch a region",
+                                "why": f"{where}: its reductions mask at one limit, so the branch is "
+                                       "emitted twice under one uniform branch on it (unmasked for "
+                                       "a whole tile, masked at the edge): each copy is one basic "
+                                       "block ptxas can interleave, not split at every reduction"})
 
     def plan_stagings(self) -> dict:
         """The staging of every store the epilogue pass staged (lower_epilogue), set up once."""
