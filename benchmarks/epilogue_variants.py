@@ -7,7 +7,10 @@ schedule variants, same run (GPU).
         --torch-compile --label after --out results.json
 
 A variant is NAME=EDIT as in benchmarks/gemm_variants.py (constants 'BN=128', 'pass:<pass>{opts}',
-several joined by ';'); the default (the example as written) always runs. 'plain' in --acts
+several joined by ';'); the default (the example as written) always runs. 'baseline-emitters'
+compiles that variant (uncached) with the activation emitters of the file --baseline-mathfn
+names (e.g. an older tree's tkjit/codegen/mathfn.py) and the element-wise vector loads instead of
+the paired ones: a same-run A/B of the emitters (with 'BM=128,BN=256' it pins the tile too). 'plain' in --acts
 times the kernel without bias and activation (C = A·B, the same tile and schedule). Each figure is
 the median of 15 batches of 20 launches timed with CUDA events, inputs rotating over enough sets
 to exceed the L2, the batches of cuBLAS, torch.compile and every variant interleaved; each
@@ -40,9 +43,44 @@ def source_of(act: str) -> str:
     return src.replace("gelu(add_col", f"{act}(add_col")
 
 
-def kernel_of(act: str, edit: str):
+def baseline_emitters(path: str):
+    """A context: the activation emitters of the mathfn.py at ``path`` and no paired vector loads."""
+    import contextlib
+    import importlib.util
+
+    from tkjit.codegen import mathfn, vector_pairs
+
+    @contextlib.contextmanager
+    def patched():
+        spec = importlib.util.spec_from_file_location("tkjit.codegen._baseline_mathfn", path)
+        old = importlib.util.module_from_spec(spec)
+        old.__package__ = "tkjit.codegen"
+        spec.loader.exec_module(old)
+        saved, paired = dict(mathfn.UNARY_F32), vector_pairs.vector_loads_paired
+        mathfn.UNARY_F32.update(old.UNARY_F32)
+        vector_pairs.vector_loads_paired = lambda *a, **k: False
+        try:
+            yield
+        finally:
+            mathfn.UNARY_F32.clear()
+            mathfn.UNARY_F32.update(saved)
+            vector_pairs.vector_loads_paired = paired
+    return patched()
+
+
+def kernel_of(act: str, edit: str, baseline_mathfn: str | None = None):
+    parts = [p for p in edit.split(";") if p]
+    if "baseline-emitters" in parts:
+        with baseline_emitters(baseline_mathfn):
+            k = _compiled(act, [p for p in parts if p != "baseline-emitters"], cache=False)
+            k.binary  # noqa: B018 - emitted and assembled inside the patch
+        return k
+    return _compiled(act, parts)
+
+
+def _compiled(act: str, parts: list[str], cache: bool = True):
     constants, pipeline = {}, None
-    for part in filter(None, edit.split(";")):
+    for part in parts:
         if part.startswith("pass:"):
             given = part[len("pass:"):]
             name = given.split("{")[0]
@@ -53,7 +91,7 @@ def kernel_of(act: str, edit: str):
                 key, value = item.split("=")
                 constants[key.strip()] = int(value)
     return tkjit.compile(source_of(act), filename=f"gemm_bias_{act}.tk", constants=constants or None,
-                         pipeline=pipeline, require_hopper=True)
+                         pipeline=pipeline, require_hopper=True, cache=cache)
 
 
 def schedule_of(kernel) -> str:
@@ -71,6 +109,7 @@ def main() -> None:
     ap.add_argument("--torch-compile", action="store_true")
     ap.add_argument("--label", default="")
     ap.add_argument("--batches", type=int, default=15)
+    ap.add_argument("--baseline-mathfn", help="the mathfn.py of the 'baseline-emitters' variants")
     ap.add_argument("--out")
     args = ap.parse_args()
     acts = [a for a in args.acts.split(",") if a]
@@ -81,7 +120,7 @@ def main() -> None:
         kernels = {}
         for name, edit in variants.items():
             try:
-                kernels[name] = kernel_of(act, edit)
+                kernels[name] = kernel_of(act, edit, args.baseline_mathfn)
                 kernels[name].binary  # noqa: B018 - compile now, not in the timing
             except Exception as e:  # noqa: BLE001 - a variant that does not compile: say so, go on
                 print(json.dumps({"act": act, "variant": name, "error": str(e)[:300]}), flush=True)
@@ -121,9 +160,10 @@ def main() -> None:
                     row[name]["vs_torch_compile"] = round(row["torch_compile_us"] / us, 3)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    if args.out:
-        Path(args.out).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
-                                              "label": args.label, "variants": variants, "rows": rows}, indent=1))
+            if args.out:  # after every row: a run cut short keeps what it measured
+                Path(args.out).write_text(json.dumps({
+                    "gpu": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+                    "label": args.label, "variants": variants, "rows": rows}, indent=1))
     print("act   shape            " + "".join(f"{n[:12]:>14}" for n in variants) + "   (vs cuBLAS plain matmul; vs torch.compile)")
     for row in rows:
         cells = "".join((f"{row[n]['vs_cublas']:.3f}/{row[n].get('vs_torch_compile', 0):.2f}" if "vs_cublas" in row.get(n, {})
