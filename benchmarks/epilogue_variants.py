@@ -95,10 +95,16 @@ def _compiled(act: str, parts: list[str], cache: bool = True):
 
 
 def schedule_of(kernel) -> str:
+    """The kernel's schedule and, for a @fill_sms kernel after its first call, the variant it
+    launched (``fill-sms: ...``; the schedule named first is the default variant's)."""
     text = str(kernel.explain())
     mode = "ping-pong" if "ping-pong: 2 consumers" in text else "cooperative"
     stages = next((ln.split(" stage(s)")[0].split(": ")[-1] for ln in text.splitlines() if " stage(s) of " in ln), "?")
-    return f"{mode}, {stages} stages"
+    try:
+        chosen = [e.decision for e in kernel.decisions.for_pass("fill-sms")]
+    except Exception:  # noqa: BLE001 - a kernel without a decision log
+        chosen = []
+    return f"{mode}, {stages} stages" + (f"; fill-sms launched {chosen[-1]}" if chosen else "")
 
 
 def main() -> None:
