@@ -85,7 +85,7 @@ def epilogue_cost(kernel: Kernel, loop: For) -> EpilogueCost:
     after = region.ops[next(i for i, o in enumerate(region.ops) if o is loop) + 1:]
     for op in after:
         for o in op.walk() if hasattr(op, "walk") else [op]:
-            t = getattr(o.result, "type", None) if o.results else None
+            t = o.results[0].type if len(o.results) == 1 else None  # (an if may yield several)
             if isinstance(o, Load) and isinstance(t, VectorType):
                 issue += VECTOR_LOAD
                 names.append(f"{t.kind} load")
