@@ -102,3 +102,32 @@ def test_the_plain_gemm_keeps_its_rule(gpu):
     dispatch = kernel._shape_dispatch()
     assert dispatch._choose(tensors(4096, 4096, 2048, bias=False))._result is kernel._result
     assert dispatch._choose(tensors(4096, 4096, 1024, bias=False)).options.constants[1] == ("BN", 128)
+
+
+BRANCHES = """
+kernel branches(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<f32>[M, N], act: i32) {
+  for (m, n) in blocks(M / 128, N / 128) schedule(persistent, group = 8) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[64, 128] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    out: rt<f32>[128, 128] = zeros()
+    two: rt<f32>[128, 128] = zeros()
+    if act > 0 {
+      out = sigmoid(acc)
+      two = acc
+    } else {
+      out = acc * 2.0
+      two = acc
+    }
+    C.tile(m, n) = out + two
+  }
+}
+"""
+
+
+def test_ops_inside_an_if_count_and_its_several_results_do_not_trip_it():
+    c = cost_of(BRANCHES)
+    assert "sigmoid" in c.ops and c.mufu == 1
