@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import ptxsim
 import pytest
 import torch
 import torch.nn.functional as F
 
-import ptxsim
 from tkjit.codegen.mathfn import UNARY_F32
 
 TINY = 2.0 ** -126
@@ -107,7 +107,7 @@ def test_relative_error_over_the_whole_range(name):
 
 @pytest.mark.parametrize("name", ["gelu", "silu"])
 def test_bf16_outputs_are_the_correctly_rounded_ones_but_at_boundaries(name):
-    x, got, ref = errors(name)
+    _, got, ref = errors(name)
     mine = torch.from_numpy(got.astype(np.float32)).bfloat16()
     exact = torch.from_numpy(ref).bfloat16()  # float64 rounded once
     differ = (mine.float() != exact.float()).double().mean().item()

@@ -8,11 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_hopper_codegen import HOPPER_PIPELINE, ir_of
 
 import tkjit
 from tkjit.ir.ops import For
 from tkjit.passes.epilogue_cost import PLAIN, epilogue_cost
-from test_hopper_codegen import HOPPER_PIPELINE, ir_of
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 H200_SMS = 132
@@ -55,7 +55,7 @@ def test_warp_spec_logs_the_epilogue_and_what_hides_it():
 
 def metadata(text: str) -> dict:
     k = tkjit.compile(text, cache=False)
-    k.asm["ptx"]  # noqa: B018 - the launch metadata comes with the PTX
+    k.asm["ptx"]  # the launch metadata comes with the PTX
     return k.metadata
 
 

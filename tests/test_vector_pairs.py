@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
 from simkit import lower, simulate
 from test_examples_interpreter import BF16_TOL, make_gemm_epilogue
 
@@ -21,7 +20,7 @@ CONSTANTS = {"BM": 64, "BN": 64}
 @pytest.mark.parametrize("shape", [(70, 100, 72), (70, 101, 72), (20, 63, 16)])
 def test_the_bias_at_ragged_lengths_on_the_simulated_ptx(shape):
     torch.manual_seed(1)
-    args, outputs, refs = make_gemm_epilogue(F.gelu)(shape, CONSTANTS)
+    args, _, refs = make_gemm_epilogue(F.gelu)(shape, CONSTANTS)
     (got,) = simulate(lower(EXAMPLE.read_text(), CONSTANTS, EXAMPLE.name), args, [3], max_ctas=128)
     got = got.double()
     assert not torch.isnan(got).any(), "an output element was never written"

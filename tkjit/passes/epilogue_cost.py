@@ -96,4 +96,4 @@ def epilogue_cost(kernel: Kernel, loop: For) -> EpilogueCost:
     return EpilogueCost(issue, mufu, tuple(names))
 
 
-__all__ = ["EpilogueCost", "epilogue_cost", "OP_COST", "PLAIN", "MUFU_CYCLES"]
+__all__ = ["MUFU_CYCLES", "OP_COST", "PLAIN", "EpilogueCost", "epilogue_cost"]
