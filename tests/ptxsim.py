@@ -514,6 +514,15 @@ class CTA:
             res = res | self.pred(ops[3])
         self.set(ops[0], res, active)
 
+    def op_set(self, parts, ops, active):
+        """``set.cmp.f32.f32 d, a, b``: 1.0 where the comparison holds, else 0.0 (f32 only)."""
+        if parts[2:] != ["f32", "f32"]:
+            raise SimError(f"unsupported set: {'.'.join(parts)}")
+        a, b = self.f32(ops[1]), self.f32(ops[2])
+        with np.errstate(invalid="ignore"):
+            res = {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[parts[1]]
+        self.set(ops[0], res.astype(np.float32), active)
+
     def op_selp(self, parts, ops, active):
         p = self.pred(ops[3])
         if "b64" in parts:

@@ -261,6 +261,10 @@ def fake_gpu(monkeypatch):
             self._launchers[0] = gpu.launcher(self)
         return self._launchers[0]
     monkeypatch.setattr(CompiledKernel, "_device_launcher", device_launcher)
+    from tkjit.runtime import driver  # a @fill_sms kernel asks the driver for the SM count first
+    monkeypatch.setattr(driver, "gpu_available", lambda: True)
+    monkeypatch.setattr(driver, "ensure_context", lambda: 0)
+    monkeypatch.setattr(driver, "num_sms", lambda device=None: 132)
     return gpu
 
 

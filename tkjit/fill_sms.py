@@ -20,7 +20,8 @@ The model (``choose``):
   per-tile work (epilogues, refetched operands) and lower the math per byte loaded. Two
   exceptions for a GEMM, both launching the half-width tile (128x128 for 128x256), whose
   consumers ping-pong: a short K loop (``SHORT_K_TRIPS``: the epilogue is a large share of each
-  tile), and a badly filled last round (``LAST_WAVE_GAIN``: the half tile's rounds leave the
+  tile; a costlier epilogue than the plain GEMM's -- a fused activation -- lengthens what counts as
+  short in proportion, ``PLAIN_EPILOGUE``), and a badly filled last round (``LAST_WAVE_GAIN``: the half tile's rounds leave the
   busiest SM at least 10% less tile area, ``wave_gain``).
 * Otherwise the candidate with the least work on the busiest SM wins. For a GEMM variant (its
   metadata says its tile, split and K trips) the time is bandwidth-bound at these sizes (fewer
@@ -174,6 +175,20 @@ K = 4096 and up the wide tile wins (4096^3 1.07/1.03 vs 0.98/0.99, K = 14336 1.0
 0.94-0.97), so it stays the default there."""
 
 
+PLAIN_EPILOGUE = 1.0
+"""The plain GEMM's epilogue (conversion and store) in the units of the metadata's ``epilogue``
+(passes/epilogue_cost.py): a kernel whose tile does more after its K loop takes the half-width
+ping-pong tile up to SHORT_K_TRIPS x epilogue / PLAIN_EPILOGUE trips, where its epilogue is as
+large a share of the tile as the plain GEMM's at SHORT_K_TRIPS (bias + erf gelu, ~17.5: up to 280
+trips, K <= 17920 at BK = 64). Measured (H200, 2026-11-27, benchmarks/epilogue_variants.py,
+one process, ratio to cuBLAS's plain matmul, 128x256 cooperative -> 128x128 ping-pong, 4096^3 /
+8192^3): bias + gelu 0.946 -> 0.991 / 1.020 -> 1.063, bias + silu (~14.5) 0.978 -> 1.022 /
+1.032 -> 1.067; bias + relu (~3.5: up to 56 trips) keeps the wide tile at both (64 and 128 trips),
+where the half tile measured 1.018 -> 1.055 / 1.061 -> 1.092 too; the plain GEMM (1.0) keeps the
+rule as it was (1.023 -> 1.037 / 1.083 -> 1.073 in that run). A lower threshold wants a same-run
+sweep over K first."""
+
+
 LAST_WAVE_GAIN = 0.10
 """A GEMM whose default tile fills the SMs also takes the half-width ping-pong tile (as for
 SHORT_K_TRIPS) when that leaves the busiest SM at least this much less tile area to compute:
@@ -276,7 +291,8 @@ class ShapeDispatch:
         SHORT_K_TRIPS or LAST_WAVE_GAIN says to launch it; None where neither applies."""
         if default.gemm is None or default.split != 1:
             return None
-        short = default.gemm["trips"] <= SHORT_K_TRIPS
+        epilogue = float(default.gemm.get("epilogue", PLAIN_EPILOGUE))
+        short = default.gemm["trips"] <= SHORT_K_TRIPS * epilogue / PLAIN_EPILOGUE
         # first with twice the default's tiles (an upper bound on the half tile's count, so a lower
         # bound on the gain): the half variant is compiled only where it may be launched, and
         # counted exactly below
@@ -300,6 +316,15 @@ class ShapeDispatch:
                 return None
             fills = (f"the default ({default.text()}) fills the GPU ({default.tiles} tiles for "
                      f"{self._num_sms} SMs) but ")
+            if short and epilogue > PLAIN_EPILOGUE:
+                limit = SHORT_K_TRIPS * epilogue / PLAIN_EPILOGUE
+                return c, (fills + f"its epilogue (~{epilogue:g} warp cycles per element against the plain "
+                           f"GEMM's {PLAIN_EPILOGUE:g}: the warp-spec log) is as large a share of each tile as "
+                           f"a plain GEMM's at {SHORT_K_TRIPS} trips or fewer ({default.gemm['trips']} <= "
+                           f"{SHORT_K_TRIPS} x {epilogue:g} = {limit:g} trips), so the {bm}x{bn // 2} tile "
+                           f"with ping-pong consumers hides it under the other consumer's K loop (measured "
+                           f"bias + gelu 4096^3 0.95 -> 0.99x, 8192^3 1.02 -> 1.06x cuBLAS's plain matmul "
+                           f"on the H200; fill_sms.SHORT_K_TRIPS)")
             if short:
                 return c, (fills + f"its K loop is short ({default.gemm['trips']} <= {SHORT_K_TRIPS} "
                            f"trips), so the {bm}x{bn // 2} tile with ping-pong consumers hides each "
@@ -365,14 +390,16 @@ def tile_count(grid: list, dims: dict[str, int]) -> int:
 
 
 def gemm_shape(metadata: dict, dims: dict[str, int], nbytes: int = 0) -> dict | None:
-    """A Hopper GEMM variant's tile, split and K-loop trips at these dims, and the arguments'
-    bytes (None for other kernels)."""
+    """A Hopper GEMM variant's tile, split and K-loop trips at these dims, the arguments' bytes
+    and, where its metadata has it, its epilogue's cost (None for other kernels)."""
     gemm = metadata.get("gemm")
     if not gemm:
         return None
     trips = tile_count([gemm["k_trips"]], dims)
-    return {"tile": list(gemm["tile"]), "split": int(gemm["split"]), "trips": trips,
-            "tensor_bytes": nbytes}
+    shape = {"tile": list(gemm["tile"]), "split": int(gemm["split"]), "trips": trips, "tensor_bytes": nbytes}
+    if "epilogue" in gemm:
+        shape["epilogue"] = float(gemm["epilogue"])
+    return shape
 
 
 def tensor_bytes(args: tuple) -> int:

@@ -173,6 +173,9 @@ def _load_vector(ctx, op, out: list[str]) -> RegVec:
     from .vector_direct import load_vector_direct, vector_loads_direct
     if vector_loads_direct(ctx, op.operands[0], t, split):
         return make_value(ctx, t, load_vector_direct(ctx, view, g, split, base, out), out)
+    from .vector_pairs import load_vector_paired, vector_loads_paired
+    if vector_loads_paired(ctx, op.operands[0], t, split, positions):
+        return make_value(ctx, t, load_vector_paired(ctx, view, g, base, positions, out), out)
     elems = {}
     for key, off in positions.items():
         idx = ctx.new("b32")

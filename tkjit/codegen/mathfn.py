@@ -3,7 +3,8 @@
 Choices (docs/codegen.md): exp2 is ``ex2.approx.ftz``; exp and log go through ex2/lg2 with
 log2(e) and ln(2); sqrt is ``sqrt.rn``, rsqrt ``rsqrt.approx``; sin and cos reduce the argument to
 [-pi, pi] (Cody-Waite, two constants) before ``sin/cos.approx``; tanh is ``tanh.approx``. The
-activations avoid ``1 + tanh`` (it cancels for negative x): sigmoid is ``rcp.approx(1 + ex2(-x·log2 e))``,
+activations avoid ``1 + tanh`` (it cancels for negative x): sigmoid is 1/(1 + u) or u/(1 + u) with
+u = ``ex2(-|x|·log2 e)`` and the reciprocal on the FMA pipe (one MUFU per element),
 silu x·sigmoid(x), gelu_tanh x·sigmoid(2u) (the same function as x·½(1 + tanh u)), and gelu (erf form)
 x·Φ(x) with Φ from a Chebyshev fit of erfc whose fractional error is below 1.2e-7 everywhere
 (Numerical Recipes, 2nd ed., §6.2): relative error against float64 below 2e-5 on the whole f32
@@ -69,13 +70,45 @@ def emit_relu(ctx, x: str, out: list[str]) -> str:
     return r
 
 
+RCP_MAGIC = 0x7EF31000
+"""bits(1/d) ~ RCP_MAGIC - bits(d) within 5.06% for any normal d (the exponent negated, the
+mantissa a line): the seed of ``_rcp_fma``."""
+
+
+def _rcp_fma(ctx, d: str, out: list[str]) -> str:
+    """1/d for a normal d > 0 on the FMA pipe, without MUFU: the seed RCP_MAGIC - bits(d)
+    (relative error 5.06e-2), one cubic step r·(1 + e + e²) (1.3e-4), one Newton step r·(1 + e)
+    (1.7e-8, below f32's half ulp), with e = 1 - d·r each time: one integer and five FMA."""
+    nd, seed, e, s, r1, e1, r = (ctx.new("f32") for _ in range(7))
+    db, sb = ctx.new("b32"), ctx.new("b32")
+    out.append(f"neg.f32 {nd}, {d};")
+    out.append(f"mov.b32 {db}, {d};")
+    out.append(f"sub.s32 {sb}, {RCP_MAGIC}, {db};")
+    out.append(f"mov.b32 {seed}, {sb};")
+    out.append(f"fma.rn.f32 {e}, {nd}, {seed}, 0f3F800000;")
+    out.append(f"fma.rn.f32 {s}, {e}, {e}, {e};")
+    out.append(f"fma.rn.f32 {r1}, {seed}, {s}, {seed};")
+    out.append(f"fma.rn.f32 {e1}, {nd}, {r1}, 0f3F800000;")
+    out.append(f"fma.rn.f32 {r}, {r1}, {e1}, {r1};")
+    return r
+
+
 def emit_sigmoid(ctx, x: str, out: list[str]) -> str:
-    """1 / (1 + 2^(-x·log2 e)): 0 for x -> -inf (the ex2 overflows to inf), 1 for x -> +inf."""
-    t, e, d, r = (ctx.new("f32") for _ in range(4))
-    out.append(f"mul.f32 {t}, {x}, {f32_imm(-LOG2E)};")
-    out.append(f"ex2.approx.ftz.f32 {e}, {t};")
-    out.append(f"add.f32 {d}, {e}, 0f3F800000;")
-    out.append(f"rcp.approx.ftz.f32 {r}, {d};")
+    """With u = 2^(-|x|·log2 e) in (0, 1]: 1/(1 + u) for x >= 0, u/(1 + u) for x < 0 (the tail
+    from u itself, so relatively accurate until u flushes to zero below 2^-126). One MUFU (the
+    ex2); the reciprocal of 1 + u in (1, 2] runs on the FMA pipe (``_rcp_fma``): an epilogue of
+    sigmoids over a GEMM tile was bound by MUFU's 16 lanes a clock with rcp.approx as a second
+    MUFU. 1 for +inf, 0 for -inf, NaN for NaN."""
+    ax, t, u, d, ur, r = (ctx.new("f32") for _ in range(6))
+    neg = ctx.new("pred")
+    out.append(f"abs.f32 {ax}, {x};")
+    out.append(f"mul.f32 {t}, {ax}, {f32_imm(-LOG2E)};")
+    out.append(f"ex2.approx.ftz.f32 {u}, {t};")
+    out.append(f"add.f32 {d}, {u}, 0f3F800000;")
+    rcp = _rcp_fma(ctx, d, out)
+    out.append(f"mul.f32 {ur}, {u}, {rcp};")
+    out.append(f"setp.lt.f32 {neg}, {x}, 0f00000000;")
+    out.append(f"selp.f32 {r}, {ur}, {rcp}, {neg};")
     return r
 
 
@@ -101,29 +134,33 @@ def emit_gelu_tanh(ctx, x: str, out: list[str]) -> str:
 
 ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
             -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-"""erfc(a) = t·exp(-a² + P(t)), t = 1/(1 + a/2), a >= 0; P's coefficients, constant term first."""
+"""erfc(a) = t·exp(-a² + P(t)), t = 1/(1 + a/2), a >= 0; P's coefficients, constant term first
+(fractional error below 1.2e-7 for every a)."""
+GELU_FIT = tuple(c * LOG2E - (1.0 if i == 0 else 0.0) for i, c in enumerate(ERFC_FIT))
+"""log2 e · P(t) - 1: the exponent of ½·erfc in base 2, so the ex2 takes it without a multiply
+and the ½ costs nothing."""
 
 
 def emit_gelu(ctx, x: str, out: list[str]) -> str:
     """x·Φ(x). With a = |x|/√2, h = ½·erfc(a) is Φ(x) for x <= 0 and 1 - Φ(x) for x > 0, so the
-    small tail is computed directly, never as a difference."""
-    ax, den, t, p, nx, y, y2, e, te, h, one_h, phi, r = (ctx.new("f32") for _ in range(13))
-    pos = ctx.new("pred")
+    small tail is computed directly, never as a difference: Φ(x) = |[x > 0] - h| (h <= ½).
+    h = t·2^(log2 e·(P(t) - a²) - 1), t = 1/(1 + a/2): log2 e and the ½ folded into the fit's
+    coefficients (GELU_FIT), a²·log2 e as one multiply of x by a constant and one FMA, so per
+    element 2 MUFU (rcp, ex2) and 15 FMA-pipe instructions."""
+    ax, den, t, p, k, y, e, h, step, d, phi, r = (ctx.new("f32") for _ in range(12))
     out.append(f"abs.f32 {ax}, {x};")
     out.append(f"fma.rn.f32 {den}, {ax}, {f32_imm(0.5 / math.sqrt(2.0))}, 0f3F800000;")
     out.append(f"rcp.approx.ftz.f32 {t}, {den};")
-    out.append(f"mov.f32 {p}, {f32_imm(ERFC_FIT[-1])};")
-    for c in reversed(ERFC_FIT[:-1]):
+    out.append(f"fma.rn.f32 {p}, {f32_imm(GELU_FIT[-1])}, {t}, {f32_imm(GELU_FIT[-2])};")
+    for c in reversed(GELU_FIT[:-2]):
         out.append(f"fma.rn.f32 {p}, {p}, {t}, {f32_imm(c)};")
-    out.append(f"mul.f32 {nx}, {x}, 0fBF000000;")  # -x/2: -a² = (-x/2)·x
-    out.append(f"fma.rn.f32 {y}, {nx}, {x}, {p};")
-    out.append(f"mul.f32 {y2}, {y}, {f32_imm(LOG2E)};")
-    out.append(f"ex2.approx.ftz.f32 {e}, {y2};")
-    out.append(f"mul.f32 {te}, {t}, {e};")
-    out.append(f"mul.f32 {h}, {te}, 0f3F000000;")
-    out.append(f"sub.f32 {one_h}, 0f3F800000, {h};")
-    out.append(f"setp.gt.f32 {pos}, {x}, 0f00000000;")
-    out.append(f"selp.f32 {phi}, {one_h}, {h}, {pos};")
+    out.append(f"mul.f32 {k}, {x}, {f32_imm(-0.5 * LOG2E)};")  # -a²·log2 e = k·x
+    out.append(f"fma.rn.f32 {y}, {k}, {x}, {p};")
+    out.append(f"ex2.approx.ftz.f32 {e}, {y};")
+    out.append(f"mul.f32 {h}, {t}, {e};")
+    out.append(f"set.gt.f32.f32 {step}, {x}, 0f00000000;")
+    out.append(f"sub.f32 {d}, {step}, {h};")
+    out.append(f"abs.f32 {phi}, {d};")
     out.append(f"mul.f32 {r}, {x}, {phi};")
     return r
 

@@ -26,6 +26,7 @@ from ..ir.core import Kernel
 from ..ir.ops import MMA_OPS, Load
 from ..ir.types import TileType
 from .decisions import subject_of
+from .epilogue_cost import PLAIN, epilogue_cost
 from .hopper import (MAX_THREADS, SETMAXNREG_MIN, WARPGROUP, block_loop, consumer_registers, is_shared,
                      depends_on, has_producer, pipelined_loops, threads_for)
 from .liveness import CONSUMER_OVERHEAD, consumer_pressure
@@ -97,6 +98,7 @@ class WarpSpec(Pass):
             n, why = self.choose(kernel, slabs, tallest)
         if not pingpong and why_pp:
             why += f"; cooperative, not ping-pong: {why_pp}"
+        why += self.epilogue_text(kernel, pingpong)
         producer = has_producer(kernel)
         threads = threads_for(n, producer)
         kernel.attrs["consumers"] = n
@@ -115,6 +117,20 @@ class WarpSpec(Pass):
                    consumers=n, producer=producer, threads=threads, peak_registers=pressure.peak,
                    pingpong=pingpong)
         return kernel
+
+    @staticmethod
+    def epilogue_text(kernel: Kernel, pingpong: bool) -> str:
+        """The epilogue's cost (epilogue_cost.py) where it does more than convert and store: what
+        ping-pong consumers hide, and what ``@fill_sms`` weighs against the K loop."""
+        loops = [op for op in pipelined_loops(kernel) if len(op.results) == 1 and isinstance(op.results[0].type, TileType)]
+        cost = epilogue_cost(kernel, loops[0]) if len(loops) == 1 else None
+        if cost is None or cost.cycles <= PLAIN:
+            return ""
+        hidden = ("it runs under the other consumer's wgmmas" if pingpong else
+                  "with cooperative consumers the tensor cores wait for it at every tile; @fill_sms "
+                  "launches a half-width tile with ping-pong consumers where it is a large share of the tile "
+                  "(fill_sms.SHORT_K_TRIPS scaled by it)")
+        return f"; {cost.text()}: {hidden}"
 
     def choose_mode(self, kernel: Kernel, accs) -> tuple[bool, str]:
         """(ping-pong?, why): asked for or chosen by ``auto``, and possible for this kernel."""

@@ -396,7 +396,8 @@ def split_decision(schedule: Schedule, consumers: int) -> dict:
 
 def reduction_shape(kernel: Kernel, schedule: Schedule) -> dict:
     """``{"gemm": {"tile": [BM, BN, BK], "split": S, "k_trips": T}}`` (the launch-shape model of
-    ``fill_sms`` reads it) where the tile is one ring loop from 0 in steps of 1 accumulating
+    ``fill_sms`` reads it; ``"epilogue"``: warp cycles per accumulator element of what the tile
+    does after its loop, epilogue_cost.py, where more than the plain conversion and store) where the tile is one ring loop from 0 in steps of 1 accumulating
     products into one carried tile; else {}."""
     from ...ir.ops import MMA_OPS, Const
     from ...errors import PassError
@@ -418,6 +419,10 @@ def reduction_shape(kernel: Kernel, schedule: Schedule) -> dict:
     bk = a.cols if mmas[0].NAME in ("mma_AB", "mma_ABt") else a.rows
     t = carried[0].type
     shape = {"tile": [t.rows, t.cols, bk], "split": schedule.split, "k_trips": trips}
+    from ...passes.epilogue_cost import PLAIN, epilogue_cost
+    cycles = epilogue_cost(kernel, loop).cycles
+    if cycles > PLAIN:  # (absent: the plain GEMM's conversion and store)
+        shape["epilogue"] = cycles
     if schedule.protocol.pingpong:
         shape["pingpong"] = True
     if schedule.stream_k_loop is not None:
