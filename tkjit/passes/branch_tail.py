@@ -17,7 +17,9 @@ the first op that makes one. Ops of ``T`` that read nothing the ``if`` (or an op
 defines are moved before the ``if`` instead; the ``if`` then yields its old results still read
 after it and the results of ``T`` read after it. Values are unchanged (both branches compute
 what the program as written computes on the path it takes). Only an ``if`` directly in a loop
-body, only when at least one op moves in, and not for an ``if`` whose branches hold an ``if`` (or
+body, only when at least one op moves in, not for an ``if`` whose condition changes from trip to
+trip (an edge test such as a causal mask's: its tail would be copied for a path few trips take;
+an unscaled causal trip at D = 64 spilled so), and not for an ``if`` whose branches hold an ``if`` (or
 a loop) of their own: their paths are split at the inner join anyway, and the causal attention
 trip (scale-fold's branch holding the causal-mask if) measured 2-5% slower at D = 128 with its
 tail moved in (H200, 2026-11-27, same run, general / template N = 2k..16k: 0.960/0.936/0.890/
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import MMA_OPS, For, If, Load, Store, Yield
 from .decisions import subject_of
+from .hopper import depends_on
 from .manager import Pass, PassContext, register_pass
 from .rewrite import has_effects
 from .scale_fold import template_takes
@@ -163,6 +166,12 @@ class BranchTail(Pass):
             for branch in [op for op in body.ops if isinstance(op, If)]:
                 t = plan_tail(branch, _users(kernel))
                 if t is None:
+                    continue
+                if depends_on(branch.operands[0], set(body.args)):  # an edge test of some trips
+                    ctx.decide(subject_of(branch), "the ops after it stay after its join",
+                               "its condition changes from trip to trip (an edge test, e.g. a causal "
+                               "mask's): the tail copied into it would double the trip's code for a "
+                               "path few trips take (unscaled causal attention at D = 64 spilled)")
                     continue
                 if holds_if(branch):  # its paths are split by the inner if anyway
                     ctx.decide(subject_of(branch), "the ops after it stay after its join",
