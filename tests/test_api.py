@@ -251,3 +251,27 @@ def test_metadata_is_there_before_the_ptx_is_asked_for(tmp_path, monkeypatch):
         meta = kernel.metadata
         assert meta["backend"] == "wgmma" and meta["lowering"] == "general"
         assert [p["name"] for p in meta["params"] if p["kind"] == "global"] == ["A", "B", "C"]
+
+
+def test_the_protocol_is_the_one_the_general_lowering_walks():
+    """``kernel.protocol``: the checked protocol's text (rings, producer and consumer programs)
+    for a kernel the general lowering emits; None for one another backend takes."""
+    from tkjit.passes.mbarrier import protocol_of
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    gemm = tkjit.load(examples / "gemm.tk", cache=False)
+    text = gemm.protocol
+    assert text is not None and text == protocol_of(gemm.ir).text()
+    assert "producer:" in text and "consumer (each of 2):" in text and "tma_load a" in text
+    template = tkjit.load(examples / "attention.tk", cache=False)  # auto: the attention template
+    assert template.metadata.get("lowering") != "general" and template.protocol is None
+    plain = tkjit.load(examples / "gemm.tk", cache=False, pipeline="canonicalize")
+    with pytest.warns(RuntimeWarning, match="mma.sync register-tile backend"):
+        assert plain.protocol is None
+
+
+def test_explain_prints_the_protocol_on_request(capsys):
+    from tkjit.cli import main
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    assert main(["explain", str(examples / "gemm.tk"), "--protocol"]) == 0
+    out = capsys.readouterr().out
+    assert "protocol gemm: 1 producer + 2 consumer warpgroups" in out and "producer:" in out

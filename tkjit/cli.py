@@ -2,7 +2,7 @@
 
     tkjit compile FILE [--emit STAGE] [-o OUT] [-D NAME=VALUE ...] [-p PIPELINE]
     tkjit opt FILE.tkir -p PIPELINE [-o OUT] [--verify-each] [--print-ir-after-all]
-    tkjit explain FILE [-D NAME=VALUE ...] [-p PIPELINE]
+    tkjit explain FILE [-D NAME=VALUE ...] [-p PIPELINE] [--protocol]
     tkjit passes
     tkjit cache ls|verify|clear
     tkjit demo
@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("explain", help="print what the passes decided about a kernel, and why")
     _add_source_args(p)
+    p.add_argument("--protocol", action="store_true",
+                   help="also print the checked synchronization protocol the general lowering walks")
     p.set_defaults(handler=_explain)
 
     p = sub.add_parser("passes", help="list the passes and their options")
@@ -206,6 +208,10 @@ def _explain(args) -> int:
     text, filename = _read(args.file)
     kernel = compile_kernel(text, filename=filename, constants=constants, pipeline=args.pipeline)
     print(kernel.explain(), end="")
+    if args.protocol:
+        protocol = kernel.protocol
+        print(protocol if protocol is not None else
+              "no protocol: the kernel does not take the general sm_90a lowering\n", end="")
     return 0
 
 
