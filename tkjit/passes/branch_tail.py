@@ -37,16 +37,8 @@ from ..ir.ops import MMA_OPS, For, If, Load, Store, Yield
 from .decisions import subject_of
 from .hopper import depends_on
 from .manager import Pass, PassContext, register_pass
-from .rewrite import has_effects
+from .rewrite import has_effects, users_of
 from .scale_fold import template_takes
-
-
-def _users(kernel: Kernel) -> dict[Value, list[Op]]:
-    users: dict[Value, list[Op]] = {}
-    for op in kernel.walk():
-        for v in op.operands:
-            users.setdefault(v, []).append(op)
-    return users
 
 
 def movable(op: Op, users: dict[Value, list[Op]]) -> bool:
@@ -154,7 +146,7 @@ class BranchTail(Pass):
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         loops = [op for op in kernel.walk() if isinstance(op, For)]
-        users = _users(kernel)
+        users = users_of(kernel)
         if not any(plan_tail(op, users) for loop in loops for op in loop.regions[0].ops
                    if isinstance(op, If)):
             return kernel  # (a GEMM: nothing to do, and no import of the attention template)
@@ -164,7 +156,7 @@ class BranchTail(Pass):
         for loop in loops:
             body = loop.regions[0]
             for branch in [op for op in body.ops if isinstance(op, If)]:
-                t = plan_tail(branch, _users(kernel))
+                t = plan_tail(branch, users_of(kernel))
                 if t is None:
                     continue
                 if depends_on(branch.operands[0], set(body.args)):  # an edge test of some trips

@@ -39,6 +39,15 @@ def all_blocks(kernel: Kernel) -> Iterator[Block]:
         yield from op.regions
 
 
+def users_of(kernel: Kernel) -> dict[Value, list[Op]]:
+    """The ops that read each value, in program order (values hash by identity)."""
+    users: dict[Value, list[Op]] = {}
+    for op in kernel.walk():
+        for v in op.operands:
+            users.setdefault(v, []).append(op)
+    return users
+
+
 def use_counts(kernel: Kernel) -> dict[Value, int]:
     """How many operands refer to each value (values hash by identity)."""
     counts: dict[Value, int] = {}

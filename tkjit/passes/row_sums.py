@@ -30,16 +30,9 @@ from ..ir.ops import REDUCE_OPS, Add, For, Mul, Zeros
 from ..ir.types import F32, ScalarType, VectorType
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
+from .rewrite import users_of
 
 ROW_SUM = next(cls for cls in REDUCE_OPS if cls.NAME == "row_sum")
-
-
-def _users(kernel: Kernel) -> dict[Value, list[Op]]:
-    users: dict[Value, list[Op]] = {}
-    for op in kernel.walk():
-        for v in op.operands:
-            users.setdefault(v, []).append(op)
-    return users
 
 
 def _owner(v: Value, cls) -> Op | None:
@@ -87,7 +80,7 @@ class RowSums(Pass):
     target_specific = True
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
-        users = _users(kernel)
+        users = users_of(kernel)
         for loop in [op for op in kernel.walk() if isinstance(op, For)]:
             marked = []
             for i in range(len(loop.variadic())):

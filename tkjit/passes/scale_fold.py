@@ -47,7 +47,7 @@ from ..ir.ops import (BROADCAST_OPS, MMA_OPS, REDUCE_OPS, CausalMask, CmpSelect,
 from ..ir.types import BOOL, F32, ScalarType, TileType
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
-from .rewrite import all_blocks, has_effects
+from .rewrite import all_blocks, has_effects, users_of
 
 F32_T, BOOL_T = ScalarType(F32), ScalarType(BOOL)
 SINK_REDUCE = frozenset(cls for cls in REDUCE_OPS if cls.FN in ("max", "min"))
@@ -86,14 +86,6 @@ def scaled_operands(op: Op) -> tuple[Value, Value] | None:
                 and c.type == F32_T:
             return x, c
     return None
-
-
-def users_map(kernel: Kernel) -> dict[Value, list[Op]]:
-    users: dict[Value, list[Op]] = {}
-    for op in kernel.walk():
-        for v in op.operands:
-            users.setdefault(v, []).append(op)
-    return users
 
 
 def _top(op: Op, block: Block) -> Op | None:
@@ -340,7 +332,7 @@ class ScaleFold(Pass):
             if mul.parent is None:
                 continue
             try:
-                f = plan_fold(mul, users_map(kernel), bool(self.base2))
+                f = plan_fold(mul, users_of(kernel), bool(self.base2))
             except NotFoldable as e:
                 ctx.decide(subject_of(mul), "left as written", f"a max/min reduction reads the "
                            f"scaled tile, but {e}")
