@@ -8,42 +8,17 @@ repeated launches bit-identical; rows TMA cannot address (the variant the kernel
 compiles for them declines the pair and runs unpaired with the copying producer)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from support import check_placed as check
 from support import placed
+from test_general_multicast import ABT, BIAS, GEMM, MULTICAST
 
 import tkjit
-from tkjit.passes import default_pipeline
 
 pytestmark = pytest.mark.gpu
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-GEMM = (EXAMPLES / "gemm.tk").read_text()
-ABT = GEMM.replace("B: gl<bf16>[K, N]", "B: gl<bf16>[N, K]") \
-    .replace("st<bf16>[BK, BN] = B.tile(k, n)", "st<bf16>[BN, BK] = B.tile(n, k)").replace("mma_AB(", "mma_ABt(")
-MULTICAST = default_pipeline("sm_90a").replace("grid", "grid{multicast=2}")
-
-BIAS = """
-kernel pair_bias<BM = 128, BN = 256>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], rb: gl<f32>[M], cb: gl<f32>[N],
-                                     C: gl<bf16>[M, N]) {
-  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
-    acc: rt<f32>[BM, BN] = zeros()
-    for k in 0 .. K / 64 {
-      a: st<bf16>[BM, 64] = A.tile(m, k)
-      b: st<bf16>[64, BN] = B.tile(k, n)
-      acc = mma_AB(a, b, acc)
-    }
-    r: cv<f32>[BM] = rb.tile(m)
-    c: rv<f32>[BN] = cb.tile(n)
-    C.tile(m, n) = cvt<bf16>(relu(add_row(add_col(acc, c), r)))
-  }
-}
-"""
-
-
+# The kernels are the CPU tests' (tests/test_general_multicast.py); BIAS there defaults to 64 x 64
+# tiles, launched here at 128 x 256.
 
 
 def pair(source=GEMM, lowering="general", **constants):
@@ -114,7 +89,8 @@ def test_rows_tma_cannot_address_run_the_unpaired_copying_variant(m, n, k):
 
 
 def test_the_general_pair_with_row_and_column_vectors_matches_torch_and_the_interpreter():
-    kernel = tkjit.compile(BIAS, pipeline=MULTICAST, lowering="general", require_hopper=True)
+    kernel = tkjit.compile(BIAS, pipeline=MULTICAST, lowering="general", require_hopper=True,
+                           constants={"BM": 128, "BN": 256})
     torch.manual_seed(2)
     m, n, k = 300, 520, 1000                  # 3 tile rows (off-edge CTA), ragged N and K
     a, b = torch.randn(m, k, dtype=torch.bfloat16), torch.randn(k, n, dtype=torch.bfloat16)
