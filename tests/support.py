@@ -69,3 +69,17 @@ def check_placed(c, ref, buf, pad: int = 64) -> None:
     assert err <= 1e-2, f"relative error {err:.3e}"
     assert not torch.isnan(c).any(), "C has unwritten (NaN) elements"
     assert torch.isnan(buf[:pad]).all() and torch.isnan(buf[-pad:]).all(), "wrote outside C"
+
+
+def bare_consumer(ir):
+    """A consumer role of the general lowering for ``ir`` outside any kernel, for running one
+    emitter's PTX on the simulator (tests/ptxsim.py): (the LoweredKernel, the ConsumerRole), the
+    thread index in ``lk.tid`` and a register ``lk.smem`` left for the caller to set; no globals,
+    strides, scalars or check buffer."""
+    from tkjit.codegen.hopper.lower import LoweredKernel
+    from tkjit.codegen.hopper.lower_consumer import ConsumerRole
+    lk = LoweredKernel(ir)
+    lk.tid, lk.smem = lk.b.reg(), lk.b.reg()
+    lk.b(f"mov.u32 {lk.tid}, %tid.x;")
+    lk.globals, lk.check_buffer, lk.strides, lk.scalars = {}, None, None, {}
+    return lk, ConsumerRole(lk)

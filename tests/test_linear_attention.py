@@ -240,20 +240,14 @@ def _write_on_the_simulator(width: int) -> tuple[np.ndarray, int]:
     (+8), columns 8j + 2(l%4) (+1)), then a barrier and a linear copy of the shared bytes out."""
     from ptxsim import Memory, launch
     from tkjit.codegen.emit_control import fresh
-    from tkjit.codegen.hopper.lower import LoweredKernel
-    from tkjit.codegen.hopper.lower_consumer import ConsumerRole
+    from support import bare_consumer
     from tkjit.codegen.hopper.lower_shared_store import emit_tile_write
     from tkjit.passes.hopper import swizzle_bytes
     k = tkjit.compile(WRITE, constants={"W": width}, lowering="general", cache=False)
     copy = next(op for op in k.ir.walk() if is_tile_write(op))
     copy.attrs["smem"] = 0
-    lk = LoweredKernel(k.ir)
-    b = lk.b
-    lk.tid, lk.smem = b.reg(), b.reg()
-    b(f"mov.u32 {lk.tid}, %tid.x;")
-    lk.globals, lk.check_buffer, lk.strides, lk.scalars = {}, None, None, {}
-    role = ConsumerRole(lk)
-    ctx = role.ctx
+    lk, role = bare_consumer(k.ir)
+    b, ctx = lk.b, role.ctx
     ctx._cache[("tid", "tid")] = lk.tid
     b(f"mov.u32 {lk.smem}, tk_smem;")
     rep = fresh(ctx, copy.operands[0].type)

@@ -176,8 +176,7 @@ def _own_counts_on_the_simulator(kernel, n: int, i: int) -> list[int]:
     tile's trip count as the consumers print it, then the own count of each consumer warpgroup."""
     import numpy as np
     from ptxsim import Memory, launch
-    from tkjit.codegen.hopper.lower import LoweredKernel
-    from tkjit.codegen.hopper.lower_consumer import ConsumerRole
+    from support import bare_consumer
     from tkjit.codegen.hopper.lower_own_trips import own_count
     from tkjit.codegen.hopper.lower_producer import is_scalar_op, ring_trips
     from tkjit.codegen.hopper.program import RingRegs
@@ -185,13 +184,8 @@ def _own_counts_on_the_simulator(kernel, n: int, i: int) -> list[int]:
     from tkjit.ir.ops import Dim
     from tkjit.ir.types import I32
     from tkjit.passes.own_trips import own_loops
-    lk = LoweredKernel(kernel.ir)
-    b = lk.b
-    lk.tid, lk.smem = b.reg(), b.reg()
-    b(f"mov.u32 {lk.tid}, %tid.x;")
-    lk.globals, lk.check_buffer, lk.strides, lk.scalars = {}, None, None, {}
-    role = ConsumerRole(lk)
-    ctx = role.ctx
+    lk, role = bare_consumer(kernel.ir)
+    b, ctx = lk.b, role.ctx
     role.index = b.reg()
     b(f"shr.u32 {role.index}, {lk.tid}, 7;")  # consumer c: threads 128c ..
     params = {}
