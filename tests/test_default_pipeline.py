@@ -212,3 +212,32 @@ def test_crashes_and_invalid_ir_are_still_errors(test_passes):
         run_tentatively("canonicalize,test-crash")
     with pytest.raises(PassError, match="the IR is invalid after pass 'test-corrupt-target'"):
         run_tentatively("canonicalize,test-corrupt-target", verify_each=True)
+
+
+def test_the_fallback_warning_names_the_pass_that_declined_the_schedule():
+    """A GEMM whose tiles do not fit the registers falls to mma.sync: the warning says which pass
+    declined and why (with the kernel's line), not only that the schedule is missing."""
+    import warnings
+
+    import tkjit
+    source = """
+kernel big(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 256) {
+    acc: rt<f32>[128, 256] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[256, 64] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    r: rt<f32>[128, 256] = R.tile(m, n)
+    C.tile(m, n) = cvt<bf16>(silu(acc) + r)
+  }
+}
+"""
+    k = tkjit.compile(source, filename="big.tk", cache=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        k.asm["ptx"]
+    (w,) = [c for c in caught if issubclass(c.category, RuntimeWarning)]
+    assert "pass 'warp-spec' declined to schedule it" in str(w.message)
+    assert "registers needed" in str(w.message) and "big.tk:2:1" in str(w.message)

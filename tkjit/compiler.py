@@ -423,6 +423,10 @@ def _refused_hopper(result: CompileResult, refusal, declined: list[dict]) -> Non
     if result.options.arch != "sm_90a":
         return
     why = declined[0]["why"] if declined else "the Hopper path does not apply"
+    unscheduled = next((d for d in result.decisions if d.data.get("refused")), None)
+    if unscheduled is not None:  # the first reason is the pass that declined the schedule
+        why = (f"pass '{unscheduled.pass_name}' declined to schedule it "
+               f"({unscheduled.decision.removeprefix('not scheduled: ')}); {why}")
     if declined and "consumers" in result.ir.attrs:  # explain() must not describe a schedule that never runs
         declined.append({"decision": "schedule dropped", "why": "the register-tile backend takes the IR "
                          "from before the Hopper passes: their roles, rings, stages, protocol and "

@@ -61,7 +61,8 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     if options.get("arch", "sm_90a") != "sm_90a":
         return Refusal(None, f"the target is {options['arch']}; wgmma and setmaxnreg need sm_90a")
     if "consumers" not in kernel.attrs or "regs" not in kernel.attrs or "smem" not in kernel.attrs:
-        return Refusal(None, "the Hopper scheduling passes did not run (warp-spec, smem-plan, reg-budget)")
+        return Refusal(None, "a kernel the Hopper scheduling passes did not schedule (warp-spec, smem-plan, "
+                             "reg-budget)")
     if not kernel.attrs.get("producer"):
         return Refusal(None, "it loads no shared tile, so there is no producer to fill rings; kernels "
                              "without TMA loads are not lowered here yet")
