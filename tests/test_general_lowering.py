@@ -15,7 +15,7 @@ import tkjit
 from tkjit.codegen.layout import WarpGrid
 from tkjit.errors import NotAvailableError
 
-from general_corpus import CASES
+from general_corpus import BY_NAME, CASES
 
 ptxas = pytest.importorskip("tkjit.runtime.toolchain")
 
@@ -56,6 +56,23 @@ def test_corpus_is_right_on_the_interpreter(case):
         assert not torch.isnan(got).any()
         err = ((got - ref).norm() / ref.norm()).item()
         assert err < 1e-2, f"{case.name}: relative error {err}"
+
+
+def test_a_16_bit_register_tile_loads_packed():
+    """An rt<bf16> read from a bf16 tensor lands in its registers as the pairs it holds: no more
+    conversions than the same residual read as an f32 tile (which stays packed too), where it
+    once converted every element to f32 and packed it back."""
+    import collections
+    counts = []
+    for decl in ("r: rt<bf16>[128, 128] = R.tile(m, n)", "r: rt<f32>[128, 128] = R.tile(m, n)"):
+        src = BY_NAME["residual_bf16"].source.replace("r: rt<bf16>[128, 128] = R.tile(m, n)", decl)
+        if "rt<f32>" in decl:
+            src = src.replace("cvt<f32>(r)", "r")
+        ptx = tkjit.compile(src, lowering="general", require_hopper=True, cache=False).asm["ptx"]
+        counts.append(collections.Counter(re.findall(r"\b(cvt\.f32\.bf16|cvt\.rn\.bf16x2\.f32|ld\.global\.b\d+)", ptx)))
+    bf16, f32 = counts
+    assert bf16 == f32, (bf16, f32)
+    assert bf16["ld.global.b32"] > 0   # the pairs inside the tensor
 
 
 COL_SUM = """

@@ -69,6 +69,12 @@ def emit_load(ctx, op) -> list[str]:
     if not (isinstance(t, TileType) and t.space == "rt"):
         return rt_emit_load(ctx, op)
     gd = op.operands[0].type.dtype
+    if t.dtype == gd and gd in (BF16, F16):
+        # a 16-bit tile of a tensor of its dtype: the pairs land packed, as the tile holds them
+        rep = fresh(ctx, t)
+        out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
+        ctx.bind(op.result, rep)
+        return out
     if t.dtype == F32 and gd in (BF16, F16) and _elementwise_uses(ctx, op.result):
         # the values are the tensor's 16-bit ones: keep them packed (half the registers) and let
         # each elementwise use unpack its elements (exact: a bf16/f16 value is an f32 one)
