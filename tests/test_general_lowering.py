@@ -68,11 +68,27 @@ def test_a_16_bit_register_tile_loads_packed():
         src = BY_NAME["residual_bf16"].source.replace("r: rt<bf16>[128, 128] = R.tile(m, n)", decl)
         if "rt<f32>" in decl:
             src = src.replace("cvt<f32>(r)", "r")
-        ptx = tkjit.compile(src, lowering="general", require_hopper=True, cache=False).asm["ptx"]
+        from tkjit.passes import default_pipeline   # one schedule for both (the f32 one could take ping-pong)
+        pipeline = str(default_pipeline("sm_90a")).replace("warp-spec", "warp-spec{mode=cooperative}")
+        ptx = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, pipeline=pipeline).asm["ptx"]
         counts.append(collections.Counter(re.findall(r"\b(cvt\.f32\.bf16|cvt\.rn\.bf16x2\.f32|ld\.global\.b\d+)", ptx)))
     bf16, f32 = counts
     assert bf16 == f32, (bf16, f32)
     assert bf16["ld.global.b32"] > 0   # the pairs inside the tensor
+
+
+def test_an_f32_residual_of_a_16_bit_tensor_is_budgeted_packed():
+    """The register estimate counts an f32 tile loaded from a bf16 tensor and read elementwise at
+    the 16 bits the lowering holds it in: at 128 x 256 the residual GEMM fits two consumers (the
+    accumulator's 128 registers + the residual's 64 + 32), where counting it at 32 bits (128)
+    sent the kernel to the mma.sync backend."""
+    import warnings
+    src = BY_NAME["residual_wide"].source
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k = tkjit.compile(src, cache=False)
+        assert k.metadata["backend"] == "wgmma"
+    assert "%acc 128, %r 64" in k.explain()
 
 
 COL_SUM = """

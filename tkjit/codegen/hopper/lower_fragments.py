@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...errors import NotAvailableError
 from ...ir.ops import MMA_OPS, Load, Store
+from ...passes.liveness import held_packed
 from ...passes.sync_protocol import HoldStore
 from ...ir.types import BF16, F16, F32, TileType
 from ..emit_control import fresh
@@ -75,7 +76,7 @@ def emit_load(ctx, op) -> list[str]:
         out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
         ctx.bind(op.result, rep)
         return out
-    if t.dtype == F32 and gd in (BF16, F16) and _elementwise_uses(ctx, op.result):
+    if held_packed(op, ctx.role.users.get(id(op.result), [])):
         # the values are the tensor's 16-bit ones: keep them packed (half the registers) and let
         # each elementwise use unpack its elements (exact: a bf16/f16 value is an f32 one)
         rep = fresh(ctx, TileType("rt", gd, t.rows, t.cols))
@@ -94,15 +95,6 @@ def emit_load(ctx, op) -> list[str]:
 
 
 PACK = {BF16: "cvt.rn.bf16x2.f32", F16: "cvt.rn.f16x2.f32"}
-
-
-def _elementwise_uses(ctx, v) -> bool:
-    """Whether every reader of ``v`` reads its elements one by one (maps, arithmetic, broadcasts,
-    cvt, stores): then a packed 16-bit representation can stand for an f32 tile."""
-    from ...ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt
-    users = ctx.role.users.get(id(v), [])
-    return bool(users) and all(isinstance(u, (*BINARY_OPS, *UNARY_OPS, *BROADCAST_OPS, Cvt, Store))
-                               for u in users)
 
 
 def _fragments(ctx, op, param, coords, tile: RegTile, store: bool, only: set | None = None) -> list[str]:
