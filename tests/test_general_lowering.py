@@ -77,6 +77,20 @@ def test_a_16_bit_register_tile_loads_packed():
     assert bf16["ld.global.b32"] > 0   # the pairs inside the tensor
 
 
+def test_a_widened_16_bit_tile_is_the_same_code_as_an_f32_load():
+    """``r: rt<bf16> = R.tile(..)`` used as ``cvt<f32>(r)`` and ``r: rt<f32> = R.tile(..)`` used as
+    ``r`` are one program: the same schedule (ping-pong: both are budgeted at 16 bits) and the
+    same PTX, so neither spelling costs the user anything."""
+    src = BY_NAME["residual_bf16"].source
+    f32 = src.replace("r: rt<bf16>[128, 128]", "r: rt<f32>[128, 128]").replace("cvt<f32>(r)", "r")
+    ptx = []
+    for text in (src, f32):
+        k = tkjit.compile(text, lowering="general", require_hopper=True, cache=False)
+        assert "ping-pong: 2 consumers" in k.explain()
+        ptx.append([line for line in k.asm["ptx"].splitlines() if not line.lstrip().startswith("//")])
+    assert ptx[0] == ptx[1]
+
+
 def test_an_f32_residual_of_a_16_bit_tensor_is_budgeted_packed():
     """The register estimate counts an f32 tile loaded from a bf16 tensor and read elementwise at
     the 16 bits the lowering holds it in: at 128 x 256 the residual GEMM fits two consumers (the

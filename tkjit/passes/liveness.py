@@ -49,17 +49,21 @@ def fragment_registers(t: Type, consumers: int) -> int:
 
 
 def held_packed(op: Op, users: list[Op]) -> bool:
-    """Whether the general lowering holds ``op``'s result as its tensor's 16-bit pairs: an f32
-    register tile loaded from a bf16/f16 tensor whose every reader reads it element by element
+    """Whether the general lowering holds ``op``'s result as 16-bit pairs: an f32 register tile
+    loaded from a bf16/f16 tensor, or widened by ``cvt<f32>`` from a bf16/f16 register tile, whose
+    every reader reads it element by element
     (maps, arithmetic, broadcasts, cvt, stores) -- half the registers, unpacked at each use (exact:
     a bf16/f16 value is an f32 one). One rule for the estimate and the emitter
-    (codegen/hopper/lower_fragments.emit_load)."""
+    (codegen/hopper/lower_fragments: emit_load, emit_widen)."""
     from ..ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt, Store
-    if not isinstance(op, Load) or not op.results:
+    if not isinstance(op, (Load, Cvt)) or not op.results:
         return False
     t, g = op.result.type, op.operands[0].type
-    return (isinstance(t, TileType) and t.space == "rt" and t.dtype == F32 and isinstance(g, GlobalType)
-            and g.dtype in (BF16, F16) and bool(users)
+    if isinstance(op, Load):
+        narrow = isinstance(g, GlobalType) and g.dtype in (BF16, F16)
+    else:   # cvt<f32> of a 16-bit register tile: exact, so the tile itself can stand for it
+        narrow = isinstance(g, TileType) and g.space == "rt" and g.dtype in (BF16, F16)
+    return (isinstance(t, TileType) and t.space == "rt" and t.dtype == F32 and narrow and bool(users)
             and all(isinstance(u, (*BINARY_OPS, *UNARY_OPS, *BROADCAST_OPS, Cvt, Store)) for u in users))
 
 

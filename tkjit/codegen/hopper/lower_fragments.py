@@ -7,11 +7,12 @@ mma.sync: products are wgmma steps of the protocol)."""
 from __future__ import annotations
 
 from ...errors import NotAvailableError
-from ...ir.ops import MMA_OPS, Load, Store
+from ...ir.ops import MMA_OPS, Cvt, Load, Store
 from ...passes.liveness import held_packed
 from ...passes.sync_protocol import HoldStore
 from ...ir.types import BF16, F16, F32, TileType
 from ..emit_control import fresh
+from ..emit_elementwise import emit_cvt
 from ..emit_memory import emit_load as rt_emit_load, emit_store as rt_emit_store
 from ..table import EmitterTable
 from ..values import RegTile
@@ -223,15 +224,26 @@ def _pair(ctx, tile: RegTile, u: int, j: int, h: int, gd, out: list[str]) -> str
     return p
 
 
+def emit_widen(ctx, op) -> list[str]:
+    """``cvt<f32>`` of a 16-bit register tile that every reader reads elementwise
+    (``liveness.held_packed``): the packed tile stands for the f32 one (each use unpacks its
+    elements, exactly); any other cvt is the register-tile backend's."""
+    if held_packed(op, ctx.role.users.get(id(op.result), [])) and isinstance(ctx.get(op.operands[0]), RegTile):
+        ctx.bind(op.result, ctx.get(op.operands[0]))
+        return []
+    return emit_cvt(ctx, op)
+
+
 def consumer_table() -> EmitterTable:
     from .lower_producer import scalar_table
     table = scalar_table(EmitterTable())
     table.entries[(Store, "memory")] = emit_store
     table.entries[(Load, "memory")] = emit_load
+    table.entries[(Cvt, "register")] = emit_widen
     for cls in MMA_OPS:
         table.entries.pop((cls, "register"), None)
     return table
 
 
 
-__all__ = ["emit_store", "emit_load", "consumer_table", "PACK"]
+__all__ = ["emit_store", "emit_load", "emit_widen", "consumer_table", "PACK"]
