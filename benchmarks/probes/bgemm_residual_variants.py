@@ -40,6 +40,10 @@ def expected(name, a, b, r, alpha, k0):
     return p if name == "nores" else p + r.double()
 
 
+def launcher(k):
+    return lambda a, b, r, c: k(a, b, r, c, 0.5, 0)
+
+
 def main(out: str) -> None:
     kernels = {n: tkjit.compile(src, require_hopper=True, **kw) for n, (src, kw) in VARIANTS.items()}
     G, M, N, K = 3, 1000, 600, 520
@@ -50,14 +54,15 @@ def main(out: str) -> None:
         k(a, b, r, c, 0.5, 1)
         torch.cuda.synchronize()
         want = expected(n, a, b, r, 0.5, 1)
-        print(n, "rel err %.2e nan %d" % (((c.double() - want).norm() / want.norm()).item(), c.isnan().sum().item()))
+        err = ((c.double() - want).norm() / want.norm()).item()
+        print(f"{n} rel err {err:.2e} nan {c.isnan().sum().item()}")
     G, M, N, K = 8, 2048, 2048, 2048
     comp = torch.compile(lambda a, b, r, alpha: (torch.nn.functional.silu(
         torch.bmm(a, b.transpose(1, 2)).float() * alpha) + r.float()).bfloat16())
     sets = [(torch.randn(G, M, K, device="cuda").bfloat16(), torch.randn(G, N, K, device="cuda").bfloat16(),
              torch.randn(G, M, N, device="cuda").bfloat16(), torch.empty(G, M, N, dtype=torch.bfloat16, device="cuda"))
             for _ in range(4)]
-    fns = {n: (lambda k: lambda a, b, r, c: k(a, b, r, c, 0.5, 0))(k) for n, k in kernels.items()}
+    fns = {n: launcher(k) for n, k in kernels.items()}
     fns["torch.compile"] = lambda a, b, r, c: comp(a, b, r, 0.5)
     fns["bmm"] = lambda a, b, r, c: torch.bmm(a, b.transpose(1, 2), out=c)
     for f in fns.values():
