@@ -83,17 +83,39 @@ def _clean_or_zero(pad: Pad, which: str) -> bool:
     return pad.zero if a is None else a.clean
 
 
-def _merge_limits(limits: list) -> Limit | str | None:
+def _merge_limits(limits: list, meet: bool = False) -> Limit | str | None:
+    """The one limit of ``limits``; UNKNOWN when they differ. With ``meet`` (values combined
+    element by element, so an element is padding where any operand's is), limits that differ only
+    in their lead coordinates meet at the limit with every lead: its count is the common
+    ``dim - coord*extent`` where all those coordinates are inside, else 0, the smaller of the two
+    (a key-padding vector KM[b, j] beside a key tile K[b, h, j]). Not for joins of two paths."""
     present = [lim for lim in limits if lim is not None]
     if not present:
         return None
     first = present[0]
-    return first if all(lim == first for lim in present) else UNKNOWN
+    if all(lim == first for lim in present):
+        return first
+    if meet and all(isinstance(lim, Limit) and lim.dim == first.dim and lim.coord is first.coord
+                    and lim.extent == first.extent for lim in present):
+        lead: dict = {}
+        for lim in present:
+            for d, v in lim.lead:
+                lead.setdefault((d, id(v)), (d, v))
+        return Limit(first.dim, first.coord, first.extent, tuple(lead.values()))
+    return UNKNOWN
 
 
 def _merge_axis(pads: list[Pad], which: str, clean: bool) -> Axis | None:
-    limit = _merge_limits([p.axis(which).limit if p.axis(which) else None for p in pads])
-    return None if limit is None else Axis(limit, clean)
+    """The meet of the operands' axes (elementwise combination). Where their limits differ (in
+    leads only) the operand with the larger count holds valid values past the merged limit, so
+    the merged padding is not known to be zero."""
+    limits = [p.axis(which).limit if p.axis(which) else None for p in pads]
+    limit = _merge_limits(limits, meet=True)
+    if limit is None:
+        return None
+    if any(lim is not None and lim != limit for lim in limits):
+        clean = False
+    return Axis(limit, clean)
 
 
 @dataclass
