@@ -246,8 +246,8 @@ class Lowerer(ExprLowering):
         annotate.reject(self, s.annotations, "block")
         self.block_loop = s
         n = len(s.counts)
-        if not 1 <= n <= 3:
-            raise DiagnosticError(f"blocks(...) takes 1 to 3 block counts, got {n}", s.span)
+        if not 1 <= n <= 5:
+            raise DiagnosticError(f"blocks(...) takes 1 to 5 block counts, got {n}", s.span)
         if len(s.vars) != n:
             raise DiagnosticError(f"{_count(len(s.vars), 'block index', 'block indices')} for "
                                   f"{_count(n, 'block count', 'block counts')}: give one index "
@@ -257,14 +257,37 @@ class Lowerer(ExprLowering):
         body = Block()
         for name in s.vars:
             self.check_new_name(name.name, name.span)
-        indices = [body.add_arg(ScalarType(I32), name.name) for name in s.vars]
+        lead = n - 2 if n > 3 else 0   # more than 3 counts: the leading n - 2 are one grid axis
+        flat = None
+        if lead:
+            flat = counts[0]
+            for c in counts[1:lead]:
+                flat = self.emit(ops.Mul, [flat, c], span=s.span).result
+            names = [name.name for name in s.vars[:lead]]
+            indices = [body.add_arg(ScalarType(I32), "_".join(names))]
+            indices += [body.add_arg(ScalarType(I32), name.name) for name in s.vars[lead:]]
+        else:
+            indices = [body.add_arg(ScalarType(I32), name.name) for name in s.vars]
         self.enter(body)
+        if lead:
+            indices = self.unflatten_block_index(indices[0], counts[:lead], s.span) + indices[1:]
+            counts = [flat] + counts[lead:]
         for name, v in zip(s.vars, indices):
             self.scopes.define(Var(name.name, "block", name.span, v.type, v))
         self.stmts(s.body)
         self.leave("the block loop")
         op = ops.Blocks(counts, attrs, [], [body], s.span)
         self.blocks[-1].append(op)
+
+    def unflatten_block_index(self, flat: Value, counts: list[Value], span: Span) -> list[Value]:
+        """The indices of leading block counts c0, c1, ... folded into one grid axis of c0*c1*...
+        blocks, the last varying fastest: i_last = flat % c_last, the rest from flat // c_last."""
+        out: list[Value] = []
+        rest = flat
+        for c in reversed(counts[1:]):
+            out.append(self.emit(ops.Mod, [rest, c], span=span).result)
+            rest = self.emit(ops.FloorDiv, [rest, c], span=span).result
+        return [rest] + out[::-1]
 
     def schedule(self, s: ast.BlockLoop) -> dict:
         attrs: dict = {}
