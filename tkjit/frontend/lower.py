@@ -270,7 +270,7 @@ class Lowerer(ExprLowering):
             indices = [body.add_arg(ScalarType(I32), name.name) for name in s.vars]
         self.enter(body)
         if lead:
-            indices = self.unflatten_block_index(indices[0], counts[:lead], s.span) + indices[1:]
+            indices = self.unflatten_block_index(indices[0], counts[:lead], names, s.span) + indices[1:]
             counts = [flat] + counts[lead:]
         for name, v in zip(s.vars, indices):
             self.scopes.define(Var(name.name, "block", name.span, v.type, v))
@@ -279,14 +279,16 @@ class Lowerer(ExprLowering):
         op = ops.Blocks(counts, attrs, [], [body], s.span)
         self.blocks[-1].append(op)
 
-    def unflatten_block_index(self, flat: Value, counts: list[Value], span: Span) -> list[Value]:
+    def unflatten_block_index(self, flat: Value, counts: list[Value], names: list[str],
+                              span: Span) -> list[Value]:
         """The indices of leading block counts c0, c1, ... folded into one grid axis of c0*c1*...
         blocks, the last varying fastest: i_last = flat % c_last, the rest from flat // c_last."""
         out: list[Value] = []
         rest = flat
-        for c in reversed(counts[1:]):
-            out.append(self.emit(ops.Mod, [rest, c], span=span).result)
-            rest = self.emit(ops.FloorDiv, [rest, c], span=span).result
+        for i in range(len(counts) - 1, 0, -1):
+            out.append(self.emit(ops.Mod, [rest, counts[i]], span=span, hints=[names[i]]).result)
+            hint = names[0] if i == 1 else "_".join(names[:i])
+            rest = self.emit(ops.FloorDiv, [rest, counts[i]], span=span, hints=[hint]).result
         return [rest] + out[::-1]
 
     def schedule(self, s: ast.BlockLoop) -> dict:

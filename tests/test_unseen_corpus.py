@@ -1,0 +1,95 @@
+"""Kernels the project had not seen (tests/unseen_corpus.py) on the CPU: each one that multiplies
+matrices takes the general sm_90a lowering (HGMMA/QGMMA and UTMALDG in the SASS, no spills, no
+ptxas warnings) under require_hopper, and every one is right on the interpreter at a small ragged
+shape. Kernels with no matrix product (the fused norm) are named in NO_PRODUCT with the
+diagnostic require_hopper gives them (docs/hopper-codegen.md, "Not yet")."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import tkjit
+from tkjit.errors import NotAvailableError
+
+from unseen_corpus import BY_NAME, CASES
+
+NO_PRODUCT = {"layernorm_f32": "copy_cols"}
+"""Kernel -> the op require_hopper names: norms do not take the general lowering yet."""
+
+WGMMA = [c for c in CASES if c.name not in NO_PRODUCT]
+
+
+def _sass(k):
+    try:
+        return k.asm["sass"]
+    except NotAvailableError as e:
+        if any(t in str(e) for t in ("ptxas", "disassembler", "cuobjdump", "nvdisasm")):
+            pytest.skip(str(e))
+        raise
+
+
+@pytest.mark.parametrize("case", WGMMA, ids=lambda c: c.name)
+def test_unseen_kernel_takes_the_general_lowering(case):
+    k = tkjit.compile(case.source, constants=case.constants or None, require_hopper=True, cache=False)
+    sass = _sass(k)
+    md = k.metadata
+    assert md["backend"] == "wgmma" and md["lowering"] == "general"
+    assert re.search(r"\b[HQ]GMMA", sass) and "UTMALDG" in sass
+    assert not re.search(r"\b(LDL|STL)\b", sass), "spilled"
+    assert not [m for m in md["ptxas"]["messages"] if m["level"] == "warning"], md["ptxas"]["log"]
+
+
+@pytest.mark.parametrize("name,op", sorted(NO_PRODUCT.items()))
+def test_unseen_kernel_without_a_product_is_refused_by_name(name, op):
+    with pytest.raises(NotAvailableError) as info:
+        tkjit.compile(BY_NAME[name].source, require_hopper=True, cache=False).asm["ptx"]
+    assert op in str(info.value) and re.search(r":\d+:\d+", str(info.value))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_unseen_kernel_is_right_on_the_interpreter(case):
+    torch.manual_seed(0)
+    k = tkjit.compile(case.source, constants=case.constants or None, cache=False)
+    args = case.make(case.cpu_shape, "cpu")
+    want = case.reference(args)
+    k(*args)
+    for i, ref in zip(case.outputs, want):
+        got = args[i].float()
+        assert not torch.isnan(got).any(), f"{case.name}: unwritten outputs"
+        err = ((got - ref).norm() / ref.norm()).item()
+        assert err < 1e-2, f"{case.name}: relative error {err}"
+
+
+def test_four_block_counts_fold_the_leading_two_into_one_grid_axis():
+    """blocks(B, H, M / BM, N / BN): one grid axis of B*H blocks, b and h taken by // and %."""
+    k = tkjit.compile(BY_NAME["bmm4"].source, cache=False)
+    text = k.asm["tkir"]
+    blocks_line = next(line for line in text.splitlines() if line.strip().startswith("blocks "))
+    assert blocks_line.count(",") == 2, blocks_line          # three grid axes
+    assert "%h = mod %b_h, %H" in text and "%b = floordiv %b_h, %H" in text, text
+
+
+def test_six_block_counts_are_refused():
+    src = BY_NAME["bmm4"].source.replace("for (b, h, m, n) in blocks(B, H, M / BM, N / BN)",
+                                         "for (b, h, x, y, m, n) in blocks(B, H, 1, 1, M / BM, N / BN)")
+    with pytest.raises(Exception, match="1 to 5 block counts"):
+        tkjit.compile(src, cache=False).asm["tkir"]
+
+
+def test_a_key_padding_vector_meets_the_key_tiles_limit():
+    """KM[b, j] (lead b) added to the scores of K[b, h, j] (leads b, h): the padding limit of the
+    sum is the key tile's (both leads), so row_max masks it; before, the limits differed and the
+    compile failed on both backends ('cannot tell where the padding ... starts')."""
+    from tkjit.codegen.padding import Limit, _merge_axis, Axis, Pad
+    from tkjit.ir.core import Block
+    from tkjit.ir.types import I32, ScalarType
+    blk = Block()
+    b, h, j = (blk.add_arg(ScalarType(I32), n) for n in "bhj")
+    key = Pad(cols=Axis(Limit("NK", j, 128, (("B", b), ("H", h))), True))
+    vec = Pad(cols=Axis(Limit("NK", j, 128, (("B", b),)), True))
+    merged = _merge_axis([key, vec], "cols", True)
+    assert merged.limit == key.cols.limit and not merged.clean
+    other = Pad(cols=Axis(Limit("NK", h, 128, (("B", b),)), True))   # another coordinate: unknown
+    assert _merge_axis([key, other], "cols", True).limit == "unknown"

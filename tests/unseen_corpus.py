@@ -1,0 +1,379 @@
+"""Kernels the project had not seen, written as a new user would (session 13, issues 17/18
+generality probe): GEMMs with epilogues, one-token edits of the examples, batched GEMMs, attention
+variants, a decayed chunked scan, fused norms. Each is a ``general_corpus.Case``: its source, its
+inputs at a shape (outputs poisoned), a float32 reference, GPU shapes (tile multiples first, then
+ragged) and a small ragged CPU shape. tests/test_unseen_corpus.py compiles them on the CPU and runs
+them on the interpreter; tests/gpu/test_unseen_corpus_gpu.py runs those that take the wgmma path.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from general_corpus import Case, _nan, _randn
+
+GEMM_ROWSCALE_BIAS = """
+kernel gemm_rowscale_bias<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N],
+                                                       S: gl<f32>[M], Bias: gl<f32>[N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    s: cv<f32>[BM] = S.tile(m)
+    bias: rv<f32>[BN] = Bias.tile(n)
+    C.tile(m, n) = cvt<bf16>(add_col(mul_row(acc, s), bias))
+  }
+}
+"""
+
+GEMM_ATBT = """
+kernel gemm_atbt<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[K, M], B: gl<bf16>[N, K], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BK, BM] = A.tile(k, m)
+      b: st<bf16>[BN, BK] = B.tile(n, k)
+      acc = mma_AtBt(a, b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+
+GEMM_F16 = """
+kernel gemm_f16<BM = 128, BN = 256, BK = 64>(A: gl<f16>[M, K], B: gl<f16>[K, N], C: gl<f16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<f16>[BM, BK] = A.tile(m, k)
+      b: st<f16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    C.tile(m, n) = cvt<f16>(acc)
+  }
+}
+"""
+
+GEMM_K0_F32 = """
+kernel gemm_k0<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<f32>[M, N], k0: i32) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in k0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    C.tile(m, n) = acc
+  }
+}
+"""
+
+GEMM_BM64 = """
+kernel gemm_bm64<BM = 64, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+
+GEMM_BN192 = GEMM_BM64.replace("gemm_bm64<BM = 64, BN = 256", "gemm_bn192<BM = 128, BN = 192")
+
+GEMM_TWO_STORES = """
+kernel gemm_gelu_two_stores<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], Bias: gl<bf16>[N],
+                                                         C: gl<bf16>[M, N], P: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    bias: rv<f32>[BN] = Bias.tile(n)
+    pre = add_col(acc, bias)
+    P.tile(m, n) = cvt<bf16>(pre)
+    C.tile(m, n) = cvt<bf16>(gelu_tanh(pre))
+  }
+}
+"""
+
+GEMM_GELU_TANH = """
+@consumers(BM / 64) @regs(40, 232) @fill_sms(BM, BN)
+kernel gemm_bias_gelu_tanh<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N],
+                                                          Bias: gl<bf16>[N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    bias: rv<f32>[BN] = Bias.tile(n)
+    C.tile(m, n) = cvt<bf16>(gelu_tanh(add_col(acc, bias)))
+  }
+}
+"""
+
+GEMM_SOFTMAX = """
+kernel gemm_softmax<BM = 128, BN = 128, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    p = exp(sub_row(acc, row_max(acc)))
+    C.tile(m, n) = cvt<bf16>(div_row(p, row_sum(p)))
+  }
+}
+"""
+
+BMM4 = """
+kernel bmm4<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[B, H, M, K], W: gl<bf16>[B, H, K, N], C: gl<bf16>[B, H, M, N]) {
+  for (b, h, m, n) in blocks(B, H, M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(b, h, m, k)
+      w: st<bf16>[BK, BN] = W.tile(b, h, k, n)
+      acc = mma_AB(a, w, acc)
+    }
+    C.tile(b, h, m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+
+GEMM_FP8_E5M2 = """
+kernel gemm_fp8_e5m2(A: gl<e5m2>[M, K], B: gl<e5m2>[N, K], C: gl<bf16>[M, N], sa: f32, sb: f32) {
+  for (m, n) in blocks(M / 128, N / 256) schedule(persistent, group = 8) {
+    acc: rt<f32>[128, 256] = zeros()
+    for k in 0 .. K / 128 {
+      a: st<e5m2>[128, 128] = A.tile(m, k)
+      b: st<e5m2>[256, 128] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc * (sa * sb))
+  }
+}
+"""
+
+ATTN = """
+@consumers(2)
+kernel attn_{name}<D = {d}, BKV = {bkv}, BQ = 128>(
+    Q: gl<bf16>[B, H, NQ, D], K: gl<bf16>[B, H, NK, D], V: gl<bf16>[B, H, NK, D],
+    O: gl<bf16>[B, H, NQ, D], {extra}scale: f32) {{
+  for (b, h, i) in blocks(B, H, NQ / BQ) {{
+    q: st<bf16>[BQ, D] = Q.tile(b, h, i, 0)
+    o: rt<f32>[BQ, D] = zeros()
+    mx: cv<f32>[BQ] = fill(-inf)
+    l: cv<f32>[BQ] = zeros()
+    qk_scale = scale * LOG2E
+    for j in 0 .. NK / BKV {{
+      k: st<bf16>[BKV, D] = K.tile(b, h, j, 0)
+      v: st<bf16>[BKV, D] = V.tile(b, h, j, 0)
+      s = mma_ABt(q, k) * qk_scale{mask}
+      mx_new = max(mx, row_max(s))
+      p = exp2(sub_row(s, mx_new))
+      alpha = exp2(mx - mx_new)
+      l = l * alpha + row_sum(p)
+      o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))
+      mx = mx_new
+    }}
+    O.tile(b, h, i, 0) = cvt<bf16>(div_row(o, l))
+  }}
+}}
+"""
+
+
+def _attn(name, d, bkv=128, extra="", mask=""):
+    return ATTN.format(name=name, d=d, bkv=bkv, extra=extra, mask=mask)
+
+
+ATTN_D80 = _attn("d80", 80)
+ATTN_D112 = _attn("d112", 112)
+ATTN_BKV64 = _attn("bkv64", 128, bkv=64)
+ATTN_KEYPAD = _attn("keypad", 64, extra="KM: gl<f32>[B, NK], ",
+                    mask="\n      km: rv<f32>[BKV] = KM.tile(b, j)\n      s = add_col(s, km)")
+
+SCAN_DECAY = """
+@consumers(1)
+kernel scan_decay<D = 64, C = 64>(
+    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D],
+    O: gl<bf16>[B, H, N, D], gamma: f32) {
+  for (b, h) in blocks(B, H) {
+    state: rt<f32>[D, D] = zeros()
+    qi: rt<f32>[C, C] = row_index()
+    kj: rt<f32>[C, C] = col_index()
+    for c in 0 .. N / C {
+      q: st<bf16>[C, D] = Q.tile(b, h, c, 0)
+      k: st<bf16>[C, D] = K.tile(b, h, c, 0)
+      v: st<bf16>[C, D] = V.tile(b, h, c, 0)
+      a = select(kj > qi, 0, mma_ABt(q, k))
+      s: st<bf16>[D, D] = cvt<bf16>(state)
+      o = mma_AB(q, s, mma_AB(cvt<bf16>(a), v))
+      O.tile(b, h, c, 0) = cvt<bf16>(o)
+      state = mma_AtB(k, v, state * gamma)
+    }
+  }
+}
+"""
+
+LAYERNORM_F32 = """
+kernel layernorm_f32<D = 1024, BR = 16>(X: gl<bf16>[R, D], W: gl<bf16>[D], Bias: gl<bf16>[D],
+                                        Y: gl<f32>[R, D], eps: f32) {
+  for i in blocks(R / BR) {
+    x: rt<f32>[BR, D] = X.tile(i, 0)
+    w: rv<f32>[D] = W.tile(0)
+    bias: rv<f32>[D] = Bias.tile(0)
+    mean = row_sum(x) / D
+    xc = sub_row(x, mean)
+    var = row_sum(xc * xc) / D
+    Y.tile(i, 0) = add_col(mul_col(mul_row(xc, rsqrt(var + eps)), w), bias)
+  }
+}
+"""
+
+
+def _mk(m, n, k):
+    return {"M": m, "N": n, "K": k}
+
+
+def _gemm_inputs(s, d, dtype=torch.bfloat16, out=torch.bfloat16):
+    return [_randn(s["M"], s["K"], dtype=dtype, device=d), _randn(s["K"], s["N"], dtype=dtype, device=d),
+            _nan(s["M"], s["N"], dtype=out, device=d)]
+
+
+def _tiles_softmax(y, bn=128):
+    out = torch.empty_like(y)
+    for n0 in range(0, y.shape[1], bn):
+        out[:, n0:n0 + bn] = torch.softmax(y[:, n0:n0 + bn], dim=1)
+    return out
+
+
+def _attn_inputs(s, d, extra=None):
+    b, h, nq, nk, dd = s["B"], s["H"], s["NQ"], s["NK"], s["D"]
+    args = [_randn(b, h, nq, dd, device=d), _randn(b, h, nk, dd, device=d), _randn(b, h, nk, dd, device=d),
+            _nan(b, h, nq, dd, device=d)]
+    if extra == "keypad":
+        keep = torch.rand(b, nk, device=d) > 0.3
+        keep[:, 0] = True
+        args.append(torch.where(keep, 0.0, float("-inf")).to(device=d, dtype=torch.float32))
+    args.append(1.0 / math.sqrt(dd))
+    return args
+
+
+def _attn_ref(a):
+    q, k, v = (t.float() for t in a[:3])
+    s = q @ k.transpose(-1, -2) * a[-1]
+    if len(a) == 6:
+        s = s + a[4][:, None, None, :]
+    return [torch.softmax(s, dim=-1) @ v]
+
+
+def _scan_ref(a, c=64):
+    q, k, v = (t.float() for t in a[:3])
+    gamma = a[4]
+    b, h, n, d = q.shape
+    state = torch.zeros(b, h, d, d)
+    out = torch.empty(b, h, n, d)
+    for c0 in range(0, n, c):
+        qc, kc, vc = q[:, :, c0:c0 + c], k[:, :, c0:c0 + c], v[:, :, c0:c0 + c]
+        # the kernel rounds the state and the intra-chunk scores to bf16 before their products
+        sc = torch.tril(qc @ kc.transpose(-1, -2)).bfloat16().float()
+        out[:, :, c0:c0 + c] = qc @ state.bfloat16().float() + sc @ vc
+        state = state * gamma + kc.transpose(-1, -2) @ vc
+    return [out]
+
+
+def _attn_shape(b, h, nq, nk, d):
+    return {"B": b, "H": h, "NQ": nq, "NK": nk, "D": d}
+
+
+CASES = [
+    Case("gemm_rowscale_bias", GEMM_ROWSCALE_BIAS,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       torch.rand(s["M"], device=d) + 0.5, torch.randn(s["N"], device=d),
+                       _nan(s["M"], s["N"], device=d)],
+         lambda a: [(a[0].float() @ a[1].float()) * a[2][:, None] + a[3]], (4,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_atbt", GEMM_ATBT,
+         lambda s, d: [_randn(s["K"], s["M"], device=d), _randn(s["N"], s["K"], device=d),
+                       _nan(s["M"], s["N"], device=d)],
+         lambda a: [a[0].float().t() @ a[1].float().t()], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(200, 520, 136)),
+    Case("gemm_f16", GEMM_F16, lambda s, d: _gemm_inputs(s, d, torch.float16, torch.float16),
+         lambda a: [a[0].float() @ a[1].float()], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_k0", GEMM_K0_F32,
+         lambda s, d: _gemm_inputs(s, d, out=torch.float32) + [2],
+         lambda a: [a[0].float()[:, 128:] @ a[1].float()[128:, :]], (2,),
+         [_mk(2048, 2048, 2048), _mk(1000, 3000, 520)], _mk(300, 520, 264)),
+    Case("gemm_bm64", GEMM_BM64, lambda s, d: _gemm_inputs(s, d),
+         lambda a: [a[0].float() @ a[1].float()], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(200, 520, 200)),
+    Case("gemm_bn192", GEMM_BN192, lambda s, d: _gemm_inputs(s, d),
+         lambda a: [a[0].float() @ a[1].float()], (2,),
+         [_mk(4096, 3072, 4096), _mk(1000, 3000, 520)], _mk(300, 400, 200)),
+    Case("gemm_gelu_two_stores", GEMM_TWO_STORES,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _randn(s["N"], device=d), _nan(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [torch.nn.functional.gelu(a[0].float() @ a[1].float() + a[2].float(), approximate="tanh"),
+                    a[0].float() @ a[1].float() + a[2].float()], (3, 4),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_bias_gelu_tanh", GEMM_GELU_TANH,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _randn(s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [torch.nn.functional.gelu(a[0].float() @ a[1].float() + a[2].float(), approximate="tanh")],
+         (3,), [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_softmax", GEMM_SOFTMAX, lambda s, d: _gemm_inputs(s, d),
+         lambda a: [_tiles_softmax(a[0].float() @ a[1].float())], (2,),
+         [_mk(2048, 2048, 2048), _mk(1000, 600, 520)], _mk(300, 260, 200)),
+    Case("bmm4", BMM4,
+         lambda s, d: [_randn(s["B"], s["H"], s["M"], s["K"], device=d),
+                       _randn(s["B"], s["H"], s["K"], s["N"], device=d),
+                       _nan(s["B"], s["H"], s["M"], s["N"], device=d)],
+         lambda a: [a[0].float() @ a[1].float()], (2,),
+         [{"B": 2, "H": 4, "M": 1024, "N": 1024, "K": 1024}, {"B": 2, "H": 3, "M": 1000, "N": 600, "K": 264}],
+         {"B": 1, "H": 2, "M": 200, "N": 300, "K": 136}),
+    Case("gemm_fp8_e5m2", GEMM_FP8_E5M2,
+         lambda s, d: [_randn(s["M"], s["K"], dtype=torch.float8_e5m2, device=d),
+                       _randn(s["N"], s["K"], dtype=torch.float8_e5m2, device=d),
+                       _nan(s["M"], s["N"], device=d), 0.5, 0.25],
+         lambda a: [(a[0].float() @ a[1].float().t()) * 0.125], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 528)], _mk(200, 304, 256)),
+    Case("attn_d80", ATTN_D80, lambda s, d: _attn_inputs(s, d), _attn_ref, (3,),
+         [_attn_shape(2, 4, 2048, 2048, 80), _attn_shape(1, 3, 1000, 1000, 80)],
+         _attn_shape(1, 2, 200, 200, 80)),
+    Case("attn_d112", ATTN_D112, lambda s, d: _attn_inputs(s, d), _attn_ref, (3,),
+         [_attn_shape(2, 4, 2048, 2048, 112), _attn_shape(1, 3, 1000, 1000, 112)],
+         _attn_shape(1, 2, 200, 200, 112)),
+    Case("attn_bkv64", ATTN_BKV64, lambda s, d: _attn_inputs(s, d), _attn_ref, (3,),
+         [_attn_shape(2, 4, 2048, 2048, 128), _attn_shape(1, 3, 1000, 1000, 128)],
+         _attn_shape(1, 2, 200, 200, 128)),
+    Case("attn_cross", _attn("cross", 128), lambda s, d: _attn_inputs(s, d), _attn_ref, (3,),
+         [_attn_shape(2, 4, 1024, 4096, 128), _attn_shape(1, 3, 1000, 333, 128)],
+         _attn_shape(1, 2, 200, 72, 128)),
+    Case("attn_keypad", ATTN_KEYPAD, lambda s, d: _attn_inputs(s, d, "keypad"), _attn_ref, (3,),
+         [_attn_shape(2, 4, 2048, 2048, 64), _attn_shape(1, 3, 1000, 1000, 64)],
+         _attn_shape(1, 2, 200, 200, 64)),
+    Case("scan_decay", SCAN_DECAY,
+         lambda s, d: [_randn(s["B"], s["H"], s["N"], 64, device=d) * 0.3 for _ in range(3)]
+         + [_nan(s["B"], s["H"], s["N"], 64, device=d), 0.9],
+         _scan_ref, (3,), [{"B": 2, "H": 8, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
+    Case("layernorm_f32", LAYERNORM_F32,
+         lambda s, d: [_randn(s["R"], 1024, device=d), _randn(1024, device=d), _randn(1024, device=d),
+                       _nan(s["R"], 1024, dtype=torch.float32, device=d), 1e-5],
+         lambda a: [torch.nn.functional.layer_norm(a[0].float(), (1024,), a[1].float(), a[2].float(), 1e-5)],
+         (3,), [{"R": 4096}, {"R": 1000}], {"R": 50}),
+]
+
+BY_NAME = {c.name: c for c in CASES}
