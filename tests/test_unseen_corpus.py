@@ -93,3 +93,14 @@ def test_a_key_padding_vector_meets_the_key_tiles_limit():
     assert merged.limit == key.cols.limit and not merged.clean
     other = Pad(cols=Axis(Limit("NK", h, 128, (("B", b),)), True))   # another coordinate: unknown
     assert _merge_axis([key, other], "cols", True).limit == "unknown"
+
+
+def test_the_deferred_store_counts_what_a_trip_holds():
+    """A deferred store holds the previous tile (packed) through the next tile's first trip; with
+    A fragments scaled in registers in every trip (160 live beside 64 packed > 200) it is not
+    deferred, and nothing spills; a plain GEMM (128 + 64) still defers."""
+    text = str(tkjit.compile(BY_NAME["gemm_scaled_a"].source, cache=False).explain())
+    assert "what a trip of the loop holds (160)" in text
+    assert "deferred to the next tile" not in text
+    plain = str(tkjit.compile(BY_NAME["gemm_atbt"].source, cache=False).explain())
+    assert "deferred to the next tile" in plain and "its accumulators (128 registers)" in plain

@@ -242,6 +242,126 @@ kernel layernorm_f32<D = 1024, BR = 16>(X: gl<bf16>[R, D], W: gl<bf16>[D], Bias:
 }
 """
 
+GEMM_SWIGLU = """
+kernel gemm_swiglu<BM = 128, BN = 128, BK = 64>(X: gl<bf16>[M, K], W1: gl<bf16>[K, N], W3: gl<bf16>[K, N],
+                                                C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    g: rt<f32>[BM, BN] = zeros()
+    u: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      x: st<bf16>[BM, BK] = X.tile(m, k)
+      w1: st<bf16>[BK, BN] = W1.tile(k, n)
+      w3: st<bf16>[BK, BN] = W3.tile(k, n)
+      g = mma_AB(x, w1, g)
+      u = mma_AB(x, w3, u)
+    }
+    C.tile(m, n) = cvt<bf16>(silu(g) * u)
+  }
+}
+"""
+
+GEMM_ROWMAX = """
+kernel gemm_rowmax<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[N, K], C: gl<bf16>[M, N],
+                                                Mx: gl<f32>[NT, M]) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BN, BK] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+    Mx.tile(n, m) = row_max(acc)
+  }
+}
+"""
+
+GEMM_BK128_F32 = """
+kernel gemm_bk128_relu<BM = 64, BN = 128, BK = 128>(A: gl<bf16>[M, K], B: gl<bf16>[N, K], Bias: gl<f32>[N],
+                                                    C: gl<f32>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BN, BK] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    bias: rv<f32>[BN] = Bias.tile(n)
+    C.tile(m, n) = relu(add_col(acc, bias))
+  }
+}
+"""
+
+ATTN_BQ64 = """
+@consumers(1)
+kernel attn_bq64<D = 128, BKV = 128, BQ = 64>(
+    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D],
+    O: gl<bf16>[B, H, N, D], scale: f32) {
+  for (b, h, i) in blocks(B, H, N / BQ) {
+    q: st<bf16>[BQ, D] = Q.tile(b, h, i, 0)
+    o: rt<f32>[BQ, D] = zeros()
+    mx: cv<f32>[BQ] = fill(-inf)
+    l: cv<f32>[BQ] = zeros()
+    for j in 0 .. N / BKV {
+      k: st<bf16>[BKV, D] = K.tile(b, h, j, 0)
+      v: st<bf16>[BKV, D] = V.tile(b, h, j, 0)
+      s = mma_ABt(q, k) * (scale * LOG2E)
+      mx_new = max(mx, row_max(s))
+      p = exp2(sub_row(s, mx_new))
+      alpha = exp2(mx - mx_new)
+      l = l * alpha + row_sum(p)
+      o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))
+      mx = mx_new
+    }
+    O.tile(b, h, i, 0) = cvt<bf16>(div_row(o, l))
+  }
+}
+"""
+
+ATTN_CAUSAL_D80 = """
+@consumers(2)
+kernel attn_causal_d80<D = 80, BKV = 128, BQ = 128>(
+    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D],
+    O: gl<bf16>[B, H, N, D], scale: f32) {
+  for (b, h, i) in blocks(B, H, N / BQ) {
+    q: st<bf16>[BQ, D] = Q.tile(b, h, i, 0)
+    o: rt<f32>[BQ, D] = zeros()
+    mx: cv<f32>[BQ] = fill(-inf)
+    l: cv<f32>[BQ] = zeros()
+    for j in 0 .. min(N / BKV, ((i + 1) * BQ) / BKV) {
+      k: st<bf16>[BKV, D] = K.tile(b, h, j, 0)
+      v: st<bf16>[BKV, D] = V.tile(b, h, j, 0)
+      s = causal_mask(mma_ABt(q, k) * (scale * LOG2E), i * BQ, j * BKV)
+      mx_new = max(mx, row_max(s))
+      p = exp2(sub_row(s, mx_new))
+      alpha = exp2(mx - mx_new)
+      l = l * alpha + row_sum(p)
+      o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))
+      mx = mx_new
+    }
+    O.tile(b, h, i, 0) = cvt<bf16>(div_row(o, l))
+  }
+}
+"""
+
+GEMM_SCALED_A = """
+kernel gemm_scaled_a<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], S: gl<f32>[K],
+                                                  C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: rt<f32>[BM, BK] = A.tile(m, k)
+      s: rv<f32>[BK] = S.tile(k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(cvt<bf16>(mul_col(a, s)), b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+"""A per-K-channel input scale applied to A in registers (A from registers: wgmma RS). Its deferred
+epilogue once held the previous tile beside the trip's A fragments too: 37 LDL/STL."""
+
 
 def _mk(m, n, k):
     return {"M": m, "N": n, "K": k}
@@ -259,6 +379,11 @@ def _tiles_softmax(y, bn=128):
     return out
 
 
+def _tile_rowmax(y, bn=256):
+    """[N tiles, M]: each row's max over each bn-column tile."""
+    return torch.stack([y[:, n0:n0 + bn].amax(dim=1) for n0 in range(0, y.shape[1], bn)])
+
+
 def _attn_inputs(s, d, extra=None):
     b, h, nq, nk, dd = s["B"], s["H"], s["NQ"], s["NK"], s["D"]
     args = [_randn(b, h, nq, dd, device=d), _randn(b, h, nk, dd, device=d), _randn(b, h, nk, dd, device=d),
@@ -271,11 +396,13 @@ def _attn_inputs(s, d, extra=None):
     return args
 
 
-def _attn_ref(a):
+def _attn_ref(a, causal=False):
     q, k, v = (t.float() for t in a[:3])
     s = q @ k.transpose(-1, -2) * a[-1]
     if len(a) == 6:
         s = s + a[4][:, None, None, :]
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1).to(s.device), float("-inf"))
     return [torch.softmax(s, dim=-1) @ v]
 
 
@@ -374,6 +501,33 @@ CASES = [
                        _nan(s["R"], 1024, dtype=torch.float32, device=d), 1e-5],
          lambda a: [torch.nn.functional.layer_norm(a[0].float(), (1024,), a[1].float(), a[2].float(), 1e-5)],
          (3,), [{"R": 4096}, {"R": 1000}], {"R": 50}),
+    Case("gemm_swiglu", GEMM_SWIGLU,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _randn(s["K"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [torch.nn.functional.silu(a[0].float() @ a[1].float()) * (a[0].float() @ a[2].float())],
+         (3,), [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 260, 200)),
+    Case("gemm_rowmax", GEMM_ROWMAX,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
+                       _nan(s["M"], s["N"], device=d),
+                       _nan(-(-s["N"] // 256), s["M"], dtype=torch.float32, device=d)],
+         lambda a: [a[0].float() @ a[1].float().t(), _tile_rowmax(a[0].float() @ a[1].float().t())], (2, 3),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_bk128_relu", GEMM_BK128_F32,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
+                       torch.randn(s["N"], device=d), _nan(s["M"], s["N"], dtype=torch.float32, device=d)],
+         lambda a: [torch.relu(a[0].float() @ a[1].float().t() + a[2])], (3,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 260, 200)),
+    Case("attn_bq64", ATTN_BQ64, lambda s, d: _attn_inputs(s, d), _attn_ref, (3,),
+         [_attn_shape(2, 4, 2048, 2048, 128), _attn_shape(1, 3, 1000, 1000, 128)],
+         _attn_shape(1, 2, 200, 200, 128)),
+    Case("attn_causal_d80", ATTN_CAUSAL_D80, lambda s, d: _attn_inputs(s, d), lambda a: _attn_ref(a, causal=True),
+         (3,), [_attn_shape(2, 4, 2048, 2048, 80), _attn_shape(1, 3, 1000, 1000, 80)],
+         _attn_shape(1, 2, 200, 200, 80)),
+    Case("gemm_scaled_a", GEMM_SCALED_A,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       torch.rand(s["K"], device=d) + 0.5, _nan(s["M"], s["N"], device=d)],
+         lambda a: [(a[0].float() * a[2]).bfloat16().float() @ a[1].float()], (3,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

@@ -32,6 +32,7 @@ from ..ir.core import Kernel
 from ..ir.ops import MMA_OPS, For, Store, Yield
 from ..ir.types import BF16, F16, F32, TileType
 from .hopper import block_loop, shared_loads
+from .liveness import CONSUMER_OVERHEAD, consumer_pressure
 from .manager import Pass, PassContext, register_pass
 
 PANEL_COLS = 64
@@ -115,13 +116,19 @@ def defer_choice(kernel: Kernel, op: Store, owners: int, pingpong: bool) -> tupl
     packed = per_thread // 2
     accs = sum(v.type.rows * v.type.cols // (128 * owners)
                for loop in ring_loops(kernel) for v in loop.results if isinstance(v.type, TileType))
-    room = regs - 32
-    if accs + packed > room:
-        return False, (f"the packed tile ({packed} registers) and the accumulators ({accs}) exceed the "
-                       f"{room} registers a consumer thread has beside 32 for the rest")
-    return True, (f"each consumer thread holds its accumulators ({accs} registers) and the previous tile "
-                  f"packed to 16 bits ({packed}) within its {regs}; a tile's stores run after the "
-                  "next tile's first wgmma group is issued (or after the last tile)")
+    # the held tile lives through the next tile's first trip: beside the accumulators, whatever
+    # else a trip holds (register tiles loaded or computed in the loop: an A operand scaled in
+    # registers spilled 37 LDL/STL when only the accumulators were counted)
+    trips = max([consumer_pressure(kernel, owners, within=loop).peak for loop in ring_loops(kernel)], default=0)
+    held = max(accs, trips)
+    room = regs - CONSUMER_OVERHEAD
+    what = "the accumulators" if held == accs else "what a trip of the loop holds"
+    if held + packed > room:
+        return False, (f"the packed tile ({packed} registers) and {what} ({held}) exceed the "
+                       f"{room} registers a consumer thread has beside {CONSUMER_OVERHEAD} for the rest")
+    return True, (f"each consumer thread holds {'its accumulators' if held == accs else what} ({held} "
+                  f"registers) and the previous tile packed to 16 bits ({packed}) within its {regs}; a "
+                  "tile's stores run after the next tile's first wgmma group is issued (or after the last tile)")
 
 
 def _deferrable(kernel: Kernel, op: Store) -> bool:

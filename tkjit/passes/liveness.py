@@ -85,7 +85,9 @@ class Pressure:
         return f"{self.peak}, first reached at {self.at.NAME}" + (f": {parts}{more}" if parts else "")
 
 
-def consumer_pressure(kernel: Kernel, consumers: int) -> Pressure:
+def consumer_pressure(kernel: Kernel, consumers: int, within: Op | None = None) -> Pressure:
+    """The peak over the tile's body, or (``within``) over the program points of one op of it
+    (a ring loop: what its trips hold, the values live across it included)."""
     body = block_loop(kernel).regions[0]
     pos = positions(body)
     born: dict[Value, int] = {}
@@ -130,6 +132,9 @@ def consumer_pressure(kernel: Kernel, consumers: int) -> Pressure:
     points = sorted(set(births) | {u for us in uses.values() for u in us})
     best = Pressure(0, None, [])
     by_position = {p.start: op for op, p in pos.items()}
+    if within is not None:
+        span = pos[within]
+        points = [p for p in points if span.start <= p <= span.end]
     for point in points:
         live, dying = [], 0
         for v in born:
