@@ -1,8 +1,8 @@
 """Kernels the project had not seen (tests/unseen_corpus.py) on the CPU: each one that multiplies
 matrices takes the general sm_90a lowering (HGMMA/QGMMA and UTMALDG in the SASS, no spills, no
 ptxas warnings) under require_hopper, and every one is right on the interpreter at a small ragged
-shape. Kernels with no matrix product (the fused norm) are named in NO_PRODUCT with the
-diagnostic require_hopper gives them (docs/hopper-codegen.md, "Not yet")."""
+shape. Those the general lowering cannot take yet are named in REFUSED with the op
+require_hopper names (docs/hopper-codegen.md, "Not yet")."""
 from __future__ import annotations
 
 import re
@@ -15,10 +15,11 @@ from tkjit.errors import NotAvailableError
 
 from unseen_corpus import BY_NAME, CASES
 
-NO_PRODUCT = {"layernorm_f32": "copy_cols"}
-"""Kernel -> the op require_hopper names: norms do not take the general lowering yet."""
+REFUSED = {"layernorm_f32": "copy_cols", "ssd_copy": "copy"}
+"""Kernel -> the op require_hopper names: norms (no matrix product) and a shared tile copied into
+registers do not take the general lowering yet (docs/hopper-codegen.md, "Not yet")."""
 
-WGMMA = [c for c in CASES if c.name not in NO_PRODUCT]
+WGMMA = [c for c in CASES if c.name not in REFUSED]
 
 
 def _sass(k):
@@ -41,11 +42,11 @@ def test_unseen_kernel_takes_the_general_lowering(case):
     assert not [m for m in md["ptxas"]["messages"] if m["level"] == "warning"], md["ptxas"]["log"]
 
 
-@pytest.mark.parametrize("name,op", sorted(NO_PRODUCT.items()))
-def test_unseen_kernel_without_a_product_is_refused_by_name(name, op):
+@pytest.mark.parametrize("name,op", sorted(REFUSED.items()))
+def test_unseen_kernel_the_general_lowering_cannot_take_is_refused_by_name(name, op):
     with pytest.raises(NotAvailableError) as info:
         tkjit.compile(BY_NAME[name].source, require_hopper=True, cache=False).asm["ptx"]
-    assert op in str(info.value) and re.search(r":\d+:\d+", str(info.value))
+    assert f"cannot take '{op}' at" in str(info.value) and re.search(r":\d+:\d+", str(info.value))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -104,3 +105,17 @@ def test_the_deferred_store_counts_what_a_trip_holds():
     assert "deferred to the next tile" not in text
     plain = str(tkjit.compile(BY_NAME["gemm_atbt"].source, cache=False).explain())
     assert "deferred to the next tile" in plain and "its accumulators (128 registers)" in plain
+
+
+def test_when_neither_backend_takes_a_kernel_the_error_names_both_reasons():
+    """ssd_copy: the register-tile backend cannot mask its copy, and the general lowering does not
+    copy shared tiles into registers; the error said only the first (nothing at a line of the
+    kernel) and now names the op and line that stopped the Hopper path too."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(NotAvailableError) as info:
+            tkjit.compile(BY_NAME["ssd_copy"].source, cache=False).asm["ptx"]
+    text = str(info.value)
+    assert "register-tile backend cannot mask it" in text
+    assert "the general lowering cannot take 'copy' at <string>:25:7" in text

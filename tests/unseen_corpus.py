@@ -362,6 +362,142 @@ kernel gemm_scaled_a<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>
 """A per-K-channel input scale applied to A in registers (A from registers: wgmma RS). Its deferred
 epilogue once held the previous tile beside the trip's A fragments too: 37 LDL/STL."""
 
+ATTN_RELBIAS = """
+@consumers(2)
+kernel attn_relbias<D = 64, BKV = 128, BQ = 128>(
+    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D],
+    Bias: gl<bf16>[B, H, N, N], O: gl<bf16>[B, H, N, D], scale: f32) {
+  for (b, h, i) in blocks(B, H, N / BQ) {
+    q: st<bf16>[BQ, D] = Q.tile(b, h, i, 0)
+    o: rt<f32>[BQ, D] = zeros()
+    mx: cv<f32>[BQ] = fill(-inf)
+    l: cv<f32>[BQ] = zeros()
+    for j in 0 .. N / BKV {
+      k: st<bf16>[BKV, D] = K.tile(b, h, j, 0)
+      v: st<bf16>[BKV, D] = V.tile(b, h, j, 0)
+      bt: rt<f32>[BQ, BKV] = Bias.tile(b, h, i, j)
+      s = (mma_ABt(q, k) * scale + bt) * LOG2E
+      mx_new = max(mx, row_max(s))
+      p = exp2(sub_row(s, mx_new))
+      alpha = exp2(mx - mx_new)
+      l = l * alpha + row_sum(p)
+      o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))
+      mx = mx_new
+    }
+    O.tile(b, h, i, 0) = cvt<bf16>(div_row(o, l))
+  }
+}
+"""
+"""An additive score bias tile (relative positions, ALiBi tables) read from a [B, H, N, N] tensor
+into registers on every trip."""
+
+ATTN_F32OUT = """
+@consumers(2)
+kernel attn_f32out<D = 64, BKV = 128, BQ = 128>(
+    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D], O: gl<f32>[B, H, N, D], scale: f32) {
+  for (b, h, i) in blocks(B, H, N / BQ) {
+    q: st<bf16>[BQ, D] = Q.tile(b, h, i, 0)
+    o: rt<f32>[BQ, D] = zeros()
+    mx: cv<f32>[BQ] = fill(-inf)
+    l: cv<f32>[BQ] = zeros()
+    for j in 0 .. N / BKV {
+      k: st<bf16>[BKV, D] = K.tile(b, h, j, 0)
+      v: st<bf16>[BKV, D] = V.tile(b, h, j, 0)
+      s = mma_ABt(q, k) * (scale * LOG2E)
+      mx_new = max(mx, row_max(s))
+      p = exp2(sub_row(s, mx_new))
+      alpha = exp2(mx - mx_new)
+      l = l * alpha + row_sum(p)
+      o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))
+      mx = mx_new
+    }
+    O.tile(b, h, i, 0) = div_row(o, l)
+  }
+}
+"""
+
+GEMM_ROWBIAS_F16 = """
+kernel gemm_rowbias<BM = 128, BN = 256, BK = 64>(A: gl<f16>[M, K], B: gl<f16>[N, K], Bias: gl<f16>[M], C: gl<f16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<f16>[BM, BK] = A.tile(m, k)
+      b: st<f16>[BN, BK] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    bias: cv<f32>[BM] = Bias.tile(m)
+    C.tile(m, n) = cvt<f16>(sigmoid(add_row(acc, bias)))
+  }
+}
+"""
+
+SSD = """
+# chunked state-space (SSD-style) scan: within a chunk, scores decay by exp(cs_i - cs_j), where cs is
+# the chunk-local cumulative log decay; the D x D state carries across chunks, decayed by the chunk total.
+@consumers(1)
+kernel ssd<D = 64, C = 64>(
+    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D], CS: gl<f32>[B, H, N],
+    T: gl<f32>[B, H, N], O: gl<bf16>[B, H, N, D]) {
+  for (b, h) in blocks(B, H) {
+    state: rt<f32>[D, D] = zeros()
+    qi: rt<f32>[C, C] = row_index()
+    kj: rt<f32>[C, C] = col_index()
+    zero: rt<f32>[C, C] = zeros()
+    for c in 0 .. N / C {
+      q: st<bf16>[C, D] = Q.tile(b, h, c, 0)
+      k: st<bf16>[C, D] = K.tile(b, h, c, 0)
+      v: st<bf16>[C, D] = V.tile(b, h, c, 0)
+      csq: cv<f32>[C] = CS.tile(b, h, c)
+      csk: rv<f32>[C] = CS.tile(b, h, c)
+      tot: cv<f32>[C] = T.tile(b, h, c)
+      decay = exp(sub_col(add_row(zero, csq), csk))
+      a = select(kj > qi, 0, mma_ABt(q, k) * decay)
+      s: st<bf16>[D, D] = cvt<bf16>(state)
+      o = mma_AB(cvt<bf16>(a), v) + mul_row(mma_AB(q, s), exp(csq))
+      O.tile(b, h, c, 0) = cvt<bf16>(o)
+      kr: rt<f32>[C, D] = K.tile(b, h, c, 0)
+      ks: st<bf16>[C, D] = cvt<bf16>(mul_row(kr, exp(tot - csq)))
+      state = mma_AtB(ks, v, mul_row(state, exp(tot)))
+    }
+  }
+}
+"""
+
+SSD_COPY = """
+# chunked state-space (SSD-style) scan: within a chunk, scores decay by exp(cs_i - cs_j), where cs is
+# the chunk-local cumulative log decay; the D x D state carries across chunks, decayed by the chunk total.
+@consumers(1)
+kernel ssd_copy<D = 64, C = 64>(
+    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D], CS: gl<f32>[B, H, N],
+    T: gl<f32>[B, H, N], O: gl<bf16>[B, H, N, D]) {
+  for (b, h) in blocks(B, H) {
+    state: rt<f32>[D, D] = zeros()
+    qi: rt<f32>[C, C] = row_index()
+    kj: rt<f32>[C, C] = col_index()
+    zero: rt<f32>[C, C] = zeros()
+    for c in 0 .. N / C {
+      q: st<bf16>[C, D] = Q.tile(b, h, c, 0)
+      k: st<bf16>[C, D] = K.tile(b, h, c, 0)
+      v: st<bf16>[C, D] = V.tile(b, h, c, 0)
+      csq: cv<f32>[C] = CS.tile(b, h, c)
+      csk: rv<f32>[C] = CS.tile(b, h, c)
+      tot: cv<f32>[C] = T.tile(b, h, c)
+      decay = exp(sub_col(add_row(zero, csq), csk))
+      a = select(kj > qi, 0, mma_ABt(q, k) * decay)
+      s: st<bf16>[D, D] = cvt<bf16>(state)
+      o = mma_AB(cvt<bf16>(a), v) + mul_row(mma_AB(q, s), exp(csq))
+      O.tile(b, h, c, 0) = cvt<bf16>(o)
+      kr: rt<f32>[C, D] = k
+      ks: st<bf16>[C, D] = cvt<bf16>(mul_row(kr, exp(tot - csq)))
+      state = mma_AtB(ks, v, mul_row(state, exp(tot)))
+    }
+  }
+}
+"""
+"""SSD with the key tile taken into registers from its shared tile (kr = k) instead of loaded again:
+the general lowering does not copy shared tiles into registers yet (docs/hopper-codegen.md, "Not
+yet"); require_hopper names the copy."""
+
 
 def _mk(m, n, k):
     return {"M": m, "N": n, "K": k}
@@ -419,6 +555,57 @@ def _scan_ref(a, c=64):
         out[:, :, c0:c0 + c] = qc @ state.bfloat16().float() + sc @ vc
         state = state * gamma + kc.transpose(-1, -2) @ vc
     return [out]
+
+
+def _ssd_inputs(s, d):
+    b, h, n, c = s["B"], s["H"], s["N"], 64
+    q, k, v = (_randn(b, h, n, 64, device=d) * 0.3 for _ in range(3))
+    logd = -torch.rand(b, h, n, device=d) * 0.1
+    cs = torch.empty_like(logd)
+    tot = torch.empty_like(logd)
+    for c0 in range(0, n, c):
+        cs[..., c0:c0 + c] = logd[..., c0:c0 + c].cumsum(-1)
+        tot[..., c0:c0 + c] = cs[..., min(c0 + c, n) - 1:min(c0 + c, n)]
+    return [q, k, v, cs, tot, _nan(b, h, n, 64, device=d)]
+
+
+def _ssd_ref(a, c=64):
+    q, k, v = (t.float() for t in a[:3])
+    cs, tot = a[3].float(), a[4].float()
+    b, h, n, d = q.shape
+    state = torch.zeros(b, h, d, d, device=q.device)
+    out = torch.empty(b, h, n, d, device=q.device)
+    for c0 in range(0, n, c):
+        sl = slice(c0, c0 + c)
+        qc, kc, vc, csc, t = q[:, :, sl], k[:, :, sl], v[:, :, sl], cs[:, :, sl], tot[:, :, c0:c0 + 1]
+        decay = torch.exp(csc[..., :, None] - csc[..., None, :])
+        sc = torch.tril(qc @ kc.transpose(-1, -2) * decay).bfloat16().float()
+        out[:, :, sl] = sc @ vc + torch.exp(csc)[..., None] * (qc @ state.bfloat16().float())
+        ks = (kc * torch.exp(t - csc)[..., None]).bfloat16().float()
+        state = state * torch.exp(t)[..., None] + ks.transpose(-1, -2) @ vc
+    return [out]
+
+
+def _relbias_inputs(s, d):
+    b, h, n = s["B"], s["H"], s["N"]
+    q, k, v = (_randn(b, h, n, 64, device=d) for _ in range(3))
+    return [q, k, v, _randn(b, h, n, n, device=d), _nan(b, h, n, 64, device=d), 0.125]
+
+
+def _relbias_ref(a):
+    q, k, v = (t.float() for t in a[:3])
+    return [torch.softmax(q @ k.transpose(-1, -2) * a[5] + a[3].float(), dim=-1) @ v]
+
+
+def _f32out_inputs(s, d):
+    b, h, n = s["B"], s["H"], s["N"]
+    return [*(_randn(b, h, n, 64, device=d) for _ in range(3)),
+            _nan(b, h, n, 64, dtype=torch.float32, device=d), 0.125]
+
+
+def _f32out_ref(a):
+    q, k, v = (t.float() for t in a[:3])
+    return [torch.softmax(q @ k.transpose(-1, -2) * a[4], dim=-1) @ v]
 
 
 def _attn_shape(b, h, nq, nk, d):
@@ -528,6 +715,19 @@ CASES = [
                        torch.rand(s["K"], device=d) + 0.5, _nan(s["M"], s["N"], device=d)],
          lambda a: [(a[0].float() * a[2]).bfloat16().float() @ a[1].float()], (3,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("attn_relbias", ATTN_RELBIAS, _relbias_inputs, _relbias_ref, (4,),
+         [{"B": 2, "H": 4, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
+    Case("attn_f32out", ATTN_F32OUT, _f32out_inputs, _f32out_ref, (3,),
+         [{"B": 2, "H": 4, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
+    Case("gemm_rowbias_f16", GEMM_ROWBIAS_F16,
+         lambda s, d: [_randn(s["M"], s["K"], dtype=torch.float16, device=d),
+                       _randn(s["N"], s["K"], dtype=torch.float16, device=d),
+                       _randn(s["M"], dtype=torch.float16, device=d), _nan(s["M"], s["N"], dtype=torch.float16, device=d)],
+         lambda a: [torch.sigmoid(a[0].float() @ a[1].float().t() + a[2].float()[:, None])], (3,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("ssd", SSD, _ssd_inputs, _ssd_ref, (5,),
+         [{"B": 2, "H": 8, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
+    Case("ssd_copy", SSD_COPY, _ssd_inputs, _ssd_ref, (5,), [], {"B": 1, "H": 2, "N": 200}),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

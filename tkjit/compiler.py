@@ -393,8 +393,13 @@ def _emit_ptx(result: CompileResult) -> None:
         _refused_hopper(result, next((d.pop("refusal") for d in declined if "refusal" in d), None), declined)
     # The register-tile backend takes the IR before the Hopper scheduling passes: their
     # decisions (stages, swizzles, ...) are not its own (docs/hopper-schedule.md).
-    ptx, metadata = hopper if hopper is not None else emit_ptx(
-        result.portable_ir, {"strided": True} if result.options.strided else {})
+    try:
+        ptx, metadata = hopper if hopper is not None else emit_ptx(
+            result.portable_ir, {"strided": True} if result.options.strided else {})
+    except NotAvailableError as e:  # neither backend: say why the Hopper path did not take it either
+        if not declined or not declined[0].get("why"):
+            raise
+        raise NotAvailableError(f"{e.message}; {declined[0]['why']}", e.span, e.notes) from None
     metadata = dict(metadata)
     for entry in declined + metadata.pop("decisions", []):
         _record_backend_decision(result, entry)
