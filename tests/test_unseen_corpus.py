@@ -119,3 +119,21 @@ def test_when_neither_backend_takes_a_kernel_the_error_names_both_reasons():
     text = str(info.value)
     assert "register-tile backend cannot mask it" in text
     assert "the general lowering cannot take 'copy' at <string>:25:7" in text
+
+
+@pytest.mark.parametrize("case", WGMMA, ids=lambda c: c.name)
+def test_unseen_kernel_schedule_matches_the_interpreter(case):
+    """The general lowering's roles and protocol run on the CPU (interpreter/roles.py), a seeded
+    interleaving: bit for bit the plain interpreter's result."""
+    from tkjit.interpreter.roles import run_roles
+    k = tkjit.compile(case.source, constants=case.constants or None, cache=False)
+    torch.manual_seed(0)
+    args = case.make(case.cpu_shape, "cpu")
+    ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    k(*ref)
+    for seed in (1,):
+        mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        run_roles(k.ir, mine, seed=seed)
+        for i in case.outputs:
+            assert torch.equal(mine[i].float().nan_to_num(7.0), ref[i].float().nan_to_num(7.0)), \
+                f"{case.name}: schedule {seed} differs from the interpreter"

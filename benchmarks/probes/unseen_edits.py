@@ -27,6 +27,10 @@ EDITS = [
     ("gemm", {"BN": 128}), ("gemm", {"BM": 64, "BN": 128}), ("gemm", {"BK": 128}),
     ("bmm", {"BN": 128}), ("gemm_atb", {"BM": 64}), ("gemm_alpha_beta", {"BN": 128}),
     ("gemm_fp8", {"BN": 128}), ("gemm_fp8", {"BK": 64}),
+    ("attention_bwd_dkdv", {"D": 80}), ("attention_bwd_dq", {"D": 80}), ("attention", {"D": 80, "CAUSAL": True}),
+    ("attention_bwd_dkdv", {"BKV": 64}), ("attention_bwd_dq", {"BQ": 64}),
+    ("gemm", {"BM": 256}), ("gemm", {"BN": 64}), ("gemm", {"BM": 192}), ("gemm_fp8", {"BK": 256}),
+    ("gemm_alpha_beta", {"BM": 64}), ("gemm_atb", {"BN": 128}), ("bmm", {"BM": 64}),
     ("mlp", {"D": 64}), ("mlp", {"BF": 128}), ("linear_attention", {"D": 128}), ("linear_attention", {"C": 128}),
 ]
 
