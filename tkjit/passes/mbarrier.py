@@ -183,8 +183,9 @@ class _Builder:
     def one_shot(self, op: Load) -> None:
         name = self.unique(op.result.hint, "tile")
         t = op.result.type
-        self.rings.append(Ring(name, 1, (RingLoad(name, t.nbytes),), t.nbytes, self.consumers,
-                               one_shot=True, where=_where(op)))
+        # ``slots`` (the pipeline pass): 2 where the next tile's copy loads while this tile runs
+        self.rings.append(Ring(name, op.attrs.get("slots", 1), (RingLoad(name, t.nbytes),), t.nbytes,
+                               self.consumers, one_shot=True, where=_where(op)))
         self.items.append(OneShotUse(name))
         self.ring_of[op.result] = name
         self.load_of[op] = (name, name)
@@ -584,6 +585,9 @@ class Mbarrier(Pass):
 
 
 def _ring_decision(ring: Ring) -> str:
+    if ring.one_shot and ring.stages > 1:
+        return (f"one-shot, {ring.stages} slots: full[s] count 1 + expect_tx "
+                f"{nbytes(ring.expect_tx)}, empty[s] count {ring.empty_arrivals}")
     if ring.one_shot:
         return (f"one-shot full/empty pair: full count 1 + expect_tx {nbytes(ring.expect_tx)}, "
                 f"empty count {ring.empty_arrivals}")
@@ -601,6 +605,11 @@ def _ring_reason(ring: Ring, proto: Protocol) -> str:
     if proto.pingpong:  # one reader per fill: the consumer of the tile it was filled for
         arm = arm.replace(f"each of the {proto.consumers} consumer warpgroups arrives",
                           "the one consumer whose tile the fill is for (ping-pong) arrives")
+    if ring.one_shot and ring.stages > 1:
+        return (f"loaded once per tile into {ring.stages} slots used in turn: {arm}, at the end of "
+                "the tile; the producer fills the next tile's slot (waiting on its empty[s] with "
+                "parity ph^1) while the consumers read this one's, so the next tile's copy lands "
+                "under this tile's work; ph flips when s wraps to 0 and carries on from tile to tile")
     if ring.one_shot:
         return (f"loaded once per tile: {arm}, at the end of the tile; the phase bit flips "
                 "every tile")

@@ -5,7 +5,9 @@ and each consumer warpgroup do with them. The PTX emitter follows it; the checke
 (``sync_check.py``) explores it on the CPU before any PTX exists.
 
 **Rings.** One per pipelined loop (``stages`` buffers of the loop's loads) and one per load
-outside any loop (``one_shot``: one stage, filled once per tile). Stage ``s`` of a ring has
+outside any loop (``one_shot``: filled once per tile; one stage, or in a persistent loop two
+*slots* used tile after tile, so the producer fills the next tile's while the consumers read this
+one's: the pipeline pass's ``slots``). Stage ``s`` of a ring has
 
 * ``full[s]``:  initialised with ``full_arrivals`` (1: the producer's ``arrive.expect_tx``),
   armed with ``expect_tx`` bytes; the TMA loads of the stage complete those bytes;
@@ -134,7 +136,8 @@ class Ring(Frozen):
 
     def text(self) -> str:
         loads = ", ".join(f"{ld.name} {ld.nbytes} B" for ld in self.loads)
-        kind = "one-shot" if self.one_shot else f"{self.stages} stages"
+        kind = ("one-shot" if self.stages == 1 else f"one-shot, {self.stages} slots") \
+            if self.one_shot else f"{self.stages} stages"
         at = f" at {self.where}" if self.where else ""
         empty = f"empty[{self.stages}] count {self.empty_arrivals}"
         if self.cluster > 1:
