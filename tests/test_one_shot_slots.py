@@ -181,3 +181,39 @@ def test_a_consumer_that_stays_on_one_slot_is_caught_on_the_cpu(monkeypatch):
             continue
         caught += not all(torch.equal(mine[i].nan_to_num(7.0), ref[i].nan_to_num(7.0)) for i in (3, 4))
     assert caught
+
+
+def test_an_early_release_comes_after_the_last_product_reading_the_tile():
+    """``mbarrier{release=early}`` (off by default, not yet timed): a one-slot Q is released
+    right after the loop's drain, before the epilogue, so the producer's next Q load runs under
+    it; the checker passes it, and a release inside the loop (before the last product reading Q)
+    is caught."""
+    q = Ring("q", 1, (Load("q", 49152),), 49152, 3, one_shot=True)
+    kv = Ring("kv", 2, (Load("k", 32768), Load("v", 32768)), 65536, 3)
+    items = (OneShotUse("q"), LoopPlan("kv", (("kv", "q"), ("kv",)), pipelined=True))
+    proto = standard_protocol("attn", 3, True, (q, kv), items, early=("q",))
+    tile = proto.consumer[0].body
+    assert [type(st).__name__ for st in tile[-3:]] == ["MmaWait", "Release", "Advance"]
+    assert "no violation" in check_protocol(proto).text()
+    (if_trips,) = [st for st in tile if type(st).__name__ == "IfTrips"]
+    loop = if_trips.body[0]
+    inside = dataclasses.replace(if_trips, body=(dataclasses.replace(loop, body=(*loop.body, Release("q"))),
+                                                 *if_trips.body[1:]))
+    broken = dataclasses.replace(proto, consumer=(Tiles(tuple(inside if st is if_trips else st for st in tile
+                                                              if st != Release("q"))),))
+    assert _failing(broken)
+
+    k = _general(128, pipeline=DEFAULT_PIPELINE.replace("mbarrier", "mbarrier{release=early}"))
+    text = k.protocol
+    assert text.index("release: arrive empty[q.s]") < text.index("epilogue of O")
+    assert text.index("release: arrive empty[q.s]") > text.index("release: arrive empty[j_v.prev]")
+    torch.manual_seed(1)
+    b, h, n, d = 1, 2, 700, 128
+    qq, kk, v = (torch.randn(b, x, n, d).bfloat16() for x in (h, 1, 1))
+    args = [qq, kk, v, torch.full((b, h, n, d), float("nan")).bfloat16(), torch.full((b, h, n), float("nan")),
+            d ** -0.5]
+    ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    k(*ref)
+    mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    run_roles(k.ir, mine, seed=0, ctas=2)
+    assert all(torch.equal(mine[i].float().nan_to_num(7.0), ref[i].float().nan_to_num(7.0)) for i in (3, 4))

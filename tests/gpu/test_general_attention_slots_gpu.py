@@ -4,7 +4,8 @@ ring keeps 3 stages -- D = 64 --, the launch-time grid ``by_trips`` for causal k
 same kernel one CTA per tile (``grid{schedule=grid}``, the schedule before) and against float64
 torch. O and L must be bit-identical to the one-CTA-per-tile kernel (only the schedule differs):
 many tiles per CTA (the slots wrap several times), ragged N, N below one tile, two query heads
-over one key/value head, outputs NaN-poisoned."""
+over one key/value head, outputs NaN-poisoned. Also with one slot (``pipeline{slots=1}``) and
+with a one-slot Q released early (``mbarrier{release=early}``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,6 +20,9 @@ pytestmark = pytest.mark.gpu
 SOURCE = (Path(__file__).resolve().parents[2] / "examples" / "attention.tk").read_text()
 GRID = DEFAULT_PIPELINE.replace("grid,", "grid{schedule=grid},")
 ONE_SLOT = DEFAULT_PIPELINE.replace("pipeline,", "pipeline{slots=1},")
+EARLY = DEFAULT_PIPELINE.replace("mbarrier", "mbarrier{release=early}")
+"""A one-slot Q released right after the loop (not yet run on a GPU when written; D = 64 has two
+slots, so only D = 128 changes)."""
 
 
 def _exact(q, k, v, scale, causal):
@@ -50,7 +54,7 @@ def _run(kernel, q, k, v, scale):
     return o, lse
 
 
-@pytest.mark.parametrize("pipeline", [None, ONE_SLOT], ids=["default", "one-slot"])
+@pytest.mark.parametrize("pipeline", [None, ONE_SLOT, EARLY], ids=["default", "one-slot", "early-release"])
 @pytest.mark.parametrize("b,n", [(8, 1024), (2, 8155), (3, 1000), (2, 50), (4, 2 * 192 + 7)])
 @pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False), (64, True)])
 def test_overlapped_tiles_equal_one_tile_per_cta(pipeline, b, n, d, causal):

@@ -129,8 +129,11 @@ class _Builder:
         self.stream_k_units(blocks)
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
+        early = tuple(r.name for r in self.rings if r.one_shot and r.stages == 1) \
+            if persistent and self.kernel.attrs.get("early_release") else ()
         proto = standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
-                                  tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas)
+                                  tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas,
+                                  early=early)
         for ring in self.own:
             proto = replace(proto, consumer=own_trips_consumer(proto.consumer, ring))
         return proto
@@ -477,7 +480,16 @@ class Mbarrier(Pass):
     run, ratio to the template): 0.79-0.87x split, 0.71-0.75x with one ring and level 1
     (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-3-split.json``)."""
 
+    release: str = "end"
+    """When a persistent tile's one-slot tiles loaded once per tile are released: end (of the
+    tile) or early (right after the last product reading them: the producer loads the next
+    tile's copy under this tile's epilogue; not measured yet, so off by default)."""
+
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.release not in ("end", "early"):
+            raise PassError(f"mbarrier: release must be end or early, got '{self.release}'")
+        if self.release == "early":
+            kernel.attrs["early_release"] = True
         if self.check not in CHECKS:
             raise PassError(f"mbarrier: check must be {', '.join(CHECKS)}, got '{self.check}'")
         if self.overlap not in ("auto", "off"):
