@@ -217,3 +217,28 @@ def test_an_early_release_comes_after_the_last_product_reading_the_tile():
     mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     run_roles(k.ir, mine, seed=0, ctas=2)
     assert all(torch.equal(mine[i].float().nan_to_num(7.0), ref[i].float().nan_to_num(7.0)) for i in (3, 4))
+
+
+OTHERS = [("mlp", {}), ("attention_bwd_dkdv", {"D": 64, "BQ": 32, "BKV": 64}),
+          ("attention_bwd_dq", {"D": 64, "CAUSAL": True, "BQ": 64, "BKV": 32}),
+          ("attention_softcap", {"D": 64, "BQ": 64, "BKV": 64}), ("attention_alibi", {"D": 64, "BQ": 64, "BKV": 64})]
+
+
+@pytest.mark.parametrize("name,constants", OTHERS, ids=[n for n, _ in OTHERS])
+def test_other_kernels_with_one_shot_tiles_run_their_slots_as_the_interpreter(name, constants):
+    """Under lowering='general' the fused MLP (X), the backward kernels (K and V, or Q and dO)
+    and the softcap/ALiBi attention take two slots in a persistent loop (dq causal and ALiBi:
+    the launch-time grid): each schedule, two CTAs, gives the plain interpreter's result."""
+    import test_examples_interpreter as examples
+    case = examples.CASES[name]
+    k = tkjit.compile((EXAMPLES / f"{name}.tk").read_text(), filename=f"{name}.tk", constants=constants,
+                      lowering="general", cache=False)
+    assert k.metadata["backend"] == "wgmma" and "2 slots" in k.protocol and "num_sms" in str(k.metadata["grid"])
+    torch.manual_seed(0)
+    args, outs, _ = case.make(case.shapes[0], constants)
+    idx = [i for i, a in enumerate(args) if any(a is o for o in outs)]
+    ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    k(*ref)
+    mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    run_roles(k.ir, mine, seed=1, ctas=2)
+    assert all(torch.equal(mine[i].float().nan_to_num(7.0), ref[i].float().nan_to_num(7.0)) for i in idx)
