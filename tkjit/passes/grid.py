@@ -131,9 +131,10 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
                               "its one-shot load and first product, overlaps the previous tile's "
                               "work), one CTA per tile past that (the hardware hands CTAs to SMs as "
                               "they free up, which balances uneven tiles better than a fixed "
-                              "stride). Measured (H200, 2026-11-27, causal attention N = 1k, same "
-                              "run against one CTA per tile): D = 128 0.91 -> 1.03x, D = 64 0.78 -> "
-                              "0.85x of the template; at N = 2k persistent lost at D = 64 (0.96 -> 0.91)")
+                              "stride). Measured (H200, 2026-11-27, causal examples/attention.tk "
+                              "against its template, same run, N = 1k/2k: persistent at N = 1k "
+                              "D = 128 0.93 -> 1.04x, D = 64 0.78 -> 0.91x; persistent at N = 2k "
+                              "lost at D = 64, 0.96 -> 0.91x, in an earlier run)")
     if uneven:
         return "grid", (f"{uneven}: the hardware hands CTAs to SMs as they free up, which "
                         "balances uneven tiles better than a fixed stride")
@@ -145,9 +146,10 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
                               "second slot where the rings keep their stages, and the next tile's "
                               "copy then loads under this tile's work): a persistent CTA overlaps a "
                               "tile's start with the previous tile's work. Measured (H200, "
-                              "2026-11-27, attention with one slot, same run against one CTA per "
-                              "tile): D = 128 N = 1k/2k/4k 0.91/0.96/1.00 -> 0.94/0.98/1.00x, D = 64 "
-                              "0.86/0.92/0.99 -> 0.92/0.99/1.01x of the template")
+                              "2026-11-27, examples/attention.tk against its template, same run, "
+                              "N = 1k..16k, one CTA per tile -> persistent): D = 128 (one slot) "
+                              "0.90/0.96/1.00/1.02/1.05 -> 0.95/0.98/1.00/1.01/1.03x, D = 64 (two "
+                              "slots) 0.86/0.94/0.98/1.02/1.03 -> 1.04/1.04/1.04/1.04/1.04x")
     return "persistent", (f"every tile does the same work and {loops} ring loop(s) fill the "
                           "SM's shared memory (one CTA per SM either way): a persistent CTA "
                           "overlaps a tile's start with the previous tile's work")
