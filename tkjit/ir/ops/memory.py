@@ -31,11 +31,13 @@ class Load(Op):
     A tile covers the last two dimensions (a vector the last one); earlier coordinates are plain
     indices. Elements outside the tensor are padding: zero, never reduced or stored.
     Set by smem-plan for shared tiles: ``smem`` (byte offset; stage 0's in a pipelined loop) and,
-    for a load outside any loop, ``bars`` (offset of its mbarrier words)."""
+    for a load outside any loop, ``bars`` (offset of its mbarrier words). Set by the pipeline pass
+    on a load outside any loop of a persistent block loop: ``slots`` (2: two copies used tile
+    after tile, ``slot_stride`` bytes apart, set by smem-plan)."""
 
     NAME = "load"
     OPERANDS = ("src", "coords*")
-    ATTRS = {"smem": int, "bars": int}
+    ATTRS = {"smem": int, "bars": int, "slots": int, "slot_stride": int}
     OPTIONAL_ATTRS = frozenset(ATTRS)
 
     def infer(self):
