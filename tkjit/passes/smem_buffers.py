@@ -139,7 +139,13 @@ def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
     for op in [*one_shot_loads(kernel), *shared_copies(kernel)]:
         t = op.result.type
         own = _value_span(op.result, pos)
-        span = (0, last) if persistent and isinstance(op, Load) else _in_loop(op, own, body, pos)
+        if isinstance(op, Load):
+            # the producer's TMA may land it any time in the tile, ahead of the consumers (a load
+            # written after a ring loop is issued while the loop's last stages are still read):
+            # its bytes are taken from the tile's start, never lent by a ring
+            span = (0, last) if persistent else (0, own[1])
+        else:
+            span = _in_loop(op, own, body, pos)
         slots = op.attrs.get("slots", 1) if isinstance(op, Load) else 1
         size = one_shot_bytes(op) if isinstance(op, Load) else t.nbytes
         out.append(Buffer("tile", op, size, tile_align(t), *span,
