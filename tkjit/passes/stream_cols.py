@@ -220,6 +220,15 @@ class StreamCols(Pass):
                        ("; each is loaded whole before the first pass and every pass copies its chunks "
                         "from there (copy_cols), so global memory is read once; the chunk loops prefetch "
                         "their vector loads one trip ahead" if rewriter.cached else ""))
+            if rewriter.deferred:
+                names = ", ".join(f"%{v.hint}" for v in rewriter.deferred)
+                ctx.decide(f"@{kernel.name}", f"row block loads in flight together: {names} wait = deferred",
+                           "the kept row blocks are loaded one after another before the first pass: each load "
+                           "but the last issues its copies without waiting for them, and the last one's wait "
+                           "covers them all, so the CTA has every row block's bytes in flight at once instead "
+                           "of one tensor's at a time (ncu on residual + LayerNorm, H200, session 13: the "
+                           "CTAs spent 13% of their stall samples waiting for x's copies before issuing "
+                           "res's)", deferred=[v.hint for v in rewriter.deferred])
         big = max((v.type for v in plan.wide if isinstance(v.type, TileType)), key=lambda t: t.nbytes)
         why = (f"{big} needs {big.nbytes:,} B of registers, over the {MAX_REGISTER_TILE_BYTES:,} B one register "
                "tile may hold" if big.nbytes > MAX_REGISTER_TILE_BYTES else

@@ -23,6 +23,7 @@ class StreamRewriter:
         self.cached_chunks = 0                  # how many chunks from the first the shared tiles hold
         self.copying: set = set()               # the cached loads the loop being built copies
         self.passes_made = 0
+        self.deferred: list[Value] = []         # cached row blocks whose loads do not wait (the next one's does)
         dims = [op.operands[0].type.dims[-1] for op in plan.body.ops if isinstance(op, (Load, Store))
                 and (op.result if isinstance(op, Load) else op.operands[1]) in plan.wide]
         self.tile_partials = options.reduce == "tile" and all(isinstance(d, int) and d % plan.width == 0 for d in dims)
@@ -67,6 +68,10 @@ class StreamRewriter:
             self.out.append(ld)
             self.cached[op] = ld.result
         self.cached_chunks = chunks
+        made = [ld for ld in self.out if isinstance(ld, Load) and ld.result in self.cached.values()]
+        for ld in made[:-1]:  # in flight together: the last load's wait covers them all
+            ld.attrs["wait"] = "deferred"
+        self.deferred = [ld.result for ld in made[:-1]]
 
     # -- one chunk loop ------------------------------------------------------------------
     def _loop(self, p: int, sinks: list[Op]) -> list[tuple[For, list[str]]]:
