@@ -136,6 +136,12 @@ class StreamCols(Pass):
     (the default) -- each CTA stores its partial into every peer's shared memory with ``st.async``
     and waits on one local mbarrier; ``barrier`` -- each CTA stores its own, and two cluster
     barriers surround the remote reads (session 11's form)."""
+    moments: bool = True
+    """Over a split row block (``cluster``, push exchange): a row mean and the sum of squared
+    deviations about it (LayerNorm's variance; stream_cluster.variance_pairs) are reduced per CTA
+    about the CTA's own slice mean and combined in one ``cluster_moments`` exchange (Chan's
+    formula), so no CTA waits for the cluster's mean before the variance pass; false: two
+    ``cluster_sum`` exchanges, the variance pass after the first."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -270,7 +276,7 @@ class StreamCols(Pass):
                 ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
             return rest.run(kernel, ctx)
         try:
-            width, part = split_over_cluster(kernel, body, k, self.exchange)
+            width, part, paired = split_over_cluster(kernel, body, k, self.exchange, self.moments)
         except NotStreamable as e:
             where = f" ({e.op.NAME} at {e.op.span.location()})" if e.op is not None and e.op.span else ""
             ctx.decide(f"@{kernel.name}", "not split over a cluster", e.why + where)
@@ -287,6 +293,16 @@ class StreamCols(Pass):
                    "exchange" if self.exchange == "push" else
                    "each CTA stores its own partial; a cluster barrier before and one after the remote reads "
                    "(ld.shared::cluster)", exchange=self.exchange)
+        if paired:
+            names = ", ".join(f"%{r.result.hint or '?'}" for r in paired)
+            ctx.decide(f"@{kernel.name}", f"mean and variance in one exchange: row_sum {names} (cluster_moments)",
+                       "moments=true: the sum of squared deviations about a row mean of the same tile is reduced "
+                       f"by each CTA about its own slice's mean ({part} columns), and one exchange carries both "
+                       "partials, combined in rank order by Chan's formula (m2 = sum of m2_j + n (mean_j - mean)^2): "
+                       "no CTA waits for the cluster's mean before the variance pass, one exchange per row block "
+                       "instead of two (ncu on residual + LayerNorm at D = 4096, H200, session 13: 8.5% of the "
+                       "stall samples in the two exchange waits; measured in benchmarks/results/"
+                       "2026-11-27-nvidia-h200-s13-resln-*.json)", rows=[r.result.hint for r in paired])
         if self.cache == "auto":
             rest = dataclasses.replace(rest, reduce=self.reduce if self.reduce != "auto" else SLICE_REDUCE,
                                        warps=self.warps or SLICE_WARPS)
