@@ -104,7 +104,7 @@ def test_cluster_moments_is_verified(old, new, why):
 
 
 def test_the_pass_reduces_the_variance_about_each_slice_mean_and_exchanges_once():
-    out, log = run_pass(LN_IR.replace("WIDTH", "4096.0"), "stream-cols{cluster=4 reduce=chunk}")
+    out, log = run_pass(LN_IR.replace("WIDTH", "4096.0"), "stream-cols{cluster=4 reduce=chunk moments=true}")
     check_lines(out, [
         "blocks {cluster = 4} %0 {",
         "%x_row = load %X, %i, %rank : st<bf16>[16, 1024]",
@@ -123,17 +123,19 @@ def test_the_pass_reduces_the_variance_about_each_slice_mean_and_exchanges_once(
 
 
 @pytest.mark.parametrize("text, pipeline", [
-    (LN_IR.replace("WIDTH", "4096.0"), "stream-cols{cluster=4 moments=false}"),   # the option
-    (LN_IR.replace("WIDTH", "4096.0"), "stream-cols{cluster=4 exchange=barrier}"),  # push only
-    (LN_IR.replace("WIDTH", "4000.0"), "stream-cols{cluster=4}"),                  # not the row mean
-    (LN_IR.replace("WIDTH", "4096.0").replace("store %Y, %y, %i, %c0",             # the square read again
+    (LN_IR.replace("WIDTH", "4096.0"), "stream-cols{cluster=4}"),                          # the default
+    (LN_IR.replace("WIDTH", "4096.0"), "stream-cols{cluster=4 moments=true exchange=barrier}"),  # push only
+    (LN_IR.replace("WIDTH", "4000.0"), "stream-cols{cluster=4 moments=true}"),             # not the row mean
+    (LN_IR.replace("WIDTH", "4096.0").replace("store %Y, %y, %i, %c0",                     # the square read again
                                               "store %Y, %y, %i, %c0\n    store %Y, %q, %i, %c0"),
-     "stream-cols{cluster=4}"),
+     "stream-cols{cluster=4 moments=true}"),
 ])
 def test_other_forms_keep_two_cluster_sums(text, pipeline):
     out, log = run_pass(text, pipeline)
     assert out.count("cluster_sum") == 2 and "cluster_moments" not in out
-    assert not [d for d in log if d.decision.startswith("mean and variance")]
+    assert not [d for d in log if d.decision.startswith("mean and variance in one")]
+    two = [d for d in log if d.decision == "mean and variance in two exchanges"]
+    assert len(two) == (1 if "moments=true" not in pipeline else 0)  # the default says why
 
 
 @pytest.mark.parametrize("name, k", [("layernorm", 4), ("residual_layernorm", 8)])
@@ -162,7 +164,8 @@ def test_the_ptx_pushes_both_partials_in_one_checked_exchange(name, k):
 @pytest.mark.parametrize("d, k", [(4096, "2"), (4096, "auto"), (8192, "auto")])
 def test_split_layernorms_agree_with_torch_on_the_interpreter(name, d, k):
     r = 21  # the second row block is ragged
-    kernel = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d}, pipeline=f"canonicalize,stream-cols{{cluster={k}}}")
+    kernel = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d},
+                        pipeline=f"canonicalize,stream-cols{{cluster={k} moments=true}}")
     assert "cluster_moments" in kernel.asm["after:stream-cols"]
     args, index, refs = _norm_case(name, r, d, seed=7)
     args[0] = (args[0].float() + 200).bfloat16()  # a mean far above the spread

@@ -1,6 +1,6 @@
 """On a GPU: LayerNorm and residual + LayerNorm split over a cluster with the mean and the variance
-in one exchange (``cluster_moments``, stream-cols{moments=true}, the default) and in two
-(moments=false), k = 2, 4, 8 and auto, D = 4096 and 8192, at row counts that are and are not
+in one exchange (``cluster_moments``, stream-cols{moments=true}) and in two (moments=false, the
+default), k = 2, 4, 8 and auto, D = 4096 and 8192, at row counts that are and are not
 multiples of BR, outputs poisoned with NaN and surrounded by poison, against float64 torch and
 (R <= 40, D = 4096) the interpreter; and at rows whose mean is far above their spread, where
 Chan's combination must keep the variance (a sum of squares minus the squared sum would not)."""
@@ -30,7 +30,7 @@ def test_mean_and_variance_over_a_cluster_on_the_gpu(name, d, cluster, moments):
 @pytest.mark.parametrize("name", ["residual_layernorm", "layernorm"])
 @pytest.mark.parametrize("d", [4096, 8192])
 def test_a_large_mean_keeps_its_variance_on_the_gpu(name, d):
-    kernel = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d})
+    kernel = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d}, pipeline=f"{PORTABLE}{{moments=true}}")
     assert "cluster_moments" in kernel.asm["after:stream-cols"]
     r = 777
     g = torch.Generator(device="cuda").manual_seed(d)

@@ -214,6 +214,14 @@ def _push_exchange(ctx, op, vecs: list[RegVec], k: int, out: list[str]):
     return slot, keys
 
 
+def _divided(r: str, x: str, n: int) -> str:
+    """r = x / n: a multiplication by 1/n where n is a power of two (exact, the same bits as the
+    division), else ``div.rn``."""
+    if n & (n - 1) == 0:
+        return f"mul.f32 {r}, {x}, {f32_imm(1.0 / n)};"
+    return f"div.rn.f32 {r}, {x}, {f32_imm(float(n))};"
+
+
 def _proto_read(ctx, op) -> None:
     e, where = ctx.cluster_push["last"]
     ctx.cluster_push["proto"].add("read", exchange=e, where=where, span=op.span)
@@ -244,10 +252,10 @@ def emit_cluster_moments(ctx, op) -> list[str]:
             total[key] = sums[j][key] if j == 0 else binary_f32(ctx, "add", total[key], sums[j][key], out)
     for key in keys:
         mean = ctx.new("f32")
-        out.append(f"div.rn.f32 {mean}, {total[key]}, {f32_imm(float(k * n))};")
+        out.append(_divided(mean, total[key], k * n))
         for j in range(k):
             dev, term = ctx.new("f32"), ctx.new("f32")
-            out.append(f"div.rn.f32 {dev}, {sums[j][key]}, {f32_imm(float(n))};")
+            out.append(_divided(dev, sums[j][key], n))
             out.append(f"sub.f32 {dev}, {dev}, {mean};")
             out.append(f"mul.f32 {term}, {dev}, {dev};")
             out.append(f"fma.rn.f32 {term}, {term}, {f32_imm(float(n))}, {m2s[j][key]};")

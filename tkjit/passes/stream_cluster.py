@@ -107,8 +107,8 @@ def split_over_cluster(kernel: Kernel, body: Block, k: int, exchange: str = "bar
     """Rewrite ``body`` (the block loop's) so that k CTAs share each block, CTA ``rank`` taking
     column slice ``rank`` (module docstring), each cluster reduction with attribute ``exchange``
     (ops/cluster.py); with ``moments`` (push exchange only) a mean and the variance about it
-    (``variance_pairs``) take one ``cluster_moments`` exchange; returns (W, W/k, the row sums so
-    paired). Raises NotStreamable when the program is not row-wise or its wide tensors cannot be sliced."""
+    (``variance_pairs``) take one ``cluster_moments`` exchange; returns (W, W/k, the row sums that
+    pair so with a variance: combined by cluster_moments where ``moments``). Raises NotStreamable when the program is not row-wise or its wide tensors cannot be sliced."""
     blocks = body.parent
     assert isinstance(blocks, Blocks)
     if blocks.attrs.get("schedule", "grid") != "grid" or blocks.attrs.get("split", 1) > 1:
@@ -147,8 +147,9 @@ def split_over_cluster(kernel: Kernel, body: Block, k: int, exchange: str = "bar
         out.extend((n, mul, add))
         return coords[:-1] + [add.result]
 
-    pairs = {r1: pair for r1, pair in (variance_pairs(body, width) if moments and exchange == "push" else {}).items()
+    found = {r1: pair for r1, pair in (variance_pairs(body, width) if exchange == "push" else {}).items()
              if r1.operands[0] in plan.wide}
+    pairs = found if moments else {}
     skip = {op for r2, q in pairs.values() for op in (r2, q)}
     from .rewrite import _clone_op
     for op in body.ops:
@@ -200,4 +201,4 @@ def split_over_cluster(kernel: Kernel, body: Block, k: int, exchange: str = "bar
         op.parent = body
     body.ops = out
     blocks.attrs["cluster"] = k
-    return width, part, list(pairs)
+    return width, part, list(found)

@@ -136,12 +136,15 @@ class StreamCols(Pass):
     (the default) -- each CTA stores its partial into every peer's shared memory with ``st.async``
     and waits on one local mbarrier; ``barrier`` -- each CTA stores its own, and two cluster
     barriers surround the remote reads (session 11's form)."""
-    moments: bool = True
+    moments: bool = False
     """Over a split row block (``cluster``, push exchange): a row mean and the sum of squared
     deviations about it (LayerNorm's variance; stream_cluster.variance_pairs) are reduced per CTA
     about the CTA's own slice mean and combined in one ``cluster_moments`` exchange (Chan's
-    formula), so no CTA waits for the cluster's mean before the variance pass; false: two
-    ``cluster_sum`` exchanges, the variance pass after the first."""
+    formula), so no CTA waits for the cluster's mean before the variance pass; false (the
+    default): two ``cluster_sum`` exchanges, the variance pass after the first. Measured on an
+    H200 (session 13, ``...-s13-resln-2-*.json``, share of the copy bandwidth, D = 4096 / 8192):
+    residual + LayerNorm 82 / 83% with it against 83 / 84% without, LayerNorm 80 / 73% against
+    82 / 82%: one exchange fewer does not pay for the combine (then with a division per rank)."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -293,16 +296,23 @@ class StreamCols(Pass):
                    "exchange" if self.exchange == "push" else
                    "each CTA stores its own partial; a cluster barrier before and one after the remote reads "
                    "(ld.shared::cluster)", exchange=self.exchange)
-        if paired:
+        if paired and self.moments:
             names = ", ".join(f"%{r.result.hint or '?'}" for r in paired)
             ctx.decide(f"@{kernel.name}", f"mean and variance in one exchange: row_sum {names} (cluster_moments)",
-                       "moments=true: the sum of squared deviations about a row mean of the same tile is reduced "
+                       "moments=true (the pass option): the sum of squared deviations about a row mean of the same tile is reduced "
                        f"by each CTA about its own slice's mean ({part} columns), and one exchange carries both "
                        "partials, combined in rank order by Chan's formula (m2 = sum of m2_j + n (mean_j - mean)^2): "
                        "no CTA waits for the cluster's mean before the variance pass, one exchange per row block "
                        "instead of two (ncu on residual + LayerNorm at D = 4096, H200, session 13: 8.5% of the "
-                       "stall samples in the two exchange waits; measured in benchmarks/results/"
-                       "2026-11-27-nvidia-h200-s13-resln-*.json)", rows=[r.result.hint for r in paired])
+                       "stall samples in the two exchange waits; not the default: measured no faster, "
+                       "benchmarks/results/2026-11-27-nvidia-h200-s13-resln-2-*.json)",
+                       rows=[r.result.hint for r in paired])
+        elif paired:
+            ctx.decide(f"@{kernel.name}", "mean and variance in two exchanges",
+                       "moments=false (the default): the variance pass waits for the cluster's mean; measured "
+                       "on an H200 (session 13), one cluster_moments exchange instead was no faster for "
+                       "residual + LayerNorm (82 / 83% of the copy against 83 / 84% at D = 4096 / 8192) and "
+                       "slower for LayerNorm (80 / 73% against 82 / 82%)")
         if self.cache == "auto":
             rest = dataclasses.replace(rest, reduce=self.reduce if self.reduce != "auto" else SLICE_REDUCE,
                                        warps=self.warps or SLICE_WARPS)
