@@ -210,9 +210,22 @@ S13B = {  # session 13 (helper resln), call 2: the deferred row block loads alon
 }
 
 
+S13C = {  # session 13 (helper resln), for the lead's next GPU call: onepass (the slice's mean and
+    # variance from one pass about a shift, one exchange) against the default, with the moments form
+    "moments onepass": "moments=true onepass=true",
+    "moments (Chan, three passes)": "moments=true",
+}
+
+
 def rows(which: str = "examples,variants") -> list[dict]:
     """(label, family, source file, constants, pipeline) of every variant measured."""
     out = []
+    if "s13c" in which.split(","):
+        for label, opts in S13C.items():
+            for fam in ("residual_layernorm", "layernorm"):
+                for d in (4096, 8192):
+                    out.append(dict(label=f"{fam} {label}", family=fam, D=d, path=EXAMPLES / f"{fam}.tk",
+                                    constants={"D": d}, pipeline=f"{PORTABLE}{{{opts}}}"))
     if "s13b" in which.split(","):
         for label, (_, opts, ds) in S13B.items():
             for fam in ("residual_layernorm", "layernorm"):
@@ -353,7 +366,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--profile")
     ap.add_argument("--rows", default="examples,others,variants",
-                    help="examples, others, variants, candidates, s11, s11b, s11c, s12, s12b, s13, s13b, softmax-wide, torch, torch-wide "
+                    help="examples, others, variants, candidates, s11, s11b, s11c, s12, s12b, s13, s13b, s13c, softmax-wide, torch, torch-wide "
                          "(comma-separated)")
     a = ap.parse_args(argv)
     todo = [r for r in rows(a.rows) if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]

@@ -178,3 +178,40 @@ def test_split_layernorms_agree_with_torch_on_the_interpreter(name, d, k):
     for i, ref in zip(index, refs):
         assert not torch.isnan(args[i]).any()
         assert ((args[i].double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_onepass_sums_about_a_shift_in_the_same_pass():
+    out, log = run_pass(LN_IR.replace("WIDTH", "4096.0"), "stream-cols{cluster=4 moments=true onepass=true}")
+    check_lines(out, [
+        'load {wait = "deferred"} %X, %i, %rank : st<bf16>[16, 1024]',  # the row block's copies first
+        "%x_first = load %X, %i, %2 : rt<f32>[16, 256]",  # then the first 256 columns of the slice
+        "row_sum %x_first", "%shift = div %",
+        "= for %", "copy_cols %x_row", "%shifted = sub_row %x, %shift", "mul %shifted, %shifted", "yield",
+        '= cluster_moments {count = 1024, exchange = "push"} %sum_part, %m2_part',
+        "for %", "copy_cols %x_row", "%d = sub_row %", "store %Y", "yield"])
+    assert out.count("copy_cols %x_row") == 2 and "cluster_sum" not in out  # two passes, one exchange
+    assert out.index(": rt<f32>[16, 256]") > out.index("st<bf16>[16, 1024]")
+    assert [d.decision for d in log if "onepass" in d.decision] == [
+        "mean and variance from one pass over the slice (onepass)"]
+    out, log = run_pass(LN_IR.replace("WIDTH", "4096.0"), "stream-cols{cluster=4 onepass=true}")
+    assert "shift" not in out and out.count("cluster_sum") == 2  # onepass needs moments
+
+
+F32_LN_IR = LN_IR.replace("%Y: gl<bf16>[R, 4096]", "%Y: gl<f32>[R, 4096]")
+
+
+@pytest.mark.parametrize("pipeline", ["moments=true onepass=true", "moments=true", "moments=false"])
+@pytest.mark.parametrize("mean", [0.0, 1000.0])
+def test_the_variance_forms_agree_with_float64_on_the_interpreter(pipeline, mean):
+    """An f32 output, so that the variance's own error shows: rows of mean 1000 and spread 1
+    would lose it in E[x^2] - mean^2 (the shift keeps it)."""
+    kernel = tkjit.compile(F32_LN_IR.replace("WIDTH", "4096.0"), filename="ln.tkir",
+                           pipeline=f"canonicalize,stream-cols{{cluster=4 {pipeline}}}")
+    torch.manual_seed(1)
+    x = (mean + torch.randn(21, 4096)).bfloat16()
+    y = torch.full((21, 4096), float("nan"))
+    kernel(x, y)
+    xd = x.double()
+    d = xd - xd.mean(-1, keepdim=True)
+    want = d * torch.rsqrt((d * d).mean(-1, keepdim=True))
+    assert ((y.double() - want).norm() / want.norm()).item() < 1e-5

@@ -43,7 +43,7 @@ from ..ir.ops.cluster import EXCHANGES
 from ..ir.types import MAX_REGISTER_TILE_BYTES, TileType, register_tile_problem
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
-from .stream_cluster import MAX_CLUSTER, SLICE_REDUCE, SLICE_WARPS, cluster_for, split_over_cluster
+from .stream_cluster import MAX_CLUSTER, SHIFT_COLS, SLICE_REDUCE, SLICE_WARPS, cluster_for, split_over_cluster
 from .stream_cache import (AUTO_CACHE_BYTES, AUTO_REREAD_STAGES, AUTO_REREAD_WARPS, CACHE_BYTES,  # noqa: F401
                            CACHED_CHUNK_BYTES, cache_plan)
 from .stream_plan import (CHUNK_BYTES, NotStreamable, StreamPlan, _chunk_width, block_body,  # noqa: F401
@@ -145,6 +145,13 @@ class StreamCols(Pass):
     H200 (session 13, ``...-s13-resln-2-*.json``, share of the copy bandwidth, D = 4096 / 8192):
     residual + LayerNorm 82 / 83% with it against 83 / 84% without, LayerNorm 80 / 73% against
     82 / 82%: one exchange fewer does not pay for the combine (then with a division per rank)."""
+    onepass: bool = False
+    """With ``moments``: each CTA takes its slice's row sums and squared deviations in one pass,
+    about a shift (the mean of the slice's first 256 columns, loaded on their own before the pass;
+    stream_cluster.split_over_cluster), so the mean and the variance need one pass and one exchange
+    instead of two each. Not measured yet (session 13 had no GPU call left); the candidate that
+    took the variance as E[h^2] - mean^2 in one pass ran residual + LayerNorm at 86 / 87% of the
+    copy against 81 / 83% (``...-s13-resln-1.json``)."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -279,7 +286,7 @@ class StreamCols(Pass):
                 ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
             return rest.run(kernel, ctx)
         try:
-            width, part, paired = split_over_cluster(kernel, body, k, self.exchange, self.moments)
+            width, part, paired = split_over_cluster(kernel, body, k, self.exchange, self.moments, self.onepass)
         except NotStreamable as e:
             where = f" ({e.op.NAME} at {e.op.span.location()})" if e.op is not None and e.op.span else ""
             ctx.decide(f"@{kernel.name}", "not split over a cluster", e.why + where)
@@ -307,6 +314,12 @@ class StreamCols(Pass):
                        "stall samples in the two exchange waits; not the default: measured no faster, "
                        "benchmarks/results/2026-11-27-nvidia-h200-s13-resln-2-*.json)",
                        rows=[r.result.hint for r in paired])
+            if self.onepass and part % SHIFT_COLS == 0 and part > SHIFT_COLS:
+                ctx.decide(f"@{kernel.name}", "mean and variance from one pass over the slice (onepass)",
+                           f"onepass=true (the pass option): each CTA sums t - K and (t - K)^2 in the same pass, K "
+                           f"the mean of its slice's first {SHIFT_COLS} columns (loaded on their own, after the "
+                           "row blocks' copies are issued); its slice's m2 = sum (t-K)^2 - (sum (t-K))^2 / n, "
+                           "then cluster_moments: two passes over the slice instead of three; not measured yet")
         elif paired:
             ctx.decide(f"@{kernel.name}", "mean and variance in two exchanges",
                        "moments=false (the default): the variance pass waits for the cluster's mean; measured "
