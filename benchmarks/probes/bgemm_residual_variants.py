@@ -7,7 +7,10 @@ input sets, in 15 interleaved batches of 12 launches (CUDA events). From the rep
 
 Variants: base (the probe as written, the schedule the passes choose), base_coop
 (warp-spec{mode=cooperative}), base_bn256 (BN = 256), bf16 (the residual declared rt<bf16> and
-widened with cvt<f32> at its use), nores (no residual add), plain (C = A·Bᵀ only).
+widened with cvt<f32> at its use), nores (no residual add), plain (C = A·Bᵀ only), shared (the
+residual loaded as a shared tile after the loop and read into registers), shared_general (the same
+under lowering='general': persistent, two slots), shared_early_general (its load written before
+the loop).
 """
 import json
 import statistics
@@ -30,6 +33,11 @@ VARIANTS = {
     "nores": (BASE.replace(LOAD, "").replace(" + r)", ")"), {}),
     "plain": (BASE.replace(LOAD, "").replace("cvt<bf16>(silu(acc * alpha) + r)", "cvt<bf16>(acc)"), {}),
 }
+SHARED = BASE.replace(LOAD, "    rs: st<bf16>[BM, BN] = R.tile(g, m, n)\n    r: rt<f32>[BM, BN] = rs\n")
+VARIANTS["shared"] = (SHARED, {})
+VARIANTS["shared_general"] = (SHARED, {"lowering": "general"})
+VARIANTS["shared_early_general"] = (SHARED.replace("    for k in k0", "    rs: st<bf16>[BM, BN] = R.tile(g, m, n)\n    for k in k0", 1)
+                                    .replace("    rs: st<bf16>[BM, BN] = R.tile(g, m, n)\n    r: rt", "    r: rt"), {"lowering": "general"})
 
 
 def expected(name, a, b, r, alpha, k0):

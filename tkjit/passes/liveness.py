@@ -50,17 +50,21 @@ def fragment_registers(t: Type, consumers: int) -> int:
 
 def held_packed(op: Op, users: list[Op]) -> bool:
     """Whether the general lowering holds ``op``'s result as 16-bit pairs: an f32 register tile
-    loaded from a bf16/f16 tensor, or widened by ``cvt<f32>`` from a bf16/f16 register tile, whose
+    loaded from a bf16/f16 tensor, read from a bf16/f16 shared tile, or widened by ``cvt<f32>``
+    from a bf16/f16 register tile, whose
     every reader reads it element by element
     (maps, arithmetic, broadcasts, cvt, stores) -- half the registers, unpacked at each use (exact:
     a bf16/f16 value is an f32 one). One rule for the estimate and the emitter
-    (codegen/hopper/lower_fragments: emit_load, emit_widen)."""
+    (codegen/hopper/lower_fragments: emit_load, emit_widen; lower_tile_read)."""
     from ..ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt, Store
-    if not isinstance(op, (Load, Cvt)) or not op.results:
+    from ..ir.ops import Copy
+    if not isinstance(op, (Load, Cvt, Copy)) or not op.results:
         return False
     t, g = op.result.type, op.operands[0].type
     if isinstance(op, Load):
         narrow = isinstance(g, GlobalType) and g.dtype in (BF16, F16)
+    elif isinstance(op, Copy):   # a 16-bit shared tile read into registers (lower_tile_read)
+        narrow = isinstance(g, TileType) and g.space == "st" and g.dtype in (BF16, F16)
     else:   # cvt<f32> of a 16-bit register tile: exact, so the tile itself can stand for it
         narrow = isinstance(g, TileType) and g.space == "rt" and g.dtype in (BF16, F16)
     return (isinstance(t, TileType) and t.space == "rt" and t.dtype == F32 and narrow and bool(users)

@@ -7,13 +7,13 @@ mma.sync: products are wgmma steps of the protocol)."""
 from __future__ import annotations
 
 from ...errors import NotAvailableError
-from ...ir.ops import MMA_OPS, Cvt, Load, Store
+from ...ir.ops import MMA_OPS, Copy, Cvt, Load, Store
 from ...passes.liveness import held_packed
 from ...passes.sync_protocol import HoldStore
 from ...ir.types import BF16, F16, F32, TileType
 from ..emit_control import fresh
 from ..emit_elementwise import emit_cvt
-from ..emit_memory import emit_load as rt_emit_load, emit_store as rt_emit_store
+from ..emit_memory import emit_copy, emit_load as rt_emit_load, emit_store as rt_emit_store
 from ..table import EmitterTable
 from ..values import RegTile
 
@@ -234,16 +234,24 @@ def emit_widen(ctx, op) -> list[str]:
     return emit_cvt(ctx, op)
 
 
+def emit_copy_tile(ctx, op) -> list[str]:
+    """A shared tile read into registers (``lower_tile_read``); any other copy is the
+    register-tile backend's."""
+    from .lower_tile_read import emit_tile_read, is_tile_read
+    return emit_tile_read(ctx, op) if is_tile_read(op) else emit_copy(ctx, op)
+
+
 def consumer_table() -> EmitterTable:
     from .lower_producer import scalar_table
     table = scalar_table(EmitterTable())
     table.entries[(Store, "memory")] = emit_store
     table.entries[(Load, "memory")] = emit_load
     table.entries[(Cvt, "register")] = emit_widen
+    table.entries[(Copy, "memory")] = emit_copy_tile
     for cls in MMA_OPS:
         table.entries.pop((cls, "register"), None)
     return table
 
 
 
-__all__ = ["emit_store", "emit_load", "emit_widen", "consumer_table", "PACK"]
+__all__ = ["emit_store", "emit_load", "emit_widen", "emit_copy_tile", "consumer_table", "PACK"]
