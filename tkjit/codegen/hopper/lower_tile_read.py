@@ -21,7 +21,7 @@ no step of its own.
 from __future__ import annotations
 
 from ...errors import NotAvailableError
-from ...ir.ops import Copy, Load
+from ...ir.ops import Copy, For, Load
 from ...ir.types import BF16, F16, F32, TileType
 from ...passes.hopper import is_shared, swizzle_bytes
 from ...passes.liveness import held_packed
@@ -42,6 +42,12 @@ def tile_read_refusal(op: Copy):
     if not isinstance(op.operands[0].owner, Load):
         return Refusal(op, "a shared tile read into registers must be one the producer loads "
                            "(a tile loaded in the block body)")
+    if isinstance(getattr(op.operands[0].owner.parent, "parent", None), For):
+        # the mbarrier pass counts the read as one of the trip's ring readers, but the consumers'
+        # walk anchors ring reads at matrix products only (it crashed with StopIteration)
+        return Refusal(op, "a tile a loop streams through its ring is read into registers only by "
+                           "matrix products here; load the register tile from its tensor instead "
+                           "(x: rt<..> = X.tile(...))")
     if src.dtype not in (BF16, F16):
         return Refusal(op, f"a {src.dtype} shared tile read into registers: 16-bit tiles only")
     if not (isinstance(dst, TileType) and dst.space == "rt") or dst.dtype not in (src.dtype, F32):
