@@ -498,6 +498,26 @@ kernel ssd_copy<D = 64, C = 64>(
 the general lowering does not copy shared tiles into registers yet (docs/hopper-codegen.md, "Not
 yet"); require_hopper names the copy."""
 
+RMS_LINEAR = """
+# RMSNorm fused into the linear layer that follows it: y = rmsnorm(x) W = diag(1/rms(x)) (x W'), W' = g∘W
+kernel rms_linear<BM = 128, BN = 128, BK = 64>(X: gl<bf16>[M, K], W: gl<bf16>[K, N], Y: gl<bf16>[M, N], eps: f32) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    ss: cv<f32>[BM] = zeros()
+    for k in 0 .. K / BK {
+      x: st<bf16>[BM, BK] = X.tile(m, k)
+      w: st<bf16>[BK, BN] = W.tile(k, n)
+      xr: rt<f32>[BM, BK] = X.tile(m, k)
+      ss = ss + row_sum(xr * xr)
+      acc = mma_AB(x, w, acc)
+    }
+    Y.tile(m, n) = cvt<bf16>(mul_row(acc, rsqrt(ss / K + eps)))
+  }
+}
+"""
+"""A fused norm in a GEMM: the rows' sum of squares carried through the K loop (the register copy
+of each A tile loaded from the tensor: a ring tile is not read into registers, see ssd_copy)."""
+
 
 def _mk(m, n, k):
     return {"M": m, "N": n, "K": k}
@@ -728,6 +748,12 @@ CASES = [
     Case("ssd", SSD, _ssd_inputs, _ssd_ref, (5,),
          [{"B": 2, "H": 8, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
     Case("ssd_copy", SSD_COPY, _ssd_inputs, _ssd_ref, (5,), [], {"B": 1, "H": 2, "N": 200}),
+    Case("rms_linear", RMS_LINEAR,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _nan(s["M"], s["N"], device=d), 1e-5],
+         lambda a: [(a[0].float() @ a[1].float())
+                    * torch.rsqrt((a[0].float() ** 2).mean(1, keepdim=True) + 1e-5)], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 260, 200)),
 ]
 
 BY_NAME = {c.name: c for c in CASES}
