@@ -33,7 +33,8 @@ def _recorded(name: str, k: int, d: int = 8192, moments: bool = False) -> tuple[
     emit_cluster.check_push_protocol = spy
     try:
         kernel = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d},
-                            pipeline=f"canonicalize,stream-cols{{cluster={k} moments={str(moments).lower()}}}")
+                            pipeline=f"canonicalize,stream-cols{{cluster={k} moments={str(moments).lower()}"
+                                     f"{'' if moments else ' variance=two'}}}")
         kernel.asm["ptx"]
     finally:
         emit_cluster.check_push_protocol = real
