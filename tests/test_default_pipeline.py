@@ -216,12 +216,13 @@ def test_crashes_and_invalid_ir_are_still_errors(test_passes):
 
 def test_the_fallback_warning_names_the_pass_that_declined_the_schedule():
     """A GEMM whose tiles do not fit the registers falls to mma.sync: the warning says which pass
-    declined and why (with the kernel's line), not only that the schedule is missing."""
+    declined and why (with the kernel's line), not only that the schedule is missing. The residual
+    is an f32 tensor: a bf16 one is held packed (liveness.held_packed) and now fits."""
     import warnings
 
     import tkjit
     source = """
-kernel big(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
+kernel big(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<f32>[M, N], C: gl<bf16>[M, N]) {
   for (m, n) in blocks(M / 128, N / 256) {
     acc: rt<f32>[128, 256] = zeros()
     for k in 0 .. K / 64 {
