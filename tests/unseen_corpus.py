@@ -518,6 +518,80 @@ kernel rms_linear<BM = 128, BN = 128, BK = 64>(X: gl<bf16>[M, K], W: gl<bf16>[K,
 """A fused norm in a GEMM: the rows' sum of squares carried through the K loop (the register copy
 of each A tile loaded from the tensor: a ring tile is not read into registers, see ssd_copy)."""
 
+ATTN_DOC = """
+@consumers(2)
+kernel attn_doc<D = 128, BKV = 128, BQ = 128>(
+    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D],
+    QD: gl<f32>[B, N], O: gl<bf16>[B, H, N, D], scale: f32) {
+  for (b, h, i) in blocks(B, H, N / BQ) {
+    q: st<bf16>[BQ, D] = Q.tile(b, h, i, 0)
+    o: rt<f32>[BQ, D] = zeros()
+    mx: cv<f32>[BQ] = fill(-inf)
+    l: cv<f32>[BQ] = zeros()
+    qdoc: cv<f32>[BQ] = QD.tile(b, i)
+    zt: rt<f32>[BQ, BKV] = zeros()
+    for j in 0 .. N / BKV {
+      k: st<bf16>[BKV, D] = K.tile(b, h, j, 0)
+      v: st<bf16>[BKV, D] = V.tile(b, h, j, 0)
+      kdoc: rv<f32>[BKV] = QD.tile(b, j)
+      s = mma_ABt(q, k) * (scale * LOG2E)
+      s = select(add_col(zt, kdoc) != add_row(zt, qdoc), -1e30, s)   # finite: a block may mask a whole row
+      mx_new = max(mx, row_max(s))
+      p = exp2(sub_row(s, mx_new))
+      alpha = exp2(mx - mx_new)
+      l = l * alpha + row_sum(p)
+      o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))
+      mx = mx_new
+    }
+    O.tile(b, h, i, 0) = cvt<bf16>(div_row(o, l))
+  }
+}
+"""
+"""The document mask of docs/language.md ("Masks from indices"): a query sees the keys of its own
+document, the ids a vector per row (cv) and per column (rv) of one [B, N] tensor."""
+
+ATTN_QREG = """
+@consumers(2)
+kernel attn_qreg<D = 64, BKV = 128, BQ = 128>(
+    Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D],
+    O: gl<bf16>[B, H, N, D], scale: f32) {
+  for (b, h, i) in blocks(B, H, N / BQ) {
+    qf: rt<f32>[BQ, D] = Q.tile(b, h, i, 0)
+    q = cvt<bf16>(qf * (scale * LOG2E))
+    o: rt<f32>[BQ, D] = zeros()
+    mx: cv<f32>[BQ] = fill(-inf)
+    l: cv<f32>[BQ] = zeros()
+    for j in 0 .. N / BKV {
+      k: st<bf16>[BKV, D] = K.tile(b, h, j, 0)
+      v: st<bf16>[BKV, D] = V.tile(b, h, j, 0)
+      s = mma_ABt(q, k)
+      mx_new = max(mx, row_max(s))
+      p = exp2(sub_row(s, mx_new))
+      alpha = exp2(mx - mx_new)
+      l = l * alpha + row_sum(p)
+      o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))
+      mx = mx_new
+    }
+    O.tile(b, h, i, 0) = cvt<bf16>(div_row(o, l))
+  }
+}
+"""
+"""Q scaled in registers once per tile and used as wgmma's A operand from registers (RS)."""
+
+GEMM_CLAMP = """
+kernel gemm_clamp<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<bf16>[M, N], lo: f32, hi: f32) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(min(max(acc, lo), hi))
+  }
+}
+"""
+
 
 def _mk(m, n, k):
     return {"M": m, "N": n, "K": k}
@@ -626,6 +700,20 @@ def _f32out_inputs(s, d):
 def _f32out_ref(a):
     q, k, v = (t.float() for t in a[:3])
     return [torch.softmax(q @ k.transpose(-1, -2) * a[4], dim=-1) @ v]
+
+
+def _doc_inputs(s, d):
+    b, h, n = s["B"], s["H"], s["N"]
+    ids = torch.sort(torch.randint(0, 5, (b, n), device=d), dim=1).values.float()
+    return [*(_randn(b, h, n, 128, device=d) for _ in range(3)), ids, _nan(b, h, n, 128, device=d), 0.088]
+
+
+def _doc_ref(a):
+    q, k, v = (t.float() for t in a[:3])
+    ids = a[3]
+    s = q @ k.transpose(-1, -2) * a[5]
+    s = s.masked_fill((ids[:, None, :, None] != ids[:, None, None, :]), float("-inf"))
+    return [torch.softmax(s, dim=-1) @ v]
 
 
 def _attn_shape(b, h, nq, nk, d):
@@ -754,6 +842,16 @@ CASES = [
          lambda a: [(a[0].float() @ a[1].float())
                     * torch.rsqrt((a[0].float() ** 2).mean(1, keepdim=True) + 1e-5)], (2,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 260, 200)),
+    Case("attn_doc", ATTN_DOC, _doc_inputs, _doc_ref, (4,),
+         [{"B": 2, "H": 4, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
+    Case("attn_qreg", ATTN_QREG,
+         lambda s, d: [*(_randn(s["B"], s["H"], s["N"], 64, device=d) for _ in range(3)),
+                       _nan(s["B"], s["H"], s["N"], 64, device=d), 0.125],
+         _f32out_ref, (3,), [{"B": 2, "H": 4, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
+    Case("gemm_clamp", GEMM_CLAMP,
+         lambda s, d: _gemm_inputs(s, d) + [-20.0, 30.0],
+         lambda a: [(a[0].float() @ a[1].float()).clamp(-20.0, 30.0)], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
 ]
 
 BY_NAME = {c.name: c for c in CASES}
