@@ -592,6 +592,21 @@ kernel gemm_clamp<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K,
 }
 """
 
+BMM5 = """
+kernel bmm5<BM = 128, BN = 128, BK = 64>(A: gl<bf16>[B, H, G, M, K], W: gl<bf16>[B, H, G, K, N], C: gl<bf16>[B, H, G, M, N]) {
+  for (b, h, g, m, n) in blocks(B, H, G, M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(b, h, g, m, k)
+      w: st<bf16>[BK, BN] = W.tile(b, h, g, k, n)
+      acc = mma_AB(a, w, acc)
+    }
+    C.tile(b, h, g, m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+"""Five block counts: the leading three are one grid axis."""
+
 
 def _mk(m, n, k):
     return {"M": m, "N": n, "K": k}
@@ -852,6 +867,14 @@ CASES = [
          lambda s, d: _gemm_inputs(s, d) + [-20.0, 30.0],
          lambda a: [(a[0].float() @ a[1].float()).clamp(-20.0, 30.0)], (2,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("bmm5", BMM5,
+         lambda s, d: [_randn(s["B"], s["H"], s["G"], s["M"], s["K"], device=d),
+                       _randn(s["B"], s["H"], s["G"], s["K"], s["N"], device=d),
+                       _nan(s["B"], s["H"], s["G"], s["M"], s["N"], device=d)],
+         lambda a: [a[0].float() @ a[1].float()], (2,),
+         [{"B": 2, "H": 2, "G": 3, "M": 512, "N": 512, "K": 512},
+          {"B": 1, "H": 2, "G": 3, "M": 200, "N": 136, "K": 136}],
+         {"B": 2, "H": 2, "G": 3, "M": 200, "N": 150, "K": 136}),
 ]
 
 BY_NAME = {c.name: c for c in CASES}
