@@ -242,3 +242,56 @@ def test_other_kernels_with_one_shot_tiles_run_their_slots_as_the_interpreter(na
     mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     run_roles(k.ir, mine, seed=1, ctas=2)
     assert all(torch.equal(mine[i].float().nan_to_num(7.0), ref[i].float().nan_to_num(7.0)) for i in idx)
+
+
+
+def test_early_release_is_the_default_over_tiles_of_equal_work():
+    """Under ``general`` the mbarrier pass releases a persistent tile's one-slot Q right after its
+    last product where the tiles do equal work (D = 128: 0.94-1.02 -> 1.02-1.04 of the template);
+    with the launch-time grid (causal, by_trips: one tile a CTA past 8 trips, where early measured
+    slower) and under ``release=end`` it stays to the tile's end; ``release=early`` asks for it
+    there too; two slots are released at the end as before; a tile something other than a
+    product reads stays to the end of the tile."""
+    k = _general(128)
+    assert "ring q: released right after the last product reading it" in str(k.explain())
+    assert k.protocol.index("release: arrive empty[q.s]") < k.protocol.index("epilogue of O")
+    end = _general(128, pipeline=DEFAULT_PIPELINE.replace("mbarrier", "mbarrier{release=end}"))
+    assert end.protocol.index("release: arrive empty[q.s]") > end.protocol.index("epilogue of O")
+    causal = _general(128, causal=True)
+    assert "ring q: released at the end of the tile\n      because the launch picks the grid (by_trips)" \
+        in str(causal.explain())
+    assert causal.protocol.index("release: arrive empty[q.s]") > causal.protocol.index("epilogue of O")
+    early = _general(128, causal=True, pipeline=DEFAULT_PIPELINE.replace("mbarrier", "mbarrier{release=early}"))
+    assert early.protocol.index("release: arrive empty[q.s]") < early.protocol.index("epilogue of O")
+    assert "released right after" not in str(_general(64).explain())  # two slots
+    from general_corpus import CASES
+    case = next(c for c in CASES if c.name == "residual_shared")  # the residual is read by a copy
+    one = tkjit.compile(case.source, constants=case.constants, lowering="general", cache=False,
+                        pipeline=DEFAULT_PIPELINE.replace("pipeline,", "pipeline{slots=1},"))
+    assert "ring rs: released at the end of the tile" in str(one.explain())
+
+
+def test_stores_from_registers_instead_of_a_staging_that_costs_a_stage():
+    """``pipeline{staging=drop}`` (off: measured slower on both D): causal D = 128 (128-key
+    blocks) stores O from registers and the K/V ring takes the third stage the staging cost it
+    beside Q in a persistent loop; by default O is staged and the ring keeps 2. The roles
+    interpreter runs the unstaged schedule (two CTAs, persistent walk) bit for bit as the
+    interpreter."""
+    drop = DEFAULT_PIPELINE.replace("pipeline,", "pipeline{staging=drop},")
+    k = _general(128, causal=True, pipeline=drop)
+    log = str(k.explain())
+    assert "from registers: no staging tile" in log and "3 stage(s) of 65,536 B" in log
+    assert "stmatrix" not in k.asm["ptx"] and "epilogue of O" not in k.protocol
+    keep = _general(128, causal=True)
+    assert "2 stage(s) of 65,536 B" in str(keep.explain()) and "epilogue of O" in keep.protocol
+    assert "epilogue of O" in _general(128, pipeline=drop).protocol  # 176-key blocks: no stage to gain
+    torch.manual_seed(2)
+    b, h, n, d = 1, 2, 700, 128
+    qq, kk, v = (torch.randn(b, x, n, d).bfloat16() for x in (h, 1, 1))
+    args = [qq, kk, v, torch.full((b, h, n, d), float("nan")).bfloat16(), torch.full((b, h, n), float("nan")),
+            d ** -0.5]
+    ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    k(*ref)
+    mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    run_roles(k.ir, mine, seed=0, ctas=2)
+    assert all(torch.equal(mine[i].float().nan_to_num(7.0), ref[i].float().nan_to_num(7.0)) for i in (3, 4))

@@ -4,8 +4,11 @@ ring keeps 3 stages -- D = 64 --, the launch-time grid ``by_trips`` for causal k
 same kernel one CTA per tile (``grid{schedule=grid}``, the schedule before) and against float64
 torch. O and L must be bit-identical to the one-CTA-per-tile kernel (only the schedule differs):
 many tiles per CTA (the slots wrap several times), ragged N, N below one tile, two query heads
-over one key/value head, outputs NaN-poisoned. Also with one slot (``pipeline{slots=1}``) and
-with a one-slot Q released early (``mbarrier{release=early}``)."""
+over one key/value head, outputs NaN-poisoned. The default releases a one-slot Q right after
+the loop where the tiles do equal work (D = 128 non-causal); also with one slot
+(``pipeline{slots=1}``), with Q released at the end of the tile (``mbarrier{release=end}``), early
+in the causal kernels too (``mbarrier{release=early}``) and with O stored from registers wherever
+that gives the ring a stage (``pipeline{staging=drop}``, off by default)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,9 +23,9 @@ pytestmark = pytest.mark.gpu
 SOURCE = (Path(__file__).resolve().parents[2] / "examples" / "attention.tk").read_text()
 GRID = DEFAULT_PIPELINE.replace("grid,", "grid{schedule=grid},")
 ONE_SLOT = DEFAULT_PIPELINE.replace("pipeline,", "pipeline{slots=1},")
+END = DEFAULT_PIPELINE.replace("mbarrier", "mbarrier{release=end}")
 EARLY = DEFAULT_PIPELINE.replace("mbarrier", "mbarrier{release=early}")
-"""A one-slot Q released right after the loop (not yet run on a GPU when written; D = 64 has two
-slots, so only D = 128 changes)."""
+DROP = DEFAULT_PIPELINE.replace("pipeline,", "pipeline{staging=drop},")
 
 
 def _exact(q, k, v, scale, causal):
@@ -54,7 +57,8 @@ def _run(kernel, q, k, v, scale):
     return o, lse
 
 
-@pytest.mark.parametrize("pipeline", [None, ONE_SLOT, EARLY], ids=["default", "one-slot", "early-release"])
+@pytest.mark.parametrize("pipeline", [None, ONE_SLOT, END, EARLY, DROP],
+                         ids=["default", "one-slot", "release-end", "release-early", "staging-drop"])
 @pytest.mark.parametrize("b,n", [(8, 1024), (2, 8155), (3, 1000), (2, 50), (4, 2 * 192 + 7)])
 @pytest.mark.parametrize("d,causal", [(128, False), (128, True), (64, False), (64, True)])
 def test_overlapped_tiles_equal_one_tile_per_cta(pipeline, b, n, d, causal):

@@ -209,6 +209,9 @@ class Epilogue(Pass):
     @staticmethod
     def registers_because(kernel: Kernel, op: Store, cols: int, ctx: PassContext) -> str:
         """Why ``op`` is stored from registers ('' when it is staged)."""
+        if op.attrs.get("unstaged"):
+            return ("the pipeline pass planned no staging for it: in this persistent loop the "
+                    "staging would cost a ring loop a stage")
         if not cols:
             return ("no staging smem-plan planned for it fits: it needs a 16-bit tensor, whole "
                     "64-column panels and rows in 64-row slabs of every consumer")

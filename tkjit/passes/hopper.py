@@ -231,7 +231,7 @@ def stores_of_register_tiles(kernel: Kernel) -> list[Store]:
     """Stores of 2-D register tiles: the epilogues that stage through shared memory."""
     return [op for op in walk_block(block_loop(kernel).regions[0])
             if isinstance(op, Store) and isinstance(op.operands[1].type, TileType)
-            and op.operands[1].type.space == "rt"]
+            and op.operands[1].type.space == "rt" and not op.attrs.get("unstaged")]
 
 
 def shared_copies(kernel: Kernel) -> list[Copy]:

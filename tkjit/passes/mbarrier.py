@@ -58,6 +58,8 @@ class _Builder:
         self.reused: list[Store] = []  # stores whose staging goes over a ring, in item order
         self.extent: dict[str, tuple[int, int]] = {}  # ring -> shared bytes [start, end)
         self.names: set[str] = set()
+        self.early: tuple[str, ...] = ()  # one-shot rings released after their last product
+        self.kept_to_end: list[str] = []  # one-slot one-shot tiles something but a product reads
         self.split_k = int(block_loop(kernel).attrs.get("split", 1) or 1)
         """Split-K: CTAs (a cluster) sharing each tile's reduction loop (the block loop's ``split``)."""
         self.split_loop: For | None = None
@@ -129,8 +131,7 @@ class _Builder:
         self.stream_k_units(blocks)
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
-        early = tuple(r.name for r in self.rings if r.one_shot and r.stages == 1) \
-            if persistent and self.kernel.attrs.get("early_release") else ()
+        early = self.early = self.early_rings() if persistent else ()
         proto = standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
                                   tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas,
                                   early=early)
@@ -182,6 +183,24 @@ class _Builder:
         self.store_of[name] = op
         return StoreItem(name, staging_rounds(op.operands[1].type.cols, op.attrs["epilogue_cols"]),
                          deferred=op.attrs["epilogue"] == "deferred")
+
+    def early_rings(self) -> tuple[str, ...]:
+        """The one-slot tiles loaded once per tile released right after the last product reading
+        them (``release`` early or auto): those no op but a product reads, so nothing reads them
+        after the last product (auto and early alike; ``release=end``: none)."""
+        if not self.kernel.attrs.get("early_release"):
+            return ()
+        out = []
+        for value, name in self.ring_of.items():
+            ring = next(r for r in self.rings if r.name == name)
+            if not ring.one_shot or ring.stages != 1:
+                continue
+            readers = [op for op in self.kernel.walk() if value in op.operands]
+            if readers and all(isinstance(op, MMA_OPS) for op in readers):
+                out.append(name)
+            else:
+                self.kept_to_end.append(name)
+        return tuple(out)
 
     def one_shot(self, op: Load) -> None:
         name = self.unique(op.result.hint, "tile")
@@ -480,16 +499,21 @@ class Mbarrier(Pass):
     run, ratio to the template): 0.79-0.87x split, 0.71-0.75x with one ring and level 1
     (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-3-split.json``)."""
 
-    release: str = "end"
-    """When a persistent tile's one-slot tiles loaded once per tile are released: end (of the
-    tile) or early (right after the last product reading them: the producer loads the next
-    tile's copy under this tile's epilogue; not measured yet, so off by default)."""
+    release: str = "auto"
+    """When a persistent tile's one-slot tiles loaded once per tile are released: early (right
+    after the last product reading them, where only products read them: the producer loads the
+    next tile's copy under this tile's epilogue), end (of the tile), or auto (early under
+    ``lowering='general'`` where the tiles do equal work, end where the launch picks the grid
+    (``by_trips``: measured slower there) and under other lowerings (``hopper.tile_overlap_options``:
+    while the attention template exists every kernel's PTX under ``auto`` stays as measured))."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
-        if self.release not in ("end", "early"):
-            raise PassError(f"mbarrier: release must be end or early, got '{self.release}'")
-        if self.release == "early":
-            kernel.attrs["early_release"] = True
+        if self.release not in ("auto", "end", "early"):
+            raise PassError(f"mbarrier: release must be auto, end or early, got '{self.release}'")
+        from .hopper import tile_overlap_options
+        by_trips = "by_trips" in block_loop(kernel).attrs  # the launch may give a CTA one tile
+        if self.release == "early" or (self.release == "auto" and tile_overlap_options(ctx) and not by_trips):
+            kernel.attrs["early_release"] = True  # auto: under lowering=general, as the slots
         if self.check not in CHECKS:
             raise PassError(f"mbarrier: check must be {', '.join(CHECKS)}, got '{self.check}'")
         if self.overlap not in ("auto", "off"):
@@ -514,6 +538,27 @@ class Mbarrier(Pass):
                            f"{proto.ring(ring).stages} stages one shared ring would refill half a trip "
                            f"ahead; its full/empty barriers at bytes {at:,} .. {end - 1:,}, after "
                            f"smem-plan's map (the kernel's shared memory: {end:,} B)")
+        for name in (r.name for r in proto.rings if r.one_shot and proto.persistent and r.stages == 1):
+            if name in builder.early:
+                ctx.decide(f"ring {name}", "released right after the last product reading it",
+                           "mbarrier{release=early}" if self.release == "early" else
+                           "a one-slot tile loaded once per tile in a persistent loop over tiles of "
+                           "equal work that only products read: once they drained (wait_group 0) "
+                           "nothing reads it, so the producer loads the next tile's copy under this "
+                           "tile's epilogue (measured, H200, 2026-11-27, examples/attention.tk D = 128 "
+                           "against its template, same run, N = 1k..16k: at the end of the tile "
+                           "0.94/0.98/1.00/1.01/1.02, early 1.02/1.03/1.03/1.03/1.04; option "
+                           "release=end keeps it to the tile's end)")
+            elif name in builder.kept_to_end:
+                ctx.decide(f"ring {name}", "released at the end of the tile",
+                           "something other than a product reads it, possibly after the last product")
+            elif by_trips and self.release == "auto" and tile_overlap_options(ctx):
+                ctx.decide(f"ring {name}", "released at the end of the tile",
+                           "the launch picks the grid (by_trips): past the trip bound each CTA runs "
+                           "one tile and there is no next copy to load early (measured, H200, "
+                           "2026-11-27, causal examples/attention.tk D = 128 against its template, "
+                           "same run, N = 1k..16k: early 1.10/1.00/0.98/0.94/0.98, at the end "
+                           "1.04/1.03/1.00/0.96/1.01; option release=early)")
         for loop in builder.level2:
             ctx.decide(f"loop at {_where(loop)}", "level 2: the second product runs one trip behind",
                        "the trip's second product reads registers made from the first's result and "
@@ -531,7 +576,7 @@ class Mbarrier(Pass):
                        f"the own-trips pass marked it, but the protocol has no per-consumer trips with {why}")
         for ring in proto.rings:
             ctx.decide(f"ring {ring.name}" + (f" ({ring.where})" if ring.where else ""),
-                       _ring_decision(ring), _ring_reason(ring, proto), stages=ring.stages,
+                       _ring_decision(ring), _ring_reason(ring, proto, builder.early), stages=ring.stages,
                        expect_tx=ring.expect_tx, empty_arrivals=ring.empty_arrivals)
         for item in (i for i in builder.items if isinstance(i, StagingReuse)):
             ctx.decide(f"epilogue over ring {', '.join(item.rings)}", "consumers meet on a named "
@@ -609,7 +654,7 @@ def _ring_decision(ring: Ring) -> str:
             f"empty[s] count {empty}")
 
 
-def _ring_reason(ring: Ring, proto: Protocol) -> str:
+def _ring_reason(ring: Ring, proto: Protocol, early: tuple[str, ...] = ()) -> str:
     loads = " + ".join(f"{ld.name} {nbytes(ld.nbytes)}" for ld in ring.loads)
     arm = (f"the producer's one arrive.expect_tx arms full with the bytes its TMA loads "
            f"complete ({loads}); each of the {proto.consumers} consumer warpgroups arrives on "
@@ -623,8 +668,9 @@ def _ring_reason(ring: Ring, proto: Protocol) -> str:
                 "parity ph^1) while the consumers read this one's, so the next tile's copy lands "
                 "under this tile's work; ph flips when s wraps to 0 and carries on from tile to tile")
     if ring.one_shot:
-        return (f"loaded once per tile: {arm}, at the end of the tile; the phase bit flips "
-                "every tile")
+        when = ("right after the last product reading it drained" if ring.name in early
+                else "at the end of the tile")
+        return f"loaded once per tile: {arm}, {when}; the phase bit flips every tile"
     return (f"{arm} (wait_group 1 after the next trip's wgmma retires the older ones); the "
             "producer waits on empty[s] with parity ph^1 (a fresh barrier's preceding phase "
             "counts as complete), consumers on full[s] with ph; ph flips when s wraps to 0 and "

@@ -54,7 +54,18 @@ class PipelineStages(Pass):
     """Slots of each tile loaded once per tile in a persistent block loop: 0 decide (two where
     every ring keeps SLOT_MIN_STAGES stages), 1 one, 2 two where the rings keep theirs."""
 
+    staging: str = "keep"
+    """Register-tile stores of a persistent block loop: keep (staged where the staging fits) or
+    drop (from registers, no staging planned, wherever that gives a ring loop a stage). Measured
+    (H200, 2026-11-27, examples/attention.tk against its template, same run, N = 1k..16k): D = 128
+    causal, drop (3 stages) 0.91/0.93/0.96/0.94/1.00, keep (2 stages) 1.10/1.00/0.98/0.94/0.98
+    with Q released early; D = 64, drop (5 stages) 0.96/0.97/1.01/1.02/1.03, keep (4 stages)
+    1.05/1.05/1.04/1.04/1.05: the general lowering's stores from registers cost more than the
+    stage gains, so drop is off."""
+
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.staging not in ("keep", "drop"):
+            raise PassError(f"pipeline: staging must be keep or drop, got '{self.staging}'")
         if self.slots not in (0, 1, 2):
             raise PassError(f"pipeline: slots must be 0 (decide), 1 or 2, got {self.slots}")
         for name, value in (("stages", self.stages), ("max-stages", self.max_stages)):
@@ -64,6 +75,7 @@ class PipelineStages(Pass):
         loops = pipelined_loops(kernel)
         decided = {loop: self.stages or loop.attrs.get("stages", 1) for loop in loops}
         self.choose_slots(kernel, ctx, loops, decided)
+        self.choose_staging(kernel, ctx, loops, decided)
         for loop in loops:
             decided[loop], why = self.choose(kernel, loop, decided)
             loop.attrs["stages"] = decided[loop]
@@ -119,6 +131,35 @@ class PipelineStages(Pass):
                    f"at least {SLOT_MIN_STAGES} stages beside them (measured, H200, 2026-11-27, "
                    "examples/attention.tk D = 64 against its template, same run, N = 1k..16k: one "
                    "slot 0.92/0.98/1.01/1.03/1.04, two 1.04/1.04/1.04/1.04/1.05)", slots=2)
+
+    def choose_staging(self, kernel: Kernel, ctx: PassContext, loops: list[For],
+                       decided: dict[For, int]) -> None:
+        """``staging=drop`` (off by default): in a persistent block loop a staging tile is in use
+        all tile long beside the rings (the producer fills the next tile's stages while the
+        epilogue stores), so it costs them its bytes. Where a ring loop gains a stage without
+        it, the register-tile stores go from registers (marked ``unstaged``: no staging
+        planned, the epilogue pass stores them from the accumulator fragments)."""
+        stores = stores_of_register_tiles(kernel)
+        if self.staging == "keep" or self.stages or not stores or \
+                block_loop(kernel).attrs.get("schedule") != "persistent":
+            return
+        gains = []
+        for loop in (lp for lp in loops if "stages" not in lp.attrs):
+            staged = min(self.fit(kernel, loop, decided)[0], self.max_stages)
+            for st in stores:
+                st.attrs["unstaged"] = True
+            bare = min(self.fit(kernel, loop, decided)[0], self.max_stages)
+            for st in stores:
+                del st.attrs["unstaged"]
+            if bare > staged:
+                gains.append(f"the ring of {subject_of(loop)} {staged} -> {bare} stages")
+        if not gains:
+            return
+        for st in stores:
+            st.attrs["unstaged"] = True
+            ctx.decide(subject_of(st), "from registers: no staging tile",
+                       "pipeline{staging=drop}: a persistent loop's staging tile is in use all tile "
+                       f"long beside the rings, and without it {', '.join(gains)}", staging="registers")
 
     def fit(self, kernel: Kernel, loop: For, decided: dict[For, int]):
         """How many stages of ``loop`` fit beside every buffer in use while it runs, with those

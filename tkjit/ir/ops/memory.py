@@ -63,11 +63,14 @@ class Store(Op):
     buffer per consumer warpgroup, reused chunk after chunk; ``staging_cols``, when set, widens a
     chunk to that many columns). Set by the epilogue pass: ``epilogue`` ("staged": through that
     staging and TMA stores; "deferred": staged under the next tile's first wgmma group; absent:
-    from registers) and ``epilogue_cols`` (columns of a consumer's staging per round)."""
+    from registers) and ``epilogue_cols`` (columns of a consumer's staging per round). Set by the
+    pipeline pass: ``unstaged`` (no staging planned: in a persistent loop it would cost a ring a
+    stage; stored from registers)."""
 
     NAME = "store"
     OPERANDS = ("dst", "value", "coords*")
-    ATTRS = {"smem": int, "staging": str, "staging_cols": int, "epilogue": str, "epilogue_cols": int}
+    ATTRS = {"smem": int, "staging": str, "staging_cols": int, "epilogue": str, "epilogue_cols": int,
+             "unstaged": bool}
     OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = 0
 
