@@ -66,6 +66,7 @@ class CompileResult:
     _tkir: "Kernel | None" = field(default=None, repr=False)
     _portable_ir: "Kernel | None" = field(default=None, repr=False)
     _ir: "Kernel | None" = field(default=None, repr=False)
+    _async_ir: "Kernel | None" = field(default=None, repr=False)
     _decisions: "DecisionLog | None" = field(default=None, repr=False)
     _cached_log: tuple | None = field(default=None, repr=False)
     """(decisions JSON, ptxas report dict) of a cache hit, made into ``decisions`` on first use."""
@@ -87,10 +88,19 @@ class CompileResult:
 
     @property
     def ir(self) -> "Kernel | None":
-        """The IR after the whole pipeline."""
+        """The IR after the whole pipeline (the tile program the emitter reads: with async-schedule,
+        the kernel that pass rewrote; ``async_ir`` is its rewrite)."""
         if self._ir is None and self.from_cache:
             self._make_lazily("opt")
         return self._ir
+
+    @property
+    def async_ir(self) -> "Kernel | None":
+        """The ``async-schedule`` pass's kernel: the roles, rings and protocol steps with the tile
+        ops between them (None where the pass did not run). ``ir`` is the kernel it rewrote."""
+        if self._ir is None and self.from_cache:
+            self._make_lazily("opt")
+        return self._async_ir
 
     def _make_lazily(self, stage: str) -> None:
         """An IR stage of a cache hit, made on first use (once, whichever thread asks first)."""
@@ -360,6 +370,8 @@ def _optimize(result: CompileResult) -> None:
         result._portable_ir = result.tkir
     elif keep.first_target is None:
         result._portable_ir = ir
+    if ir.tile_program is not None:  # async-schedule ran: the emitter reads the kernel it rewrote
+        result._async_ir, ir = ir, ir.tile_program
     result._ir = ir
     result.asm["opt"] = print_kernel(ir)
     if dump is not None:

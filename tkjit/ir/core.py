@@ -203,6 +203,9 @@ class Kernel:
     body: Block
     attrs: dict[str, AttrValue | tuple[int, ...]] = field(default_factory=dict)
     span: Span | None = None
+    tile_program: "Kernel | None" = field(default=None, repr=False, compare=False)
+    """Set by the ``async-schedule`` pass on the kernel it makes: the kernel it rewrote into roles
+    (the tile program the emitter reads). Not printed; None for every other kernel."""
 
     def walk(self) -> Iterator[Op]:
         for op in self.body.ops:

@@ -31,11 +31,14 @@ class Load(Op):
     A tile covers the last two dimensions (a vector the last one); earlier coordinates are plain
     indices. Elements outside the tensor are padding: zero, never reduced or stored.
     Set by smem-plan for shared tiles: ``smem`` (byte offset; stage 0's in a pipelined loop) and,
-    for a load outside any loop, ``bars`` (offset of its mbarrier words)."""
+    for a load outside any loop, ``bars`` (offset of its mbarrier words). Set by async-schedule
+    on a shared tile's load: ``ring`` and ``box`` (the ring stage it reads, the name the
+    producer's ``tma_load`` issues it by) and, for a load a multicast pair shares, ``halves``
+    ("panels" or "rows": how the pair splits the box)."""
 
     NAME = "load"
     OPERANDS = ("src", "coords*")
-    ATTRS = {"smem": int, "bars": int}
+    ATTRS = {"smem": int, "bars": int, "ring": str, "box": str, "halves": str}
     OPTIONAL_ATTRS = frozenset(ATTRS)
 
     def infer(self):

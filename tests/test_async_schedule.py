@@ -1,0 +1,235 @@
+"""The async-schedule pass (tkjit/passes/async_schedule.py): the schedule as IR.
+
+For every kernel of the general corpus and the attention/MLP examples: the rewritten IR prints,
+parses back to the same text, gives back the mbarrier pass's protocol exactly, and its walk
+(``items_of``) is interleave.py's; the CPU roles executor runs the IR *parsed back from its text*
+(roles, rings, waits read from the IR alone) in several interleavings and must match the plain
+interpreter, as tests/test_roles.py checks for the protocol-driven run. Textual IR in/out:
+tests/ir/async-schedule/*.tkir.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tkjit
+from tkjit.interpreter.roles import ScheduleError, run_roles
+from tkjit.ir.parser import parse_kernel
+from tkjit.ir.printer import print_kernel
+from tkjit.passes import sync_protocol as sp
+from tkjit.passes.async_schedule import items_of, protocol_from_ir, rewrite, schedule_from_ir
+from tkjit.passes.mbarrier import schedule_of
+
+from general_corpus import CASES
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SEEDS = (0, 1, 2)
+
+
+def _same(outputs, mine, ref) -> bool:
+    return all(torch.equal(mine[i].float().nan_to_num(7.0), ref[i].float().nan_to_num(7.0)) for i in outputs)
+
+
+def _copy(args):
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _async(k):
+    """The compiled kernel's async-schedule IR, printed and parsed back."""
+    text = k.asm["after:async-schedule"]
+    parsed = parse_kernel(text)
+    assert print_kernel(parsed) == text
+    return parsed
+
+
+def test_the_default_pipeline_ends_with_the_rewrite_and_the_emitter_keeps_the_tile_program():
+    case = CASES[0]
+    k = tkjit.compile(case.source, cache=False)
+    assert k._result.pipeline.endswith(",mbarrier,async-schedule")
+    text = k.asm["after:async-schedule"]
+    assert "producer {" in text and "consumers {count = " in text and "tma_load {ring = " in text
+    assert k.ir is k.async_ir.tile_program  # the kernel the emitter reads, as before the pass
+    assert print_kernel(k.async_ir) == text
+    assert "consumers {" not in print_kernel(k.ir)
+    assert any(d.pass_name == "async-schedule" and "protocol steps" in d.decision for d in k._result.decisions)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_ir_is_the_protocol(case):
+    k = tkjit.compile(case.source, constants=case.constants or None, cache=False)
+    parsed = _async(k)
+    sched = schedule_of(k.ir)
+    assert protocol_from_ir(parsed) == sched.protocol
+    back = schedule_from_ir(parsed)
+    assert sorted(back.load_of.values()) == sorted(sched.load_of.values())
+    assert sorted(back.loop_of.values()) == sorted(sched.loop_of.values())
+    assert len(back.level2) == len(sched.level2)
+    assert sorted(back.store_of) == sorted(sched.store_of)
+
+
+def _walk_names(items):
+    return [(kind, type(st).__name__ if st is not None else None, op.NAME if op is not None else None)
+            for kind, st, op in items]
+
+
+def test_the_walk_read_from_the_ir_is_interleaves():
+    """The tile body's and each trip's items, read back from the IR, are interleave.py's."""
+    from tkjit.codegen.hopper.interleave import body_ops, interleave, tile_anchor, trip_anchor
+    from tkjit.passes.async_schedule import blocks_of
+    from tkjit.passes.hopper import block_loop
+    k = tkjit.compile(CASES[0].source, cache=False)
+    sched = schedule_of(k.ir)
+    (tiles,) = [st for st in sched.protocol.consumer if isinstance(st, sp.Tiles)]
+    ring_of_load = {op: names[0] for op, names in sched.load_of.items()}
+    loop_of = {ring: loop for loop, ring in sched.loop_of.items()}
+    want = interleave(list(block_loop(k.ir).regions[0].ops), tiles.body,
+                      tile_anchor(ring_of_load, loop_of, list(sched.staged_over_rings), sched.store_of))
+    got = items_of(list(blocks_of(k.async_ir).regions[0].ops))
+    assert _walk_names(got) == _walk_names([i for i in want if i[2] is None or i[2].NAME != "yield"])
+    assert [st for _, st, _ in got] == [st for _, st, op in want if op is None or op.NAME != "yield"]
+    (loop,) = sched.loop_of
+    (ift,) = [st for st in tiles.body if isinstance(st, sp.IfTrips)]
+    trip = interleave(body_ops(loop.regions[0]), ift.body[0].body, trip_anchor(loop, sched.store_of))
+    (loop2,) = schedule_from_ir(k.async_ir).loop_of
+    assert _walk_names(items_of(loop2.regions[0].ops)) == _walk_names(trip)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_rewritten_ir_runs_as_the_interpreter(case):
+    k = tkjit.compile(case.source, constants=case.constants or None, cache=False)
+    parsed = _async(k)
+    torch.manual_seed(0)
+    args = case.make(case.cpu_shape, "cpu")
+    ref = _copy(args)
+    k(*ref)
+    for seed in SEEDS:
+        mine = _copy(args)
+        run_roles(parsed, mine, seed=seed)
+        assert _same(case.outputs, mine, ref), f"{case.name}: schedule {seed} of the rewritten IR differs"
+
+
+ATTENTION = [("attention_nol", {"CAUSAL": True}), ("attention_softcap", {}), ("attention_window", {}), ("mlp", {}),
+             ("attention", {"D": 64}), ("attention", {"D": 64, "CAUSAL": True}), ("attention", {"D": 128}),
+             ("attention_nol", {"BKV": 128})]
+
+
+@pytest.mark.parametrize("name,constants", ATTENTION,
+                         ids=[n + "".join(f"-{k}{v}" for k, v in c.items()) for n, c in ATTENTION])
+def test_attention_and_the_mlp_run_from_the_rewritten_ir(name, constants):
+    """Level 2 (``mma_hold``), split rings, a one-shot Q ring, own trips (causal), a register A."""
+    k = tkjit.load(EXAMPLES / f"{name}.tk", cache=False, constants=constants or None,
+                   lowering="general" if name == "attention" else None)
+    parsed = _async(k)
+    assert protocol_from_ir(parsed) == schedule_of(k.ir).protocol
+    torch.manual_seed(0)
+    if name == "mlp":
+        m, d, f = 200, 128, 192
+        args = [torch.randn(m, d).bfloat16(), (torch.randn(d, f) / 8).bfloat16(),
+                (torch.randn(f, d) / 8).bfloat16(), torch.full((m, d), float("nan")).bfloat16()]
+        outputs = (3,)
+    else:
+        b, h, hkv, n, d = 1, 2, 1, 300, constants.get("D", 128)
+        q, kk, v = (torch.randn(b, x, n, d).bfloat16() for x in (h, hkv, hkv))
+        args = [q, kk, v, torch.full((b, h, n, d), float("nan")).bfloat16(), d ** -0.5]
+        if name == "attention":
+            args.insert(4, torch.full((b, h, n), float("nan")))
+        if name == "attention_softcap":
+            args.append(20.0)
+        if name == "attention_window":
+            args.append(96)
+        outputs = (3, 4) if name == "attention" else (3,)
+    ref = _copy(args)
+    k(*ref)
+    for seed in SEEDS[:2]:
+        mine = _copy(args)
+        run_roles(parsed, mine, seed=seed)
+        assert _same(outputs, mine, ref), f"{name}: schedule {seed} of the rewritten IR differs"
+
+
+def test_every_example_with_a_schedule_is_rewritten_and_read_back():
+    """Every example the Hopper passes schedule: the rewrite prints, parses back and is its protocol."""
+    seen = 0
+    for path in sorted(EXAMPLES.glob("*.tk")):
+        k = tkjit.load(path, cache=False)
+        if "consumers" not in k.ir.attrs:
+            continue
+        assert protocol_from_ir(_async(k)) == schedule_of(k.ir).protocol, path.name
+        seen += 1
+    assert seen >= 10
+
+
+def _mutated(text: str, old: str, new: str) -> str:
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+def test_a_release_moved_before_the_wait_in_the_ir_is_caught():
+    """Edit the *IR text*: each trip releases its own stage right after issuing the wgmma that
+    reads it (before any wait), instead of the previous stage once wait_group 1 retired its
+    wgmma: the producer may refill the stage under the wgmma, and some schedule of that IR reads
+    the wrong tiles. (tests/test_roles.py makes the same change to the protocol object.)"""
+    case = CASES[0]
+    k = tkjit.compile(case.source, cache=False)
+    text = k.asm["after:async-schedule"]
+    text = _mutated(text, "        not_first {\n          ring_release {ring = \"k\", which = \"prev\"};\n        }\n", "")
+    text = _mutated(text, "        mma_wait {pending = 0};\n        ring_release {ring = \"k\", which = \"prev\"};\n",
+                    "        mma_wait {pending = 0};\n")
+    lines = text.splitlines()
+    at = next(n for n, line in enumerate(lines) if "= mma_AB" in line)
+    parsed = parse_kernel("\n".join(lines[:at + 1] + ['        ring_release {ring = "k"};'] + lines[at + 1:]) + "\n")
+    torch.manual_seed(0)
+    args = case.make({"M": 128, "N": 256, "K": 640}, "cpu")
+    ref = _copy(args)
+    k(*ref)
+    caught = 0
+    for seed in range(8):
+        mine = _copy(args)
+        try:
+            run_roles(parsed, mine, seed=seed)
+        except ScheduleError:
+            caught += 1
+            continue
+        caught += not _same(case.outputs, mine, ref)
+    assert caught, "no schedule of the edited IR noticed the early release"
+
+
+def test_every_protocol_step_has_an_op_with_its_fields():
+    """One op class per protocol step; its attributes are the step's fields (names: one string)."""
+    import dataclasses
+    import typing
+    from tkjit.ir.ops.async_ops import NAMES, STEP_OP_NAMED
+    steps = [*typing.get_args(sp.Event), *sp.BLOCKS]
+    assert sorted(STEP_OP_NAMED) == sorted({cls.__name__ for cls in steps})
+    for cls in steps:
+        op = STEP_OP_NAMED[cls.__name__]
+        fields = [f for f in dataclasses.fields(cls) if f.name not in ("body", "orelse")]
+        assert list(op.FIELDS) == [f.name for f in fields], cls.__name__
+        for f in fields:
+            want = {"str": str, "int": int, "bool": bool, "tuple[str, ...]": NAMES}[f.type]
+            assert op.FIELDS[f.name] == want, (cls.__name__, f.name)
+            assert (f.name in op.OPTIONAL) == (f.default is not dataclasses.MISSING), (cls.__name__, f.name)
+        regions = sum(1 for f in dataclasses.fields(cls) if f.name in ("body", "orelse"))
+        assert op.NUM_REGIONS == regions, cls.__name__
+
+
+def test_a_dropped_wait_in_the_ir_is_caught():
+    """Drop level 2's first-product waits from the attention trip in the IR text: the softmax reads S
+    while its wgmma may still run."""
+    k = tkjit.load(EXAMPLES / "attention_nol.tk", constants={"BKV": 128}, cache=False)
+    text = k.asm["after:async-schedule"]
+    text = _mutated(text, "first_trip {\n          mma_wait {pending = 0};\n        }\n", "")
+    text = _mutated(text, "not_first {\n          mma_wait {pending = 1};\n        }\n", "")
+    parsed = parse_kernel(text)
+    q, kk, v = (torch.randn(1, 1, 300, 128).bfloat16() for _ in range(3))
+    with pytest.raises(ScheduleError, match="not waited for"):
+        run_roles(parsed, [q, kk, v, torch.empty(1, 1, 300, 128).bfloat16(), 0.1])
+
+
+def test_rewrite_keeps_its_input():
+    k = tkjit.compile(CASES[0].source, cache=False)
+    before = print_kernel(k.ir)
+    again = rewrite(k.ir)
+    assert print_kernel(k.ir) == before and again.tile_program is k.ir
+    assert print_kernel(again) == k.asm["after:async-schedule"]
