@@ -370,10 +370,10 @@ def _optimize(result: CompileResult) -> None:
         result._portable_ir = result.tkir
     elif keep.first_target is None:
         result._portable_ir = ir
+    result.asm["opt"] = print_kernel(ir)
     if ir.tile_program is not None:  # async-schedule ran: the emitter reads the kernel it rewrote
         result._async_ir, ir = ir, ir.tile_program
     result._ir = ir
-    result.asm["opt"] = print_kernel(ir)
     if dump is not None:
         dump.decisions(result.decisions)
 

@@ -168,7 +168,7 @@ def ring_decl(ring: sp.Ring) -> ao.RingDecl:
     attrs = {"name": ring.name, "stages": ring.stages, "boxes": ",".join(ld.name for ld in ring.loads),
              "box_bytes": tuple(ld.nbytes for ld in ring.loads), "expect_tx": ring.expect_tx,
              "empty_arrivals": ring.empty_arrivals}
-    for key, default in (("full_arrivals", 1), ("one_shot", False), ("where", ""), ("cluster", 1)):
+    for key, default in (("full_arrivals", 1), ("one_shot", False), ("cluster", 1)):
         if getattr(ring, key) != default:
             attrs[key] = getattr(ring, key)
     return ao.RingDecl(attrs=attrs)
@@ -250,11 +250,23 @@ def items_of(ops: list[Op]) -> list[tuple]:
     return out
 
 
-def _ring(op: ao.RingDecl) -> sp.Ring:
+def _ring(op: ao.RingDecl, where: str) -> sp.Ring:
     a = op.attrs
     loads = tuple(sp.Load(name, n) for name, n in zip(a["boxes"].split(","), a["box_bytes"]))
     return sp.Ring(a["name"], a["stages"], loads, a["expect_tx"], a["empty_arrivals"], a.get("full_arrivals", 1),
-                   a.get("one_shot", False), a.get("where", ""), a.get("cluster", 1))
+                   a.get("one_shot", False), where, a.get("cluster", 1))
+
+
+def _ring_places(blocks: Blocks) -> dict[str, str]:
+    """Each ring's ``where``: the source location of its loop, or of its load when loaded once
+    per tile (as the mbarrier pass names them; the spans the rewritten IR keeps)."""
+    out: dict[str, str] = {}
+    for op in blocks.walk():
+        if isinstance(op, Load) and "ring" in op.attrs and op.attrs["ring"] not in out:
+            owner = op.parent.parent if op.parent is not None else None
+            at = owner if isinstance(owner, For) else op
+            out[op.attrs["ring"]] = at.span.location() if at.span is not None else ""
+    return out
 
 
 def roles_of(kernel: Kernel) -> tuple[ao.ProducerRole, ao.ConsumerRoles]:
@@ -270,7 +282,8 @@ def blocks_of(kernel: Kernel) -> Blocks:
 
 def protocol_from_ir(kernel: Kernel) -> sp.Protocol:
     producer, consumers = roles_of(kernel)
-    rings = tuple(_ring(op) for op in kernel.body.ops if isinstance(op, ao.RingDecl))
+    where = _ring_places(blocks_of(kernel))
+    rings = tuple(_ring(op, where.get(op.attrs["name"], "")) for op in kernel.body.ops if isinstance(op, ao.RingDecl))
     return sp.Protocol(kernel.name, consumers.attrs["count"], consumers.attrs["persistent"], rings,
                        steps_of(producer.regions[0].ops), steps_of(consumers.regions[0].ops))
 

@@ -2,7 +2,7 @@
 
 After the Hopper scheduling passes, ``passes/async_schedule.py`` rewrites a kernel into
 
-    ring {name = "k", stages = 4, boxes = "a,b", box_bytes = [16384, 16384], expect_tx = 32768, empty_arrivals = 2}
+    ring {name = "k", stages = 4, boxes = "a,b", box_bytes = [16384, 16384], expect_tx = 32768, empty_arrivals = 2};
     producer {
       tiles {
         ring_loop {ring = "k"} {
@@ -200,12 +200,13 @@ class MmaHold(AsyncOp):
 
 class RingDecl(AsyncOp):
     """``ring {name, stages, boxes, box_bytes, expect_tx, empty_arrivals, ...}``: a ring of the
-    protocol (``sync_protocol.Ring``; ``boxes``/``box_bytes``: its loads' names and bytes)."""
+    protocol (``sync_protocol.Ring``; ``boxes``/``box_bytes``: its loads' names and bytes; its
+    ``where`` is the span of its loop, or of its load when loaded once per tile)."""
 
     NAME = "ring"
     ATTRS = {"name": str, "stages": int, "boxes": str, "box_bytes": tuple, "expect_tx": int,
-             "empty_arrivals": int, "full_arrivals": int, "one_shot": bool, "where": str, "cluster": int}
-    OPTIONAL_ATTRS = frozenset({"full_arrivals", "one_shot", "where", "cluster"})
+             "empty_arrivals": int, "full_arrivals": int, "one_shot": bool, "cluster": int}
+    OPTIONAL_ATTRS = frozenset({"full_arrivals", "one_shot", "cluster"})
 
 
 class ProducerRole(AsyncOp):
