@@ -242,3 +242,35 @@ def test_rewrite_keeps_its_input():
     again = rewrite(k.ir)
     assert print_kernel(k.ir) == before and again.tile_program is k.ir
     assert print_kernel(again) == k.asm["after:async-schedule"]
+
+
+def test_the_emitter_walks_the_rewritten_ir(monkeypatch):
+    """The general lowering takes its consumers' walk from the async-schedule IR: with interleave.py
+    and pipelined_trip unusable it still emits the same PTX (the GEMM and the level-2 attention);
+    and an edit of that IR (a trip's wait moved ahead of the wgmma it waits for) is what it prints."""
+    from tkjit.codegen.hopper import lower_consumer
+    from tkjit.codegen.hopper.lower import lower_kernel
+    kernels = [tkjit.compile(CASES[0].source, cache=False),
+               tkjit.load(EXAMPLES / "attention_nol.tk", constants={"BKV": 128}, cache=False, lowering="general")]
+    ptx = [k.asm["ptx"] for k in kernels]
+    assert all(k.metadata["lowering"] == "general" for k in kernels)
+
+    def refuse(*args, **kw):
+        raise AssertionError("the emitter called interleave.py")
+    monkeypatch.setattr(lower_consumer, "interleave", refuse)
+    monkeypatch.setattr(lower_consumer, "pipelined_trip", refuse)
+    for k, want in zip(kernels, ptx):
+        assert lower_kernel(k.ir, {}, k.async_ir)[0] == want
+    with pytest.raises(AssertionError, match="interleave"):
+        lower_kernel(kernels[0].ir, {})  # without the IR it needs interleave.py
+    k = kernels[0]
+    (loop,) = [op for op in k.async_ir.walk() if op.NAME == "for"]
+    ops = loop.regions[0].ops
+    wait = next(op for op in ops if op.NAME == "mma_wait")
+    issue = next(op for op in ops if op.NAME == "mma_issue")
+    ops.remove(wait)
+    ops.insert(ops.index(issue), wait)
+    edited = lower_kernel(k.ir, {}, k.async_ir)[0]
+    assert edited != ptx[0]
+    body = edited[edited.index("wgmma.wait_group.sync.aligned 1;") - 400:]
+    assert body.index("wgmma.wait_group.sync.aligned 1;") < body.index("wgmma.mma_async")

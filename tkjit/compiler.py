@@ -400,7 +400,8 @@ def _emit_ptx(result: CompileResult) -> None:
                "lowering": result.options.lowering, **({"strided": True} if result.options.strided else {})}
     if result.options.runs_checks:  # the GEMM and attention templates have no checks: never them
         options["lowering"] = "general"
-    hopper = emit_hopper(result.ir, options, declined) if emit_hopper else None
+    # the async-schedule pass's kernel where it ran: the consumers' walk comes from it
+    hopper = emit_hopper(result.async_ir or result.ir, options, declined) if emit_hopper else None
     if hopper is None:
         _refused_hopper(result, next((d.pop("refusal") for d in declined if "refusal" in d), None), declined)
     # The register-tile backend takes the IR before the Hopper scheduling passes: their

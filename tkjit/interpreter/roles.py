@@ -11,6 +11,11 @@ waited for (the latest moment a GPU may read them); mbarriers complete phases by
 transaction bytes, and waits pass by phase parity, as in PTX. A seeded scheduler interleaves the
 roles (and the landings) differently per seed.
 
+Given the ``async-schedule`` pass's kernel (``k.async_ir``, or that IR parsed back from its text),
+the roles run that IR instead: rings and programs from its ``ring``/``producer``/``consumers``
+ops and the consumers' walk from its block loop and loop bodies (``async_schedule.items_of``),
+not from the protocol object and interleave.py.
+
 Every schedule must give the plain interpreter's result, bit for bit: a CPU check that the
 lowering's placement of the IR between the protocol's steps keeps the kernel's meaning. What it
 catches: a stage read before its bytes land or after the producer refilled it (a release before

@@ -72,6 +72,9 @@ class Op:
     """Fixed result count, or None for as many as the op decides (loops, ifs)."""
     NUM_REGIONS: ClassVar[int] = 0
     IS_TERMINATOR: ClassVar[bool] = False
+    origin: "Op | None" = None
+    """On a copy the ``async-schedule`` pass made: the tile program's op it copied (the emitter
+    lowers that one, in the order the copies stand). Not printed; None elsewhere."""
 
     def __init__(self, operands: Sequence[Value] = (), attrs: dict[str, Any] | None = None,
                  result_types: Sequence[Type] | None = None, regions: Sequence[Block] = (),

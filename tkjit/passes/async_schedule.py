@@ -11,10 +11,12 @@ and ``box`` (the stage it reads, the name the producer issues it by). So a dump 
 *is* the schedule, and ``schedule_from_ir`` reads it back: the protocol it gives equals the
 mbarrier pass's, and ``items_of`` gives the consumers' walk (what ``interleave`` gave).
 
-The rewrite works on copies: the kernel it rewrote (the tile program) stays as it was and is
-kept as ``tile_program`` of the kernel it returns; the PTX emitter still reads that tile program
-and the protocol, through ``interleave`` (docs/hopper-codegen.md, "The async schedule as IR").
-The CPU roles executor (``interpreter/roles.py``) runs the rewritten IR itself.
+The rewrite works on copies (each copy's ``origin`` is the op it copies): the kernel it rewrote
+(the tile program) stays as it was and is kept as ``tile_program`` of the kernel it returns. The
+PTX emitter lowers that tile program, taking the consumers' walk -- which op, which step, in
+which order -- from the rewrite's block loop and loop bodies (``LoweredKernel.walk_items``); the
+producer still walks the protocol object. The CPU roles executor (``interpreter/roles.py``) runs
+the rewritten IR itself, also when parsed back from its text (docs/hopper-codegen.md, "Next" 4).
 """
 from __future__ import annotations
 
@@ -77,8 +79,14 @@ class _Rewriter:
             half = self.sched.pair.loads.get(op) if self.sched.pair is not None else None
             if half is not None and self.sched.pair.ctas > 1:
                 attrs["halves"] = half
-        new = type(op)([self.map.get(v, v) for v in op.operands], attrs, [r.type for r in op.results], regions,
-                       op.span, [r.hint for r in op.results])
+        # a copy of a verified op: built without re-running its type rules (the verifier runs on
+        # the whole rewrite after the pipeline, and after every pass in debug mode)
+        new = object.__new__(type(op))
+        new.operands = [self.map.get(v, v) for v in op.operands]
+        new.attrs, new.regions, new.span, new.parent, new.origin = attrs, regions, op.span, None, op
+        for r in regions:
+            r.parent = new
+        new.results = [Value(r.type, r.hint, new, i) for i, r in enumerate(op.results)]
         for old, fresh in zip(op.results, new.results):
             self.map[old] = fresh
         return new
