@@ -274,3 +274,29 @@ def test_the_emitter_walks_the_rewritten_ir(monkeypatch):
     assert edited != ptx[0]
     body = edited[edited.index("wgmma.wait_group.sync.aligned 1;") - 400:]
     assert body.index("wgmma.wait_group.sync.aligned 1;") < body.index("wgmma.mma_async")
+
+
+def test_the_programs_the_emitter_walks_are_read_from_the_ir():
+    """The producer's and the consumers' programs the general lowering prints come from the rewrite
+    (``protocol_from_ir``): an edited ``expect_tx`` in the IR's producer region is what the PTX arms."""
+    from tkjit.codegen.hopper.lower import lower_kernel
+    k = tkjit.compile(CASES[0].source, cache=False)
+    (arm,) = [op for op in k.async_ir.walk() if op.NAME == "expect_tx"]
+    want = arm.attrs["nbytes"]
+    assert f", {want};" in k.asm["ptx"]
+    arm.attrs["nbytes"] = want + 16
+    ptx = lower_kernel(k.ir, {}, k.async_ir)[0]
+    assert f", {want + 16};" in ptx and ptx != k.asm["ptx"]
+
+
+def test_a_step_the_ir_cannot_say_leaves_the_kernel_and_says_why(monkeypatch):
+    """A protocol step with no op class (one added to sync_protocol.py before its op): the pass
+    leaves the kernel as it is and logs why; the PTX is the protocol-driven one, unchanged."""
+    from tkjit.ir.ops import async_ops
+    case = next(c for c in CASES if c.name == "gemm_bias_pingpong")
+    want = tkjit.compile(case.source, cache=False).asm["ptx"]
+    monkeypatch.setattr(async_ops, "STEP_OP_NAMED", {k: v for k, v in async_ops.STEP_OP_NAMED.items() if k != "TurnWait"})
+    k = tkjit.compile(case.source, cache=False)
+    assert k.async_ir is None and "consumers {" not in k.asm["opt"]
+    assert any("not rewritten as IR" in d.decision and "TurnWait" in d.reason for d in k._result.decisions)
+    assert k.asm["ptx"] == want

@@ -13,9 +13,10 @@ mbarrier pass's, and ``items_of`` gives the consumers' walk (what ``interleave``
 
 The rewrite works on copies (each copy's ``origin`` is the op it copies): the kernel it rewrote
 (the tile program) stays as it was and is kept as ``tile_program`` of the kernel it returns. The
-PTX emitter lowers that tile program, taking the consumers' walk -- which op, which step, in
-which order -- from the rewrite's block loop and loop bodies (``LoweredKernel.walk_items``); the
-producer still walks the protocol object. The CPU roles executor (``interpreter/roles.py``) runs
+general lowering lowers that tile program, walking the programs read from the rewrite
+(``protocol_from_ir``) and taking the consumers' walk -- which op, which step, in which order --
+from the rewrite's block loop and loop bodies (``LoweredKernel.walk_items``). A step with no op
+class yet: the pass leaves the kernel as it is and logs why. The CPU roles executor (``interpreter/roles.py``) runs
 the rewritten IR itself, also when parsed back from its text (docs/hopper-codegen.md, "Next" 4).
 """
 from __future__ import annotations
@@ -29,13 +30,18 @@ from . import sync_protocol as sp
 from .manager import Pass, PassContext, register_pass
 
 
+class NotExpressible(Exception):
+    """A protocol step or walk item the IR has no op for yet (the pass then leaves the kernel as it
+    is, and says so: the emitter and the roles executor follow the protocol object instead)."""
+
+
 # -- protocol -> IR -----------------------------------------------------------------------------
 def step_op(step, anchored: bool = False, trips: For | None = None) -> Op:
     """The IR op of a protocol step (its bodies as regions). In the ``if_trips`` that stands for
     ``trips`` (a ring loop), that ring's ``Loop`` step is ``for_trips``: its trips are the loop's."""
     cls = ao.STEP_OP_NAMED.get(type(step).__name__)
     if cls is None:
-        raise TypeError(f"no IR op for protocol step {type(step).__name__}: add one to ir/ops/async_ops.py")
+        raise NotExpressible(f"no IR op for protocol step {type(step).__name__} (ir/ops/async_ops.py)")
     attrs = cls.attrs_of(step)
     if anchored:
         attrs["anchored"] = True
@@ -111,6 +117,8 @@ class _Rewriter:
             if kind == "step":
                 into.append(step_op(step))
                 continue
+            if kind != "anchored":
+                raise NotExpressible(f"no IR form for a walk item of kind '{kind}'")
             if isinstance(step, sp.IfTrips):  # a ring loop: its trips are the for's body
                 into.append(step_op(step, anchored=True, trips=op))
                 into.append(self.ring_loop(op, step))
@@ -355,7 +363,12 @@ class AsyncSchedule(Pass):
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if "consumers" not in kernel.attrs or is_async(kernel):
             return kernel
-        out = rewrite(kernel)
+        try:
+            out = rewrite(kernel)
+        except NotExpressible as e:
+            ctx.decide(f"@{kernel.name}", "the schedule is not rewritten as IR", f"{e}: the emitter and the "
+                       "roles executor follow the mbarrier pass's protocol and interleave.py instead")
+            return kernel
         steps = sum(1 for op in out.walk() if isinstance(op, ao.StepOp))
         ctx.decide(f"@{kernel.name}", f"the schedule as IR: a producer and {kernel.attrs['consumers']} "
                    f"consumer(s), {steps} protocol steps", "the mbarrier pass's checked protocol, its steps "

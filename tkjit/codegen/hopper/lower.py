@@ -178,6 +178,9 @@ class LoweredKernel:
         walk: ``walk_items``); empty without that IR."""
         self.schedule: Schedule = schedule_of(kernel)
         self.proto = self.schedule.protocol
+        if schedule_ir is not None:  # the programs the roles walk, read from the async-schedule IR
+            from ...passes.async_schedule import protocol_from_ir
+            self.proto = protocol_from_ir(schedule_ir)
         self.consumers = kernel.attrs["consumers"]
         self.threads = kernel.attrs["threads"]
         self.regs = tuple(kernel.attrs["regs"])
