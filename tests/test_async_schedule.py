@@ -300,3 +300,65 @@ def test_a_step_the_ir_cannot_say_leaves_the_kernel_and_says_why(monkeypatch):
     assert k.async_ir is None and "consumers {" not in k.asm["opt"]
     assert any("not rewritten as IR" in d.decision and "TurnWait" in d.reason for d in k._result.decisions)
     assert k.asm["ptx"] == want
+
+
+
+GENERATED_157 = """kernel gen157(s0: f32, X1: gl<f32>[B, M, N], n2: i32, Y3: gl<f32>[B, J, M], X4: gl<bf16>[B, M, N], X5: gl<f16>[B, K, M], X6: gl<f16>[B, N, K], X7: gl<f16>[B, M, N], Y8: gl<f32>[B, I, N], Y9: gl<f32>[B, J, M]) {
+  for (b, i, j) in blocks(B, M / 16, N / 16) {
+    t1: rt<f32>[16, 16] = X1.tile(b, i, j)
+    for l2 in 0 .. 1 {
+      r3: rv<f32>[16] = col_max(t1)
+      x4: f32 = tanh((s0 - s0))
+      t1 = tanh(((t1 * cvt<f32>(l2)) * cvt<f32>(i)))
+    }
+    t5: rt<f32>[16, 16] = tanh(max(causal_mask(-t1, i * 16, 5), -8.0))
+    c6: cv<f32>[16] = cos(row_min(t5))
+    Y3.tile(b, j, i) = c6
+    t7: rt<f32>[16, 16] = t5
+    for l8 in 0 .. 1 {
+      t5 = mul_row(t1, c6)
+      r9: rv<f32>[16] = col_max(t5)
+      sh11: st<bf16>[16, 16] = X4.tile(b, i, j)
+      t10: rt<f32>[16, 16] = sh11
+      c6 = select(row_max(t10) <= s0, c6, c6)
+    }
+    acc12: rt<f32>[16, 16] = zeros()
+    for k13 in 0 .. K / 16 {
+      a14: rt<f16>[16, 16] = X5.tile(b, k13, i)
+      b15: rt<f16>[16, 16] = X6.tile(b, j, k13)
+      acc12 = mma_AtBt(a14, b15, acc12)
+    }
+    if !(j > 0) {
+      r16: rv<f32>[16] = cos(col_max(acc12))
+      r16 = r16
+    } else {
+      x17: f32 = cvt<f32>(i)
+      c6 = row_min(t1)
+    }
+    for l18 in 0 .. 3 {
+      x19: f32 = 0.5
+      c6 = row_min(t7)
+    }
+    x20: f32 = 0.75
+    t21: rt<f32>[16, 16] = X7.tile(b, i, j)
+    r22: rv<f32>[16] = col_min(t21)
+    x23: f32 = s0
+    r22 = r22
+    Y8.tile(b, i, j) = r22
+    Y9.tile(b, j, i) = c6
+  }
+}
+"""
+"""tkjit.testing.gen's seed 157: a ring loop whose stage ordinary ops read (its Mma step stands
+for no product), beside a product loop."""
+
+
+def test_a_protocol_step_standing_for_no_op_leaves_the_kernel_unrewritten():
+    """interleave.py has no place for that step: the pass leaves the kernel, logs why, and the
+    compile goes on as without the pass (the register-tile backend, as the general lowering
+    refuses the kernel)."""
+    k = tkjit.compile(GENERATED_157, cache=False)
+    assert k.async_ir is None and "consumers {" not in k.asm["opt"]
+    (d,) = [d for d in k._result.decisions if d.pass_name == "async-schedule"]
+    assert d.decision == "the schedule is not rewritten as IR" and "stands for no op" in d.reason
+    assert k.metadata["backend"] == "mma.sync"

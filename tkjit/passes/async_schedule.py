@@ -132,9 +132,10 @@ class _Rewriter:
         body = loop.regions[0]
         new = Block([self.value(a) for a in body.args])
         if loop in self.sched.level2:
-            items = pipelined_trip(loop, trip.body)
+            items = _placement(lambda: pipelined_trip(loop, trip.body), loop)
         else:
-            items = interleave(body_ops(body), trip.body, trip_anchor(loop, self.sched.store_of))
+            items = _placement(lambda: interleave(body_ops(body), trip.body, trip_anchor(loop, self.sched.store_of)),
+                               loop)
         self.placed(items, new)
         if isinstance(body.terminator, Yield):
             new.append(self.clone(body.terminator))
@@ -147,7 +148,7 @@ class _Rewriter:
         anchor = tile_anchor(ring_of_load, loop_of, list(self.sched.staged_over_rings), self.sched.store_of)
         body = blocks.regions[0]
         new = Block([self.value(a) for a in body.args])
-        self.placed(interleave(list(body.ops), tiles.body, anchor), new)
+        self.placed(_placement(lambda: interleave(list(body.ops), tiles.body, anchor), blocks), new)
         if isinstance(body.terminator, Yield):
             new.append(self.clone(body.terminator))
         return self.clone(blocks, [new])
@@ -178,6 +179,18 @@ class _Rewriter:
             out.append(ao.ConsumerRoles(attrs={"count": proto.consumers, "persistent": proto.persistent},
                                      regions=[consumer]))
         return Kernel(k.name, params, out, dict(k.attrs), k.span, tile_program=k)
+
+
+def _placement(walk, owner: Op) -> list[tuple]:
+    """interleave.py's items, or NotExpressible where a step has no op to stand for (a ring whose
+    stage ordinary ops read: its ``Mma`` step has no product; the general lowering refuses such a
+    kernel, and so it keeps its protocol unrewritten)."""
+    try:
+        return walk()
+    except (StopIteration, ValueError, KeyError) as e:
+        where = f" at {owner.span.location()}" if owner.span is not None else ""
+        raise NotExpressible(f"a protocol step{where} stands for no op of the body "
+                             f"({type(e).__name__}{': ' + str(e) if str(e) else ''})") from None
 
 
 def ring_decl(ring: sp.Ring) -> ao.RingDecl:
