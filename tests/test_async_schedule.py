@@ -362,3 +362,53 @@ def test_a_protocol_step_standing_for_no_op_leaves_the_kernel_unrewritten():
     (d,) = [d for d in k._result.decisions if d.pass_name == "async-schedule"]
     assert d.decision == "the schedule is not rewritten as IR" and "stands for no op" in d.reason
     assert k.metadata["backend"] == "mma.sync"
+
+
+GEMM = (EXAMPLES / "gemm.tk").read_text()
+
+
+def _close_runs(k, shape, ctas=3, exact_bits=False):
+    """The rewritten IR, parsed back, run as its roles against the plain interpreter (split-K and
+    stream-K add the partials in another order: to rounding; a multicast pair: bit for bit)."""
+    from tkjit.interpreter.roles import Roles
+    parsed = _async(k)
+    torch.manual_seed(0)
+    m, n, kk = shape
+    a, b = torch.randn(m, kk).bfloat16(), torch.randn(kk, n).bfloat16()
+    ref = torch.full((m, n), float("nan")).bfloat16()
+    k(a, b, ref)
+    runs = []
+    for seed in (0, 1):
+        c = torch.full((m, n), float("nan")).bfloat16()
+        roles = Roles(parsed, [a, b, c], seed, ctas)
+        roles.run()
+        runs.append(roles)
+        if exact_bits:
+            assert torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0)), seed
+        else:
+            assert not torch.isnan(c).any() and torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=5e-2)
+    return runs
+
+
+def test_split_k_runs_from_the_rewritten_ir():
+    k = tkjit.compile(GEMM, filename="gemm.tk", constants={"SPLIT": 2, "BM": 64, "BN": 64}, cache=False)
+    assert "split_reduce {ring = " in k.asm["opt"]
+    (roles, _) = _close_runs(k, (100, 130, 520))
+    assert roles.split == 2 and roles.split_loop is not None
+
+
+def test_stream_k_runs_from_the_rewritten_ir():
+    pipeline = tkjit.passes.default_pipeline("sm_90a").replace("grid", "grid{stream_k=1}")
+    k = tkjit.compile(GEMM, filename="gemm.tk", pipeline=pipeline, constants={"BM": 64, "BN": 64}, cache=False)
+    assert "stream_k_fixup {ring = " in k.asm["opt"]
+    for roles in _close_runs(k, (130, 300, 320), ctas=4):
+        assert roles.stream_k is not None and len(roles.stream_k.partials) > 0
+
+
+def test_a_multicast_pair_runs_from_the_rewritten_ir():
+    pipeline = tkjit.passes.default_pipeline("sm_90a").replace("grid", "grid{multicast=2}")
+    k = tkjit.compile(GEMM, filename="gemm.tk", pipeline=pipeline, constants={"BM": 64, "BN": 64}, cache=False)
+    text = k.asm["opt"]
+    assert "cluster_sync {at = \"start\"}" in text and "halves = " in text and "cluster = 2" in text
+    (roles, _) = _close_runs(k, (192, 130, 200), exact_bits=True)
+    assert roles.pair.ctas == 2 and roles.pair.loads
