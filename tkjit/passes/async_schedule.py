@@ -51,13 +51,25 @@ def step_op(step, anchored: bool = False, trips: For | None = None) -> Op:
         for inner in getattr(step, name):
             if trips is not None and isinstance(step, sp.IfTrips) and isinstance(inner, sp.Loop) \
                     and inner.ring == step.ring and name == "body":
-                block.append(ao.ForTrips(attrs={k: v for k, v in (("ring", inner.ring), ("min_trips", inner.min_trips),
-                                                                ("part", inner.part))
-                                             if k == "ring" or v != {"min_trips": 0, "part": "all"}[k]}))
+                block.append(_made(ao.ForTrips, {k: v for k, v in (("ring", inner.ring), ("min_trips", inner.min_trips),
+                                                                    ("part", inner.part))
+                                                 if k == "ring" or v != {"min_trips": 0, "part": "all"}[k]}))
             else:
                 block.append(step_op(inner))
         regions.append(block)
-    return cls(attrs=attrs, regions=regions)
+    return _made(cls, attrs, regions)
+
+
+def _made(cls: type[Op], attrs: dict, regions: list[Block] | None = None) -> Op:
+    """An op of the schedule from attributes made from a protocol step (so of the declared names
+    and types): built without re-checking them here -- the verifier checks every op of the
+    rewrite after the pipeline (and after every pass in debug mode)."""
+    op = object.__new__(cls)
+    op.operands, op.attrs, op.regions, op.results = [], attrs, list(regions or ()), []
+    op.span = op.parent = None
+    for r in op.regions:
+        r.parent = op
+    return op
 
 
 class _Rewriter:
