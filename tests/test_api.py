@@ -56,7 +56,8 @@ def test_the_kernel_object(kernel):
                                   "after:layout"]
     assert "tkir" in kernel.asm and "ptx" not in kernel.asm
     assert kernel.asm["tkir"].startswith("kernel @twice(")
-    assert tkjit.ir.printer.print_kernel(kernel.ir) == kernel.asm["opt"]
+    assert tkjit.ir.printer.print_kernel(kernel.async_ir) == kernel.asm["opt"]  # the pipeline ends with the schedule as IR
+    assert tkjit.ir.printer.print_kernel(kernel.ir) == kernel.asm["after:mbarrier"]  # the kernel it rewrote
     assert " if " not in kernel.asm["opt"] and " if " in kernel.asm["tkir"]
 
 

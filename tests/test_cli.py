@@ -216,7 +216,7 @@ def test_explain(capsys, ir_file):
 
 def test_passes_lists_the_registry(capsys):
     code, out, _ = run(capsys, "passes")
-    assert code == 0 and out.startswith("branch-tail ")  # sorted by name
+    assert code == 0 and out.startswith("async-schedule ")  # sorted by name
     assert "max-iterations (int, default 8)" in out and f"the default pipeline: {DEFAULT_PIPELINE}" in out
 
 
@@ -319,4 +319,4 @@ def test_the_console_script_when_installed():
     if exe is None:
         pytest.skip("tkjit is not installed as a command here (pip install -e .)")
     proc = subprocess.run([exe, "passes"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.startswith("branch-tail ")  # sorted by name
+    assert proc.returncode == 0 and proc.stdout.startswith("async-schedule ")  # sorted by name

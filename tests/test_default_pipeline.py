@@ -34,7 +34,7 @@ def ptx_of(text: str, filename: str, pipeline: str | None = None, lowering: str 
 
 
 def test_the_default_pipeline_is_canonicalize_then_the_hopper_passes():
-    assert DEFAULT_PIPELINE == f"canonicalize,stream-cols,{HOPPER_PIPELINE}"
+    assert DEFAULT_PIPELINE == f"canonicalize,stream-cols,{HOPPER_PIPELINE},async-schedule"
     assert default_pipeline("sm_90a") == DEFAULT_PIPELINE
     assert default_pipeline("sm_80") == "canonicalize,stream-cols"
 

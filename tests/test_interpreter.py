@@ -156,7 +156,9 @@ def test_speed_gemm_512_and_attention_512():
 
 # -- coverage --------------------------------------------------------------------------------
 def test_every_op_has_a_handler():
-    missing = [cls.NAME for cls in ops.ALL_OPS if cls not in HANDLERS and cls is not ops.Yield]
+    from tkjit.ir.ops.async_ops import AsyncOp  # the schedule's steps: interpreter/roles.py runs them
+    missing = [cls.NAME for cls in ops.ALL_OPS if cls not in HANDLERS and cls is not ops.Yield
+               and not issubclass(cls, AsyncOp)]
     assert not missing
 
 

@@ -70,7 +70,8 @@ def test_ir_text_enters_at_tkir_and_runs_the_default_pipeline():
     assert result.asm["tkir"] == print_kernel(parse_kernel(IR))
     assert "%grid = cdiv %M, %c16 : i32" in result.asm["opt"]
     last = DEFAULT_PIPELINE.split(",")[-1]
-    assert result.asm["opt"] == result.asm[f"after:{last}"] == print_kernel(result.ir)
+    assert result.asm["opt"] == result.asm[f"after:{last}"] == print_kernel(result.async_ir)
+    assert print_kernel(result.ir) == result.asm["after:mbarrier"]  # what the emitter reads: the kernel rewritten
     assert print_kernel(result.portable_ir) == result.asm["after:stream-cols"]
     assert print_kernel(result.tkir) == result.asm["tkir"]  # passes ran on a copy
     assert result.decisions.for_pass("canonicalize")

@@ -66,6 +66,7 @@ class CompileResult:
     _tkir: "Kernel | None" = field(default=None, repr=False)
     _portable_ir: "Kernel | None" = field(default=None, repr=False)
     _ir: "Kernel | None" = field(default=None, repr=False)
+    _async_ir: "Kernel | None" = field(default=None, repr=False)
     _decisions: "DecisionLog | None" = field(default=None, repr=False)
     _cached_log: tuple | None = field(default=None, repr=False)
     """(decisions JSON, ptxas report dict) of a cache hit, made into ``decisions`` on first use."""
@@ -87,10 +88,19 @@ class CompileResult:
 
     @property
     def ir(self) -> "Kernel | None":
-        """The IR after the whole pipeline."""
+        """The IR after the whole pipeline (the tile program the emitter reads: with async-schedule,
+        the kernel that pass rewrote; ``async_ir`` is its rewrite)."""
         if self._ir is None and self.from_cache:
             self._make_lazily("opt")
         return self._ir
+
+    @property
+    def async_ir(self) -> "Kernel | None":
+        """The ``async-schedule`` pass's kernel: the roles, rings and protocol steps with the tile
+        ops between them (None where the pass did not run). ``ir`` is the kernel it rewrote."""
+        if self._ir is None and self.from_cache:
+            self._make_lazily("opt")
+        return self._async_ir
 
     def _make_lazily(self, stage: str) -> None:
         """An IR stage of a cache hit, made on first use (once, whichever thread asks first)."""
@@ -360,8 +370,10 @@ def _optimize(result: CompileResult) -> None:
         result._portable_ir = result.tkir
     elif keep.first_target is None:
         result._portable_ir = ir
-    result._ir = ir
     result.asm["opt"] = print_kernel(ir)
+    if ir.tile_program is not None:  # async-schedule ran: the emitter reads the kernel it rewrote
+        result._async_ir, ir = ir, ir.tile_program
+    result._ir = ir
     if dump is not None:
         dump.decisions(result.decisions)
 
@@ -388,7 +400,8 @@ def _emit_ptx(result: CompileResult) -> None:
                "lowering": result.options.lowering, **({"strided": True} if result.options.strided else {})}
     if result.options.runs_checks:  # the GEMM and attention templates have no checks: never them
         options["lowering"] = "general"
-    hopper = emit_hopper(result.ir, options, declined) if emit_hopper else None
+    # the async-schedule pass's kernel where it ran: the consumers' walk comes from it
+    hopper = emit_hopper(result.async_ir or result.ir, options, declined) if emit_hopper else None
     if hopper is None:
         _refused_hopper(result, next((d.pop("refusal") for d in declined if "refusal" in d), None), declined)
     # The register-tile backend takes the IR before the Hopper scheduling passes: their

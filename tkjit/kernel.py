@@ -133,6 +133,13 @@ class CompiledKernel:
         return self._result.ir
 
     @property
+    def async_ir(self) -> "IRKernel | None":
+        """The schedule as IR (the ``async-schedule`` pass): the rings, the producer's program and
+        the consumers', with the tile ops of ``ir`` between their steps. None without a Hopper
+        schedule."""
+        return self._result.async_ir
+
+    @property
     def options(self) -> CompileOptions:
         return self._result.options
 

@@ -11,6 +11,11 @@ waited for (the latest moment a GPU may read them); mbarriers complete phases by
 transaction bytes, and waits pass by phase parity, as in PTX. A seeded scheduler interleaves the
 roles (and the landings) differently per seed.
 
+Given the ``async-schedule`` pass's kernel (``k.async_ir``, or that IR parsed back from its text),
+the roles run that IR instead: rings and programs from its ``ring``/``producer``/``consumers``
+ops and the consumers' walk from its block loop and loop bodies (``async_schedule.items_of``),
+not from the protocol object and interleave.py.
+
 Every schedule must give the plain interpreter's result, bit for bit: a CPU check that the
 lowering's placement of the IR between the protocol's steps keeps the kernel's meaning. What it
 catches: a stage read before its bytes land or after the producer refilled it (a release before
@@ -430,7 +435,7 @@ class Consumer(Role):
                 self.scalars(body)
                 self.trip_counts()
             self.contributed = False
-            for kind, st, op in interleave(body, step.body, anchor):
+            for kind, st, op in self.rt.walk(body, lambda: interleave(body, step.body, anchor)):
                 yield from self.item(kind, st, op)
                 if self.contributed:  # a stream-K contribution ends its tile (IR ops only follow)
                     break
@@ -556,7 +561,9 @@ class Consumer(Role):
     def trip(self, step):
         from ..codegen.hopper.interleave import body_ops, interleave, pipelined_trip, trip_anchor
         loop = self.enter_trip(step)
-        if loop in self.rt.level2:
+        if self.rt.rewritten:  # the trip's steps and ops as the rewritten IR has them
+            items = self.rt.walk(loop.regions[0].ops, None)
+        elif loop in self.rt.level2:
             items = pipelined_trip(loop, step.body)
         else:
             items = interleave(body_ops(loop.regions[0]), step.body, trip_anchor(loop, self.rt.store_of))
@@ -656,13 +663,17 @@ class Roles:
     """One launch of ``kernel`` (scheduled IR) as its roles, CTA by CTA."""
 
     def __init__(self, kernel: Kernel, args: list, seed: int, ctas: int, handlers=None):
+        from ..passes.async_schedule import blocks_of, is_async, schedule_from_ir
         from ..passes.hopper import block_loop
         from ..passes.mbarrier import schedule_of
         from .handlers import HANDLERS
         self.kernel = kernel
         self.handlers = handlers or HANDLERS
         self.launch = bind(kernel, args, None)
-        sched = schedule_of(kernel)
+        self.rewritten = is_async(kernel)
+        """The kernel is the async-schedule pass's rewrite: the protocol, the maps and every walk
+        come from its IR (``schedule_from_ir``, ``items_of``), not from the protocol and interleave."""
+        sched = schedule_from_ir(kernel) if self.rewritten else schedule_of(kernel)
         self.proto = sched.protocol
         self.load_of = sched.load_of
         self.loads = {names: op for op, names in sched.load_of.items()}
@@ -675,7 +686,7 @@ class Roles:
         self.stream_k_loop = sched.stream_k_loop
         self.stream_k: StreamK | None = None
         self.pair = sched.pair
-        self.blocks = block_loop(kernel)
+        self.blocks = blocks_of(kernel) if self.rewritten else block_loop(kernel)
         self.rng = random.Random(seed)
         self.ctas = ctas
 
@@ -683,9 +694,12 @@ class Roles:
         """Every tile of the block loop, in launch order; ``base``: the values before it."""
         env = Environment(self.launch)
         it = Interpreter(self.kernel, env, self.handlers)
+        from ..ir.ops.async_ops import AsyncOp, ConsumerRoles
         for op in self.kernel.body.ops:
-            if op is self.blocks:
+            if op is self.blocks or isinstance(op, ConsumerRoles):
                 break
+            if isinstance(op, AsyncOp):  # the rewritten IR's rings and producer program
+                continue
             env.bind(op.results, self.handlers[type(op)](it, op, [env.values[v] for v in op.operands]))
         self.base = dict(env.values)
         counts = [env.values[v] for v in self.blocks.variadic()]
@@ -693,6 +707,14 @@ class Roles:
         for c in counts:
             tiles = [t + (i,) for t in tiles for i in range(c)]
         return tiles
+
+    def walk(self, ops, interleaved) -> list[tuple]:
+        """The items of a walk over ``ops`` (the tile body or a trip): read from the rewritten IR
+        (``async_schedule.items_of``), else ``interleaved()`` (interleave.py over the protocol)."""
+        if self.rewritten:
+            from ..passes.async_schedule import items_of
+            return items_of(list(ops))
+        return interleaved()
 
     def whole(self, slot: dict, ref: RingRef, op: Op):
         """A shared load's stage as the pair's two halves landed in it (None: a half is missing)."""

@@ -72,6 +72,9 @@ class Op:
     """Fixed result count, or None for as many as the op decides (loops, ifs)."""
     NUM_REGIONS: ClassVar[int] = 0
     IS_TERMINATOR: ClassVar[bool] = False
+    origin: "Op | None" = None
+    """On a copy the ``async-schedule`` pass made: the tile program's op it copied (the emitter
+    lowers that one, in the order the copies stand). Not printed; None elsewhere."""
 
     def __init__(self, operands: Sequence[Value] = (), attrs: dict[str, Any] | None = None,
                  result_types: Sequence[Type] | None = None, regions: Sequence[Block] = (),
@@ -203,6 +206,9 @@ class Kernel:
     body: Block
     attrs: dict[str, AttrValue | tuple[int, ...]] = field(default_factory=dict)
     span: Span | None = None
+    tile_program: "Kernel | None" = field(default=None, repr=False, compare=False)
+    """Set by the ``async-schedule`` pass on the kernel it makes: the kernel it rewrote into roles
+    (the tile program the emitter reads). Not printed; None for every other kernel."""
 
     def walk(self) -> Iterator[Op]:
         for op in self.body.ops:

@@ -115,6 +115,8 @@ class Printer:
         if op.regions:
             self.lines.append(pad + "}")
         else:
+            if not op.operands and not op.results and getattr(op, "SEMICOLON", False):
+                text += ";"  # else a next op's result would read as this op's operand
             if self.locs and op.span is not None:
                 text += f"  // {op.span.location()}"
             self.lines.append(text)

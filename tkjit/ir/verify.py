@@ -29,13 +29,18 @@ class _Verifier:
         return err
 
     def kernel(self, k: Kernel) -> None:
+        from .ops.async_ops import AsyncOp, ConsumerRoles  # (ops/__init__ imports it last)
         self.visible = [{id(p) for p in k.params}]
         n_blocks = 0
         for op in k.body.ops:
+            if isinstance(op, ConsumerRoles):  # the async schedule: the block loop is the consumers'
+                op = next((o for o in op.regions[0].ops if isinstance(o, Blocks)), op)
             if isinstance(op, Blocks):
                 n_blocks += 1
                 if n_blocks > 1:
                     raise self.fail(op, "a kernel has one block loop")
+            elif isinstance(op, AsyncOp):
+                continue
             elif op.regions or not all(is_scalar(r.type) for r in op.results) or op.IS_TERMINATOR:
                 raise self.fail(op, "outside the block loop only scalar ops are allowed")
         self.kernel_attrs(k)
@@ -57,6 +62,7 @@ class _Verifier:
             raise VerifyError(f"kernel attribute consumers must be an integer from 1 to 4, got {n!r}", k.span)
 
     def block(self, block: Block, parent: Op | None) -> None:
+        from .ops.async_ops import ConsumerRoles
         self.visible.append({id(a) for a in block.args})
         for i, op in enumerate(block.ops):
             for v in op.operands:
@@ -72,7 +78,7 @@ class _Verifier:
                 raise self.fail(op, "must be the last op of its region")
             if isinstance(op, Yield) and (parent is None or isinstance(parent, Blocks)):
                 raise self.fail(op, "yield outside a loop or if")
-            if isinstance(op, Blocks) and parent is not None:
+            if isinstance(op, Blocks) and parent is not None and not isinstance(parent, ConsumerRoles):
                 raise self.fail(op, "the block loop must be at the kernel's top level")
             for region in op.regions:
                 self.block(region, op)

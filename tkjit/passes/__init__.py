@@ -8,7 +8,7 @@ from .manager import (IRSnapshots, Pass, PassContext, PassManager, Pipeline, des
                       register_pass, registered_passes, unregister_pass)
 
 from . import canonicalize, checks  # noqa: E402,F401  (registers the passes)
-from . import branch_tail, epilogue, grid, layout, mask_branch, mbarrier, own_trips, pipeline, reg_budget, row_sums, scale_fold, smem_plan, stream_cols, warp_spec  # noqa: E402,F401
+from . import async_schedule, branch_tail, epilogue, grid, layout, mask_branch, mbarrier, own_trips, pipeline, reg_budget, row_sums, scale_fold, smem_plan, stream_cols, warp_spec  # noqa: E402,F401
 
 from .hopper import HOPPER_PIPELINE  # noqa: E402
 
@@ -16,10 +16,15 @@ PORTABLE_PIPELINE = "canonicalize,stream-cols"
 """The target-independent passes: what a target without scheduling passes runs (stream-cols
 changes only kernels whose register tiles are too large for the register file)."""
 
-DEFAULT_PIPELINE = f"{PORTABLE_PIPELINE},{HOPPER_PIPELINE}"
+ASYNC_PASS = "async-schedule"
+"""The last pass of the default sm_90a pipeline: the schedule the Hopper passes decided, rewritten
+as IR (roles, rings, protocol steps; async_schedule.py). The emitter reads the kernel it rewrote."""
+
+DEFAULT_PIPELINE = f"{PORTABLE_PIPELINE},{HOPPER_PIPELINE},{ASYNC_PASS}"
 """What ``tkjit.compile`` runs for sm_90a: canonicalize, then the Hopper scheduling passes (they
 annotate; the interpreter runs the IR from before the first of them, the Hopper emitter follows
-their annotations and the register-tile backend ignores them)."""
+their annotations and the register-tile backend ignores them), then async-schedule (the schedule
+printed as IR; ``CompileResult.async_ir``)."""
 
 PIPELINES = {"sm_90a": DEFAULT_PIPELINE}
 
@@ -38,6 +43,6 @@ def default_pipeline(arch: str, checked: bool = False) -> str:
     return pipeline
 
 
-__all__ = ["CHECKED_PASS", "DEFAULT_PIPELINE", "PORTABLE_PIPELINE", "default_pipeline", "Decision", "DecisionLog", "IRSnapshots", "Pass", "PassContext",
+__all__ = ["ASYNC_PASS", "CHECKED_PASS", "DEFAULT_PIPELINE", "PORTABLE_PIPELINE", "default_pipeline", "Decision", "DecisionLog", "IRSnapshots", "Pass", "PassContext",
            "PassManager", "Pipeline", "describe_options", "get_pass", "register_pass",
            "registered_passes", "subject_of", "unregister_pass"]

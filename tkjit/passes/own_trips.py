@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, CausalMask, Const, For, If, Yield
+from ..ir.ops import async_ops
 from ..ir.types import ScalarType, TileType
 from .decisions import subject_of
 from .hopper import block_loop, depends_on, shared_loads
@@ -176,6 +177,8 @@ class _Proof:
 
     def op(self, op: Op) -> None:
         name = op.NAME
+        if isinstance(op, async_ops.AsyncOp):  # the async schedule's steps (a trip of its rewrite)
+            return
         if isinstance(op, If):
             self.if_(op)
             return

@@ -53,6 +53,9 @@ DELETED = ("the GEMM template was deleted on 2026-11-27 (the general lowering ta
 def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
                     decisions: list | None = None) -> tuple[str, dict] | None:
     options = dict(options or {})
+    schedule_ir = None
+    if kernel.tile_program is not None:  # the async-schedule pass's kernel: the walk comes from it
+        schedule_ir, kernel = kernel, kernel.tile_program
     lowering = options.get("lowering", "auto")
     template_why = general_why = None
     if lowering in ("auto", "template"):  # auto: the attention template is still measured faster
@@ -64,7 +67,7 @@ def emit_hopper_ptx(kernel: Kernel, options: dict | None = None,
         from .lower import lower_kernel, refusal
         refused = refusal(kernel, options)
         if refused is None:
-            return lower_kernel(kernel, options)
+            return lower_kernel(kernel, options, schedule_ir)
         general_why = refused
     if decisions is not None:
         parts = []

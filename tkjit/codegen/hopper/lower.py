@@ -169,11 +169,18 @@ def _producer_scalar(v, depth: int = 0) -> str:
 class LoweredKernel:
     """One kernel through the general lowering: the shared prologue, then the roles."""
 
-    def __init__(self, kernel: Kernel, options: dict | None = None):
+    def __init__(self, kernel: Kernel, options: dict | None = None, schedule_ir: Kernel | None = None):
         self.kernel = kernel
         self.options = dict(options or {})
+        self.twin = {} if schedule_ir is None else {
+            op.origin: op for op in schedule_ir.walk() if isinstance(op, (Blocks, For)) and op.origin is not None}
+        """The async-schedule pass's copy of the block loop and of each loop (their bodies hold the
+        walk: ``walk_items``); empty without that IR."""
         self.schedule: Schedule = schedule_of(kernel)
         self.proto = self.schedule.protocol
+        if schedule_ir is not None:  # the programs the roles walk, read from the async-schedule IR
+            from ...passes.async_schedule import protocol_from_ir
+            self.proto = protocol_from_ir(schedule_ir)
         self.consumers = kernel.attrs["consumers"]
         self.threads = kernel.attrs["threads"]
         self.regs = tuple(kernel.attrs["regs"])
@@ -254,6 +261,17 @@ class LoweredKernel:
         return m
 
     # -- the kernel -----------------------------------------------------------------------
+    def walk_items(self, owner: Op, interleaved) -> list[tuple]:
+        """The consumers' walk of ``owner``'s body (the block loop or a ring loop): the items of
+        its copy in the async-schedule IR (``async_schedule.items_of``; each tile op the one it was
+        copied from), else ``interleaved()`` (interleave.py over the protocol)."""
+        twin = self.twin.get(owner)
+        if twin is None:
+            return interleaved()
+        from ...passes.async_schedule import items_of
+        return [(kind, step, op.origin if op is not None else None)
+                for kind, step, op in items_of(twin.regions[0].ops)]
+
     def emit(self) -> tuple[str, dict]:
         from .lower_consumer import ConsumerRole
         from .lower_producer import ProducerRole
@@ -433,9 +451,10 @@ def reduction_shape(kernel: Kernel, schedule: Schedule) -> dict:
     return {"gemm": shape}
 
 
-def lower_kernel(kernel: Kernel, options: dict | None = None) -> tuple[str, dict]:
-    """The PTX and launch metadata of ``kernel`` (check ``refusal`` first)."""
-    return LoweredKernel(kernel, options).emit()
+def lower_kernel(kernel: Kernel, options: dict | None = None, schedule_ir: Kernel | None = None) -> tuple[str, dict]:
+    """The PTX and launch metadata of ``kernel`` (check ``refusal`` first; ``schedule_ir``: its
+    rewrite by async-schedule, whose walk the consumers then follow)."""
+    return LoweredKernel(kernel, options, schedule_ir).emit()
 
 
 __all__ = ["lower_kernel", "refusal", "Refusal", "LoweredKernel", "MMA_DTYPES"]

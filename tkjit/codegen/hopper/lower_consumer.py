@@ -6,8 +6,8 @@ register-tile backend's emitters on a warp grid of ``4C x 1`` warps whose rows i
 64-row slabs (``WarpGrid.slab_warps``): a register tile of ``64*S*C`` rows puts slab ``S*c + u``
 in consumer ``c``, rows ``16w ..`` of it in warp ``w`` -- exactly where ``wgmma`` m64 leaves its
 accumulator. So elementwise maps, broadcasts, row reductions (quad shuffles), ``cvt``, scalars
-and vector loads/stores need no Hopper code. Here: the walk (``interleave.py`` says where each IR
-op falls between the protocol's steps), ring loops with their carried values, level 2's held
+and vector loads/stores need no Hopper code. Here: the walk (the async-schedule IR's order of tile ops
+and protocol steps, ``LoweredKernel.walk_items``; without it ``interleave.py``), ring loops with their carried values, level 2's held
 product and peeled first trip, ping-pong turns and tiles, and ``mma_*`` -> one ``wgmma`` group
 (SS, or RS with A in registers; the accumulator updated in place). Register tiles to and from
 global memory: ``lower_fragments.py``; a register tile written to shared memory for a wgmma (the
@@ -192,7 +192,7 @@ class ConsumerRole(RoleEmitter):
                              self.k.schedule.store_of)
         if self.k.stream_k is not None:  # where a stream-K contribution ends its tile
             self.tile_end = self.b.label("tile_end")
-        self.walk(list(self.k.blocks.regions[0].ops), step.body, anchor)
+        self.walk(list(self.k.blocks.regions[0].ops), step.body, anchor, self.k.blocks)
         if step.alternate:
             self.b(f"mad.lo.u32 {self.tile}, {self.grid_step}, {self.k.consumers}, {self.tile};")
             self.b(f"bra.uni {top};")
@@ -204,9 +204,10 @@ class ConsumerRole(RoleEmitter):
         self.b(f"bra.uni {top};")
         self.b.place(end)
 
-    def walk(self, ops: list[Op], steps, anchor) -> None:
-        """Emit ``steps`` with the IR ``ops`` in between (interleave.py says where each goes)."""
-        for kind, step, op in interleave(ops, steps, anchor):
+    def walk(self, ops: list[Op], steps, anchor, owner: Op) -> None:
+        """Emit ``steps`` with the IR ``ops`` (``owner``'s body) in between, in the order of the
+        async-schedule IR's walk where there is one, else as interleave.py places them."""
+        for kind, step, op in self.k.walk_items(owner, lambda: interleave(ops, steps, anchor)):
             if kind == "op":
                 self.ops([op])
             elif kind == "step":
@@ -325,17 +326,20 @@ class ConsumerRole(RoleEmitter):
         r = self.rings[step.ring]
         bind_loop_index(self.ctx, self.b, loop, r.counter, r.first)
         if loop in self.k.schedule.level2:
-            for kind, st, op in pipelined_trip(loop, step.body):
-                if kind == "op":
-                    self.ops([op])
-                elif kind == "step":
-                    self.emit((st,))
-                elif kind == "hold":
-                    self.hold(op)
-                else:
-                    self.anchored(st, op)
+            def interleaved():
+                return pipelined_trip(loop, step.body)
         else:
-            self.walk(body_ops(loop.regions[0]), step.body, trip_anchor(loop, self.k.schedule.store_of))
+            def interleaved():
+                return interleave(body_ops(loop.regions[0]), step.body, trip_anchor(loop, self.k.schedule.store_of))
+        for kind, st, op in self.k.walk_items(loop, interleaved):
+            if kind == "op":
+                self.ops([op])
+            elif kind == "step":
+                self.emit((st,))
+            elif kind == "hold":
+                self.hold(op)
+            else:
+                self.anchored(st, op)
         term = loop.regions[0].terminator
         self.b(*moves(self.ctx, self.carried, [self.ctx.get(v) for v in term.operands]))
 

@@ -20,6 +20,10 @@ ALL_OPS: tuple[type[Op], ...] = (
     Load, Store, Copy, CopyCols, *REDUCE_OPS, *BROADCAST_OPS, *MMA_OPS, Blocks, For, If, Yield, Check,
     *CLUSTER_OPS)
 
+from .async_ops import ASYNC_OPS  # noqa: E402  (last: it reads the protocol's step classes)
+
+ALL_OPS += ASYNC_OPS
+
 OPS: dict[str, type[Op]] = {cls.NAME: cls for cls in ALL_OPS}
 assert len(OPS) == len(ALL_OPS), "two ops share a name"
 

@@ -37,11 +37,14 @@ class Load(Op):
     tile it keeps on chip: ``wait = "deferred"`` -- the register-tile backend issues the copies
     and does not wait for them here; the next load's wait (or, at the latest, the first op that
     reads the tile or holds a region) waits for them, so that several row blocks loaded one after
-    another are in flight together."""
+    another are in flight together. Set by async-schedule on a shared tile's load: ``ring`` and
+    ``box`` (the ring stage it reads, the name the producer's ``tma_load`` issues it by) and, for a
+    load a multicast pair shares, ``halves`` ("panels" or "rows": how the pair splits the box)."""
 
     NAME = "load"
     OPERANDS = ("src", "coords*")
-    ATTRS = {"smem": int, "bars": int, "slots": int, "slot_stride": int, "wait": str}
+    ATTRS = {"smem": int, "bars": int, "slots": int, "slot_stride": int, "wait": str, "ring": str, "box": str,
+             "halves": str}
     OPTIONAL_ATTRS = frozenset(ATTRS)
 
     def infer(self):
