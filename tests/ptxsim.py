@@ -357,6 +357,10 @@ class CTA:
             self.set(halves[0], (v & 0xFFFF).astype(np.uint16), active)
             self.set(halves[1], (v >> 16).astype(np.uint16), active)
             return
+        if src.startswith("{"):  # two 16-bit halves into one 32-bit register, the first the low one
+            lo, hi = (self.val(h.strip()).astype(np.uint32) & 0xFFFF for h in src.strip("{}").split(","))
+            self.set(dst, lo | (hi << 16), active)
+            return
         if kind == "pred":
             self.set(dst, self.pred(src), active)
         elif kind in ("b64", "u64", "s64"):
