@@ -65,8 +65,9 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
             "regs" not in kernel.attrs and kernel.attrs.get("producer", True)):
         return Refusal(None, "a kernel the Hopper scheduling passes did not schedule (warp-spec, smem-plan, "
                              "reg-budget)")
-    from .lower_layout import auto_refusal, copy_cols_order_refusal
-    why = auto_refusal(kernel, options) or copy_cols_order_refusal(kernel)
+    from .lower_layout import auto_refusal, cluster_refusal, copy_cols_order_refusal, ring_loop_refusal
+    why = (auto_refusal(kernel, options) or cluster_refusal(kernel) or ring_loop_refusal(kernel)
+           or copy_cols_order_refusal(kernel))
     if why is not None:
         return why
     blocks = block_loop(kernel)

@@ -116,3 +116,33 @@ def copy_cols_order_refusal(kernel):
         return Refusal(cache, "a chunk of a shared row block read in the mma fragment's column order "
                               "(only the contiguous order's 16-byte reads are lowered)")
     return None
+
+
+def cluster_refusal(kernel):
+    """A block loop split over a cluster (stream-cols{cluster}: a row block's columns over k CTAs,
+    row reductions exchanged through distributed shared memory) is not lowered here yet."""
+    from ...ir.ops import ClusterRank
+    from ...ir.ops import CLUSTER_REDUCE_OPS
+    from ...passes.hopper import block_loop
+    from .lower import Refusal
+    op = next((op for op in kernel.walk() if isinstance(op, (ClusterRank, *CLUSTER_REDUCE_OPS))), None)
+    if op is not None:
+        return Refusal(op, "a row reduction exchanged between the CTAs of a cluster (stream-cols' "
+                           "cluster) is not lowered by the general lowering yet")
+    if int(block_loop(kernel).attrs.get("cluster", 1)) > 1:
+        return Refusal(block_loop(kernel), "a block loop split over a cluster (stream-cols' cluster) is "
+                                           "not lowered by the general lowering yet")
+    return None
+
+
+def ring_loop_refusal(kernel):
+    """A loop streaming shared tiles through a ring with no product in it (stream-cols' chunk
+    loops of wide rows with shared-memory loads): its protocol steps (mbarrier.py) wait and
+    release around a product, which the consumers' walk anchors to; not lowered yet."""
+    from ...passes.hopper import pipelined_loops
+    from .lower import Refusal
+    for loop in pipelined_loops(kernel):
+        if not any(isinstance(op, MMA_OPS) for op in loop.walk()):
+            return Refusal(loop, "a ring loop with no matrix product (stream-cols' streamed chunks of "
+                                 "wide rows) is not lowered by the general lowering yet")
+    return None
