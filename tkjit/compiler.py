@@ -387,7 +387,7 @@ def _emit_ptx(result: CompileResult) -> None:
     options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows,
                "lowering": result.options.lowering, **({"strided": True} if result.options.strided else {})}
     if result.options.runs_checks:  # the GEMM and attention templates have no checks: never them
-        options["lowering"] = "general"
+        options["lowering"], options["asked"] = "general", result.options.lowering
     hopper = emit_hopper(result.ir, options, declined) if emit_hopper else None
     if hopper is None:
         _refused_hopper(result, next((d.pop("refusal") for d in declined if "refusal" in d), None), declined)

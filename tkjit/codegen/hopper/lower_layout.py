@@ -89,7 +89,8 @@ def auto_refusal(kernel, options: dict):
     ``copy_cols``): its code for them is not yet measured against that backend on the norm,
     softmax and rotary rows. ``lowering=general`` takes them (docs/hopper-codegen.md)."""
     from .lower import Refusal
-    if options.get("lowering", "auto") != "auto" or has_product(kernel):
+    asked = options.get("asked", options.get("lowering", "auto"))  # (checked mode forces 'general')
+    if asked != "auto" or has_product(kernel):
         return None
     if not kernel.attrs.get("producer"):
         return Refusal(None, "it has no matrix product and loads no shared tile: lowering=auto keeps "
