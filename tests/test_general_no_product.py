@@ -37,6 +37,8 @@ def test_what_is_not_lowered_yet_is_refused_at_its_op():
     streamed chunks through a ring with no product -- each refused with the op and why."""
     with pytest.raises(NotAvailableError, match="cluster"):
         _general("rmsnorm", constants={"D": 4096}).asm["ptx"]
+    with pytest.raises(NotAvailableError, match="cluster_rank"):
+        _general("residual_layernorm", constants={"D": 2048}).asm["ptx"]
     with pytest.raises(NotAvailableError, match="ring loop with no matrix product"):
         _general("rmsnorm", constants={"D": 4096}, pipeline=ONE_CTA).asm["ptx"]
 
@@ -49,14 +51,16 @@ def _sass(k):
     try:
         return k.asm["sass"]
     except NotAvailableError as e:
-        pytest.skip(str(e))
+        if any(tool in str(e) for tool in ("ptxas", "disassembler", "cuobjdump", "nvdisasm")):
+            pytest.skip(str(e))
+        raise
 
 
 @pytest.mark.parametrize("name", NORMS + ["rotary"])
 @pytest.mark.parametrize("d", [None, 2048])
 def test_no_product_kernels_take_the_general_lowering(name, d):
-    if d is not None and name == "rotary":
-        pytest.skip("rotary has one width")
+    if d is not None and name in ("rotary", "residual_layernorm"):
+        pytest.skip("rotary has one width; residual + LayerNorm at 2048 takes stream-cols' cluster split")
     constants = None if d is None else {"C" if name == "softmax" else "D": d}
     k = _general(name, constants=constants)
     sass = _sass(k)
@@ -215,3 +219,21 @@ def test_a_wrong_swizzle_key_is_caught_on_the_simulator(monkeypatch):
     (got,) = _simulated(general, args, outs)
     (ref,) = _simulated(tkjit.compile(src, cache=False), args, outs)
     assert not torch.equal(got.view(torch.int16), ref.view(torch.int16))
+
+
+def test_no_product_takes_a_producer_warp_and_no_setmaxnreg():
+    """warp-spec gives a kernel with no product a producer *warp* (no setmaxnreg, no wgmma: nothing
+    needs a whole warpgroup), reg-budget no setmaxnreg and a .maxnreg of the consumers' estimated
+    need: 160 threads at about 88 registers instead of 256 at 248 (one CTA an SM, measured at
+    0.42-0.71x of the register-tile backend on an H200). The IR says so, and the PTX follows."""
+    k = _general("rmsnorm")
+    ir = k.asm["after:reg-budget"]
+    assert "producer_warp = true" in ir and "threads = 160" in ir and "regs =" not in ir
+    text = str(k.explain())
+    assert "1 producer warp + 1 consumer warpgroup = 160 threads" in text
+    assert "no setmaxnreg; .maxnreg 88 for all 160 threads" in text
+    ptx = k.asm["ptx"]
+    assert "setmaxnreg" not in ptx and ".reqntid 160" in ptx and ".maxnreg 88" in ptx
+    assert "setp.lt.u32" in ptx.split("$L_producer")[0]  # threads 0..31 branch to the producer
+    gemm = tkjit.load(EXAMPLES / "gemm.tk", cache=False)  # with a product: a warpgroup, setmaxnreg
+    assert "producer_warp" not in gemm.asm["opt"] and "setmaxnreg" in gemm.asm["ptx"]

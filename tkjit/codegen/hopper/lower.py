@@ -61,8 +61,7 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     options = dict(options or {})
     if options.get("arch", "sm_90a") != "sm_90a":
         return Refusal(None, f"the target is {options['arch']}; wgmma and setmaxnreg need sm_90a")
-    if "consumers" not in kernel.attrs or "smem" not in kernel.attrs or (
-            "regs" not in kernel.attrs and kernel.attrs.get("producer", True)):
+    if "consumers" not in kernel.attrs or "smem" not in kernel.attrs or "maxnreg" not in kernel.attrs:
         return Refusal(None, "a kernel the Hopper scheduling passes did not schedule (warp-spec, smem-plan, "
                              "reg-budget)")
     from .lower_layout import auto_refusal, cluster_refusal, copy_cols_order_refusal, ring_loop_refusal
@@ -94,6 +93,9 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         why = lower_stream_k.refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"], options)
         if why is not None:
             return why
+    if options.get("unaligned_rows") and kernel.attrs.get("producer_warp"):
+        return Refusal(None, "rows TMA may not address need the copying producer, whose 128 threads copy "
+                             "each stage; warp-spec gave this kernel a producer warp")
     if options.get("unaligned_rows"):
         from .lower_copy import copy_refusal
         why = copy_refusal(kernel, options)
@@ -184,6 +186,9 @@ class LoweredKernel:
         """False: warp-spec gave the kernel no producer warpgroup (it loads no shared tile): the
         consumer warpgroups are the whole CTA and load for themselves, with no setmaxnreg."""
         self.regs = tuple(kernel.attrs["regs"]) if "regs" in kernel.attrs else None
+        self.producer_threads = 0 if not self.producer else 32 if kernel.attrs.get("producer_warp") else 128
+        """Threads 0 .. this - 1 are the producer's: a warpgroup, or one warp (warp-spec's
+        ``producer_warp``: a kernel with no product); the consumers' warpgroups follow."""
         self.maxnreg = kernel.attrs.get("maxnreg", 168)
         self.smem_bytes = max([kernel.attrs["smem"]] + [at + 16 * self.proto.ring(ring).stages for ring, at
                                                          in self.schedule.split_bars.items()])
@@ -302,7 +307,10 @@ class LoweredKernel:
             return self.module_text(), self.metadata()
         producer, done = b.pred(), b.label("exit")
         producer_label = b.label("producer")
-        b(f"setp.eq.u32 {producer}, {self.wg}, 0;", f"@{producer} bra {producer_label};")
+        if self.producer_threads == 128:
+            b(f"setp.eq.u32 {producer}, {self.wg}, 0;", f"@{producer} bra {producer_label};")
+        else:  # a producer warp
+            b(f"setp.lt.u32 {producer}, {self.tid}, {self.producer_threads};", f"@{producer} bra {producer_label};")
         ConsumerRole(self).run()
         b(f"bra.uni {done};")
         b.place(producer_label)

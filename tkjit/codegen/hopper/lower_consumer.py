@@ -106,12 +106,25 @@ class ConsumerRole(RoleEmitter):
         if k.regs is not None:
             b(f"setmaxnreg.inc.sync.aligned.u32 {k.regs[1]};")
         ctid, self.index = b.reg(), b.reg()
-        first = 1 if k.producer else 0  # warpgroup 0 is the producer's, where there is one
-        b(f"sub.u32 {self.index}, {k.wg}, {first};")
-        if self.pingpong:  # each consumer alone over its tiles' rows
-            b(f"mov.u32 {ctid}, {k.tid_wg};")
+        shared_tid_wg = k.tid_wg
+        if k.producer_threads not in (0, 128):  # a producer warp: the consumers' threads start after it
+            b(f"sub.u32 {ctid}, {k.tid}, {k.producer_threads};", f"shr.u32 {self.index}, {ctid}, 7;")
+            k.tid_wg = b.reg()  # a consumer thread's index in its warpgroup (restored below)
+            b(f"and.b32 {k.tid_wg}, {ctid}, 127;")
         else:
-            b(f"sub.u32 {ctid}, {k.tid}, {128 * first};")
+            first = 1 if k.producer else 0  # warpgroup 0 is the producer's, where there is one
+            b(f"sub.u32 {self.index}, {k.wg}, {first};")
+            if self.pingpong:  # each consumer alone over its tiles' rows
+                b(f"mov.u32 {ctid}, {k.tid_wg};")
+            else:
+                b(f"sub.u32 {ctid}, {k.tid}, {128 * first};")
+        try:
+            self.consumers_program(ctid)
+        finally:
+            k.tid_wg = shared_tid_wg
+
+    def consumers_program(self, ctid: str) -> None:
+        k, b, ctx = self.k, self.b, self.ctx
         self.share = b.mov(0) if self.pingpong else self.index
         """Which share of a tile's rows this consumer computes."""
         ctx._cache[("tid", "tid")] = ctid

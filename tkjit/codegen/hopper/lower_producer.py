@@ -94,7 +94,8 @@ class ProducerRole(RoleEmitter):
 
     def run(self) -> None:
         k, b = self.k, self.b
-        b(f"setmaxnreg.dec.sync.aligned.u32 {k.regs[0]};")
+        if k.regs is not None:  # (reg-budget's split; none for a kernel with no product)
+            b(f"setmaxnreg.dec.sync.aligned.u32 {k.regs[0]};")
         leader, done = b.pred(), b.label("producer_done")
         if k.rows_ok is not None:  # rows TMA cannot address may come: where they do, all threads copy
             from .lower_copy import CopyingProducer
