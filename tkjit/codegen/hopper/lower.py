@@ -35,7 +35,7 @@ from ...passes.mbarrier import Schedule, schedule_of
 from ..abi import Pointers, launch_params, map_only, param_entries, stride_registers
 from . import mbarrier, tma
 from .builder import Builder
-from .lower_layout import has_product
+from .lower_layout import SCRATCH_BARRIER, has_product
 from .program import ARCH, SMEM_SYMBOL, module_text
 
 MMA_DTYPES = (BF16, F16, E4M3, E5M2)
@@ -252,8 +252,8 @@ class LoweredKernel:
             self.decisions.append({"decision": "consumer scratch", "value": region.size,
                                    "why": f"{ops}: partials of several warp columns combined through "
                                           f"{region.size} B of shared memory at {region.offset}, after "
-                                          "smem-plan's map, between the consumers' named barrier "
-                                          f"{1} (not a protocol step yet: docs/hopper-codegen.md)"})
+                                          f"smem-plan's map, between the consumers' named barrier "
+                                          f"{SCRATCH_BARRIER} (not a protocol step yet: docs/hopper-codegen.md)"})
         self._ring_offsets()
 
     def _ring_offsets(self) -> None:
