@@ -87,3 +87,19 @@ def test_rotary_through_the_general_lowering(n):
     want = torch.cat([xd[..., :64] * c - xd[..., 64:] * s, xd[..., 64:] * c + xd[..., :64] * s], -1)
     assert not torch.isnan(y).any()
     assert ((y.double() - want).norm() / want.norm()).item() < 1e-2
+
+
+FORMS = ["direct=true", "loads=registers", "cache=none", "loads=shared stages=4", "resident=2 stages=4",
+         "force=true cache=shared cols=128 direct=true"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm"])
+def test_stream_forms_through_the_general_lowering(name, form):
+    from tkjit.passes import DEFAULT_PIPELINE
+    pipe = DEFAULT_PIPELINE.replace("stream-cols", f"stream-cols{{{form}}}", 1)
+    k = tkjit.load(EXAMPLES / f"{name}.tk", lowering="general", require_hopper=True, pipeline=pipe)
+    for r in (1000, 33):
+        g = torch.Generator(device="cuda").manual_seed(r)
+        args, truth, fulls = _args(name, r, 1024, g)
+        _check(k, args, truth, fulls)

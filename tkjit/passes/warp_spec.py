@@ -198,7 +198,13 @@ class WarpSpec(Pass):
         return pinned
 
     def choose(self, kernel: Kernel, slabs: int, tallest) -> tuple[int, str]:
-        if tallest is None:
+        if tallest is None:  # as many warps as the register-tile backend would spread the tiles over
+            from ..codegen.layout import choose_warp_grid
+            grid, why = choose_warp_grid(kernel, {})
+            if grid.warps > 4 and grid.warps % 4 == 0 and grid.warps <= 4 * MAX_CONSUMERS:
+                return grid.warps // 4, (f"no tensor-core accumulator; {grid.warps} warps, as the register-tile "
+                                         f"backend's layout would take ({why[0]['why']}): "
+                                         f"{grid.warps // 4} consumer warpgroups")
             return 1, "no tensor-core accumulator to split: one consumer warpgroup"
         tried = []
         for n in sorted((d for d in range(1, slabs + 1) if slabs % d == 0), reverse=True):
