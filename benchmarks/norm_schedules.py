@@ -194,9 +194,52 @@ S12B = {  # session 12's second call: the committed default (push, reduce=tile, 
 }
 
 
+S13 = {  # session 13 (helper resln), call 1: what bounds residual + LayerNorm at D = 4096 / 8192
+    # label -> (source: an example family or a norm_candidates/ file, stream-cols options or None, D values)
+    "resln tile warps=8 (the split slice's form, no cluster)": ("residual_layernorm", "reduce=tile warps=8", (1024,)),
+    "resln cluster=8 chunk 4 warps": ("residual_layernorm", "cluster=8 reduce=chunk warps=4", (4096,)),
+    "resln onepass (E[h^2]-mean^2: 2 passes, 1 exchange round)": ("resln_onepass", None, (1024, 4096, 8192)),
+    "resln xonly (timing proxy: later passes re-read x alone)": ("resln_xonly", None, (4096, 8192)),
+    "layernorm tile warps=8 (no cluster)": ("layernorm", "reduce=tile warps=8", (1024,)),
+}
+
+
+S13B = {  # session 13 (helper resln), call 2: the deferred row block loads alone (moments=false: two
+    # cluster_sum exchanges, as before) against the default (one cluster_moments exchange)
+    "moments=false (deferred loads only)": (None, "moments=false", (4096, 8192)),
+}
+
+
+S13C = {  # session 13 (helper resln), for the lead's next GPU call: onepass (the slice's mean and
+    # variance from one pass about a shift, one exchange) against the default, with the moments form
+    "moments onepass": "moments=true onepass=true",
+    "moments (Chan, three passes)": "moments=true",
+}
+
+
 def rows(which: str = "examples,variants") -> list[dict]:
     """(label, family, source file, constants, pipeline) of every variant measured."""
     out = []
+    if "s13c" in which.split(","):
+        for label, opts in S13C.items():
+            for fam in ("residual_layernorm", "layernorm"):
+                for d in (4096, 8192):
+                    out.append(dict(label=f"{fam} {label}", family=fam, D=d, path=EXAMPLES / f"{fam}.tk",
+                                    constants={"D": d}, pipeline=f"{PORTABLE}{{{opts}}}"))
+    if "s13b" in which.split(","):
+        for label, (_, opts, ds) in S13B.items():
+            for fam in ("residual_layernorm", "layernorm"):
+                for d in ds:
+                    out.append(dict(label=f"{fam} {label}", family=fam, D=d, path=EXAMPLES / f"{fam}.tk",
+                                    constants={"D": d}, pipeline=f"{PORTABLE}{{{opts}}}"))
+    if "s13" in which.split(","):
+        for label, (src, opts, ds) in S13.items():
+            fam = src if src in FAMILIES else "residual_layernorm"
+            path = EXAMPLES / f"{src}.tk" if src in FAMILIES else CANDIDATES / f"{src}.tk"
+            for d in ds:
+                out.append(dict(label=label, family=fam, D=d, path=path,
+                                constants={} if d == 1024 and src in FAMILIES else {"D": d},
+                                **({"pipeline": f"{PORTABLE}{{{opts}}}"} if opts else {})))
     for key, table in (("s12", S12), ("s12b", S12B), ("s11c", S11C), ("s11b", S11B), ("s11", S11)):
         if key not in which.split(","):
             continue
@@ -323,7 +366,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--profile")
     ap.add_argument("--rows", default="examples,others,variants",
-                    help="examples, others, variants, candidates, s11, s11b, s11c, s12, s12b, softmax-wide, torch, torch-wide "
+                    help="examples, others, variants, candidates, s11, s11b, s11c, s12, s12b, s13, s13b, s13c, softmax-wide, torch, torch-wide "
                          "(comma-separated)")
     a = ap.parse_args(argv)
     todo = [r for r in rows(a.rows) if all(s in f"{r['label']} D={r['D']}" for s in a.only.split(",") if s)]

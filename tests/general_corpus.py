@@ -248,6 +248,55 @@ kernel tile_product_acc(A: gl<bf16>[M, 64], B: gl<bf16>[N, 64], C: gl<f32>[M, N]
 """
 """C += A·Bᵀ in one product of one-shot tiles, the accumulator loaded from C (f32, from registers)."""
 
+RESIDUAL_BF16 = """
+kernel gemm_residual(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[128, 64] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    r: rt<bf16>[128, 128] = R.tile(m, n)
+    C.tile(m, n) = cvt<bf16>(silu(acc) + cvt<f32>(r))
+  }
+}
+"""
+"""A residual read as a bf16 register tile after the K loop (its pairs load packed, as held)."""
+
+RESIDUAL_WIDE = """
+kernel gemm_residual_wide(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 256) {
+    acc: rt<f32>[128, 256] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[256, 64] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    r: rt<f32>[128, 256] = R.tile(m, n)
+    C.tile(m, n) = cvt<bf16>(silu(acc) + r)
+  }
+}
+"""
+"""The residual as an f32 tile of a bf16 tensor at 128 x 256: held (and budgeted) as 16-bit pairs."""
+
+RESIDUAL_SHARED = """
+kernel gemm_residual_shared(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[128, 64] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    rs: st<bf16>[128, 128] = R.tile(m, n)
+    r: rt<f32>[128, 128] = rs
+    C.tile(m, n) = cvt<bf16>(silu(acc) + r)
+  }
+}
+"""
+"""The residual loaded as a shared tile (the producer's TMA copy), read into registers after the loop."""
+
 
 def _randn(*shape, dtype=torch.bfloat16, device="cpu"):
     return torch.randn(*shape, device=device).to(dtype)
@@ -353,6 +402,21 @@ CASES = [
                        _randn(s["K"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
          lambda a: [a[2].float() @ a[3].float() + (a[0].float() @ a[1].float()).sum(1, keepdim=True)], (4,),
          [_mk(4096, 4096, 1024), _mk(1000, 3000, 520)], _mk(300, 260, 136)),
+    Case("residual_bf16", RESIDUAL_BF16,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
+                       _randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [torch.nn.functional.silu(a[0].float() @ a[1].float().t()) + a[2].float()], (3,),
+         [_mk(2048, 2048, 2048), _mk(1000, 600, 520), _mk(72, 100, 64)], _mk(300, 200, 136)),
+    Case("residual_wide", RESIDUAL_WIDE,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
+                       _randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [torch.nn.functional.silu(a[0].float() @ a[1].float().t()) + a[2].float()], (3,),
+         [_mk(2048, 2048, 2048), _mk(1000, 600, 520)], _mk(300, 264, 136)),
+    Case("residual_shared", RESIDUAL_SHARED,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
+                       _randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [torch.nn.functional.silu(a[0].float() @ a[1].float().t()) + a[2].float()], (3,),
+         [_mk(2048, 2048, 2048), _mk(1000, 600, 520), _mk(72, 100, 64)], _mk(300, 200, 136)),
     Case("tile_product_acc", TILE_PRODUCT_ACC,
          lambda s, d: [_randn(s["M"], 64, device=d), _randn(s["N"], 64, device=d),
                        torch.randn(s["M"], s["N"], device=d)],

@@ -21,8 +21,9 @@ from tkjit.ir.parser import parse_kernel
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def _recorded(name: str, k: int, d: int = 8192) -> tuple[PushProtocol, object]:
-    """The protocol the emitter recorded (and checked) for an example split over k CTAs."""
+def _recorded(name: str, k: int, d: int = 8192, moments: bool = False) -> tuple[PushProtocol, object]:
+    """The protocol the emitter recorded (and checked) for an example split over k CTAs (a mean
+    and its variance in two cluster_sum exchanges unless ``moments``: tests/test_cluster_moments.py)."""
     seen = []
     real = cluster_protocol.check_push_protocol
 
@@ -32,7 +33,8 @@ def _recorded(name: str, k: int, d: int = 8192) -> tuple[PushProtocol, object]:
     emit_cluster.check_push_protocol = spy
     try:
         kernel = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d},
-                            pipeline=f"canonicalize,stream-cols{{cluster={k}}}")
+                            pipeline=f"canonicalize,stream-cols{{cluster={k} moments={str(moments).lower()}"
+                                     f"{'' if moments else ' variance=two'}}}")
         kernel.asm["ptx"]
     finally:
         emit_cluster.check_push_protocol = real

@@ -15,7 +15,7 @@ import tkjit
 from tkjit.codegen.layout import WarpGrid
 from tkjit.errors import NotAvailableError
 
-from general_corpus import CASES
+from general_corpus import BY_NAME, CASES
 
 ptxas = pytest.importorskip("tkjit.runtime.toolchain")
 
@@ -56,6 +56,86 @@ def test_corpus_is_right_on_the_interpreter(case):
         assert not torch.isnan(got).any()
         err = ((got - ref).norm() / ref.norm()).item()
         assert err < 1e-2, f"{case.name}: relative error {err}"
+
+
+def test_a_16_bit_register_tile_loads_packed():
+    """An rt<bf16> read from a bf16 tensor lands in its registers as the pairs it holds: no more
+    conversions than the same residual read as an f32 tile (which stays packed too), where it
+    once converted every element to f32 and packed it back."""
+    import collections
+    counts = []
+    for decl in ("r: rt<bf16>[128, 128] = R.tile(m, n)", "r: rt<f32>[128, 128] = R.tile(m, n)"):
+        src = BY_NAME["residual_bf16"].source.replace("r: rt<bf16>[128, 128] = R.tile(m, n)", decl)
+        if "rt<f32>" in decl:
+            src = src.replace("cvt<f32>(r)", "r")
+        from tkjit.passes import default_pipeline   # one schedule for both (the f32 one could take ping-pong)
+        pipeline = str(default_pipeline("sm_90a")).replace("warp-spec", "warp-spec{mode=cooperative}")
+        ptx = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, pipeline=pipeline).asm["ptx"]
+        counts.append(collections.Counter(re.findall(r"\b(cvt\.f32\.bf16|cvt\.rn\.bf16x2\.f32|ld\.global\.b\d+)", ptx)))
+    bf16, f32 = counts
+    assert bf16 == f32, (bf16, f32)
+    assert bf16["ld.global.b32"] > 0   # the pairs inside the tensor
+
+
+def test_a_widened_16_bit_tile_is_the_same_code_as_an_f32_load():
+    """``r: rt<bf16> = R.tile(..)`` used as ``cvt<f32>(r)`` and ``r: rt<f32> = R.tile(..)`` used as
+    ``r`` are one program: the same schedule (ping-pong: both are budgeted at 16 bits) and the
+    same PTX, so neither spelling costs the user anything."""
+    src = BY_NAME["residual_bf16"].source
+    f32 = src.replace("r: rt<bf16>[128, 128]", "r: rt<f32>[128, 128]").replace("cvt<f32>(r)", "r")
+    ptx = []
+    for text in (src, f32):
+        k = tkjit.compile(text, lowering="general", require_hopper=True, cache=False)
+        assert "ping-pong: 2 consumers" in k.explain()
+        ptx.append([line for line in k.asm["ptx"].splitlines() if not line.lstrip().startswith("//")])
+    assert ptx[0] == ptx[1]
+
+
+def test_a_shared_tile_read_into_registers():
+    """``r: rt<f32> = rs`` of a one-shot bf16 tile: one ld.shared.b32 per packed pair of the
+    consumer's share (64 x 128 / 128 threads / 2 = 32), no conversion before its use, and the
+    residual budgeted at 16 bits."""
+    k = tkjit.compile(BY_NAME["residual_shared"].source, lowering="general", require_hopper=True, cache=False)
+    ptx = k.asm["ptx"]
+    assert len(re.findall(r"ld\.shared\.b32", ptx)) == 32
+    assert "%acc 64, %r 32" in k.explain()
+
+
+def test_a_tile_loaded_after_a_ring_loop_is_not_placed_over_the_ring():
+    """The producer issues a one-shot load written after the K loop while the consumers still
+    read the loop's last stages: its bytes may not be lent by the ring (they were, and the GPU
+    read a residual half overwritten by the next stages: relative error 0.32 on an H200)."""
+    from tkjit.ir.ops import For, Load
+    k = tkjit.compile(BY_NAME["residual_shared"].source, require_hopper=True, cache=False)
+    ops = list(k.ir.walk())
+    loop = next(op for op in ops if isinstance(op, For) and "stage_stride" in op.attrs)
+    ring = (min(op.attrs["smem"] for op in loop.regions[0].ops if isinstance(op, Load)),
+            loop.attrs["stages"] * loop.attrs["stage_stride"])
+    rs = next(op for op in ops if isinstance(op, Load) and op.result.hint == "rs")
+    lo, hi = rs.attrs["smem"], rs.attrs["smem"] + rs.result.type.nbytes
+    assert hi <= ring[0] or lo >= ring[0] + ring[1], (lo, hi, ring)
+
+
+def test_a_shared_tile_read_is_refused_clearly_where_it_is_not_lowered():
+    src = BY_NAME["residual_shared"].source.replace("R: gl<bf16>[M, N]", "R: gl<f32>[M, N]") \
+        .replace("rs: st<bf16>[128, 128]", "rs: st<f32>[128, 128]")
+    with pytest.raises(Exception, match=r"11:5: .*16-bit tiles only") as err:
+        tkjit.compile(src, lowering="general", require_hopper=True, cache=False).asm["ptx"]
+    assert "Traceback" not in str(err.value)
+
+
+def test_an_f32_residual_of_a_16_bit_tensor_is_budgeted_packed():
+    """The register estimate counts an f32 tile loaded from a bf16 tensor and read elementwise at
+    the 16 bits the lowering holds it in: at 128 x 256 the residual GEMM fits two consumers (the
+    accumulator's 128 registers + the residual's 64 + 32), where counting it at 32 bits (128)
+    sent the kernel to the mma.sync backend."""
+    import warnings
+    src = BY_NAME["residual_wide"].source
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k = tkjit.compile(src, cache=False)
+        assert k.metadata["backend"] == "wgmma"
+    assert "%acc 128, %r 64" in k.explain()
 
 
 COL_SUM = """

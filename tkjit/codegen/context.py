@@ -137,6 +137,9 @@ class Ctx:
         self.decisions: list[dict] = []
         self.pipelines: dict = {}           # id(for) -> LoopPipeline
         self.prefetched: dict[int, object] = {}  # id(load) -> its SharedTile this trip
+        self.copies_in_flight: set[int] = set()
+        """id() of the shared tiles whose loads (``wait = "deferred"``) issued copies not yet
+        awaited: ``await_copies`` waits for them before an op reads one or holds a region."""
         self.edge_branched: list | None = None
         """None, or (the general lowering's option) the reductions that mask padding only on
         tiles reaching past their tensor's edge, behind a uniform branch (emit_reduce)."""
@@ -181,8 +184,22 @@ class Ctx:
     def emit_block(self, block: Block) -> list[str]:
         out: list[str] = []
         for op in block.ops:
+            out += self.await_copies(op)
             out += self.emit_op(op)
+        if self.copies_in_flight:  # nothing leaves a block with its copies unawaited
+            self.copies_in_flight.clear()
+            out.append("cp.async.wait_all;")
         return out
+
+    def await_copies(self, op: Op) -> list[str]:
+        """``cp.async.wait_all`` before ``op`` where it reads a shared tile whose copies a deferred
+        load left in flight, or holds a region (whose ops may read one, or wait for copies of
+        their own); the deferred loads' copies are then all landed."""
+        if not self.copies_in_flight or not (op.regions or any(id(v) in self.copies_in_flight
+                                                                for v in op.operands)):
+            return []
+        self.copies_in_flight.clear()
+        return ["cp.async.wait_all;  // the deferred loads' copies"]
 
     def emit_op(self, op: Op) -> list[str]:
         emitter = self.emitters.lookup(op)

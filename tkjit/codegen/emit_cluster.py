@@ -29,10 +29,11 @@ on before it goes on. ``finish_exchanges`` writes the prologue and runs the prot
 """
 from __future__ import annotations
 
-from ..ir.ops import CLUSTER_REDUCE_OPS, Blocks, ClusterRank, For, If
+from ..ir.ops import CLUSTER_REDUCE_OPS, Blocks, ClusterMoments, ClusterRank, For, If
 from ..ir.types import I32
 from .cluster_protocol import PushProtocol, check_push_protocol
 from .mathfn import binary_f32
+from .ptx import f32_imm
 from .values import RegVec, Scalar
 
 _COMBINE = {"sum": "add", "max": "max", "min": "min"}
@@ -60,7 +61,9 @@ def _enclosing(op) -> tuple[Blocks | None, tuple]:
 
 def _pushes(op) -> int:
     """k where ``op`` is a push exchange of a loop split over k > 1 CTAs, else 0."""
-    if not isinstance(op, CLUSTER_REDUCE_OPS) or op.attrs.get("exchange", "barrier") != "push":
+    if isinstance(op, ClusterMoments):
+        pass  # always pushed
+    elif not isinstance(op, CLUSTER_REDUCE_OPS) or op.attrs.get("exchange", "barrier") != "push":
         return 0
     blocks, _ = _enclosing(op)
     k = blocks.attrs.get("cluster", 1) if blocks is not None else 1
@@ -79,8 +82,8 @@ SLOTS_AT = 16
 
 def cluster_reduce_scratch_bytes(op, grid) -> int:
     k = _pushes(op)
-    if k:
-        return SLOTS_AT + k * 4 * op.operands[0].type.length
+    if k:  # cluster_moments: k slots for each of its two partials
+        return SLOTS_AT + len(op.operands) * k * 4 * op.operands[0].type.length
     return 4 * op.operands[0].type.length
 
 
@@ -139,14 +142,32 @@ def _protocol(ctx, k: int) -> dict:
 def _emit_push(ctx, op, vec: RegVec, k: int) -> list[str]:
     """``exchange = "push"`` (module docstring)."""
     out: list[str] = []
+    slot, keys = _push_exchange(ctx, op, [vec], k, out)
+    acc: dict = {}
+    for j in range(k):
+        for key in keys:
+            x = ctx.new("f32")
+            out.append(f"ld.shared.f32 {x}, [{slot(0, j, key)}];")
+            acc[key] = x if j == 0 else binary_f32(ctx, _COMBINE[op.FN], acc[key], x, out)
+    _proto_read(ctx, op)
+    split = vec.split
+    ctx.bind(op.result, RegVec(op.result.type, split, [[acc[(u, h)] for h in (0, 1)] for u in range(split.per_warp)]))
+    return out
+
+
+def _push_exchange(ctx, op, vecs: list[RegVec], k: int, out: list[str]):
+    """Push each of ``vecs`` (column vectors of the thread's rows, one split) into slot ``rank`` of
+    every CTA of the cluster and wait on this CTA's mbarrier until the k slots of each have landed;
+    returns (slot, keys): ``slot(v, j, key)`` is the shared address of rank j's value of vector v
+    for the thread's (unit, half) ``key``, and keys those of the thread."""
     state = _protocol(ctx, k)
     proto: PushProtocol = state["proto"]
     e = len(state["exchanges"])
     rows = op.operands[0].type.length
     region = ctx.plan.of_op(op)
-    state["exchanges"].append((region.offset, k * 4 * rows, op.span))
+    state["exchanges"].append((region.offset, len(vecs) * k * 4 * rows, op.span))
     _, where = _enclosing(op)
-    split = vec.split
+    split = vecs[0].split
     keys = [(u, h) for u in range(split.per_warp) for h in (0, 1)]
     offset = {(u, h): 4 * (split.unit_offset(u, 16) + 8 * h) for u, h in keys}
     if not state["waited"]:  # the prologue's inits are visible cluster-wide from here on
@@ -174,24 +195,75 @@ def _emit_push(ctx, op, vec: RegVec, k: int) -> list[str]:
         rslot, rbar = ctx.new("b32"), ctx.new("b32")
         out.append(f"mapa.shared::cluster.u32 {rslot}, {mine}, {dest};")
         out.append(f"mapa.shared::cluster.u32 {rbar}, {bar}, {dest};")
-        for key in keys:
-            u, h = key
-            out.append(f"@{p} st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 "
-                       f"[{rslot}+{region.offset + SLOTS_AT + offset[key]}], {vec.regs[u][h]}, [{rbar}];")
-    proto.add("push", exchange=e, where=where, nbytes=4 * 16 * split.groups * split.per_warp,
+        for v, vec in enumerate(vecs):  # vector v's k slots follow vector v-1's
+            for key in keys:
+                u, h = key
+                out.append(f"@{p} st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 "
+                           f"[{rslot}+{region.offset + SLOTS_AT + 4 * rows * k * v + offset[key]}], "
+                           f"{vec.regs[u][h]}, [{rbar}];")
+    proto.add("push", exchange=e, where=where, nbytes=len(vecs) * 4 * 16 * split.groups * split.per_warp,
               to=tuple(reached), span=op.span)
     done, wait = ctx.new("pred"), ctx.label("exchange_wait")
     out += [f"{wait}:", f"mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 {done}, [{bar}], 0;",
             f"@!{done} bra {wait};"]
     proto.add("wait", exchange=e, where=where, parity=0, span=op.span)
-    acc: dict = {}
+    state["last"] = (e, where)
+
+    def slot(v: int, j: int, key) -> str:
+        return f"{row4}+{region.offset + SLOTS_AT + 4 * rows * (k * v + j) + offset[key]}"
+    return slot, keys
+
+
+def _divided(r: str, x: str, n: int) -> str:
+    """r = x / n: a multiplication by 1/n where n is a power of two (exact, the same bits as the
+    division), else ``div.rn``."""
+    if n & (n - 1) == 0:
+        return f"mul.f32 {r}, {x}, {f32_imm(1.0 / n)};"
+    return f"div.rn.f32 {r}, {x}, {f32_imm(float(n))};"
+
+
+def _proto_read(ctx, op) -> None:
+    e, where = ctx.cluster_push["last"]
+    ctx.cluster_push["proto"].add("read", exchange=e, where=where, span=op.span)
+
+
+def emit_cluster_moments(ctx, op) -> list[str]:
+    """``cluster_moments`` (ir/ops/cluster.py): both partials pushed in one exchange, then Chan's
+    combination in rank order (the sum as ``cluster_sum`` adds it)."""
+    out: list[str] = []
+    s_vec: RegVec = ctx.get(op.operands[0])
+    q_vec: RegVec = ctx.get(op.operands[1])
+    k = cluster_size(ctx.kernel)
+    if k == 1:
+        ctx.bind(op.results[0], s_vec)
+        ctx.bind(op.results[1], q_vec)
+        return out
+    slot, keys = _push_exchange(ctx, op, [s_vec, q_vec], k, out)
+    n = op.attrs["count"]
+    sums, m2s = ([{} for _ in range(k)] for _ in range(2))
+    for v, got in enumerate((sums, m2s)):
+        for j in range(k):
+            for key in keys:
+                got[j][key] = ctx.new("f32")
+                out.append(f"ld.shared.f32 {got[j][key]}, [{slot(v, j, key)}];")
+    total, acc = {}, {}
     for j in range(k):
         for key in keys:
-            x = ctx.new("f32")
-            out.append(f"ld.shared.f32 {x}, [{row4}+{region.offset + SLOTS_AT + 4 * rows * j + offset[key]}];")
-            acc[key] = x if j == 0 else binary_f32(ctx, _COMBINE[op.FN], acc[key], x, out)
-    proto.add("read", exchange=e, where=where, span=op.span)
-    ctx.bind(op.result, RegVec(op.result.type, split, [[acc[(u, h)] for h in (0, 1)] for u in range(split.per_warp)]))
+            total[key] = sums[j][key] if j == 0 else binary_f32(ctx, "add", total[key], sums[j][key], out)
+    for key in keys:
+        mean = ctx.new("f32")
+        out.append(_divided(mean, total[key], k * n))
+        for j in range(k):
+            dev, term = ctx.new("f32"), ctx.new("f32")
+            out.append(_divided(dev, sums[j][key], n))
+            out.append(f"sub.f32 {dev}, {dev}, {mean};")
+            out.append(f"mul.f32 {term}, {dev}, {dev};")
+            out.append(f"fma.rn.f32 {term}, {term}, {f32_imm(float(n))}, {m2s[j][key]};")
+            acc[key] = term if j == 0 else binary_f32(ctx, "add", acc[key], term, out)
+    _proto_read(ctx, op)
+    split = s_vec.split
+    for r, regs in zip(op.results, (total, acc)):
+        ctx.bind(r, RegVec(r.type, split, [[regs[(u, h)] for h in (0, 1)] for u in range(split.per_warp)]))
     return out
 
 
@@ -227,5 +299,6 @@ def finish_exchanges(ctx) -> bool:
     return True
 
 
-CLUSTER_EMITTERS = {ClusterRank: emit_cluster_rank, **{cls: emit_cluster_reduce for cls in CLUSTER_REDUCE_OPS}}
-CLUSTER_SCRATCH = {cls: cluster_reduce_scratch_bytes for cls in CLUSTER_REDUCE_OPS}
+CLUSTER_EMITTERS = {ClusterRank: emit_cluster_rank, **{cls: emit_cluster_reduce for cls in CLUSTER_REDUCE_OPS},
+                    ClusterMoments: emit_cluster_moments}
+CLUSTER_SCRATCH = {cls: cluster_reduce_scratch_bytes for cls in (*CLUSTER_REDUCE_OPS, ClusterMoments)}

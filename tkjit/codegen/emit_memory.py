@@ -246,7 +246,12 @@ def emit_load(ctx, op) -> list[str]:
     if t.space == "st":
         st = SharedTile(t, Geometry.of_tile(t), ctx.plan.of_value(op.result).offset)
         out += ctx.sync.write(st.region)
-        copy_in(ctx, view, st.geometry, st.offset, out)
+        deferred = op.attrs.get("wait") == "deferred"
+        copy_in(ctx, view, st.geometry, st.offset, out, wait=not deferred)
+        if deferred:  # its copies stay in flight: awaited by the next wait (Ctx.await_copies)
+            ctx.copies_in_flight.add(id(op.result))
+        else:  # cp.async.wait_all: every earlier copy has landed too
+            ctx.copies_in_flight.clear()
         ctx.bind(op.result, st)
         return out
     if ctx.grid.contiguous_cols:

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import InterpreterError
 from ..ir.core import Kernel, Op
-from ..ir.ops import For, Load, Yield
+from ..ir.ops import Copy, For, Load, Yield
 from ..ir.types import ScalarType
 from .engine import Environment, Interpreter
 from .launch import bind
@@ -309,7 +309,10 @@ class Role:
             if isinstance(value, Pending):
                 raise ScheduleError(f"'{op.NAME}' reads %{v.hint}, the result of a wgmma not waited for yet",
                                     op.span)
-            if isinstance(value, (RingRef, TileRef)):
+            if isinstance(value, RingRef) and isinstance(op, Copy) and op.operands[0] is v:
+                # a consumer reads a one-shot tile into registers (its Wait passed: it landed)
+                value = self.slot_value(value, self.regs[value.ring].s, op)
+            elif isinstance(value, (RingRef, TileRef)):
                 raise ScheduleError(f"'{op.NAME}' reads the shared tile %{v.hint} outside a wgmma", op.span)
             args.append(value)
         if self.shadow and isinstance(op, Store):
@@ -619,6 +622,16 @@ class Consumer(Role):
             raise ScheduleError(f"the consumer has no meaning for {step.text()}")
         yield from ()
 
+    def slot_value(self, ref: RingRef, s: int, op: Op):
+        """What landed for ``ref`` in stage ``s`` of its ring (an error if nothing did)."""
+        value = self.cta.rings[ref.ring].slots[s].get(ref.load)
+        if value is None and self.cta.pair is not None:
+            value = self.rt.whole(self.cta.rings[ref.ring].slots[s], ref, op)
+        if value is None:
+            raise ScheduleError(f"'{op.NAME}' reads stage {s} of ring {ref.ring}, where {ref.load} "
+                                "never landed", op.span)
+        return value
+
     def retire(self, op: Op, operands: list, pending: Pending) -> None:
         args = []
         for x in operands:
@@ -629,14 +642,7 @@ class Consumer(Role):
                 args.append(value)
                 continue
             if isinstance(x, tuple) and isinstance(x[0], RingRef):
-                (ref, s) = x
-                value = self.cta.rings[ref.ring].slots[s].get(ref.load)
-                if value is None and self.cta.pair is not None:
-                    value = self.rt.whole(self.cta.rings[ref.ring].slots[s], ref, op)
-                if value is None:
-                    raise ScheduleError(f"'{op.NAME}' reads stage {s} of ring {ref.ring}, where {ref.load} "
-                                        "never landed", op.span)
-                args.append(value)
+                args.append(self.slot_value(*x, op))
                 continue
             value = resolved(x)
             if isinstance(value, Pending):

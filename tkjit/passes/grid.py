@@ -11,12 +11,20 @@ stay outermost). The ``schedule`` and ``group`` options override the kernel's.
 
 A block loop whose kernel names no schedule is made persistent when a persistent CTA loses
 nothing and gains the overlap of one tile's start with the previous tile's work: the kernel
-loads shared tiles through a producer, only in ring loops (its pipeline fills an SM's shared
-memory, so one CTA per SM runs either way; a tile loaded once per tile would stay taken all
-tile long in a persistent loop) and every tile does the same work (no loop's trip count depends on the
+loads shared tiles through a producer (its pipeline fills an SM's shared memory, so one CTA per
+SM runs either way) and every tile does the same work (no loop's trip count depends on the
 block indices; where it does, as in causal attention, the hardware's dynamic assignment of
-CTAs to SMs balances the tiles better than a fixed stride). The pass runs before warp-spec,
-smem-plan and mbarrier, which read the schedule.
+CTAs to SMs balances the tiles better than a fixed stride). A tile loaded once per tile (outside
+any loop) then stays taken all tile long; the pipeline pass gives it a second slot where the
+rings keep 3 stages, so the next tile's copy loads under this tile's work. Where tiles differ in
+work and load such a tile, the loop is compiled persistent and the launch picks the grid
+(``by_trips``, the block loop's attribute): min(tiles, SMs) CTAs where the longest ring loop
+(``trips_bound``: its trip count at the heavy index's last value, a launcher expression) has at
+most ``SHORT_TRIPS`` trips, one CTA per tile past that. Tiles loaded once per tile take these
+choices under ``lowering='general'`` (or the option ``overlap=1``) only while the attention
+template exists: ``auto`` still sends attention to it, and it reads the same decisions
+(``hopper.tile_overlap_options``). The pass runs before warp-spec, smem-plan and mbarrier, which
+read the schedule.
 
 Heaviest first (``heavy``, chosen when a ring loop's trip count grows with one block index and
 the order is not grouped; option ``heavy=-1`` turns it off): tiles are visited with that index
@@ -37,7 +45,8 @@ from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import Add, CDiv, Const, Dim, FloorDiv, For, Max, Min, Mul, Sub
 from ..source import Span
-from .hopper import L2_BUDGET, block_loop, depends_on, has_producer, one_shot_loads, pipelined_loops
+from .hopper import (L2_BUDGET, block_loop, depends_on, has_producer, one_shot_loads, pipelined_loops,
+                     tile_overlap_options)
 from .manager import Pass, PassContext, register_pass
 
 EXPRESSIONS = {CDiv: "cdiv", Mul: "mul", Add: "add", Sub: "sub", FloorDiv: "floordiv",
@@ -98,28 +107,101 @@ def uneven_work(kernel: Kernel) -> str:
     return ""
 
 
-def auto_schedule(kernel: Kernel) -> tuple[str, str]:
-    """The schedule for a block loop whose kernel names none, and why."""
+def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
+    """The schedule for a block loop whose kernel names none, and why (``overlap``: tiles loaded
+    once per tile may take a persistent grid, ``hopper.tile_overlap_options``)."""
     if block_loop(kernel).attrs.get("split", 1) > 1:
         return "grid", "split = S gives each tile a cluster of its own"
     if not has_producer(kernel):
         return "grid", ("the kernel loads no shared tile (no ring fills an SM's shared memory, "
                         "so several CTAs may share one and the hardware keeps it busy)")
     once = one_shot_loads(kernel)
-    if once:
+    if once and not overlap:
         names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
         return "grid", (f"{names} is loaded once per tile: in a persistent loop its buffer stays "
                         "taken all tile long (smem-plan cannot lend it to the epilogue), which "
                         "costs shared memory the rings could use; write schedule(persistent) to "
                         "choose it")
     uneven = uneven_work(kernel)
+    if uneven and once and trips_bound(kernel) is not None:
+        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        return "persistent", (f"{uneven}, and {names} is loaded once per tile: compiled persistent, "
+                              f"the launch picks the grid (``by_trips``): min(tiles, SMs) CTAs where "
+                              f"the longest loop has at most {SHORT_TRIPS} trips (a short tile's start, "
+                              "its one-shot load and first product, overlaps the previous tile's "
+                              "work), one CTA per tile past that (the hardware hands CTAs to SMs as "
+                              "they free up, which balances uneven tiles better than a fixed "
+                              "stride). Measured (H200, 2026-11-27, causal examples/attention.tk "
+                              "against its template, same run, N = 1k/2k: persistent at N = 1k "
+                              "D = 128 0.93 -> 1.04x, D = 64 0.78 -> 0.91x; persistent at N = 2k "
+                              "lost at D = 64, 0.96 -> 0.91x, in an earlier run)")
     if uneven:
         return "grid", (f"{uneven}: the hardware hands CTAs to SMs as they free up, which "
                         "balances uneven tiles better than a fixed stride")
     loops = len(pipelined_loops(kernel))
+    if once:
+        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        return "persistent", (f"every tile does the same work; {names} is loaded once per tile, so "
+                              "its buffer stays taken all tile long (the pipeline pass gives it a "
+                              "second slot where the rings keep their stages, and the next tile's "
+                              "copy then loads under this tile's work): a persistent CTA overlaps a "
+                              "tile's start with the previous tile's work. Measured (H200, "
+                              "2026-11-27, examples/attention.tk against its template, same run, "
+                              "N = 1k..16k, one CTA per tile -> persistent): D = 128 (one slot) "
+                              "0.90/0.96/1.00/1.02/1.05 -> 0.95/0.98/1.00/1.01/1.03x, D = 64 (two "
+                              "slots) 0.86/0.94/0.98/1.02/1.03 -> 1.04/1.04/1.04/1.04/1.04x")
     return "persistent", (f"every tile does the same work and {loops} ring loop(s) fill the "
                           "SM's shared memory (one CTA per SM either way): a persistent CTA "
                           "overlaps a tile's start with the previous tile's work")
+
+
+SHORT_TRIPS = 8
+"""``by_trips``: the longest ring loop at most this many trips launches persistent (the attention
+template's SHORT_CAUSAL_TRIPS, measured there: round 8 of docs/hopper-codegen.md)."""
+
+LAUNCH_OPS = {CDiv: "cdiv", Mul: "mul", Add: "add", Sub: "sub", FloorDiv: "fdiv", Min: "min",
+              Max: "max"}
+"""Scalar ops a launch-time trip count may be built from, and their launcher names."""
+
+
+def trips_bound(kernel: Kernel) -> list | None:
+    """The longest trip count of the ring loop whose trips grow with a block index (the heaviest
+    tile's: that index at its last value), as a launcher expression over dims and constants; None
+    where there is no such loop or its bounds use anything else (a kernel argument, another block
+    index)."""
+    axis = heaviest_axis(kernel)
+    if axis is None:
+        return None
+    blocks = block_loop(kernel)
+    loop = heavy_loop(kernel, axis)
+    arg = blocks.regions[0].args[axis]
+    try:
+        last = ["sub", count_expression(blocks.variadic()[axis], blocks.span), 1]
+        lo, hi, step = (launch_expression(v, {arg: last}) for v in loop.operands[:3])
+    except PassError:
+        return None
+    if None in (lo, hi, step):
+        return None
+    return ["cdiv", ["sub", hi, lo], step]
+
+
+def launch_expression(v: Value, subst: dict, depth: int = 0):
+    """``v`` as a launcher grid expression (``subst``: values replaced by expressions), or None."""
+    if v in subst:
+        return subst[v]
+    op = v.owner
+    if depth > 32 or not isinstance(op, Op):
+        return None
+    if isinstance(op, Const):
+        value = op.attrs["value"]
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(op, Dim):
+        return ["dim", op.attrs["name"]]
+    name = LAUNCH_OPS.get(type(op))
+    if name is None:
+        return None
+    args = [launch_expression(x, subst, depth + 1) for x in op.operands]
+    return None if None in args else [name, *args]
 
 
 def launch_grid(kernel: Kernel) -> list:
@@ -131,7 +213,12 @@ def launch_grid(kernel: Kernel) -> list:
         return ["mul", total, split]
     if block_loop(kernel).attrs.get("schedule") == "persistent":
         resident = block_loop(kernel).attrs.get("resident", 1)
-        return ["min", total, ["num_sms"] if resident == 1 else ["mul", ["num_sms"], resident]]
+        sms = ["num_sms"] if resident == 1 else ["mul", ["num_sms"], resident]
+        short = block_loop(kernel).attrs.get("by_trips", 0)
+        trips = trips_bound(kernel) if short else None
+        if trips is not None:  # one CTA per tile where the longest loop has more than ``short`` trips
+            return ["min", total, ["max", sms, ["mul", total, ["gt", trips, short]]]]
+        return ["min", total, sms]
     return total
 
 
@@ -157,6 +244,11 @@ class Grid(Pass):
     """-1: never order tiles heaviest first (0: where a ring loop's trip count grows with a block
     index)."""
 
+    overlap: int = 0
+    """Tiles loaded once per tile and a schedule the kernel does not name: 1 lets them take a
+    persistent grid (with ``by_trips`` where tiles differ in work), -1 keeps one CTA per tile, 0
+    decides by the lowering (``hopper.tile_overlap_options``: lowering='general')."""
+
     stream_k: int = 0
     """1: a persistent Hopper GEMM splits the K loops of its last, partial wave of tiles over
     every CTA (stream-K, codegen/hopper/lower_stream_k.py); -1 turns it off; 0: the backend's default.
@@ -178,9 +270,14 @@ class Grid(Pass):
             kernel.attrs["multicast"] = self.multicast
         chosen = ""
         if "schedule" not in blocks.attrs:
-            schedule, chosen = auto_schedule(kernel)
+            if self.overlap not in (0, 1, -1):
+                raise PassError(f"grid: overlap must be 1 (on), -1 (off) or 0 (by the lowering), got {self.overlap}")
+            overlap = self.overlap == 1 or (self.overlap == 0 and tile_overlap_options(ctx))
+            schedule, chosen = auto_schedule(kernel, overlap)
             if schedule == "persistent":
                 blocks.attrs["schedule"] = schedule
+                if uneven_work(kernel):
+                    blocks.attrs["by_trips"] = SHORT_TRIPS
         schedule = blocks.attrs.get("schedule", "grid")
         group = blocks.attrs.get("group", 1)
         indices = [f"%{a.hint}" if a.hint else "?" for a in blocks.regions[0].args]
@@ -210,6 +307,12 @@ class Grid(Pass):
             why = (f"each of the {split} CTAs takes 1/{split} of the tile's reduction loop and the "
                    "cluster adds their partial sums through distributed shared memory, which "
                    "reuses each CTA's drained ring, so a cluster handles exactly one tile")
+        elif schedule == "persistent" and blocks.attrs.get("by_trips"):
+            what = (f"persistent where the longest loop has at most {blocks.attrs['by_trips']} trips "
+                    f"({readable(trips_bound(kernel))}): {readable(grid)} CTAs, CTA b handles tiles "
+                    "b, b + ctas, ...")
+            why = ("the launch picks min(tiles, SMs) CTAs for short loops, one CTA per tile for "
+                   "long ones")
         elif schedule == "persistent":
             what = f"persistent: {readable(grid)} CTAs, CTA b handles tiles b, b + ctas, ..."
             why = ("one CTA per SM keeps its pipeline rings and barriers running from tile to "

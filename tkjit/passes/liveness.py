@@ -2,7 +2,8 @@
 
 Block-level register tiles are split by rows over the consumer warpgroups (64-row slabs, one
 share per consumer); a thread of a warpgroup holds rows*cols/128 elements of its share, packed
-into 32-bit registers (bf16: two per register). In the wgmma fragment (``layout=wgmma``) a cv
+into 32-bit registers (bf16: two per register; an f32 tile loaded from a 16-bit tensor and read
+only elementwise counts at 16 bits, as the lowering holds it: ``held_packed``). In the wgmma fragment (``layout=wgmma``) a cv
 holds 2 values per 64-row slab and an rv a quarter of its columns; other vectors are counted as
 spread over the 32 lanes of a warp. Shared tiles and scalars cost nothing here; the callers add
 an allowance for addresses, indices, descriptors and loop counters.
@@ -17,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.core import Block, Kernel, Op, Value
-from ..ir.ops import For, If
-from ..ir.types import TileType, Type, VectorType, is_register
+from ..ir.ops import For, If, Load
+from ..ir.types import BF16, F16, F32, GlobalType, TileType, Type, VectorType, is_register, with_dtype
 from .hopper import Position, block_loop, positions, walk_block
 
 CONSUMER_OVERHEAD = 32
@@ -47,6 +48,29 @@ def fragment_registers(t: Type, consumers: int) -> int:
     return -(-int(elements * t.dtype.bits) // 32)
 
 
+def held_packed(op: Op, users: list[Op]) -> bool:
+    """Whether the general lowering holds ``op``'s result as 16-bit pairs: an f32 register tile
+    loaded from a bf16/f16 tensor, read from a bf16/f16 shared tile, or widened by ``cvt<f32>``
+    from a bf16/f16 register tile, whose
+    every reader reads it element by element
+    (maps, arithmetic, broadcasts, cvt, stores) -- half the registers, unpacked at each use (exact:
+    a bf16/f16 value is an f32 one). One rule for the estimate and the emitter
+    (codegen/hopper/lower_fragments: emit_load, emit_widen; lower_tile_read)."""
+    from ..ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt, Store
+    from ..ir.ops import Copy
+    if not isinstance(op, (Load, Cvt, Copy)) or not op.results:
+        return False
+    t, g = op.result.type, op.operands[0].type
+    if isinstance(op, Load):
+        narrow = isinstance(g, GlobalType) and g.dtype in (BF16, F16)
+    elif isinstance(op, Copy):   # a 16-bit shared tile read into registers (lower_tile_read)
+        narrow = isinstance(g, TileType) and g.space == "st" and g.dtype in (BF16, F16)
+    else:   # cvt<f32> of a 16-bit register tile: exact, so the tile itself can stand for it
+        narrow = isinstance(g, TileType) and g.space == "rt" and g.dtype in (BF16, F16)
+    return (isinstance(t, TileType) and t.space == "rt" and t.dtype == F32 and narrow and bool(users)
+            and all(isinstance(u, (*BINARY_OPS, *UNARY_OPS, *BROADCAST_OPS, Cvt, Store)) for u in users))
+
+
 @dataclass
 class Pressure:
     """Register pressure of a consumer thread: the peak, where it is and what is live there."""
@@ -70,10 +94,19 @@ def consumer_pressure(kernel: Kernel, consumers: int) -> Pressure:
     pos = positions(body)
     born: dict[Value, int] = {}
     uses: dict[Value, list[int]] = {}
+    readers: dict[Value, list[Op]] = {}
+    for op in walk_block(body):
+        for v in op.operands:
+            readers.setdefault(v, []).append(op)
+    size: dict[Value, int] = {}
     for op in walk_block(body):
         p = pos[op]
         for v in op.results:
-            if fragment_registers(v.type, consumers):
+            t = v.type
+            if held_packed(op, readers.get(v, [])):
+                t = with_dtype(t, op.operands[0].type.dtype)
+            size[v] = fragment_registers(t, consumers)
+            if size[v]:
                 born[v] = p.end if op.regions else p.start
                 uses.setdefault(v, [born[v]])
         for v in op.operands:
@@ -81,7 +114,8 @@ def consumer_pressure(kernel: Kernel, consumers: int) -> Pressure:
                 uses[v].append(use_position(op, v, pos))
         if isinstance(op, For):
             for arg in op.regions[0].args[1:]:
-                if fragment_registers(arg.type, consumers):
+                size[arg] = fragment_registers(arg.type, consumers)
+                if size[arg]:
                     born[arg] = p.start
                     uses.setdefault(arg, [p.start])
     apart = branch_ranges(body, pos)
@@ -96,7 +130,7 @@ def consumer_pressure(kernel: Kernel, consumers: int) -> Pressure:
 
     births: dict[int, int] = {}
     for v, b in born.items():
-        births[b] = births.get(b, 0) + fragment_registers(v.type, consumers)
+        births[b] = births.get(b, 0) + size[v]
     points = sorted(set(births) | {u for us in uses.values() for u in us})
     best = Pressure(0, None, [])
     by_position = {p.start: op for op, p in pos.items()}
@@ -106,7 +140,7 @@ def consumer_pressure(kernel: Kernel, consumers: int) -> Pressure:
             end = last_from(v, point)
             if end is None:
                 continue
-            regs = fragment_registers(v.type, consumers)
+            regs = size[v]
             live.append((v, regs))
             if end == point:
                 dying += regs

@@ -129,8 +129,11 @@ class _Builder:
         self.stream_k_units(blocks)
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
+        early = tuple(r.name for r in self.rings if r.one_shot and r.stages == 1) \
+            if persistent and self.kernel.attrs.get("early_release") else ()
         proto = standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
-                                  tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas)
+                                  tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas,
+                                  early=early)
         for ring in self.own:
             proto = replace(proto, consumer=own_trips_consumer(proto.consumer, ring))
         return proto
@@ -183,8 +186,9 @@ class _Builder:
     def one_shot(self, op: Load) -> None:
         name = self.unique(op.result.hint, "tile")
         t = op.result.type
-        self.rings.append(Ring(name, 1, (RingLoad(name, t.nbytes),), t.nbytes, self.consumers,
-                               one_shot=True, where=_where(op)))
+        # ``slots`` (the pipeline pass): 2 where the next tile's copy loads while this tile runs
+        self.rings.append(Ring(name, op.attrs.get("slots", 1), (RingLoad(name, t.nbytes),), t.nbytes,
+                               self.consumers, one_shot=True, where=_where(op)))
         self.items.append(OneShotUse(name))
         self.ring_of[op.result] = name
         self.load_of[op] = (name, name)
@@ -476,7 +480,16 @@ class Mbarrier(Pass):
     run, ratio to the template): 0.79-0.87x split, 0.71-0.75x with one ring and level 1
     (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-3-split.json``)."""
 
+    release: str = "end"
+    """When a persistent tile's one-slot tiles loaded once per tile are released: end (of the
+    tile) or early (right after the last product reading them: the producer loads the next
+    tile's copy under this tile's epilogue; not measured yet, so off by default)."""
+
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.release not in ("end", "early"):
+            raise PassError(f"mbarrier: release must be end or early, got '{self.release}'")
+        if self.release == "early":
+            kernel.attrs["early_release"] = True
         if self.check not in CHECKS:
             raise PassError(f"mbarrier: check must be {', '.join(CHECKS)}, got '{self.check}'")
         if self.overlap not in ("auto", "off"):
@@ -584,6 +597,9 @@ class Mbarrier(Pass):
 
 
 def _ring_decision(ring: Ring) -> str:
+    if ring.one_shot and ring.stages > 1:
+        return (f"one-shot, {ring.stages} slots: full[s] count 1 + expect_tx "
+                f"{nbytes(ring.expect_tx)}, empty[s] count {ring.empty_arrivals}")
     if ring.one_shot:
         return (f"one-shot full/empty pair: full count 1 + expect_tx {nbytes(ring.expect_tx)}, "
                 f"empty count {ring.empty_arrivals}")
@@ -601,6 +617,11 @@ def _ring_reason(ring: Ring, proto: Protocol) -> str:
     if proto.pingpong:  # one reader per fill: the consumer of the tile it was filled for
         arm = arm.replace(f"each of the {proto.consumers} consumer warpgroups arrives",
                           "the one consumer whose tile the fill is for (ping-pong) arrives")
+    if ring.one_shot and ring.stages > 1:
+        return (f"loaded once per tile into {ring.stages} slots used in turn: {arm}, at the end of "
+                "the tile; the producer fills the next tile's slot (waiting on its empty[s] with "
+                "parity ph^1) while the consumers read this one's, so the next tile's copy lands "
+                "under this tile's work; ph flips when s wraps to 0 and carries on from tile to tile")
     if ring.one_shot:
         return (f"loaded once per tile: {arm}, at the end of the tile; the phase bit flips "
                 "every tile")

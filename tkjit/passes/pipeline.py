@@ -10,6 +10,13 @@ more of them in flight is what hides the load latency (an H200 gemm at M = 128, 
 with 64x64 tiles: 4 stages 0.63x of cuBLAS, 8 stages 0.89x). A ``stages`` attribute on the loop
 (``@stages(N)``) pins it; the ``stages`` option forces every loop.
 Records ``stages`` and ``stage_bytes`` (what one stage's loads bring: its expect-tx bytes).
+
+Tiles loaded once per tile (outside any loop) of a persistent block loop get two *slots* (the
+load's ``slots`` attribute) where every ring loop still keeps ``SLOT_MIN_STAGES`` stages beside
+them: the mbarrier pass makes them a ring of two stages used tile after tile, so the producer
+loads the next tile's copy while the consumers read this one's (the attention template's second
+Q slot, as a schedule option of any kernel). Decided before the stage counts, which then count
+both slots.
 """
 from __future__ import annotations
 
@@ -19,12 +26,16 @@ from ..errors import PassError
 from ..ir.core import Kernel
 from ..ir.ops import For
 from .decisions import subject_of
-from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, ceil_to, check_supported_loads, nbytes,
-                     one_shot_loads, pipelined_loops, shared_loads, stores_of_register_tiles)
+from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, block_loop, ceil_to, check_supported_loads, nbytes,
+                     one_shot_loads, pipelined_loops, shared_loads, stores_of_register_tiles,
+                     tile_overlap_options)
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import buffers, stage_data_bytes, stage_stride
 
 MAX_PINNABLE = 8
+SLOT_MIN_STAGES = 3
+"""The fewest stages a ring loop keeps beside two slots of the tiles loaded once per tile (the
+attention template's Q2_MIN_STAGES: at D = 128 a second Q slot left 2 stages and lost)."""
 
 
 @register_pass
@@ -39,14 +50,20 @@ class PipelineStages(Pass):
     """Force this many stages on every loop (0: pins, else decide)."""
     max_stages: int = MAX_PINNABLE
     """The most stages to choose (pins may exceed it, up to 8)."""
+    slots: int = 0
+    """Slots of each tile loaded once per tile in a persistent block loop: 0 decide (two where
+    every ring keeps SLOT_MIN_STAGES stages), 1 one, 2 two where the rings keep theirs."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.slots not in (0, 1, 2):
+            raise PassError(f"pipeline: slots must be 0 (decide), 1 or 2, got {self.slots}")
         for name, value in (("stages", self.stages), ("max-stages", self.max_stages)):
             if not 0 <= value <= MAX_PINNABLE or (name == "max-stages" and value == 0):
                 raise PassError(f"pipeline: {name} must be 1 to {MAX_PINNABLE}, got {value}")
         check_supported_loads(kernel)
         loops = pipelined_loops(kernel)
         decided = {loop: self.stages or loop.attrs.get("stages", 1) for loop in loops}
+        self.choose_slots(kernel, ctx, loops, decided)
         for loop in loops:
             decided[loop], why = self.choose(kernel, loop, decided)
             loop.attrs["stages"] = decided[loop]
@@ -59,11 +76,53 @@ class PipelineStages(Pass):
                        stage_bytes=stage_data_bytes(loop), stage_stride=stage_stride(loop))
         return kernel
 
-    def choose(self, kernel: Kernel, loop: For, decided: dict[For, int]) -> tuple[int, str]:
-        if self.stages:
-            return self.stages, "forced by the pass option"
-        if "stages" in loop.attrs:
-            return loop.attrs["stages"], "pinned by the kernel"
+    def choose_slots(self, kernel: Kernel, ctx: PassContext, loops: list[For],
+                     decided: dict[For, int]) -> None:
+        """Two slots for the tiles loaded once per tile of a persistent block loop, where every
+        ring loop still gets at least ``SLOT_MIN_STAGES`` stages (or its pinned count) beside
+        them: the producer then fills the next tile's slot while the consumers read this one's,
+        so a tile starts with its one-shot tiles already landed (its first wgmma waits only for
+        its ring's first stage). Option ``slots``: 1 keeps one, 2 asks for two wherever they fit."""
+        once = one_shot_loads(kernel)
+        if not once:
+            return
+        where = f"@{kernel.name}"
+        names = ", ".join(subject_of(ld.result) for ld in once)
+        if block_loop(kernel).attrs.get("schedule") != "persistent" or \
+                block_loop(kernel).attrs.get("split", 1) > 1:
+            return  # one tile per CTA: nothing to load ahead
+        if self.slots == 1:
+            ctx.decide(where, f"{names}: one slot", "pipeline{slots=1}")
+            return
+        if not tile_overlap_options(ctx) and self.slots != 2:
+            return  # lowering auto/template: the attention template reads these decisions
+        for ld in once:
+            ld.attrs["slots"] = 2
+        short = []
+        for loop in loops:
+            need = decided[loop] if (self.stages or "stages" in loop.attrs) else SLOT_MIN_STAGES
+            fit = self.fit(kernel, loop, decided)[0]
+            if fit < need:
+                short.append(f"the ring of {subject_of(loop)} would keep {fit} stage(s) (< {need})")
+        if short:
+            for ld in once:
+                del ld.attrs["slots"]
+            ctx.decide(where, f"{names}: one slot", "loaded once per tile in a persistent loop, but "
+                       f"with a second slot {'; '.join(short)}: a ring that short starves the "
+                       "loop (measured on the attention template: 2 stages with two Q slots "
+                       "0.59-0.65x of 3 with one, H200)", slots=1)
+            return
+        ctx.decide(where, f"{names}: 2 slots", "loaded once per tile in a persistent loop: the "
+                   "producer fills the next tile's slot while the consumers read this one's (the "
+                   "slots used in turn, a ring of two stages released at the end of each tile), "
+                   f"so the next tile's copy lands under this tile's work; every ring loop keeps "
+                   f"at least {SLOT_MIN_STAGES} stages beside them (measured, H200, 2026-11-27, "
+                   "examples/attention.tk D = 64 against its template, same run, N = 1k..16k: one "
+                   "slot 0.92/0.98/1.01/1.03/1.04, two 1.04/1.04/1.04/1.04/1.05)", slots=2)
+
+    def fit(self, kernel: Kernel, loop: For, decided: dict[For, int]):
+        """How many stages of ``loop`` fit beside every buffer in use while it runs, with those
+        buffers and the bytes they reserve."""
         consumers = kernel.attrs.get("consumers", 1)
         staging = {store: "chunks" for store in stores_of_register_tiles(kernel)}
         bufs = buffers(kernel, decided, staging, consumers)
@@ -74,6 +133,15 @@ class PipelineStages(Pass):
         fit = 0
         while reserved + self.barrier_bytes(kernel, loop, decided, fit + 1) + (fit + 1) * stride <= SMEM_LIMIT:
             fit += 1
+        return fit, reserved, beside, bufs, ring
+
+    def choose(self, kernel: Kernel, loop: For, decided: dict[For, int]) -> tuple[int, str]:
+        if self.stages:
+            return self.stages, "forced by the pass option"
+        if "stages" in loop.attrs:
+            return loop.attrs["stages"], "pinned by the kernel"
+        fit, reserved, beside, bufs, ring = self.fit(kernel, loop, decided)
+        stride = stage_stride(loop)
         if fit < 1:
             others = ", ".join(f"the {b.name} ({nbytes(b.size)})" for b in beside) or "nothing else"
             left = SMEM_LIMIT - reserved - self.barrier_bytes(kernel, loop, decided, 1)
@@ -95,7 +163,7 @@ class PipelineStages(Pass):
         """The mbarrier words (128-byte rounded) with ``n`` stages on ``loop``: a full/empty pair
         per stage of every ring (a loop not decided yet counts as max-stages) and per tile loaded
         once per tile."""
-        pairs = len(one_shot_loads(kernel))
+        pairs = sum(ld.attrs.get("slots", 1) for ld in one_shot_loads(kernel))
         for other in decided:
             if other is loop:
                 pairs += n

@@ -2,7 +2,8 @@
 
     ring      a pipelined loop's stages: ``stages`` x ``stride`` bytes (its loads side by side
               in each stage, each slot aligned: 1024 B when swizzled, else 128 B)
-    tile      a shared tile loaded once per tile (outside any loop) or written by a copy
+    tile      a shared tile loaded once per tile (outside any loop; ``slots`` copies of it, used
+              tile after tile, where the pipeline pass gave it two) or written by a copy
     staging   the shared tile an epilogue stores a register tile through (stmatrix, then one
               TMA store): the whole tile, or chunks of 64 rows x ``cols`` columns per consumer
               (a round of 128-byte panels; one panel unless smem-plan widens the round) that
@@ -70,6 +71,18 @@ def stage_stride(loop: For) -> int:
     return ceil_to(at + last.result.type.nbytes, align)
 
 
+def slot_stride(load: Load) -> int:
+    """Bytes between the slots of a tile loaded once per tile (the pipeline pass's ``slots``):
+    the tile rounded up to its alignment."""
+    return ceil_to(load.result.type.nbytes, tile_align(load.result.type))
+
+
+def one_shot_bytes(load: Load, slots: int | None = None) -> int:
+    """The shared bytes of a tile loaded once per tile, all its slots."""
+    slots = load.attrs.get("slots", 1) if slots is None else slots
+    return load.result.type.nbytes if slots == 1 else slots * slot_stride(load)
+
+
 def stage_data_bytes(loop: For) -> int:
     """What the loop's loads bring per trip: the expect-tx bytes of a stage."""
     return sum(ld.result.type.nbytes for ld in shared_loads(loop.regions[0]))
@@ -126,8 +139,17 @@ def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
     for op in [*one_shot_loads(kernel), *shared_copies(kernel)]:
         t = op.result.type
         own = _value_span(op.result, pos)
-        span = (0, last) if persistent and isinstance(op, Load) else _in_loop(op, own, body, pos)
-        out.append(Buffer("tile", op, t.nbytes, tile_align(t), *span, str(t),
+        if isinstance(op, Load):
+            # the producer's TMA may land it any time in the tile, ahead of the consumers (a load
+            # written after a ring loop is issued while the loop's last stages are still read):
+            # its bytes are taken from the tile's start, never lent by a ring
+            span = (0, last) if persistent else (0, own[1])
+        else:
+            span = _in_loop(op, own, body, pos)
+        slots = op.attrs.get("slots", 1) if isinstance(op, Load) else 1
+        size = one_shot_bytes(op) if isinstance(op, Load) else t.nbytes
+        out.append(Buffer("tile", op, size, tile_align(t), *span,
+                          str(t) if slots == 1 else f"{slots} slots x {slot_stride(op):,} B of {t}",
                           "in use all tile long (persistent)" if span[0] == 0 and persistent
                           else "in use while its loop runs: written again every trip" if span != own
                           else "in use from its definition to its last use"))

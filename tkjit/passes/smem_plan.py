@@ -11,9 +11,9 @@ chunk width goes on the store as ``staging_cols`` (``epilogue=chunks``: one pane
 (8 bytes each: full[s] and empty[s] per stage of every ring, a pair per once-per-tile load).
 
 Records ``smem`` on loads, copies and stores (stage 0's slot for a ring), ``stage_stride`` and
-``bars`` on pipelined loops, ``bars`` on once-per-tile loads, ``staging`` (and for chunks
-``staging_cols``) on stores, and the
-kernel's ``smem`` (dynamic shared bytes); the map goes to the decision log one row per buffer.
+``bars`` on pipelined loops, ``bars`` (and with two slots ``slot_stride``) on once-per-tile loads,
+``staging`` (and for chunks ``staging_cols``) on stores, and the kernel's ``smem`` (dynamic
+shared bytes); the map goes to the decision log one row per buffer.
 Over the limit, a PassError names the largest buffers.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..ir.ops import For, Store
 from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, SWIZZLE_ALIGN, ceil_to, nbytes, one_shot_loads, pipelined_loops,
                      stores_of_register_tiles)
 from .manager import Pass, PassContext, register_pass
-from .smem_buffers import Buffer, buffers, round_widths, stage_slots, stage_stride
+from .smem_buffers import Buffer, buffers, round_widths, slot_stride, stage_slots, stage_stride
 
 EPILOGUES = ("auto", "tile", "chunks")
 
@@ -141,12 +141,14 @@ class SmemPlan(Pass):
                     op.attrs["staging_cols"] = widths[op]
             else:
                 op.attrs["smem"] = p.offset
+                if op.attrs.get("slots", 1) > 1:
+                    op.attrs["slot_stride"] = slot_stride(op)
         for loop in pipelined_loops(kernel):
             loop.attrs["bars"] = at
             at += MBARRIER_BYTES * 2 * loop.attrs["stages"]
         for ld in one_shot_loads(kernel):
             ld.attrs["bars"] = at
-            at += MBARRIER_BYTES * 2
+            at += MBARRIER_BYTES * 2 * ld.attrs.get("slots", 1)
 
     def record(self, kernel: Kernel, ctx: PassContext, placed: list[Placement], bars_at: int,
                total: int) -> None:
@@ -183,5 +185,5 @@ def _footprint(kernel: Kernel, placed: list[Placement]) -> tuple[int, int]:
     """(where the mbarrier words start, total bytes)."""
     bars_at = ceil_to(max((p.end for p in placed), default=0), MBARRIER_BYTES)
     words = 2 * (sum(loop.attrs["stages"] for loop in pipelined_loops(kernel))
-                 + len(one_shot_loads(kernel)))
+                 + sum(ld.attrs.get("slots", 1) for ld in one_shot_loads(kernel)))
     return bars_at, bars_at + MBARRIER_BYTES * words

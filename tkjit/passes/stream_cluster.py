@@ -14,8 +14,9 @@ W/k, which the rest of stream-cols streams (and, with ``cache=auto``, keeps on c
 from __future__ import annotations
 
 from ..ir.core import Block, Kernel, Op
-from ..ir.ops import CLUSTER_REDUCE_OPS, REDUCE_OPS, Add, Blocks, ClusterRank, Const, Load, Mul, Store
-from ..ir.types import TileType, VectorType
+from ..ir.ops import (BROADCAST_OPS, CLUSTER_REDUCE_OPS, REDUCE_OPS, Add, Blocks, ClusterMoments, ClusterRank, Const,
+                      Div, Load, Mul, Store, Sub)
+from ..ir.types import F32, ScalarType, TileType, VectorType
 from .stream_cache import AUTO_CACHE_BYTES, cache_plan
 from .stream_plan import I32_T, NotStreamable, plan_streaming
 
@@ -69,11 +70,53 @@ def cluster_for(body: Block, budget: int = AUTO_CACHE_BYTES) -> tuple[int, str |
                "on an H200, docs/codegen.md)")
 
 
-def split_over_cluster(kernel: Kernel, body: Block, k: int, exchange: str = "barrier") -> tuple[int, int]:
+def variance_pairs(body: Block, width: int) -> dict:
+    """The row sums whose result a later reduction turns into a variance: ``r1 = row_sum t``,
+    ``m = r1 / W`` (W the width: the row mean), ``d = sub_row t, m``, ``r2 = row_sum (d * d)`` (the
+    product read by nothing else) -> {r1: (r2, the product)}. Over a split row block each CTA can
+    reduce its slice's squared deviations about its own slice mean and one exchange combine both
+    sums (``cluster_moments``, Chan's formula) instead of waiting for the mean between the passes."""
+    users: dict = {}
+    for top in body.ops:
+        for op in top.walk():
+            for v in op.operands:
+                users.setdefault(v, []).append(op)
+    pairs = {}
+    for r2 in body.ops:
+        if not (type(r2) in REDUCE_OPS and r2.AXIS == "row" and r2.FN == "sum"):
+            continue
+        q = r2.operands[0].owner
+        if not (isinstance(q, Mul) and q.operands[0] is q.operands[1] and users.get(q.result) == [r2]):
+            continue
+        d = q.operands[0].owner
+        if not (type(d) in BROADCAST_OPS and d.AXIS == "row" and d.FN == "sub"):
+            continue
+        t, m = d.operands
+        div = m.owner
+        if not (isinstance(div, Div) and isinstance(div.operands[1].owner, Const)
+                and div.operands[1].owner.attrs["value"] == width):
+            continue
+        r1 = div.operands[0].owner
+        if type(r1) in REDUCE_OPS and r1.AXIS == "row" and r1.FN == "sum" and r1.operands[0] is t and r1 not in pairs:
+            pairs[r1] = (r2, q)
+    return pairs
+
+
+SHIFT_COLS = 256
+"""``onepass``: the columns of a slice whose mean shifts its one-pass sums (the first chunk
+``cache=auto`` streams: its tiles keep the contiguous column order)."""
+
+
+def split_over_cluster(kernel: Kernel, body: Block, k: int, exchange: str = "barrier",
+                       moments: bool = False, onepass: bool = False) -> tuple[int, int, list]:
     """Rewrite ``body`` (the block loop's) so that k CTAs share each block, CTA ``rank`` taking
     column slice ``rank`` (module docstring), each cluster reduction with attribute ``exchange``
-    (ops/cluster.py); returns (W, W/k). Raises NotStreamable when the
-    program is not row-wise or its wide tensors cannot be sliced."""
+    (ops/cluster.py); with ``moments`` (push exchange only) a mean and the variance about it
+    (``variance_pairs``) take one ``cluster_moments`` exchange, and with ``onepass`` the slice's sum
+    and squared deviations come from one pass, about a shift K (the mean of the slice's first
+    SHIFT_COLS columns, from loads of those alone): m2 = sum (t-K)^2 - (sum (t-K))^2 / n, exact
+    algebra whose rounding stays small while K is near the slice mean; returns (W, W/k, the row sums that
+    pair so with a variance: combined by cluster_moments where ``moments``). Raises NotStreamable when the program is not row-wise or its wide tensors cannot be sliced."""
     blocks = body.parent
     assert isinstance(blocks, Blocks)
     if blocks.attrs.get("schedule", "grid") != "grid" or blocks.attrs.get("split", 1) > 1:
@@ -112,10 +155,55 @@ def split_over_cluster(kernel: Kernel, body: Block, k: int, exchange: str = "bar
         out.extend((n, mul, add))
         return coords[:-1] + [add.result]
 
+    found = {r1: pair for r1, pair in (variance_pairs(body, width) if exchange == "push" else {}).items()
+             if r1.operands[0] in plan.wide}
+    pairs = found if moments else {}
+    skip = {op for r2, q in pairs.values() for op in (r2, q)}
     from .rewrite import _clone_op
     for op in body.ops:
         wide_in = any(v in plan.wide for v in op.operands)
         wide_out = any(r in plan.wide for r in op.results)
+        if op in skip:  # a variance's square and sum: the paired row sum's cluster_moments made it
+            continue
+        if op in pairs and onepass and part % SHIFT_COLS == 0 and part > SHIFT_COLS:
+            r2, _ = pairs[op]
+            sub = type(r2.operands[0].owner.operands[0].owner)
+            t = mapping[op.operands[0]]
+            first = _first_columns(op.operands[0], plan, SHIFT_COLS, part, sliced, mapping, out, {})
+            f32 = ScalarType(F32)
+            w0, n = (Const([], {"value": float(v)}, [f32], span=op.span) for v in (SHIFT_COLS, part))
+            k0 = type(op)([first], dict(op.attrs), None, span=op.span)
+            shift = Div([k0.result, w0.result], {}, None, span=op.span, result_hints=["shift"])
+            dev = sub([t, shift.result], {}, None, span=r2.span, result_hints=["shifted"])
+            s1 = type(op)([dev.result], dict(op.attrs), None, span=op.span, result_hints=["s1_part"])
+            sq = Mul([dev.result, dev.result], {}, None, span=r2.span)
+            s2 = type(r2)([sq.result], dict(r2.attrs), None, span=r2.span, result_hints=["s2_part"])
+            kn = Mul([shift.result, n.result], {}, None, span=op.span)
+            s_part = Add([s1.result, kn.result], {}, None, span=op.span, result_hints=["sum_part"])
+            s11 = Mul([s1.result, s1.result], {}, None, span=r2.span)
+            s11n = Div([s11.result, n.result], {}, None, span=r2.span)
+            q_part = Sub([s2.result, s11n.result], {}, None, span=r2.span, result_hints=["m2_part"])
+            both = ClusterMoments([s_part.result, q_part.result], {"count": part, "exchange": exchange}, None,
+                                  span=r2.span, result_hints=[op.result.hint, r2.result.hint])
+            out.extend((w0, n, k0, shift, dev, s1, sq, s2, kn, s_part, s11, s11n, q_part, both))
+            mapping[op.result], mapping[r2.result] = both.results
+            continue
+        if op in pairs:
+            r2, _ = pairs[op]
+            hint = op.result.hint if op.result.hint and not op.result.hint.isdigit() else "sum"
+            t = mapping[op.operands[0]]
+            s_part = type(op)([t], dict(op.attrs), None, span=op.span, result_hints=[f"{hint}_part"])
+            n = Const([], {"value": float(part)}, [ScalarType(F32)], span=op.span)
+            mean = Div([s_part.result, n.result], {}, None, span=op.span, result_hints=["slice_mean"])
+            dev = type(r2.operands[0].owner.operands[0].owner)([t, mean.result], {}, None, span=r2.span,
+                                                              result_hints=["slice_dev"])
+            sq = Mul([dev.result, dev.result], {}, None, span=r2.span)
+            q_part = type(r2)([sq.result], dict(r2.attrs), None, span=r2.span, result_hints=["m2_part"])
+            both = ClusterMoments([s_part.result, q_part.result], {"count": part, "exchange": exchange}, None,
+                                  span=r2.span, result_hints=[op.result.hint, r2.result.hint])
+            out.extend((s_part, n, mean, dev, sq, q_part, both))
+            mapping[op.result], mapping[r2.result] = both.results
+            continue
         if isinstance(op, Load) and wide_out:
             new = Load([op.operands[0], *sliced(op.variadic())], dict(op.attrs), [narrow(op.result.type)],
                        span=op.span, result_hints=[op.result.hint])
@@ -144,4 +232,30 @@ def split_over_cluster(kernel: Kernel, body: Block, k: int, exchange: str = "bar
         op.parent = body
     body.ops = out
     blocks.attrs["cluster"] = k
-    return width, part
+    return width, part, list(found)
+
+
+def _first_columns(v, plan, cols: int, part: int, sliced, mapping: dict, out: list, made: dict):
+    """``v`` (a wide value of the original body) recomputed on the first ``cols`` columns of the
+    CTA's slice: its wide loads narrowed to that column tile, its wide ops to that width."""
+    if v not in plan.wide:
+        return mapping.get(v, v)
+    if v in made:
+        return made[v]
+    op = v.owner
+
+    def narrow(t):
+        return TileType(t.space, t.dtype, t.rows, cols) if isinstance(t, TileType) else VectorType(t.kind, t.dtype, cols)
+    if isinstance(op, Load):
+        coords = sliced(op.variadic())  # the slice's column tile (units of part columns)
+        per = Const([], {"value": part // cols}, [I32_T], span=op.span)
+        first = Mul([coords[-1], per.result], {}, None, span=op.span)
+        out.extend((per, first))
+        new = Load([op.operands[0], *coords[:-1], first.result], {}, [narrow(op.result.type)], span=op.span,
+                   result_hints=[f"{op.result.hint}_first" if op.result.hint and not op.result.hint.isdigit() else None])
+    else:
+        new = type(op)([_first_columns(x, plan, cols, part, sliced, mapping, out, made) for x in op.operands],
+                       dict(op.attrs), [narrow(r.type) for r in op.results], span=op.span)
+    out.append(new)
+    made[v] = new.result
+    return new.result

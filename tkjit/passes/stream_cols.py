@@ -43,7 +43,7 @@ from ..ir.ops.cluster import EXCHANGES
 from ..ir.types import MAX_REGISTER_TILE_BYTES, TileType, register_tile_problem
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
-from .stream_cluster import MAX_CLUSTER, SLICE_REDUCE, SLICE_WARPS, cluster_for, split_over_cluster
+from .stream_cluster import MAX_CLUSTER, SHIFT_COLS, SLICE_REDUCE, SLICE_WARPS, cluster_for, split_over_cluster
 from .stream_cache import (AUTO_CACHE_BYTES, AUTO_REREAD_STAGES, AUTO_REREAD_WARPS, CACHE_BYTES,  # noqa: F401
                            CACHED_CHUNK_BYTES, cache_plan)
 from .stream_plan import (CHUNK_BYTES, NotStreamable, StreamPlan, _chunk_width, block_body,  # noqa: F401
@@ -74,6 +74,17 @@ def oversized_tile_problem(kernel: Kernel) -> DiagnosticError | None:
 
 
 # ---------------------------------------------------------------- the rewrite
+
+def row_tile_sources(body: Block) -> list[str]:
+    """The global tensors a row block loads as register tiles (the row tiles it keeps)."""
+    names: list[str] = []
+    for op in (inner for top in body.ops for inner in top.walk()):
+        if isinstance(op, Load) and isinstance(op.result.type, TileType) and op.result.type.space == "rt":
+            name = op.operands[0].hint or "?"
+            if name not in names:
+                names.append(name)
+    return names
+
 
 @register_pass
 @dataclass(frozen=True)
@@ -136,6 +147,31 @@ class StreamCols(Pass):
     (the default) -- each CTA stores its partial into every peer's shared memory with ``st.async``
     and waits on one local mbarrier; ``barrier`` -- each CTA stores its own, and two cluster
     barriers surround the remote reads (session 11's form)."""
+    moments: bool = False
+    """Over a split row block (``cluster``, push exchange): a row mean and the sum of squared
+    deviations about it (LayerNorm's variance; stream_cluster.variance_pairs) are reduced per CTA
+    about the CTA's own slice mean and combined in one ``cluster_moments`` exchange (Chan's
+    formula), so no CTA waits for the cluster's mean before the variance pass; false: as
+    ``variance`` decides (two ``cluster_sum`` exchanges, the variance pass after the first, unless
+    ``variance=auto`` takes the one-pass form). Measured on an
+    H200 (session 13, ``...-s13-resln-2-*.json``, share of the copy bandwidth, D = 4096 / 8192):
+    residual + LayerNorm 82 / 83% with it against 83 / 84% without, LayerNorm 80 / 73% against
+    82 / 82%: one exchange fewer does not pay for the combine (then with a division per rank)."""
+    onepass: bool = False
+    """With ``moments``: each CTA takes its slice's row sums and squared deviations in one pass,
+    about a shift (the mean of the slice's first 256 columns, loaded on their own before the pass;
+    stream_cluster.split_over_cluster), so the mean and the variance need one pass and one exchange
+    instead of two each. Measured (H200, session 13, ``...-s13-resln-3.json``): residual +
+    LayerNorm 86 / 87% of the copy against 84 / 86% (taken by ``variance=auto``), LayerNorm
+    79 / 78% against 83 / 84%."""
+    variance: str = "auto"
+    """How a split row block's mean and variance are reduced when ``moments``/``onepass`` are not
+    set: ``auto`` -- in one pass and one exchange (``moments`` + ``onepass``) where the block keeps
+    two or more row tiles of global tensors (residual + LayerNorm: its shared memory already holds
+    an SM at 3 CTAs, so the pass's extra registers cost no CTA, and one pass fewer over twice the
+    bytes gains: 86 / 87% of the copy against 84 / 86% at D = 4096 / 8192, H200 same run,
+    ``...-s13-resln-3.json``), else in two exchanges (LayerNorm: its registers set the CTAs an SM
+    holds, and one pass measured 79 / 78% against 83 / 84%); ``two``: always two exchanges."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -220,6 +256,15 @@ class StreamCols(Pass):
                        ("; each is loaded whole before the first pass and every pass copies its chunks "
                         "from there (copy_cols), so global memory is read once; the chunk loops prefetch "
                         "their vector loads one trip ahead" if rewriter.cached else ""))
+            if rewriter.deferred:
+                names = ", ".join(f"%{v.hint}" for v in rewriter.deferred)
+                ctx.decide(f"@{kernel.name}", f"row block loads in flight together: {names} wait = deferred",
+                           "the kept row blocks are loaded one after another before the first pass: each load "
+                           "but the last issues its copies without waiting for them, and the last one's wait "
+                           "covers them all, so the CTA has every row block's bytes in flight at once instead "
+                           "of one tensor's at a time (ncu on residual + LayerNorm, H200, session 13: the "
+                           "CTAs spent 13% of their stall samples waiting for x's copies before issuing "
+                           "res's)", deferred=[v.hint for v in rewriter.deferred])
         big = max((v.type for v in plan.wide if isinstance(v.type, TileType)), key=lambda t: t.nbytes)
         why = (f"{big} needs {big.nbytes:,} B of registers, over the {MAX_REGISTER_TILE_BYTES:,} B one register "
                "tile may hold" if big.nbytes > MAX_REGISTER_TILE_BYTES else
@@ -260,8 +305,19 @@ class StreamCols(Pass):
             if why:
                 ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
             return rest.run(kernel, ctx)
+        moments, onepass = self.moments, self.onepass
+        if self.variance not in ("auto", "two"):
+            raise PassError(f"stream-cols: variance must be auto or two, got {self.variance!r}")
+        tiles = row_tile_sources(body)
+        if not (moments or onepass) and self.variance == "auto" and self.exchange == "push" and len(tiles) >= 2:
+            moments = onepass = True
+            ctx.decide(f"@{kernel.name}", "variance: one pass, one exchange (moments, onepass)",
+                       f"variance=auto: the row block keeps {len(tiles)} row tiles ({', '.join(tiles)}), so its "
+                       "shared memory, not its registers, sets the CTAs an SM holds, and one pass fewer over "
+                       "the slice pays (H200, session 13: residual + LayerNorm 86 / 87% of the copy bandwidth "
+                       "against 84 / 86% at D = 4096 / 8192, benchmarks/results/2026-11-27-nvidia-h200-s13-resln-3.json)")
         try:
-            width, part = split_over_cluster(kernel, body, k, self.exchange)
+            width, part, paired = split_over_cluster(kernel, body, k, self.exchange, moments, onepass)
         except NotStreamable as e:
             where = f" ({e.op.NAME} at {e.op.span.location()})" if e.op is not None and e.op.span else ""
             ctx.decide(f"@{kernel.name}", "not split over a cluster", e.why + where)
@@ -278,6 +334,29 @@ class StreamCols(Pass):
                    "exchange" if self.exchange == "push" else
                    "each CTA stores its own partial; a cluster barrier before and one after the remote reads "
                    "(ld.shared::cluster)", exchange=self.exchange)
+        if paired and moments:
+            names = ", ".join(f"%{r.result.hint or '?'}" for r in paired)
+            ctx.decide(f"@{kernel.name}", f"mean and variance in one exchange: row_sum {names} (cluster_moments)",
+                       f"moments=true ({'the pass option' if self.moments else 'variance=auto'}): the sum of squared deviations about a row mean of the same tile is reduced "
+                       f"by each CTA about its own slice's mean ({part} columns), and one exchange carries both "
+                       "partials, combined in rank order by Chan's formula (m2 = sum of m2_j + n (mean_j - mean)^2): "
+                       "no CTA waits for the cluster's mean before the variance pass, one exchange per row block "
+                       "instead of two (ncu on residual + LayerNorm at D = 4096, H200, session 13: 8.5% of the "
+                       "stall samples in the two exchange waits; not the default: measured no faster, "
+                       "benchmarks/results/2026-11-27-nvidia-h200-s13-resln-2-*.json)",
+                       rows=[r.result.hint for r in paired])
+            if onepass and part % SHIFT_COLS == 0 and part > SHIFT_COLS:
+                ctx.decide(f"@{kernel.name}", "mean and variance from one pass over the slice (onepass)",
+                           f"onepass=true ({'the pass option' if self.onepass else 'variance=auto'}): each CTA sums t - K and (t - K)^2 in the same pass, K "
+                           f"the mean of its slice's first {SHIFT_COLS} columns (loaded on their own, after the "
+                           "row blocks' copies are issued); its slice's m2 = sum (t-K)^2 - (sum (t-K))^2 / n, "
+                           "then cluster_moments: two passes over the slice instead of three")
+        elif paired:
+            ctx.decide(f"@{kernel.name}", "mean and variance in two exchanges",
+                       f"{'variance=two' if self.variance == 'two' else 'one row tile kept'}: the variance pass waits for the cluster's mean; measured "
+                       "on an H200 (session 13), one cluster_moments exchange instead was no faster for "
+                       "residual + LayerNorm (82 / 83% of the copy against 83 / 84% at D = 4096 / 8192) and "
+                       "slower for LayerNorm (80 / 73% against 82 / 82%)")
         if self.cache == "auto":
             rest = dataclasses.replace(rest, reduce=self.reduce if self.reduce != "auto" else SLICE_REDUCE,
                                        warps=self.warps or SLICE_WARPS)

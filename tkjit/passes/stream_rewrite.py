@@ -23,6 +23,7 @@ class StreamRewriter:
         self.cached_chunks = 0                  # how many chunks from the first the shared tiles hold
         self.copying: set = set()               # the cached loads the loop being built copies
         self.passes_made = 0
+        self.deferred: list[Value] = []         # cached row blocks whose loads do not wait (the next one's does)
         dims = [op.operands[0].type.dims[-1] for op in plan.body.ops if isinstance(op, (Load, Store))
                 and (op.result if isinstance(op, Load) else op.operands[1]) in plan.wide]
         self.tile_partials = options.reduce == "tile" and all(isinstance(d, int) and d % plan.width == 0 for d in dims)
@@ -36,11 +37,17 @@ class StreamRewriter:
         narrow = [op for op in old if op is not term and op not in plan.phase]
         loops = []
         for p in range(plan.phases + 1):
-            for op in narrow:
-                if max((plan.avail.get(r, 0) for r in op.results), default=_avail_of(op, plan)) == p:
+            now = [op for op in narrow
+                   if max((plan.avail.get(r, 0) for r in op.results), default=_avail_of(op, plan)) == p]
+            late = _after_tile_loads(now) if p == 0 else set()
+            for op in now:
+                if op not in late:
                     self.out.append(self._clone(op, self.outer))
             if p == 0:
-                self._load_cached()
+                self._load_cached(defer_all=bool(late))
+                for op in now:  # narrow register-tile loads and what needs them: after the row blocks' copies
+                    if op in late:
+                        self.out.append(self._clone(op, self.outer))
             if p < plan.phases:
                 sinks = [op for op in old if plan.phase.get(op) == p and not (op.results and op.result in plan.wide)]
                 if sinks:
@@ -52,8 +59,10 @@ class StreamRewriter:
         plan.body.ops = self.out
         return loops
 
-    def _load_cached(self) -> None:
-        """The shared tiles of ``cache=shared`` (each tensor's first chunks), loaded before the first pass."""
+    def _load_cached(self, defer_all: bool = False) -> None:
+        """The shared tiles of ``cache=shared`` (each tensor's first chunks), loaded before the first
+        pass; each but the last without waiting for its copies (``defer_all``: the last too: register
+        loads follow, which the backend then issues before it waits)."""
         loads, chunks, _ = self.cache_plan
         for op in loads:
             coords = [self.outer.get(v, v) for v in op.variadic()]
@@ -67,6 +76,11 @@ class StreamRewriter:
             self.out.append(ld)
             self.cached[op] = ld.result
         self.cached_chunks = chunks
+        made = [ld for ld in self.out if isinstance(ld, Load) and ld.result in self.cached.values()]
+        deferred = made if defer_all else made[:-1]
+        for ld in deferred:  # in flight together: the last load's wait (or the backend's) covers them all
+            ld.attrs["wait"] = "deferred"
+        self.deferred = [ld.result for ld in deferred]
 
     # -- one chunk loop ------------------------------------------------------------------
     def _loop(self, p: int, sinks: list[Op]) -> list[tuple[For, list[str]]]:
@@ -273,3 +287,14 @@ def _is_zero(v: Value) -> bool:
 
 def _avail_of(op: Op, plan: StreamPlan) -> int:
     return max((plan.avail.get(v, 0) for o in op.walk() for v in o.operands), default=0)
+
+
+def _after_tile_loads(ops: list[Op]) -> set:
+    """The ops of ``ops`` that are (or need) a register-tile load: issued after the kept row
+    blocks' loads, so that those copies are in flight while these wait for their own bytes."""
+    late: set = set()
+    for op in ops:
+        if (isinstance(op, Load) and isinstance(op.result.type, TileType) and op.result.type.space == "rt") or \
+                any(v.owner in late for v in op.operands):
+            late.add(op)
+    return late

@@ -5,7 +5,9 @@ and each consumer warpgroup do with them. The PTX emitter follows it; the checke
 (``sync_check.py``) explores it on the CPU before any PTX exists.
 
 **Rings.** One per pipelined loop (``stages`` buffers of the loop's loads) and one per load
-outside any loop (``one_shot``: one stage, filled once per tile). Stage ``s`` of a ring has
+outside any loop (``one_shot``: filled once per tile; one stage, or in a persistent loop two
+*slots* used tile after tile, so the producer fills the next tile's while the consumers read this
+one's: the pipeline pass's ``slots``). Stage ``s`` of a ring has
 
 * ``full[s]``:  initialised with ``full_arrivals`` (1: the producer's ``arrive.expect_tx``),
   armed with ``expect_tx`` bytes; the TMA loads of the stage complete those bytes;
@@ -134,7 +136,8 @@ class Ring(Frozen):
 
     def text(self) -> str:
         loads = ", ".join(f"{ld.name} {ld.nbytes} B" for ld in self.loads)
-        kind = "one-shot" if self.one_shot else f"{self.stages} stages"
+        kind = ("one-shot" if self.stages == 1 else f"one-shot, {self.stages} slots") \
+            if self.one_shot else f"{self.stages} stages"
         at = f" at {self.where}" if self.where else ""
         empty = f"empty[{self.stages}] count {self.empty_arrivals}"
         if self.cluster > 1:
@@ -878,15 +881,36 @@ def consumer_staging(item: StagingReuse, store: "StoreItem | None" = None) -> tu
             *(StagingEnd(r) for r in item.rings))
 
 
+def reads_ring(step: Step, ring: str) -> bool:
+    """Whether ``step`` is, or holds, a wgmma group reading ``ring``."""
+    if isinstance(step, Mma):
+        return ring in step.rings
+    return any(reads_ring(st, ring) for st in (*getattr(step, "body", ()), *getattr(step, "orelse", ())))
+
+
+def release_early(cons: list[Step], ring: str) -> bool:
+    """Release the one-shot ``ring`` right after the tile's last step that reads it (drained:
+    ``MmaWait(0)``), not at the end of the tile; False where no step reads it."""
+    last = max((i for i, st in enumerate(cons) if reads_ring(st, ring)), default=None)
+    if last is None:
+        return False
+    cons[last + 1:last + 1] = [MmaWait(0), Release(ring), Advance(ring)]
+    return True
+
+
 def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tuple[Ring, ...],
-                      items: tuple[Item, ...], pingpong: bool = False, cluster: int = 1) -> Protocol:
+                      items: tuple[Item, ...], pingpong: bool = False, cluster: int = 1,
+                      early: tuple[str, ...] = ()) -> Protocol:
     """The producer/consumer programs for one tile's ``items``, in program order.
 
     One-shot rings are filled at their place and released at the end of the tile (after the
     consumers drained every wgmma); loop rings follow ``producer_fill`` and ``consumer_loop``.
     ``pingpong``: one pipelined loop, its consumers alternating over whole tiles
     (``pingpong_consumer``). ``cluster`` 2: a multicast pair (some rings' ``cluster`` is 2): both
-    programs start with ``ClusterSync("start")``, the consumers' ends with ``ClusterSync("exit")``."""
+    programs start with ``ClusterSync("start")``, the consumers' ends with ``ClusterSync("exit")``.
+    ``early``: one-shot rings released right after the tile's last product reading them
+    (``release_early``; the mbarrier pass's ``release=early``), so a persistent producer loads the
+    next tile's copy under the rest of this tile (its epilogue) even with one slot."""
     by_name = {r.name: r for r in rings}
     stores = [item for item in items if isinstance(item, StoreItem)]
     if pingpong:
@@ -932,6 +956,7 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             (one_shots or not isinstance(last[-1], StreamKFixup)):
         raise ValueError("stream-K's fix-up must be the tile's last consumer step but its staged stores: "
                          "a contribution ends its tile there")
+    one_shots = [name for name in one_shots if not (name in early and release_early(cons, name))]
     if one_shots:
         cons.append(MmaWait(0))
         for name in one_shots:

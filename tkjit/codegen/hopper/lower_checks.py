@@ -38,7 +38,8 @@ def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int
         return None
     if isinstance(op, Copy):
         from .lower_shared_store import tile_write_refusal
-        return tile_write_refusal(op, in_ring_loop, users)
+        from .lower_tile_read import is_tile_read, tile_read_refusal
+        return tile_read_refusal(op) if is_tile_read(op) else tile_write_refusal(op, in_ring_loop, users)
     if isinstance(op, tuple(c for c in REDUCE_OPS if c.AXIS == "col")):
         return Refusal(op, "a column reduction combines the warps of every consumer through shared "
                            "memory, which the general lowering does not plan yet")

@@ -444,7 +444,7 @@ class ConsumerRole(RoleEmitter):
         loop = self.k.schedule.ring_loop.get(ring.ring.name)
         stage = self.stage_before(ring) if which == "prev" else ring.s
         addr = b.reg()
-        b(f"mad.lo.u32 {addr}, {stage}, {load_stage_stride(loop)}, {self.k.smem};",
+        b(f"mad.lo.u32 {addr}, {stage}, {load_stage_stride(loop, load)}, {self.k.smem};",
           f"add.u32 {addr}, {addr}, {load.attrs['smem']};")
         return addr
 

@@ -132,7 +132,7 @@ class CopyingProducer(ProducerRole):
         param = load.operands[0]
         coords = [ctx.get(v).reg for v in load.variadic()]
         stage = b.reg()
-        stride = load_stage_stride(k.schedule.ring_loop.get(step.ring))
+        stride = load_stage_stride(k.schedule.ring_loop.get(step.ring), load)
         b(f"mad.lo.u32 {stage}, {r.s}, {stride}, {k.smem};",
           f"add.u32 {stage}, {stage}, {load.attrs['smem']};")
         row0, col0 = b.reg(), b.reg()

@@ -49,7 +49,7 @@ def emit_copy_cols(ctx, op) -> list[str]:
     units = span // 16                        # 16-byte units a panel row
     layout = ctx.tile_layout(t)
     ring = role.rings[role.ring_of_load[load]]
-    stride = load_stage_stride(role.k.schedule.ring_loop.get(ring.ring.name))
+    stride = load_stage_stride(role.k.schedule.ring_loop.get(ring.ring.name), load)  # (two slots: their stride)
     base = ctx.new("b32")                     # the row block's bytes in this stage
     out += [f"mad.lo.u32 {base}, {ring.s}, {stride}, {role.k.smem};",
             f"add.u32 {base}, {base}, {load.attrs['smem']};"]

@@ -7,11 +7,13 @@ mma.sync: products are wgmma steps of the protocol)."""
 from __future__ import annotations
 
 from ...errors import NotAvailableError
-from ...ir.ops import MMA_OPS, Load, Store
+from ...ir.ops import MMA_OPS, Copy, Cvt, Load, Store
+from ...passes.liveness import held_packed
 from ...passes.sync_protocol import HoldStore
 from ...ir.types import BF16, F16, F32, TileType
 from ..emit_control import fresh
-from ..emit_memory import emit_load as rt_emit_load, emit_store as rt_emit_store
+from ..emit_elementwise import emit_cvt
+from ..emit_memory import emit_copy, emit_load as rt_emit_load, emit_store as rt_emit_store
 from ..table import EmitterTable
 from ..values import RegTile
 
@@ -69,7 +71,13 @@ def emit_load(ctx, op) -> list[str]:
     if not (isinstance(t, TileType) and t.space == "rt") or ctx.grid.contiguous_cols:
         return rt_emit_load(ctx, op)  # (the contiguous order: 16 bytes a lane, direct.py)
     gd = op.operands[0].type.dtype
-    if t.dtype == F32 and gd in (BF16, F16) and _elementwise_uses(ctx, op.result):
+    if t.dtype == gd and gd in (BF16, F16):
+        # a 16-bit tile of a tensor of its dtype: the pairs land packed, as the tile holds them
+        rep = fresh(ctx, t)
+        out = _fragments(ctx, op, op.operands[0], op.variadic(), rep, store=False)
+        ctx.bind(op.result, rep)
+        return out
+    if held_packed(op, ctx.role.users.get(id(op.result), [])):
         # the values are the tensor's 16-bit ones: keep them packed (half the registers) and let
         # each elementwise use unpack its elements (exact: a bf16/f16 value is an f32 one)
         rep = fresh(ctx, TileType("rt", gd, t.rows, t.cols))
@@ -88,15 +96,6 @@ def emit_load(ctx, op) -> list[str]:
 
 
 PACK = {BF16: "cvt.rn.bf16x2.f32", F16: "cvt.rn.f16x2.f32"}
-
-
-def _elementwise_uses(ctx, v) -> bool:
-    """Whether every reader of ``v`` reads its elements one by one (maps, arithmetic, broadcasts,
-    cvt, stores): then a packed 16-bit representation can stand for an f32 tile."""
-    from ...ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt
-    users = ctx.role.users.get(id(v), [])
-    return bool(users) and all(isinstance(u, (*BINARY_OPS, *UNARY_OPS, *BROADCAST_OPS, Cvt, Store))
-                               for u in users)
 
 
 def _fragments(ctx, op, param, coords, tile: RegTile, store: bool, only: set | None = None) -> list[str]:
@@ -225,11 +224,30 @@ def _pair(ctx, tile: RegTile, u: int, j: int, h: int, gd, out: list[str]) -> str
     return p
 
 
+def emit_widen(ctx, op) -> list[str]:
+    """``cvt<f32>`` of a 16-bit register tile that every reader reads elementwise
+    (``liveness.held_packed``): the packed tile stands for the f32 one (each use unpacks its
+    elements, exactly); any other cvt is the register-tile backend's."""
+    if held_packed(op, ctx.role.users.get(id(op.result), [])) and isinstance(ctx.get(op.operands[0]), RegTile):
+        ctx.bind(op.result, ctx.get(op.operands[0]))
+        return []
+    return emit_cvt(ctx, op)
+
+
+def emit_copy_tile(ctx, op) -> list[str]:
+    """A shared tile read into registers (``lower_tile_read``); any other copy is the
+    register-tile backend's."""
+    from .lower_tile_read import emit_tile_read, is_tile_read
+    return emit_tile_read(ctx, op) if is_tile_read(op) else emit_copy(ctx, op)
+
+
 def consumer_table() -> EmitterTable:
     from .lower_producer import scalar_table
     table = scalar_table(EmitterTable())
     table.entries[(Store, "memory")] = emit_store
     table.entries[(Load, "memory")] = emit_load
+    table.entries[(Cvt, "register")] = emit_widen
+    table.entries[(Copy, "memory")] = emit_copy_tile
     from ...ir.ops import CopyCols
     from .lower_copy_cols import emit_copy_cols
     for key in [k for k in table.entries if k[0] is CopyCols]:
@@ -240,4 +258,4 @@ def consumer_table() -> EmitterTable:
 
 
 
-__all__ = ["emit_store", "emit_load", "consumer_table", "PACK"]
+__all__ = ["emit_store", "emit_load", "emit_widen", "emit_copy_tile", "consumer_table", "PACK"]

@@ -179,7 +179,7 @@ class ProducerRole(RoleEmitter):
         t = load.result.type
         coords = [ctx.get(v).reg for v in load.variadic()]
         stage = b.reg()
-        stride = load_stage_stride(self.k.schedule.ring_loop.get(step.ring))
+        stride = load_stage_stride(self.k.schedule.ring_loop.get(step.ring), load)
         b(f"mad.lo.u32 {stage}, {r.s}, {stride}, {self.k.smem};",
           f"add.u32 {stage}, {stage}, {load.attrs['smem']};")
         bar = self.bar(r, "full")
@@ -226,9 +226,12 @@ class ProducerRole(RoleEmitter):
             b(tma.load_nd_multicast(dst, addr, [inner, first, *lead], bar, (1 << CTAS) - 1))
 
 
-def load_stage_stride(loop: For | None) -> int:
-    """Bytes between two stages of a ring (0 for a tile loaded once per tile: one stage)."""
-    return loop.attrs["stage_stride"] if loop is not None else 0
+def load_stage_stride(loop: For | None, load: Load | None = None) -> int:
+    """Bytes between two stages of a ring (for a tile loaded once per tile, ``load``: between its
+    two slots where the pipeline pass gave it two, else 0: one stage)."""
+    if loop is not None:
+        return loop.attrs["stage_stride"]
+    return load.attrs.get("slot_stride", 0) if load is not None else 0
 
 
 def trip_count(ctx: Ctx, b, loop: For) -> str:

@@ -6,10 +6,10 @@ in the table: ``Interpreter.run_block`` ends a region there. An op with no entry
 """
 from __future__ import annotations
 
-from ...ir.ops import (CLUSTER_REDUCE_OPS, ClusterRank, BINARY_OPS, BROADCAST_OPS, MMA_OPS, REDUCE_OPS, UNARY_OPS, Blocks, CausalMask,
+from ...ir.ops import (CLUSTER_REDUCE_OPS, ClusterMoments, ClusterRank, BINARY_OPS, BROADCAST_OPS, MMA_OPS, REDUCE_OPS, UNARY_OPS, Blocks, CausalMask,
                        CmpSelect, Iota,
                        Check, Const, Copy, CopyCols, Cvt, Dim, Fill, For, If, Load, Select, Store, Zeros)
-from .cluster import run_cluster_rank, run_cluster_reduce
+from .cluster import run_cluster_moments, run_cluster_rank, run_cluster_reduce
 from .control import run_blocks, run_for, run_if
 from .elementwise import (run_binary, run_causal_mask, run_cmp_select, run_cvt, run_fill, run_iota,
                           run_unary, run_zeros)
@@ -26,6 +26,7 @@ HANDLERS = {
     Blocks: run_blocks, For: run_for, If: run_if, Check: run_check, ClusterRank: run_cluster_rank,
 }
 HANDLERS.update({cls: run_cluster_reduce for cls in CLUSTER_REDUCE_OPS})
+HANDLERS[ClusterMoments] = run_cluster_moments
 HANDLERS.update({cls: run_binary for cls in BINARY_OPS})
 HANDLERS.update({cls: run_unary for cls in UNARY_OPS})
 HANDLERS.update({cls: run_reduce for cls in REDUCE_OPS})

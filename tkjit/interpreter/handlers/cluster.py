@@ -4,7 +4,8 @@ The k CTAs of a cluster run the same block at once: ``run_cluster`` runs the bod
 threads, each with its own copy of the SSA environment (the global tensors are shared) and its
 rank; ``cluster_sum``/``max``/``min`` put the CTA's vector in its slot, wait for every CTA of the
 cluster, combine the k slots in rank order in f32 (as the GPU does, so every CTA gets the same
-values), and wait again before a slot can be reused."""
+values), and wait again before a slot can be reused; ``cluster_moments`` does the same with each
+CTA's (sum, m2) pair and combines them by Chan's formula, in rank order, in f32."""
 from __future__ import annotations
 
 import threading
@@ -68,3 +69,27 @@ def run_cluster_reduce(it, op, args):
         acc = _COMBINE[op.FN](acc, other.data.astype(np.float32))
     state.barrier.wait()
     return [VectorValue(acc.astype(np.float32), v.valid.copy(), v.dtype)]
+
+
+def run_cluster_moments(it, op, args):
+    s, m2 = args
+    state = getattr(it, "cluster", None)
+    if state is None:  # one CTA: its slice is the whole row
+        return [s, m2]
+    state.slots[it.rank] = (s, m2)
+    state.barrier.wait()
+    n, k = np.float32(op.attrs["count"]), state.k
+    sums = [slot[0].data.astype(np.float32) for slot in state.slots]
+    parts = [slot[1].data.astype(np.float32) for slot in state.slots]
+    total = sums[0]
+    for other in sums[1:]:
+        total = np.add(total, other)
+    mean = np.divide(total, np.float32(k * op.attrs["count"]))
+    acc = None
+    for sj, qj in zip(sums, parts):
+        dev = np.subtract(np.divide(sj, n), mean)
+        term = np.add(qj, np.multiply(np.multiply(dev, dev), n))
+        acc = term if acc is None else np.add(acc, term)
+    state.barrier.wait()
+    return [VectorValue(total.astype(np.float32), s.valid.copy(), s.dtype),
+            VectorValue(acc.astype(np.float32), m2.valid.copy(), m2.dtype)]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..core import Op
 from .check import Check
-from .cluster import CLUSTER_OPS, CLUSTER_REDUCE_OPS, ClusterRank, ClusterReduce
+from .cluster import CLUSTER_OPS, CLUSTER_REDUCE_OPS, ClusterMoments, ClusterRank, ClusterReduce
 from .control import Blocks, For, If, Yield
 from .elementwise import (ACTIVATION_OPS, BINARY_OPS, COMPARISONS, UNARY_OPS, Abs, Add, And, Binary,
                           CausalMask, CDiv, CmpSelect, Iota, Cos, Cvt,

@@ -53,4 +53,33 @@ def _make(fn: str):
 
 
 CLUSTER_REDUCE_OPS = tuple(_make(fn) for fn in ("sum", "max", "min"))
-CLUSTER_OPS = (ClusterRank, *CLUSTER_REDUCE_OPS)
+
+
+class ClusterMoments(Op):
+    """``%s, %m2 = cluster_moments %sum, %m2 {count = n} : cv<f32>[16], cv<f32>[16]``: the row sums
+    and the sums of squared deviations about the row means of k column slices of n columns each
+    (one slice per CTA of the cluster), combined into those of the whole k x n columns by Chan's
+    formula in rank order: ``s = sum_j sum_j``, ``m2 = sum_j (m2_j + n (sum_j / n - s / (k n))^2)``,
+    where rank j's ``m2_j`` is about its own slice's mean ``sum_j / n``. ``s`` has the bits
+    ``cluster_sum %sum`` would give. One exchange of both partials (``exchange = "push"``, the only
+    form): stream-cols writes it for a variance about a mean over a split row block, so the CTAs
+    need not wait for the mean before the pass over the squared deviations (passes/stream_cluster.py)."""
+
+    NAME = "cluster_moments"
+    OPERANDS = ("sum", "m2")
+    ATTRS = {"count": int, "exchange": str}
+    OPTIONAL_ATTRS = frozenset({"exchange"})
+    NUM_RESULTS = 2
+
+    def infer(self):
+        if self.attrs.get("exchange", "push") != "push":
+            raise self.error(f"cluster_moments exchanges its partials by push only, got {self.attrs['exchange']!r}")
+        if self.attrs["count"] < 1:
+            raise self.error(f"count must be the columns of one slice (at least 1), got {self.attrs['count']}")
+        a, b = (v.type for v in self.operands)
+        if not (isinstance(a, VectorType) and a.kind == "cv" and a.dtype == F32) or a != b:
+            raise self.error(f"expected two f32 column vectors of one type (cv<f32>), got {describe(a)} and {describe(b)}")
+        return [a, a]
+
+
+CLUSTER_OPS = (ClusterRank, *CLUSTER_REDUCE_OPS, ClusterMoments)

@@ -37,12 +37,15 @@ class Blocks(Op):
     that at most that many blocks per SM are in flight at once (stream-cols bounds the bytes
     between a chunk's first read and its re-read with it); ``cluster``: k CTAs, one cluster, per
     block, each running the body with its own ``cluster_rank`` (stream-cols{cluster=k} gives each
-    a column slice of the block's rows, ops/cluster.py)."""
+    a column slice of the block's rows, ops/cluster.py); ``by_trips`` (persistent only, the grid
+    pass): the launch takes min(blocks, SMs) CTAs where the longest ring loop has at most that
+    many trips, one CTA per block past that (passes/grid.py ``trips_bound``)."""
 
     NAME = "blocks"
     OPERANDS = ("counts*",)
-    ATTRS = {"schedule": str, "group": int, "split": int, "heavy": int, "resident": int, "cluster": int}
-    OPTIONAL_ATTRS = frozenset({"schedule", "group", "split", "heavy", "resident", "cluster"})
+    ATTRS = {"schedule": str, "group": int, "split": int, "heavy": int, "resident": int, "cluster": int,
+             "by_trips": int}
+    OPTIONAL_ATTRS = frozenset({"schedule", "group", "split", "heavy", "resident", "cluster", "by_trips"})
     NUM_RESULTS = 0
     NUM_REGIONS = 1
 
@@ -65,6 +68,9 @@ class Blocks(Op):
                                             and self.attrs.get("split", 1) == 1):
             raise self.error(f"cluster must be 1 to 8 CTAs (the portable cluster size) on the grid schedule "
                              f"without split, got {self.attrs['cluster']} with schedule '{sched}'")
+        if "by_trips" in self.attrs and (self.attrs["by_trips"] < 1 or sched != "persistent"):
+            raise self.error(f"by_trips needs schedule = \"persistent\" and at least 1 trip, "
+                             f"got {self.attrs['by_trips']} with schedule '{sched}'")
         if "heavy" in self.attrs and not 0 <= self.attrs["heavy"] < len(counts):
             raise self.error(f"heavy must name one of the {len(counts)} block indices, got {self.attrs['heavy']}")
         return []

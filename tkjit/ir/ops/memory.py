@@ -31,11 +31,17 @@ class Load(Op):
     A tile covers the last two dimensions (a vector the last one); earlier coordinates are plain
     indices. Elements outside the tensor are padding: zero, never reduced or stored.
     Set by smem-plan for shared tiles: ``smem`` (byte offset; stage 0's in a pipelined loop) and,
-    for a load outside any loop, ``bars`` (offset of its mbarrier words)."""
+    for a load outside any loop, ``bars`` (offset of its mbarrier words). Set by the pipeline pass
+    on a load outside any loop of a persistent block loop: ``slots`` (2: two copies used tile
+    after tile, ``slot_stride`` bytes apart, set by smem-plan). Set by stream-cols on a shared
+    tile it keeps on chip: ``wait = "deferred"`` -- the register-tile backend issues the copies
+    and does not wait for them here; the next load's wait (or, at the latest, the first op that
+    reads the tile or holds a region) waits for them, so that several row blocks loaded one after
+    another are in flight together."""
 
     NAME = "load"
     OPERANDS = ("src", "coords*")
-    ATTRS = {"smem": int, "bars": int}
+    ATTRS = {"smem": int, "bars": int, "slots": int, "slot_stride": int, "wait": str}
     OPTIONAL_ATTRS = frozenset(ATTRS)
 
     def infer(self):
@@ -43,6 +49,10 @@ class Load(Op):
             raise self.error("needs a result type")
         t = self.results[0].type
         _check_coords(self, self.operands[0].type, self.variadic(), t, "load")
+        if "wait" in self.attrs and (self.attrs["wait"] != "deferred" or not isinstance(t, TileType)
+                                     or t.space != "st"):
+            raise self.error(f"wait = \"deferred\" is the only wait a load takes, on a shared tile; "
+                             f"got {self.attrs['wait']!r} on {describe(t)}")
         return [t]
 
 

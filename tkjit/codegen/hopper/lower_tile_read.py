@@ -1,0 +1,99 @@
+"""A shared tile read into registers by the general lowering's consumers (``copy`` st -> rt).
+
+    rs: st<bf16>[BM, BN] = R.tile(g, m, n)     # loaded once per tile: the producer's TMA copy
+    for k in ... { ... acc = mma_ABt(a, b, acc) }
+    r: rt<f32>[BM, BN] = rs                    # IR: %r = copy %rs (st -> rt)
+    C.tile(g, m, n) = cvt<bf16>(silu(acc) + r)
+
+An operand an epilogue reads -- a residual, a tile to blend in -- loaded as a shared tile arrives
+by TMA while the K loop runs (the producer issues it with the tile's other one-shot loads, ahead
+of the consumers), so the consumers read it from shared memory after the loop instead of waiting
+for global memory there. The read is the tile write's mirror (``lower_shared_store``): each
+consumer thread loads each of its 16-bit pairs (row ``row_base + band offset + 8*half``, columns
+``col_base + 8*chunk``, +1) with one ``ld.shared.b32`` from the byte the TMA box put it at (the
+swizzle the layout pass chose, panel after panel, 16-byte chunks XOR-swizzled with bits 7.. of
+the offset), into the packed registers a 16-bit tile is held in. An f32 result read only
+elementwise stays packed (``liveness.held_packed``); otherwise its elements are unpacked (exact).
+The protocol's one-shot ``Wait`` on the tile's full barrier comes before the first op that reads
+it (interleave.py anchors it at the load), and its release at the tile's end, so the read needs
+no step of its own.
+"""
+from __future__ import annotations
+
+from ...errors import NotAvailableError
+from ...ir.ops import Copy, Load
+from ...ir.types import BF16, F16, F32, TileType
+from ...passes.hopper import is_shared, swizzle_bytes
+from ...passes.liveness import held_packed
+from ..values import RegTile
+from .copy import SWIZZLE_MASKS
+from .lower_fragments import _fragment_rows
+
+
+def is_tile_read(op) -> bool:
+    """A shared tile copied into a register tile."""
+    return isinstance(op, Copy) and is_shared(op.operands[0]) and not is_shared(op.result)
+
+
+def tile_read_refusal(op: Copy):
+    """None when ``emit_tile_read`` can lower this copy of a shared tile into registers."""
+    from .lower import Refusal
+    src, dst = op.operands[0].type, op.result.type
+    if not isinstance(op.operands[0].owner, Load):
+        return Refusal(op, "a shared tile read into registers must be one the producer loads "
+                           "(a tile loaded in the block body)")
+    if src.dtype not in (BF16, F16):
+        return Refusal(op, f"a {src.dtype} shared tile read into registers: 16-bit tiles only")
+    if not (isinstance(dst, TileType) and dst.space == "rt") or dst.dtype not in (src.dtype, F32):
+        return Refusal(op, f"a {src.dtype} shared tile is read into an rt<{src.dtype}> or rt<f32> tile")
+    if swizzle_bytes(src) not in SWIZZLE_MASKS:
+        return Refusal(op, "a shared tile without a swizzle (rows not a multiple of 32 bytes)")
+    if src.rows % 8:
+        return Refusal(op, f"{src.rows} rows: the swizzle pattern repeats every 8 rows")
+    return None
+
+
+def emit_tile_read(ctx, op: Copy) -> list[str]:
+    """The consumer's loads of ``op``'s shared tile into a packed 16-bit register tile."""
+    from ..emit_control import fresh
+    from ..emit_elementwise import _elements, make_value
+    role = ctx.role
+    src: TileType = op.operands[0].type
+    t: TileType = op.result.type
+    load = role.shared.get(id(op.operands[0]))
+    if load is None:
+        raise NotAvailableError(f"{op.NAME}: the shared tile is read before its bytes are known to "
+                                "have landed (no one-shot wait placed it)", op.span)
+    rep = fresh(ctx, t.with_dtype(src.dtype))
+    layout = rep.layout
+    span = swizzle_bytes(src)
+    elem = src.dtype.nbytes
+    panel_cols, panel_bytes = span // elem, src.rows * span
+    base = role.stage_address(load)
+    out: list[str] = [f"// read %{op.operands[0].hint or 'tile'} ({src.rows} x {src.cols}, {span}B swizzle) "
+                      "into registers, from where its TMA box put each pair"]
+    rb, rows, cb, cols = _fragment_rows(ctx, layout)
+    col_part = {}
+    for j, coff in cols.items():  # panel * panel_bytes + the pair's byte inside its panel row
+        c, panel, inner = ctx.new("b32"), ctx.new("b32"), ctx.new("b32")
+        out += [f"add.u32 {c}, {cb}, {coff};", f"shr.u32 {panel}, {c}, {panel_cols.bit_length() - 1};",
+                f"and.b32 {inner}, {c}, {panel_cols - 1};", f"mul.lo.u32 {inner}, {inner}, {elem};",
+                f"mad.lo.u32 {c}, {panel}, {panel_bytes}, {inner};"]
+        col_part[j] = c
+    bits = SWIZZLE_MASKS[span] << 4  # ((a >> 7) & mask) << 4 == (a >> 3) & (mask << 4)
+    for (u, h), roff in rows.items():
+        row = ctx.new("b32")
+        out += [f"add.u32 {row}, {rb}, {roff};", f"mul.lo.u32 {row}, {row}, {span};"]
+        for j in cols:
+            a, x = ctx.new("b32"), ctx.new("b32")
+            out += [f"add.u32 {a}, {row}, {col_part[j]};", f"shr.u32 {x}, {a}, 3;",
+                    f"and.b32 {x}, {x}, {bits};", f"xor.b32 {a}, {a}, {x};", f"add.u32 {a}, {a}, {base};",
+                    f"ld.shared.b32 {rep.regs[u][j][h]}, [{a}];"]
+    if t.dtype == src.dtype or held_packed(op, role.users.get(id(op.result), [])):
+        ctx.bind(op.result, rep)
+    else:
+        ctx.bind(op.result, make_value(ctx, t, _elements(ctx, rep, out), out))
+    return out
+
+
+__all__ = ["emit_tile_read", "is_tile_read", "tile_read_refusal"]
