@@ -232,6 +232,7 @@ def test_no_product_takes_a_producer_warp_and_no_setmaxnreg():
     text = str(k.explain())
     assert "1 producer warp + 1 consumer warpgroup = 160 threads" in text
     assert "no setmaxnreg; .maxnreg 88 for all 160 threads" in text
+    assert "cdiv(R, 16) CTAs, one per tile" in text and "no matrix product: a memory-bound kernel" in text
     ptx = k.asm["ptx"]
     assert "setmaxnreg" not in ptx and ".reqntid 160" in ptx and ".maxnreg 88" in ptx
     assert "setp.lt.u32" in ptx.split("$L_producer")[0]  # threads 0..31 branch to the producer
