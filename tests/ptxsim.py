@@ -174,7 +174,7 @@ class Kernel:
         if not m:
             raise SimError("no .entry found")
         self.name = m.group(1)
-        self.params = re.findall(r"\.param\s+(\.\w+)\s+(\w+)", m.group(2))
+        self.params = re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?(\.\w+)\s+(\w+)", m.group(2))
         body = m.group(4)
         self.instrs: list[tuple] = []
         self.labels: dict[str, int] = {}
@@ -208,6 +208,8 @@ class CTA:
         self.pending: list[tuple] = []      # cp.async copies not yet committed to a group
         self.groups: list[list[tuple]] = []  # committed groups, oldest first
         self.steps = 0
+        self.barriers: dict[int, dict] = {}  # shared address -> mbarrier state (count, pending, tx, phase)
+        self.tensor_maps: dict = {}          # fake handle -> tensor map (launch's ``maps``)
 
     # -- operands --------------------------------------------------------------------------
     def val(self, tok: str, kind: str = "u32") -> np.ndarray:
@@ -221,6 +223,8 @@ class CTA:
             return np.full(self.T, self.nctaid, dtype=np.uint32)
         if tok == "tk_smem":
             return np.zeros(self.T, dtype=np.uint32)
+        if tok in self.params:  # a parameter's address (a tensor map's: its handle)
+            return np.full(self.T, self.params[tok], dtype=np.uint64)
         if tok.startswith("0f"):
             return np.full(self.T, _f32_of_imm(tok), dtype=np.float32).view(np.uint32)
         if tok.startswith("%"):
@@ -320,10 +324,33 @@ class CTA:
                     pc = target
                 continue
             if opcode == "ret":
-                return
-            if not live.all() and opcode.split(".")[0] in ("bar", "barrier", "shfl", "ldmatrix", "mma", "stmatrix"):
-                raise SimError(f"{opcode} at instruction {pc} with only some threads live")
+                if not parked:
+                    return
+                pc = min(parked)  # these threads are done; the parked ones go on (a role that waits)
+                live = parked.pop(pc)
+                continue
+            if opcode.startswith("bar.") and len(ops) == 2:  # a named barrier of a given thread count
+                if int(live.sum()) != int(ops[1]):
+                    raise SimError(f"{opcode} {ops} at instruction {pc} with {int(live.sum())} threads live")
+            elif not live.all() and opcode.split(".")[0] in ("bar", "barrier", "shfl", "ldmatrix", "mma", "stmatrix"):
+                warps = live.reshape(-1, 32) if self.T % 32 == 0 else live[None]
+                if opcode.split(".")[0] in ("bar", "barrier") or not (warps.all(1) | ~warps.any(1)).all():
+                    raise SimError(f"{opcode} at instruction {pc} with only some threads live")  # (of a warp)
             self.execute(opcode, ops, active)
+            if opcode.startswith("mbarrier.try_wait") and not self.pred(ops[0])[active].all():
+                # the phase has not completed: run another role (warp specialization) until it has
+                if not parked:
+                    raise SimError(f"deadlock: {opcode} at instruction {pc} waits and no other threads can run")
+                self.yields = getattr(self, "yields", 0) + 1
+                if self.yields > 10_000:
+                    raise SimError("deadlock: the roles keep waiting on each other")
+                other = max(p for p in parked if p != pc) if any(p != pc for p in parked) else None
+                if other is None:
+                    raise SimError(f"deadlock: every role waits at instruction {pc}")
+                parked[pc] = parked.get(pc, np.zeros_like(live)) | live
+                live = parked.pop(other)
+                pc = other
+                continue
             pc += 1
         if parked:
             raise SimError(f"threads parked at {sorted(parked)} never resumed")
@@ -356,6 +383,10 @@ class CTA:
             v = self.u32(src)
             self.set(halves[0], (v & 0xFFFF).astype(np.uint16), active)
             self.set(halves[1], (v >> 16).astype(np.uint16), active)
+            return
+        if src.startswith("{"):  # two 16-bit halves into one 32-bit register, the first the low one
+            lo, hi = (self.val(h.strip()).astype(np.uint32) & 0xFFFF for h in src.strip("{}").split(","))
+            self.set(dst, lo | (hi << 16), active)
             return
         if kind == "pred":
             self.set(dst, self.pred(src), active)
@@ -665,6 +696,8 @@ class CTA:
         self.set(ops[0], old, active)
 
     def op_cp(self, parts, ops, active):
+        if parts[1:4] == ["async", "bulk", "tensor"] and "global" in parts[5:7] and parts[5] != "global":
+            return self._tma_load(ops, active)
         if parts[1:3] == ["async", "commit_group"]:
             self.groups.append(self.pending)
             self.pending = []
@@ -690,7 +723,7 @@ class CTA:
         self.pending.append((self.tid[idx].astype(np.int64), saddr, data))
 
     def op_bar(self, parts, ops, active):
-        if not active.all():
+        if (int(active.sum()) != int(ops[1])) if len(ops) == 2 else not active.all():
             raise SimError("bar.sync under a predicate")
         self.shared.barrier()
 
@@ -698,8 +731,98 @@ class CTA:
         """``fence.proxy.async``: orders this thread's generic-proxy shared writes before later
         async-proxy reads (wgmma, TMA stores). The simulator has one proxy: nothing to do, but
         only the proxy fence is known."""
-        if parts[1:3] != ["proxy", "async"]:
+        if parts[1:3] != ["proxy", "async"] and parts[1] != "mbarrier_init":
             raise SimError(f"unsupported fence {'.'.join(parts)}")
+
+    def op_setmaxnreg(self, parts, ops, active):
+        """A register budget: nothing to simulate."""
+
+    def op_prefetch(self, parts, ops, active):
+        if parts[1] != "tensormap":
+            raise SimError(f"unsupported prefetch {'.'.join(parts)}")
+
+    def op_wgmma(self, parts, ops, active):
+        """Only ``wait_group`` with no group in flight (kernels with no product)."""
+        if parts[1] != "wait_group":
+            raise SimError(f"unsupported {'.'.join(parts)} (the simulator has no wgmma)")
+
+    # -- mbarriers and TMA loads (the general lowering's protocol) ------------------------------
+    def _barrier(self, addr: int) -> dict:
+        if addr not in self.barriers:
+            raise SimError(f"mbarrier at shared {addr} used before its init")
+        return self.barriers[addr]
+
+    def _arrive(self, addr: int, arrivals: int = 0, tx: int = 0) -> None:
+        bar = self._barrier(addr)
+        bar["pending"] -= arrivals
+        bar["tx"] += tx
+        if bar["pending"] < 0:
+            raise SimError(f"mbarrier at shared {addr}: more arrivals than its count")
+        if bar["pending"] == 0 and bar["tx"] == 0:  # the phase completes
+            bar["phase"] += 1
+            bar["pending"] = bar["count"]
+
+    def op_mbarrier(self, parts, ops, active):
+        idx = np.nonzero(active)[0]
+        what = parts[1]
+        if what == "init":
+            for a in self.address(ops[0], "shared")[idx]:
+                self.barriers[int(a)] = {"count": int(self.u32(ops[1])[0]), "pending": int(self.u32(ops[1])[0]),
+                                         "tx": 0, "phase": 0}
+        elif what == "arrive" and "expect_tx" in parts:
+            for a, n in zip(self.address(ops[1], "shared")[idx], self.u32(ops[2])[idx]):
+                self._arrive(int(a), arrivals=1, tx=int(n))
+        elif what == "arrive":
+            for a in self.address(ops[1], "shared")[idx]:
+                self._arrive(int(a), arrivals=1)
+        elif what == "try_wait" and "parity" in parts:
+            addrs, parity = self.address(ops[1], "shared"), self.u32(ops[2])
+            done = np.zeros(self.T, dtype=bool)
+            for t in idx:  # the phase of parity P has completed when the current phase's parity is not P
+                done[t] = (self._barrier(int(addrs[t]))["phase"] & 1) != (int(parity[t]) & 1)
+            self.set(ops[0], done, active)
+        else:
+            raise SimError(f"unsupported {'.'.join(parts)}")
+
+    def _tma_load(self, ops, active) -> None:
+        """``cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+        [dst], [map, {c0, ...}], [mbar]``: the box at the coordinates (zeros outside the tensor),
+        its rows swizzled as the map says (16-byte unit u of an address XOR (bits 7.. & mask)),
+        written at once (the async proxy: ordered by the mbarrier, not by this simulator's race
+        epochs), then complete_tx of its bytes on the mbarrier."""
+        inner = ops[1].strip("[]")
+        handle_tok, coords = inner.split(",", 1)
+        coord_toks = [c.strip() for c in coords.strip().strip("{}").split(",")]
+        dsts, mbars = self.address(ops[0], "shared"), self.address(ops[2], "shared")
+        for t in np.nonzero(active)[0]:
+            m = self.tensor_maps[int(self.u64(handle_tok.strip())[t])]
+            c = [int(self.s32(tok)[t]) for tok in coord_toks]
+            es, box, dims = m["elem_bytes"], m["box"], m["dims"]  # innermost first
+            out = np.zeros(int(np.prod(box)) * es, dtype=np.uint8)
+            view = out.reshape(-1, box[0] * es)
+            rows = int(np.prod(box[1:]))
+            for r in range(rows):
+                idx, rem = [], r
+                for k in range(1, len(box)):
+                    idx.append(c[k] + rem % box[k])
+                    rem //= box[k]
+                if any(i < 0 or i >= d for i, d in zip(idx, dims[1:])):
+                    continue
+                offset = sum(i * st for i, st in zip(idx, m["strides"][1:]))
+                for e in range(box[0]):
+                    col = c[0] + e
+                    if 0 <= col < dims[0]:
+                        g = m["base"] + (offset + col) * es
+                        view[r, e * es:(e + 1) * es] = self.mem.data[g:g + es]
+            dst = int(dsts[t])
+            addrs = dst + np.arange(out.size)
+            if m["swizzle"]:
+                mask = m["swizzle"] // 16 - 1
+                addrs = addrs ^ (((addrs >> 7) & mask) << 4)
+            self.shared._bytes(addrs, 1)
+            self.shared.data[addrs] = out
+            self.shared.w_epoch[addrs] = -1
+            self._arrive(int(mbars[t]), tx=-out.size)
 
     def op_shfl(self, parts, ops, active):
         mask = int(ops[2], 0)
@@ -780,11 +903,21 @@ def launch(ptx: str, meta: dict, args: list, dims: dict, num_sms: int = 4, mem: 
     from tkjit.runtime.launcher import compile_grid
     kernel = Kernel(ptx)
     dims = {d: dims[d] for d in meta["dims"]}
-    values = list(args) + [dims[d] for d in meta["dims"]] + list(strides)
+    maps = {}
+    for i, entry in enumerate(p for p in meta.get("params", []) if p.get("kind") == "tensormap"):  # the general lowering's
+        tensor = meta["params"][entry["param"]]
+        shape = [dims[d] if isinstance(d, str) else int(d) for d in tensor["dims"]][::-1]  # innermost first
+        strides_ = [int(np.prod(shape[:k])) for k in range(len(shape))]
+        es = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}[entry["dtype"]]
+        maps[(0x7AB0 << 48) + i] = {"base": args[entry["param"]], "dims": shape, "strides": strides_,
+                                     "box": list(entry["box"]), "swizzle": entry["swizzle"], "elem_bytes": es}
+    values = list(args) + [dims[d] for d in meta["dims"]] + list(strides) + list(maps)
     params = {name: v for (_, name), v in zip(kernel.params, values)}
     grid = compile_grid(meta["grid"], tuple(meta["dims"]), num_sms)(**dims)
     total = grid[0] * grid[1] * grid[2]
     if total > max_ctas:
         raise SimError(f"grid of {total} CTAs is too large for the simulator")
     for cta in range(total):
-        CTA(kernel, mem, params, cta, total, meta["block"][0], meta["smem_bytes"]).run()
+        block = CTA(kernel, mem, params, cta, total, meta["block"][0], meta["smem_bytes"])
+        block.tensor_maps = maps
+        block.run()

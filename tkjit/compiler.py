@@ -399,7 +399,7 @@ def _emit_ptx(result: CompileResult) -> None:
     options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows,
                "lowering": result.options.lowering, **({"strided": True} if result.options.strided else {})}
     if result.options.runs_checks:  # the GEMM and attention templates have no checks: never them
-        options["lowering"] = "general"
+        options["lowering"], options["asked"] = "general", result.options.lowering
     # the async-schedule pass's kernel where it ran: the consumers' walk comes from it
     hopper = emit_hopper(result.async_ir or result.ir, options, declined) if emit_hopper else None
     if hopper is None:

@@ -44,6 +44,9 @@ class SharedSync:
     uniform over the block (conditions are scalars), so a barrier on any path is safe."""
 
     EVERYTHING = Region(0, 1 << 30)
+    BARRIER = "bar.sync 0;"
+    """The barrier every thread that touches shared scratch meets at: the CTA's (the general
+    lowering's consumers meet at theirs only: hopper/lower_layout.py)."""
 
     def __init__(self) -> None:
         self.written: list[Region] = []
@@ -63,7 +66,7 @@ class SharedSync:
         if not needed:
             return []
         self.written, self.read = [], []
-        return ["bar.sync 0;"]
+        return [self.BARRIER]
 
     def assume_anything(self) -> None:
         """At a loop head (and after a loop) any earlier access may be pending."""

@@ -50,7 +50,6 @@ def _read_contiguous(ctx, st: SharedTile, t, out: list[str]) -> RegTile:
     geo = st.geometry
     if geo.elem_bytes != 2:
         raise NotAvailableError(f"copy_cols in the contiguous column order reads 16-bit shared tiles, got {st.type}")
-    keep_packed = t.dtype == st.type.dtype
     row0 = ctx.row_base(layout.rows)
     key, first = ctx.new("b32"), ctx.new("b32")
     out.append(f"shr.u32 {key}, {row0}, {geo.shift};")
@@ -58,23 +57,38 @@ def _read_contiguous(ctx, st: SharedTile, t, out: list[str]) -> RegTile:
     out.append(f"shr.u32 {first}, {ctx.col_base(layout.cols)}, 3;")  # the thread's 16-byte chunk of the row
     base = ctx.new("b32")
     out.append(f"mad.lo.u32 {base}, {row0}, {geo.row_bytes}, {ctx.smem_base(st.dyn, out)};")
-    elems, packed = {}, {}
-    for m in range(layout.chunks // 4):
+
+    def group(m: int) -> str:
         c16, addr = ctx.new("b32"), ctx.new("b32")
         out.append(f"add.u32 {c16}, {first}, {4 * m};")
         out.append(f"xor.b32 {c16}, {c16}, {key};")
         out.append(f"mad.lo.u32 {addr}, {c16}, 16, {base};")
+        return addr
+    return read_row_groups(ctx, t, st.type.dtype, layout, group, lambda dr: st.offset + dr * geo.row_bytes, out)
+
+
+def read_row_groups(ctx, t, src, layout, group, row_bytes, out: list[str]) -> RegTile:
+    """The thread's part of ``t`` in the contiguous column order from 16-bit shared memory, one
+    ``ld.shared.v4`` per row and 32-column group: ``group(m)`` emits the address of the thread's
+    16 bytes of group ``m`` in its first row, ``row_bytes(dr)`` is the immediate to the row ``dr``
+    rows below (the same for every group: the swizzle key of rows g + 8k does not change with k).
+    The layout of the shared tile is the caller's (smem.py's row-XOR rows here, TMA's swizzled
+    panels in the general lowering: hopper/lower_copy_cols.py)."""
+    keep_packed = t.dtype == src
+    elems, packed = {}, {}
+    for m in range(layout.chunks // 4):
+        addr = group(m)
         for b in range(layout.bands):
             for h in (0, 1):
                 dr = layout.rows.unit_offset(b, 16) + 8 * h
                 words = [ctx.new("b32") for _ in range(4)]
-                out.append(f"ld.shared.v4.b32 {{{', '.join(words)}}}, [{addr}+{st.offset + dr * geo.row_bytes}];")
+                out.append(f"ld.shared.v4.b32 {{{', '.join(words)}}}, [{addr}+{row_bytes(dr)}];")
                 for q, w in enumerate(words):
                     if keep_packed:
                         packed[(b, 4 * m + q, h)] = w
                         continue
                     for c in (0, 1):
-                        elems[(b, 4 * m + q, 2 * h + c)] = ctx.unpack(st.type.dtype, w, c, out)
+                        elems[(b, 4 * m + q, 2 * h + c)] = ctx.unpack(src, w, c, out)
     if keep_packed:
         regs = [[[packed[(b, j, h)] for h in (0, 1)] for j in range(layout.chunks)] for b in range(layout.bands)]
         return RegTile(t, layout, regs)

@@ -54,7 +54,7 @@ import numpy as np
 
 from ..errors import InterpreterError
 from ..ir.core import Kernel, Op
-from ..ir.ops import Copy, For, Load, Yield
+from ..ir.ops import Copy, CopyCols, For, Load, Yield
 from ..ir.types import ScalarType
 from .engine import Environment, Interpreter
 from .launch import bind
@@ -314,7 +314,7 @@ class Role:
             if isinstance(value, Pending):
                 raise ScheduleError(f"'{op.NAME}' reads %{v.hint}, the result of a wgmma not waited for yet",
                                     op.span)
-            if isinstance(value, RingRef) and isinstance(op, Copy) and op.operands[0] is v:
+            if isinstance(value, RingRef) and isinstance(op, (Copy, CopyCols)) and op.operands[0] is v:
                 # a consumer reads a one-shot tile into registers (its Wait passed: it landed)
                 value = self.slot_value(value, self.regs[value.ring].s, op)
             elif isinstance(value, (RingRef, TileRef)):
@@ -327,7 +327,10 @@ class Role:
         for inner in (o for region in op.regions for r in region.ops for o in r.walk()):
             for v in inner.operands:  # an if's branch reads a wgmma result from outside it
                 value = self.env.values.get(v)
-                if isinstance(value, Pending):
+                if isinstance(value, RingRef) and isinstance(inner, (Copy, CopyCols)) and inner.operands[0] is v:
+                    # a loop of register work reads a landed one-shot tile (copy_cols of a row block)
+                    self.env.values[v] = self.slot_value(value, self.regs[value.ring].s, inner)
+                elif isinstance(value, Pending):
                     if value.value is None:
                         raise ScheduleError(f"'{inner.NAME}' reads %{v.hint}, the result of a wgmma "
                                             "not waited for yet", inner.span)

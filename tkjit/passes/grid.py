@@ -112,9 +112,16 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
     once per tile may take a persistent grid, ``hopper.tile_overlap_options``)."""
     if block_loop(kernel).attrs.get("split", 1) > 1:
         return "grid", "split = S gives each tile a cluster of its own"
+    if block_loop(kernel).attrs.get("cluster", 1) > 1:  # (the verifier refuses a persistent one)
+        return "grid", "stream-cols split each row block over a cluster of CTAs: one cluster per block"
     if not has_producer(kernel):
         return "grid", ("the kernel loads no shared tile (no ring fills an SM's shared memory, "
                         "so several CTAs may share one and the hardware keeps it busy)")
+    from ..ir.ops import MMA_OPS
+    if not any(isinstance(op, MMA_OPS) for op in kernel.walk()):
+        return "grid", ("no matrix product: a memory-bound kernel of small CTAs, several to an SM, "
+                        "which the hardware keeps busy as they free up; the cross-tile overlap of "
+                        "tiles loaded once per tile is measured on attention only")
     once = one_shot_loads(kernel)
     if once and not overlap:
         names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"

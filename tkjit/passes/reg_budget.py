@@ -15,13 +15,18 @@ from dataclasses import dataclass
 
 from ..errors import PassError
 from ..ir.core import Kernel
-from .hopper import (SETMAXNREG_MAX, SETMAXNREG_MIN, WARPGROUP, consumer_registers, entry_registers,
-                     register_pool, threads_for)
+from .hopper import (REGISTER_FILE, SETMAXNREG_MAX, SETMAXNREG_MIN, WARPGROUP, consumer_registers,
+                     entry_registers, register_pool, threads_for)
 from .liveness import CONSUMER_OVERHEAD, PRODUCER_NEED, consumer_pressure
 from .manager import Pass, PassContext, register_pass
 from .mbarrier import level2_needs
 
 PRODUCER_DEFAULT = 40
+
+
+def has_product(kernel: Kernel) -> bool:
+    from ..ir.ops import MMA_OPS
+    return any(isinstance(op, MMA_OPS) for op in kernel.walk())
 
 
 @register_pass
@@ -47,6 +52,8 @@ class RegBudget(Pass):
         pin = self.pinned(kernel)
         if not kernel.attrs.get("producer", True):
             return self.single_role(kernel, ctx, n, need, pressure, pin)
+        if pin is None and not has_product(kernel):
+            return self.no_product(kernel, ctx, n, need, pressure)
         threads = threads_for(n)
         entry = entry_registers(threads)
         pool = register_pool(n)
@@ -101,6 +108,25 @@ class RegBudget(Pass):
                    f"live fragment registers ({pressure.summary()}) + {CONSUMER_OVERHEAD}; "
                    f"{threads} threads get {entry} = 65,536 / {threads} rounded down to a multiple "
                    f"of 8 (at most 255){verdict}", maxnreg=entry, consumer_need=need)
+        return kernel
+
+    def no_product(self, kernel: Kernel, ctx: PassContext, n: int, need: int, pressure) -> Kernel:
+        """A producer but no matrix product (a norm's row block by TMA): no accumulator for
+        setmaxnreg to feed, and the kernel is bound by memory bandwidth, which wants several CTAs
+        on an SM: no setmaxnreg, and ``.maxnreg`` the consumers' estimated need (a multiple of 8,
+        at least 32) for every thread, instead of the register file split over one CTA's threads
+        (measured on an H200, session 13: 256 threads at 248 registers, one CTA an SM, ran the
+        norms at 0.42-0.71x of the register-tile backend; benchmarks/no_product_ab.py)."""
+        threads = kernel.attrs.get("threads", threads_for(n))  # (warp-spec: a producer warp)
+        entry = min(entry_registers(threads), max(32, -(-need // 8) * 8))
+        kernel.attrs["maxnreg"] = entry
+        ctas = REGISTER_FILE // (threads * entry)
+        ctx.decide(f"@{kernel.name}", f"no setmaxnreg; .maxnreg {entry} for all {threads} threads",
+                   f"no matrix product: no accumulator to give the consumers registers for, and a "
+                   f"memory-bound kernel wants several CTAs an SM; a consumer thread needs about "
+                   f"{need} = {pressure.peak} live fragment registers ({pressure.summary()}) + "
+                   f"{CONSUMER_OVERHEAD}, rounded up to a multiple of 8: {threads} threads x {entry} "
+                   f"leave room for {ctas} CTA(s) an SM by registers", maxnreg=entry, consumer_need=need)
         return kernel
 
     def pinned(self, kernel: Kernel) -> tuple[int, int] | None:

@@ -101,6 +101,12 @@ class WarpSpec(Pass):
         why += self.epilogue_text(kernel, pingpong)
         producer = has_producer(kernel)
         threads = threads_for(n, producer)
+        warp = producer and not accs  # no product: no setmaxnreg, so the producer needs one warp only
+        if warp:
+            threads -= WARPGROUP - 32
+            kernel.attrs["producer_warp"] = True
+        else:  # absent: a producer warpgroup (every other kernel's IR prints as before)
+            kernel.attrs.pop("producer_warp", None)
         kernel.attrs["consumers"] = n
         kernel.attrs["producer"] = producer
         kernel.attrs["threads"] = threads
@@ -111,7 +117,12 @@ class WarpSpec(Pass):
         pressure = consumer_pressure(kernel, 1 if pingpong else n)
         if not producer:
             why += "; no shared-tile loads, so no producer warpgroup: consumers load for themselves"
-        roles = f"{'1 producer + ' if producer else ''}{n} consumer warpgroup{'s' * (n > 1)}"
+        if warp:
+            why += ("; no matrix product, so no setmaxnreg (reg-budget) and no warpgroup-wide wgmma: the "
+                    "producer is one warp (its elected thread issues the TMA loads), not an idle "
+                    "warpgroup holding registers a memory-bound kernel wants for more CTAs an SM")
+        first = "1 producer warp + " if warp else "1 producer + " if producer else ""
+        roles = f"{first}{n} consumer warpgroup{'s' * (n > 1)}"
         ctx.decide(f"@{kernel.name}", f"{roles} = {threads} threads",
                    f"{why}; peak live fragments per consumer thread: {pressure.summary()}",
                    consumers=n, producer=producer, threads=threads, peak_registers=pressure.peak,
@@ -187,7 +198,13 @@ class WarpSpec(Pass):
         return pinned
 
     def choose(self, kernel: Kernel, slabs: int, tallest) -> tuple[int, str]:
-        if tallest is None:
+        if tallest is None:  # as many warps as the register-tile backend would spread the tiles over
+            from ..codegen.layout import choose_warp_grid
+            grid, why = choose_warp_grid(kernel, {})
+            if grid.warps > 4 and grid.warps % 4 == 0 and grid.warps <= 4 * MAX_CONSUMERS:
+                return grid.warps // 4, (f"no tensor-core accumulator; {grid.warps} warps, as the register-tile "
+                                         f"backend's layout would take ({why[0]['why']}): "
+                                         f"{grid.warps // 4} consumer warpgroups")
             return 1, "no tensor-core accumulator to split: one consumer warpgroup"
         tried = []
         for n in sorted((d for d in range(1, slabs + 1) if slabs % d == 0), reverse=True):

@@ -35,6 +35,7 @@ from ...passes.mbarrier import Schedule, schedule_of
 from ..abi import Pointers, launch_params, map_only, param_entries, stride_registers
 from . import mbarrier, tma
 from .builder import Builder
+from .lower_layout import SCRATCH_BARRIER, has_product
 from .program import ARCH, SMEM_SYMBOL, module_text
 
 MMA_DTYPES = (BF16, F16, E4M3, E5M2)
@@ -60,12 +61,14 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     options = dict(options or {})
     if options.get("arch", "sm_90a") != "sm_90a":
         return Refusal(None, f"the target is {options['arch']}; wgmma and setmaxnreg need sm_90a")
-    if "consumers" not in kernel.attrs or "regs" not in kernel.attrs or "smem" not in kernel.attrs:
+    if "consumers" not in kernel.attrs or "smem" not in kernel.attrs or "maxnreg" not in kernel.attrs:
         return Refusal(None, "a kernel the Hopper scheduling passes did not schedule (warp-spec, smem-plan, "
                              "reg-budget)")
-    if not kernel.attrs.get("producer"):
-        return Refusal(None, "it loads no shared tile, so there is no producer to fill rings; kernels "
-                             "without TMA loads are not lowered here yet")
+    from .lower_layout import auto_refusal, cluster_refusal, copy_cols_order_refusal, ring_loop_refusal
+    why = (auto_refusal(kernel, options) or cluster_refusal(kernel) or ring_loop_refusal(kernel)
+           or copy_cols_order_refusal(kernel))
+    if why is not None:
+        return why
     blocks = block_loop(kernel)
     if kernel.attrs.get("pingpong"):
         for loop in pipelined_loops(kernel):
@@ -90,6 +93,9 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
         why = lower_stream_k.refusal(kernel, schedule_of(kernel), kernel.attrs["consumers"], options)
         if why is not None:
             return why
+    if options.get("unaligned_rows") and kernel.attrs.get("producer_warp"):
+        return Refusal(None, "rows TMA may not address need the copying producer, whose 128 threads copy "
+                             "each stage; warp-spec gave this kernel a producer warp")
     if options.get("unaligned_rows"):
         from .lower_copy import copy_refusal
         why = copy_refusal(kernel, options)
@@ -183,12 +189,26 @@ class LoweredKernel:
             self.proto = protocol_from_ir(schedule_ir)
         self.consumers = kernel.attrs["consumers"]
         self.threads = kernel.attrs["threads"]
-        self.regs = tuple(kernel.attrs["regs"])
+        self.producer = bool(kernel.attrs.get("producer", True))
+        """False: warp-spec gave the kernel no producer warpgroup (it loads no shared tile): the
+        consumer warpgroups are the whole CTA and load for themselves, with no setmaxnreg."""
+        self.regs = tuple(kernel.attrs["regs"]) if "regs" in kernel.attrs else None
+        self.producer_threads = 0 if not self.producer else 32 if kernel.attrs.get("producer_warp") else 128
+        """Threads 0 .. this - 1 are the producer's: a warpgroup, or one warp (warp-spec's
+        ``producer_warp``: a kernel with no product); the consumers' warpgroups follow."""
         self.maxnreg = kernel.attrs.get("maxnreg", 168)
         self.smem_bytes = max([kernel.attrs["smem"]] + [at + 16 * self.proto.ring(ring).stages for ring, at
                                                          in self.schedule.split_bars.items()])
         """smem-plan's map, and the barriers of rings the mbarrier pass split off after it."""
         self.blocks = block_loop(kernel)
+        from .lower_fragments import consumer_table
+        from .lower_layout import consumer_grid, scratch_plan
+        warps = 4 * (1 if kernel.attrs.get("pingpong") else self.consumers)
+        self.grid, layout_decision = consumer_grid(kernel, warps)
+        """The consumers' fragment layout (lower_layout.py)."""
+        self.scratch, extra = scratch_plan(kernel, self.blocks.walk(), consumer_table(), self.grid, self.smem_bytes)
+        """Shared scratch of the consumers' cross-warp reductions, after everything smem-plan placed."""
+        self.smem_bytes += extra
         self.copying = bool(self.options.get("unaligned_rows"))
         """Rows TMA cannot address may reach this kernel (the compile option ``unaligned_rows``):
         the producer then copies every stage where they do (lower_copy.py) and stores of tensors
@@ -219,6 +239,28 @@ class LoweredKernel:
         """Multicast: the CTAs of a pair sharing the loads ``schedule.pair.loads`` (1: none)."""
         if self.schedule.pair.asked:
             self.decisions.append({"decision": "multicast", "value": self.pair, "why": self.schedule.pair.why})
+        if not self.producer:
+            self.decisions[0] = {"decision": "backend", "value": "general",
+                                 "why": "the general sm_90a lowering without a producer: warp-spec gave the "
+                                        "kernel none (it loads no shared tile), so the consumer warpgroups "
+                                        "load their register tiles straight from global memory; every IR "
+                                        "op by its emitter, the stores as the epilogue pass chose"}
+        elif not has_product(kernel):
+            self.decisions[0] = {"decision": "backend", "value": "general",
+                                 "why": "the general sm_90a lowering of a kernel with no matrix product: "
+                                        "a TMA producer fills the rings warp-spec and the mbarrier pass "
+                                        "planned, the consumers run every IR op by its emitter"}
+        if layout_decision is not None:
+            self.decisions.append(layout_decision)
+        if self.scratch.scratch:
+            ops = ", ".join(dict.fromkeys(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
+                                          for op in self.blocks.walk() if id(op) in self.scratch.scratch))
+            region = next(iter(self.scratch.scratch.values()))
+            self.decisions.append({"decision": "consumer scratch", "value": region.size,
+                                   "why": f"{ops}: partials of several warp columns combined through "
+                                          f"{region.size} B of shared memory at {region.offset}, after "
+                                          f"smem-plan's map, between the consumers' named barrier "
+                                          f"{SCRATCH_BARRIER} (not a protocol step yet: docs/hopper-codegen.md)"})
         self._ring_offsets()
 
     def _ring_offsets(self) -> None:
@@ -277,9 +319,16 @@ class LoweredKernel:
         from .lower_producer import ProducerRole
         b = self.b
         self.prologue()
+        if not self.producer:  # the consumers are the whole CTA
+            ConsumerRole(self).run()
+            b("ret;")
+            return self.module_text(), self.metadata()
         producer, done = b.pred(), b.label("exit")
         producer_label = b.label("producer")
-        b(f"setp.eq.u32 {producer}, {self.wg}, 0;", f"@{producer} bra {producer_label};")
+        if self.producer_threads == 128:
+            b(f"setp.eq.u32 {producer}, {self.wg}, 0;", f"@{producer} bra {producer_label};")
+        else:  # a producer warp
+            b(f"setp.lt.u32 {producer}, {self.tid}, {self.producer_threads};", f"@{producer} bra {producer_label};")
         ConsumerRole(self).run()
         b(f"bra.uni {done};")
         b.place(producer_label)
@@ -342,6 +391,8 @@ class LoweredKernel:
         (the protocol's ``empty_arrivals``); every thread waits for the init (``bar.sync 0``:
         the CTA's one meeting of all roles, before they part)."""
         b = self.b
+        if not self.proto.rings:
+            return  # no ring, nothing to initialize (the consumers alone: no producer to meet)
         leader, ready = b.pred(), b.label("barriers_ready")
         b("// step: init the protocol's rings (full[s] and empty[s] of each), then the CTA meets once")
         b(f"setp.ne.u32 {leader}, {self.tid}, 0;", f"@{leader} bra {ready};")
@@ -376,7 +427,7 @@ class LoweredKernel:
                 "grid": [pair_grid(self.kernel) if self.pair > 1 else launch_grid(self.kernel)],
                 "block": [self.threads, 1, 1],
                 "smem_bytes": self.smem_bytes + 1024, "num_warps": self.threads // 32,
-                "registers": list(self.regs), "protocol": self.proto.text(),
+                "registers": list(self.regs or ()), "protocol": self.proto.text(),
                 # TMA only: a launch with other rows recompiles with the copying producer (kernel.py)
                 **({"assumes_aligned_rows": True} if not self.copying else {}),
                 "strided_variant": True,  # the option ``strided``: views' strides as parameters

@@ -21,8 +21,8 @@ def consumer_refusal(op: Op, consumers: int, in_ring_loop: bool, users: dict[int
     if isinstance(op, Yield):
         return None
     if op.NAME == "copy_cols":
-        return Refusal(op, "a column chunk of a shared tile copied into registers (stream-cols' "
-                           "cache) is not lowered yet")
+        from .lower_copy_cols import copy_cols_refusal
+        return copy_cols_refusal(op)
     if isinstance(op, Load):
         t = op.result.type
         if is_shared(op.result):

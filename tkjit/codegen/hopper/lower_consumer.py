@@ -72,7 +72,11 @@ class ConsumerRole(RoleEmitter):
         self.pingpong = k.proto.pingpong
         self.owners = 1 if self.pingpong else k.consumers
         """Consumers sharing each tile's rows: all of them, or one (ping-pong: whole tiles each)."""
-        self.ctx = role_ctx(k, 4 * self.owners, slab_warps=4, pads=analyze_padding(k.kernel))
+        self.ctx = role_ctx(k, 4 * self.owners, slab_warps=4, pads=analyze_padding(k.kernel), grid=k.grid,
+                            plan=k.scratch)
+        if k.scratch.scratch:  # cross-warp reductions (lower_layout.py): the consumers' barrier
+            from .lower_layout import ConsumerSharedSync
+            self.ctx.sync = ConsumerSharedSync(k.consumers)
         self.ctx.label = k.b.label
         self.ctx.role = self
         self.ctx.emitters = consumer_table()
@@ -99,13 +103,28 @@ class ConsumerRole(RoleEmitter):
 
     def run(self) -> None:
         k, b, ctx = self.k, self.b, self.ctx
-        b(f"setmaxnreg.inc.sync.aligned.u32 {k.regs[1]};")
+        if k.regs is not None:
+            b(f"setmaxnreg.inc.sync.aligned.u32 {k.regs[1]};")
         ctid, self.index = b.reg(), b.reg()
-        b(f"sub.u32 {self.index}, {k.wg}, 1;")
-        if self.pingpong:  # each consumer alone over its tiles' rows
-            b(f"mov.u32 {ctid}, {k.tid_wg};")
+        shared_tid_wg = k.tid_wg
+        if k.producer_threads not in (0, 128):  # a producer warp: the consumers' threads start after it
+            b(f"sub.u32 {ctid}, {k.tid}, {k.producer_threads};", f"shr.u32 {self.index}, {ctid}, 7;")
+            k.tid_wg = b.reg()  # a consumer thread's index in its warpgroup (restored below)
+            b(f"and.b32 {k.tid_wg}, {ctid}, 127;")
         else:
-            b(f"sub.u32 {ctid}, {k.tid}, 128;")
+            first = 1 if k.producer else 0  # warpgroup 0 is the producer's, where there is one
+            b(f"sub.u32 {self.index}, {k.wg}, {first};")
+            if self.pingpong:  # each consumer alone over its tiles' rows
+                b(f"mov.u32 {ctid}, {k.tid_wg};")
+            else:
+                b(f"sub.u32 {ctid}, {k.tid}, {128 * first};")
+        try:
+            self.consumers_program(ctid)
+        finally:
+            k.tid_wg = shared_tid_wg
+
+    def consumers_program(self, ctid: str) -> None:
+        k, b, ctx = self.k, self.b, self.ctx
         self.share = b.mov(0) if self.pingpong else self.index
         """Which share of a tile's rows this consumer computes."""
         ctx._cache[("tid", "tid")] = ctid

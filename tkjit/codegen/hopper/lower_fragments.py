@@ -29,8 +29,8 @@ def _fragment_rows(ctx, layout):
 def emit_store(ctx, op) -> list[str]:
     from .lower_epilogue import emit_staged
     rep = ctx.get(op.operands[1])
-    if not isinstance(rep, RegTile):
-        return rt_emit_store(ctx, op)
+    if not isinstance(rep, RegTile) or (ctx.grid.contiguous_cols and op not in ctx.role.epilogue_step):
+        return rt_emit_store(ctx, op)  # (the contiguous order: 16 bytes a lane, direct.py)
     step = ctx.role.epilogue_step.pop(op, None)  # the protocol's StagedStore / HoldStore of a staged store
     if step is not None:
         if rep.layout.rows.replicated:
@@ -68,8 +68,8 @@ def _split_store(ctx, op, rep: RegTile) -> list[str]:
 
 def emit_load(ctx, op) -> list[str]:
     t = op.result.type
-    if not (isinstance(t, TileType) and t.space == "rt"):
-        return rt_emit_load(ctx, op)
+    if not (isinstance(t, TileType) and t.space == "rt") or ctx.grid.contiguous_cols:
+        return rt_emit_load(ctx, op)  # (the contiguous order: 16 bytes a lane, direct.py)
     gd = op.operands[0].type.dtype
     if t.dtype == gd and gd in (BF16, F16):
         # a 16-bit tile of a tensor of its dtype: the pairs land packed, as the tile holds them
@@ -248,6 +248,10 @@ def consumer_table() -> EmitterTable:
     table.entries[(Load, "memory")] = emit_load
     table.entries[(Cvt, "register")] = emit_widen
     table.entries[(Copy, "memory")] = emit_copy_tile
+    from ...ir.ops import CopyCols
+    from .lower_copy_cols import emit_copy_cols
+    for key in [k for k in table.entries if k[0] is CopyCols]:
+        table.entries[key] = emit_copy_cols  # a chunk of a TMA-loaded row block
     for cls in MMA_OPS:
         table.entries.pop((cls, "register"), None)
     return table

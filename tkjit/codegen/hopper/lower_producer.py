@@ -27,12 +27,15 @@ from . import tma
 from .program import RingRegs, RoleEmitter
 
 
-def role_ctx(k, warps: int, slab_warps: int = 0, pads: PaddingInfo | None = None) -> Ctx:
+def role_ctx(k, warps: int, slab_warps: int = 0, pads: PaddingInfo | None = None,
+             grid: WarpGrid | None = None, plan: SmemPlan | None = None) -> Ctx:
     """A register-tile emission context for one role, sharing the kernel's register namer, its
-    parameters and named dims (loaded in the common prologue). No shared scratch: the ops that
-    would need it are refused by ``lower.refusal``."""
-    grid = WarpGrid(warps, warps, 1, slab_warps)
-    ctx = Ctx(k.kernel, grid, SmemPlan({}, {}, 0, []), pads or PaddingInfo(), {}, scalar_table(EmitterTable()))
+    parameters and named dims (loaded in the common prologue). ``grid``: the role's warp grid
+    (default ``warps x 1``, rows by slabs of ``slab_warps``); ``plan``: its shared scratch
+    (default none: the ops that would need it are refused by ``lower.refusal``)."""
+    grid = grid or WarpGrid(warps, warps, 1, slab_warps)
+    ctx = Ctx(k.kernel, grid, plan or SmemPlan({}, {}, 0, []), pads or PaddingInfo(), {},
+              scalar_table(EmitterTable()))
     ctx.namer = k.b.namer
     ctx.globals = k.globals
     ctx.check_buffer = k.check_buffer
@@ -91,7 +94,8 @@ class ProducerRole(RoleEmitter):
 
     def run(self) -> None:
         k, b = self.k, self.b
-        b(f"setmaxnreg.dec.sync.aligned.u32 {k.regs[0]};")
+        if k.regs is not None:  # (reg-budget's split; none for a kernel with no product)
+            b(f"setmaxnreg.dec.sync.aligned.u32 {k.regs[0]};")
         leader, done = b.pred(), b.label("producer_done")
         if k.rows_ok is not None:  # rows TMA cannot address may come: where they do, all threads copy
             from .lower_copy import CopyingProducer

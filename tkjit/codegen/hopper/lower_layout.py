@@ -1,0 +1,149 @@
+"""Which fragment layout the general lowering's consumers hold register tiles in, and the shared
+scratch their cross-warp reductions use.
+
+The one fragment-layout interface of both backends is ``codegen/layout.py``'s ``WarpGrid``: a
+thread holds the mma.sync fragment of its warp's bands and chunks (``TileLayout``), in the
+fragment's column order or the contiguous one. The register-tile backend's emitters (maps,
+broadcasts, reductions, cvt, vector loads and stores, copy_cols) read only that grid, so both
+backends emit every such op through the same emitter; only the grid differs:
+
+* a kernel with a matrix product: ``4C x 1`` warps whose rows interleave by 64-row slabs
+  (``slab_warps=4``), where wgmma m64 leaves its accumulator;
+* a kernel with none (norms, softmax, rotary): the grid the register-tile backend would choose
+  for the same IR (``choose_warp_grid`` over the consumers' ``4C`` warps, and
+  ``contiguous_columns``): nothing needs the accumulator's rows, and 16-row tiles split over
+  warp *columns* instead of being replicated in every warp. Row reductions over several warp
+  columns then combine through shared scratch (``scratch_plan``) between the consumers' own
+  named barrier (``ConsumerSharedSync``): the producer warpgroup never meets there.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...ir.ops import MMA_OPS, Load, Store
+from ..context import SharedSync
+from ..layout import WarpGrid, choose_warp_grid, contiguous_columns
+from ..smem import Region, SmemPlan
+
+SCRATCH_BARRIER = 1
+"""The consumers' named barrier (lower_consumer.CONSUMER_BARRIER): scratch is theirs alone."""
+
+
+def has_product(kernel) -> bool:
+    return any(isinstance(op, MMA_OPS) for op in kernel.walk())
+
+
+def consumer_grid(kernel, warps: int) -> tuple[WarpGrid, dict | None]:
+    """The consumers' warp grid over ``warps`` warps, and the decision to log (None: the wgmma
+    grid of a kernel with a product, which needs no word)."""
+    if has_product(kernel):
+        return WarpGrid(warps, warps, 1, 4), None
+    grid, why = choose_warp_grid(kernel, {"num_warps": warps})
+    contiguous, order = contiguous_columns(kernel, grid)
+    grid = dataclasses.replace(grid, contiguous_cols=contiguous)
+    shape = why[-1]["why"]
+    return grid, {"decision": "consumer layout",
+                  "value": f"{grid.wr}x{grid.wc} warps, {'contiguous' if contiguous else 'fragment'} columns",
+                  "why": f"no matrix product, so no wgmma accumulator fixes the rows: the "
+                         f"register-tile backend's grid over the consumers' {warps} warps ({shape}); "
+                         f"column order: {order}"}
+
+
+class ConsumerSharedSync(SharedSync):
+    """Scratch hazards among the consumer warpgroups only: their named barrier, not the CTA's."""
+
+    def __init__(self, consumers: int):
+        super().__init__()
+        self.BARRIER = f"bar.sync {SCRATCH_BARRIER}, {128 * consumers};"
+
+
+def scratch_plan(kernel, ops, table, grid, base: int) -> tuple[SmemPlan, int]:
+    """One shared scratch region from ``base`` (128-byte aligned) for every consumer op that
+    needs scratch with ``grid`` (the largest need: the ops run one after another and
+    ``ConsumerSharedSync`` puts a barrier between a read and the next write), and the bytes it
+    adds. Loads and stores go through the general lowering's own emitters, which need none."""
+    need = 0
+    users = []
+    for op in ops:
+        if isinstance(op, (Load, Store)):
+            continue
+        n = table.scratch_bytes(op, grid)
+        if n:
+            need = max(need, n)
+            users.append(op)
+    if not need:
+        return SmemPlan({}, {}, 0, []), 0
+    at = -(-base // 128) * 128
+    region = Region(at, need)
+    plan = SmemPlan({}, {id(op): region for op in users}, at + need,
+                    [(f"scratch of {op.NAME}", region, (0, 0)) for op in users])
+    return plan, at + need - base
+
+
+__all__ = ["consumer_grid", "has_product", "ConsumerSharedSync", "scratch_plan", "SCRATCH_BARRIER"]
+
+
+def auto_refusal(kernel, options: dict):
+    """Under ``lowering=auto``, a kernel with no matrix product stays on the register-tile backend
+    where the general lowering did not take it before (no producer, or the row-block cache's
+    ``copy_cols``): its code for them is not yet measured against that backend on the norm,
+    softmax and rotary rows. ``lowering=general`` takes them (docs/hopper-codegen.md)."""
+    from .lower import Refusal
+    asked = options.get("asked", options.get("lowering", "auto"))  # (checked mode forces 'general')
+    if asked != "auto" or has_product(kernel):
+        return None
+    if not kernel.attrs.get("producer"):
+        return Refusal(None, "it has no matrix product and loads no shared tile: lowering=auto keeps "
+                             "such kernels on the register-tile backend until the general lowering "
+                             "(lowering='general', consumers only) is measured as fast")
+    cache = next((op for op in kernel.walk() if op.NAME == "copy_cols"), None)
+    if cache is not None:
+        return Refusal(cache, "a column chunk of the row block stream-cols keeps in shared memory, in a "
+                              "kernel with no matrix product: lowering=auto keeps such kernels on the "
+                              "register-tile backend until the general lowering (lowering='general') "
+                              "is measured as fast")
+    return None
+
+
+def copy_cols_order_refusal(kernel):
+    """A kernel reading chunks of a TMA-loaded row block (``copy_cols``) is lowered only in the
+    contiguous column order (lower_copy_cols.py): a Refusal at the first such op otherwise."""
+    from .lower import Refusal
+    cache = next((op for op in kernel.walk() if op.NAME == "copy_cols"), None)
+    if cache is None:
+        return None
+    grid, _ = consumer_grid(kernel, 4 * kernel.attrs["consumers"])
+    if not grid.contiguous_cols:
+        return Refusal(cache, "a chunk of a shared row block read in the mma fragment's column order "
+                              "(only the contiguous order's 16-byte reads are lowered)")
+    return None
+
+
+def cluster_refusal(kernel):
+    """A block loop split over a cluster (stream-cols{cluster}: a row block's columns over k CTAs,
+    row reductions exchanged through distributed shared memory) is not lowered here yet."""
+    from ...ir.ops import ClusterRank
+    from ...ir.ops import CLUSTER_REDUCE_OPS
+    from ...passes.hopper import block_loop
+    from .lower import Refusal
+    op = next((op for op in kernel.walk() if isinstance(op, (ClusterRank, *CLUSTER_REDUCE_OPS))), None)
+    if op is not None:
+        return Refusal(op, "a row reduction exchanged between the CTAs of a cluster (stream-cols' "
+                           "cluster) is not lowered by the general lowering yet")
+    if int(block_loop(kernel).attrs.get("cluster", 1)) > 1:
+        return Refusal(block_loop(kernel), "a block loop split over a cluster (stream-cols' cluster) is "
+                                           "not lowered by the general lowering yet")
+    return None
+
+
+def ring_loop_refusal(kernel):
+    """A loop streaming shared tiles through a ring with no product in it (stream-cols' chunk
+    loops of wide rows with shared-memory loads): its protocol steps (mbarrier.py) wait and
+    release around a product, which the consumers' walk anchors to; not lowered yet."""
+    from ...passes.hopper import pipelined_loops
+    from .lower import Refusal
+    for loop in pipelined_loops(kernel):
+        if not any(isinstance(op, MMA_OPS) for op in loop.walk()):
+            return Refusal(loop, "a ring loop with no matrix product (stream-cols' streamed chunks of "
+                                 "wide rows) is not lowered by the general lowering yet")
+    return None
