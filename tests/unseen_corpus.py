@@ -655,8 +655,8 @@ def _scan_ref(a, c=64):
     q, k, v = (t.float() for t in a[:3])
     gamma = a[4]
     b, h, n, d = q.shape
-    state = torch.zeros(b, h, d, d)
-    out = torch.empty(b, h, n, d)
+    state = torch.zeros(b, h, d, d, device=q.device)
+    out = torch.empty(b, h, n, d, device=q.device)
     for c0 in range(0, n, c):
         qc, kc, vc = q[:, :, c0:c0 + c], k[:, :, c0:c0 + c], v[:, :, c0:c0 + c]
         # the kernel rounds the state and the intra-chunk scores to bf16 before their products
