@@ -3,9 +3,9 @@
 Block-level register tiles are split by rows over the consumer warpgroups (64-row slabs, one
 share per consumer); a thread of a warpgroup holds rows*cols/128 elements of its share, packed
 into 32-bit registers (bf16: two per register; an f32 tile loaded from a 16-bit tensor and read
-only elementwise counts at 16 bits, as the lowering holds it: ``held_packed``). In the wgmma fragment (``layout=wgmma``) a cv
-holds 2 values per 64-row slab and an rv a quarter of its columns; other vectors are counted as
-spread over the 32 lanes of a warp. Shared tiles and scalars cost nothing here; the callers add
+only elementwise counts at 16 bits, as the lowering holds it: ``held_packed``). In the wgmma
+fragment (``layout=wgmma``) a cv holds 2 values per 64-row slab and an rv a quarter of its
+columns; other vectors are counted as spread over the 32 lanes of a warp. Shared tiles and scalars cost nothing here; the callers add
 an allowance for addresses, indices, descriptors and loop counters.
 
 The estimate walks the block body in program order: a value lives from its definition to its
@@ -51,13 +51,11 @@ def fragment_registers(t: Type, consumers: int) -> int:
 def held_packed(op: Op, users: list[Op]) -> bool:
     """Whether the general lowering holds ``op``'s result as 16-bit pairs: an f32 register tile
     loaded from a bf16/f16 tensor, read from a bf16/f16 shared tile, or widened by ``cvt<f32>``
-    from a bf16/f16 register tile, whose
-    every reader reads it element by element
-    (maps, arithmetic, broadcasts, cvt, stores) -- half the registers, unpacked at each use (exact:
-    a bf16/f16 value is an f32 one). One rule for the estimate and the emitter
+    from a bf16/f16 register tile, whose every reader reads it element by element (maps,
+    arithmetic, broadcasts, cvt, stores) -- half the registers, unpacked at each use (exact: a
+    bf16/f16 value is an f32 one). One rule for the estimate and the emitter
     (codegen/hopper/lower_fragments: emit_load, emit_widen; lower_tile_read)."""
-    from ..ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Cvt, Store
-    from ..ir.ops import Copy
+    from ..ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, Copy, Cvt, Store
     if not isinstance(op, (Load, Cvt, Copy)) or not op.results:
         return False
     t, g = op.result.type, op.operands[0].type

@@ -25,7 +25,6 @@ from ...ir.ops import Copy, For, Load
 from ...ir.types import BF16, F16, F32, TileType
 from ...passes.hopper import is_shared, swizzle_bytes
 from ...passes.liveness import held_packed
-from ..values import RegTile
 from .copy import SWIZZLE_MASKS
 from .lower_fragments import _fragment_rows
 
@@ -76,8 +75,9 @@ def emit_tile_read(ctx, op: Copy) -> list[str]:
     elem = src.dtype.nbytes
     panel_cols, panel_bytes = span // elem, src.rows * span
     base = role.stage_address(load)
-    out: list[str] = [f"// read %{op.operands[0].hint or 'tile'} ({src.rows} x {src.cols}, {span}B swizzle) "
-                      "into registers, from where its TMA box put each pair"]
+    name = op.operands[0].hint or "tile"
+    out: list[str] = [(f"// read %{name} ({src.rows} x {src.cols}, {span}B swizzle) into registers, "
+                       "from where its TMA box put each pair")]
     rb, rows, cb, cols = _fragment_rows(ctx, layout)
     col_part = {}
     for j, coff in cols.items():  # panel * panel_bytes + the pair's byte inside its panel row
