@@ -342,7 +342,7 @@ class StreamCols(Pass):
                        "partials, combined in rank order by Chan's formula (m2 = sum of m2_j + n (mean_j - mean)^2): "
                        "no CTA waits for the cluster's mean before the variance pass, one exchange per row block "
                        "instead of two (ncu on residual + LayerNorm at D = 4096, H200, session 13: 8.5% of the "
-                       "stall samples in the two exchange waits; not the default: measured no faster, "
+                       "stall samples in the two exchange waits; alone, without onepass, it measured no faster: "
                        "benchmarks/results/2026-11-27-nvidia-h200-s13-resln-2-*.json)",
                        rows=[r.result.hint for r in paired])
             if onepass and part % SHIFT_COLS == 0 and part > SHIFT_COLS:
@@ -353,7 +353,7 @@ class StreamCols(Pass):
                            "then cluster_moments: two passes over the slice instead of three")
         elif paired:
             ctx.decide(f"@{kernel.name}", "mean and variance in two exchanges",
-                       f"{'variance=two' if self.variance == 'two' else 'one row tile kept'}: the variance pass waits for the cluster's mean; measured "
+                       f"{'variance=two' if self.variance == 'two' else 'the barrier exchange' if self.exchange != 'push' else 'one row tile kept'}: the variance pass waits for the cluster's mean; measured "
                        "on an H200 (session 13), one cluster_moments exchange instead was no faster for "
                        "residual + LayerNorm (82 / 83% of the copy against 83 / 84% at D = 4096 / 8192) and "
                        "slower for LayerNorm (80 / 73% against 82 / 82%)")
