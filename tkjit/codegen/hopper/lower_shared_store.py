@@ -59,26 +59,17 @@ def tile_write_refusal(op: Copy, in_ring_loop: bool, users: dict[int, list[Op]])
     return None
 
 
-def emit_tile_write(role, op: Copy) -> list[str]:
-    """The consumers' stores of ``op``'s register tile into its shared tile, then the fence."""
-    ctx = role.ctx
-    rep = ctx.get(op.operands[0])
-    if not isinstance(rep, RegTile) or not rep.packed:
-        raise NotAvailableError(f"{op.NAME}: the register tile must be a packed 16-bit tile "
-                                "(cvt<bf16>(...)) to be written for a wgmma", op.span)
-    t: TileType = op.result.type
-    layout = rep.layout
+def pair_addresses(ctx, layout, t: TileType, base: str, out: list[str]):
+    """For each packed 16-bit pair a consumer thread holds of a tile laid out as ``layout``
+    (``regs[band][chunk][half]``: row ``row_base + band offset + 8*half``, columns
+    ``col_base + 8*chunk``, +1), ``((band, chunk, half), address register)``: the shared byte a
+    TMA box of the shared tile ``t`` at ``base`` puts that pair at (panels of the swizzle span,
+    16-byte chunks XOR-swizzled with bits 7.. of the offset). The address arithmetic is appended
+    to ``out`` before each pair is yielded, so the caller's access follows its address."""
     span = swizzle_bytes(t)
     elem = t.dtype.nbytes
     panel_cols, panel_bytes = span // elem, t.rows * span
-    out: list[str] = [f"// write %{op.result.hint or 'tile'} ({t.rows} x {t.cols}, {span}B swizzle) "
-                      "from registers, as a TMA box lays it out"]
     rb, rows, cb, cols = _fragment_rows(ctx, layout)
-    base = ctx.new("b32")
-    out.append(f"add.u32 {base}, {role.k.smem}, {op.attrs['smem']};")
-    guard = None
-    if layout.rows.replicated or layout.cols.replicated:
-        guard = ctx.writer(layout.rows, layout.cols, None)
     col_part = {}
     for j, coff in cols.items():  # panel * panel_bytes + the pair's byte inside its panel row
         c, panel, inner = ctx.new("b32"), ctx.new("b32"), ctx.new("b32")
@@ -93,12 +84,36 @@ def emit_tile_write(role, op: Copy) -> list[str]:
         for j in cols:
             a, x = ctx.new("b32"), ctx.new("b32")
             out += [f"add.u32 {a}, {row}, {col_part[j]};", f"shr.u32 {x}, {a}, 3;",
-                    f"and.b32 {x}, {x}, {bits};", f"xor.b32 {a}, {a}, {x};", f"add.u32 {a}, {a}, {base};",
-                    f"{'@' + guard + ' ' if guard else ''}st.shared.b32 [{a}], {rep.regs[u][j][h]};"]
+                    f"and.b32 {x}, {x}, {bits};", f"xor.b32 {a}, {a}, {x};", f"add.u32 {a}, {a}, {base};"]
+            yield (u, j, h), a
+
+
+def emit_tile_write(role, op: Copy) -> list[str]:
+    """The consumers' stores of ``op``'s register tile into its shared tile, then the fence."""
+    ctx = role.ctx
+    rep = ctx.get(op.operands[0])
+    if not isinstance(rep, RegTile) or not rep.packed:
+        raise NotAvailableError(f"{op.NAME}: the register tile must be a packed 16-bit tile "
+                                "(cvt<bf16>(...)) to be written for a wgmma", op.span)
+    t: TileType = op.result.type
+    layout = rep.layout
+    span = swizzle_bytes(t)
+    elem = t.dtype.nbytes
+    out: list[str] = [f"// write %{op.result.hint or 'tile'} ({t.rows} x {t.cols}, {span}B swizzle) "
+                      "from registers, as a TMA box lays it out"]
+    base = ctx.new("b32")
+    out.append(f"add.u32 {base}, {role.k.smem}, {op.attrs['smem']};")
+    guard = None
+    if layout.rows.replicated or layout.cols.replicated:
+        guard = ctx.writer(layout.rows, layout.cols, None)
+    pairs = 0
+    for (u, j, h), a in pair_addresses(ctx, layout, t, base, out):
+        out.append(f"{'@' + guard + ' ' if guard else ''}st.shared.b32 [{a}], {rep.regs[u][j][h]};")
+        pairs += 1
     out.append(FENCE)
     where = f" at {op.span.location()}" if op.span else ""
     decision = {"decision": "tile write", "value": f"%{op.result.hint or 'tile'}{where}: st.shared.b32",
-                "why": f"{len(rows) * len(cols)} packed pairs per consumer thread, each at the byte a "
+                "why": f"{pairs} packed pairs per consumer thread, each at the byte a "
                        f"{span}-byte TMA box would put it ({span}B swizzle, {t.cols * elem // span} "
                        "panel(s)), then fence.proxy.async.shared::cta; the protocol's meetings around it"}
     if decision not in role.k.decisions:
@@ -106,4 +121,4 @@ def emit_tile_write(role, op: Copy) -> list[str]:
     return out
 
 
-__all__ = ["emit_tile_write", "tile_write_refusal", "FENCE"]
+__all__ = ["FENCE", "emit_tile_write", "pair_addresses", "tile_write_refusal"]

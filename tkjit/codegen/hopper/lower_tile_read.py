@@ -26,7 +26,7 @@ from ...ir.types import BF16, F16, F32, TileType
 from ...passes.hopper import is_shared, swizzle_bytes
 from ...passes.liveness import held_packed
 from .copy import SWIZZLE_MASKS
-from .lower_fragments import _fragment_rows
+from .lower_shared_store import pair_addresses
 
 
 def is_tile_read(op) -> bool:
@@ -70,31 +70,13 @@ def emit_tile_read(ctx, op: Copy) -> list[str]:
         raise NotAvailableError(f"{op.NAME}: the shared tile is read before its bytes are known to "
                                 "have landed (no one-shot wait placed it)", op.span)
     rep = fresh(ctx, t.with_dtype(src.dtype))
-    layout = rep.layout
     span = swizzle_bytes(src)
-    elem = src.dtype.nbytes
-    panel_cols, panel_bytes = span // elem, src.rows * span
     base = role.stage_address(load)
     name = op.operands[0].hint or "tile"
     out: list[str] = [(f"// read %{name} ({src.rows} x {src.cols}, {span}B swizzle) into registers, "
                        "from where its TMA box put each pair")]
-    rb, rows, cb, cols = _fragment_rows(ctx, layout)
-    col_part = {}
-    for j, coff in cols.items():  # panel * panel_bytes + the pair's byte inside its panel row
-        c, panel, inner = ctx.new("b32"), ctx.new("b32"), ctx.new("b32")
-        out += [f"add.u32 {c}, {cb}, {coff};", f"shr.u32 {panel}, {c}, {panel_cols.bit_length() - 1};",
-                f"and.b32 {inner}, {c}, {panel_cols - 1};", f"mul.lo.u32 {inner}, {inner}, {elem};",
-                f"mad.lo.u32 {c}, {panel}, {panel_bytes}, {inner};"]
-        col_part[j] = c
-    bits = SWIZZLE_MASKS[span] << 4  # ((a >> 7) & mask) << 4 == (a >> 3) & (mask << 4)
-    for (u, h), roff in rows.items():
-        row = ctx.new("b32")
-        out += [f"add.u32 {row}, {rb}, {roff};", f"mul.lo.u32 {row}, {row}, {span};"]
-        for j in cols:
-            a, x = ctx.new("b32"), ctx.new("b32")
-            out += [f"add.u32 {a}, {row}, {col_part[j]};", f"shr.u32 {x}, {a}, 3;",
-                    f"and.b32 {x}, {x}, {bits};", f"xor.b32 {a}, {a}, {x};", f"add.u32 {a}, {a}, {base};",
-                    f"ld.shared.b32 {rep.regs[u][j][h]}, [{a}];"]
+    for (u, j, h), a in pair_addresses(ctx, rep.layout, src, base, out):
+        out.append(f"ld.shared.b32 {rep.regs[u][j][h]}, [{a}];")
     if t.dtype == src.dtype or held_packed(op, role.users.get(id(op.result), [])):
         ctx.bind(op.result, rep)
     else:
