@@ -323,6 +323,16 @@ class Case:
     constants: dict = field(default_factory=dict)
 
 
+def _residual_inputs(s, d):
+    """A [M, K], B [N, K], the residual R [M, N], C [M, N] poisoned: the residual corpus kernels."""
+    return [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
+            _randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)]
+
+
+def _residual_reference(a):
+    return [torch.nn.functional.silu(a[0].float() @ a[1].float().t()) + a[2].float()]
+
+
 def _mk(m, n, k):
     return {"M": m, "N": n, "K": k}
 
@@ -403,19 +413,13 @@ CASES = [
          lambda a: [a[2].float() @ a[3].float() + (a[0].float() @ a[1].float()).sum(1, keepdim=True)], (4,),
          [_mk(4096, 4096, 1024), _mk(1000, 3000, 520)], _mk(300, 260, 136)),
     Case("residual_bf16", RESIDUAL_BF16,
-         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
-                       _randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
-         lambda a: [torch.nn.functional.silu(a[0].float() @ a[1].float().t()) + a[2].float()], (3,),
+         _residual_inputs, _residual_reference, (3,),
          [_mk(2048, 2048, 2048), _mk(1000, 600, 520), _mk(72, 100, 64)], _mk(300, 200, 136)),
     Case("residual_wide", RESIDUAL_WIDE,
-         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
-                       _randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
-         lambda a: [torch.nn.functional.silu(a[0].float() @ a[1].float().t()) + a[2].float()], (3,),
+         _residual_inputs, _residual_reference, (3,),
          [_mk(2048, 2048, 2048), _mk(1000, 600, 520)], _mk(300, 264, 136)),
     Case("residual_shared", RESIDUAL_SHARED,
-         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
-                       _randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
-         lambda a: [torch.nn.functional.silu(a[0].float() @ a[1].float().t()) + a[2].float()], (3,),
+         _residual_inputs, _residual_reference, (3,),
          [_mk(2048, 2048, 2048), _mk(1000, 600, 520), _mk(72, 100, 64)], _mk(300, 200, 136)),
     Case("tile_product_acc", TILE_PRODUCT_ACC,
          lambda s, d: [_randn(s["M"], 64, device=d), _randn(s["N"], 64, device=d),
