@@ -4,7 +4,8 @@
         [--variant NAME[@D]=PIPELINE]   # also the general lowering under this pass pipeline
         [--variant NAME[@D]=pin:MODULE:ATTR=VALUE[+PIPELINE]]   # ... with a module constant pinned
                                                                # (and under PIPELINE)
-        [--profile D:N[:causal]]   # one launch of each lowering, for ncu to look at
+        [--profile D:N[:causal][:LOWERING]]   # three launches of each lowering (or of LOWERING:
+                                              # general / template), for ncu to look at
         [--nol]   # also examples/attention_nol.tk (no L output) through the general lowering
         [--jobs N]   # compile every row's kernels first, N at a time (the disk cache serves the rows)
 
@@ -177,11 +178,14 @@ def warm(job: tuple) -> str:
 
 
 def profile(shape: str) -> None:
-    d, n, causal = parse(shape)
+    only = shape.rsplit(":", 1)[1] if shape.endswith((":general", ":template")) else None
+    d, n, causal = parse(shape.removesuffix(f":{only}") if only else shape)
     b = TOKENS // n
     q, k, v = (torch.randn(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     o, lse = torch.empty_like(q), torch.empty(b, HEADS, n, device="cuda")
-    for kern in kernels(d, causal).values():
+    for name, kern in kernels(d, causal).items():
+        if only and name != only:
+            continue
         for _ in range(3):
             kern(q, k, v, o, lse, d ** -0.5)
     torch.cuda.synchronize()

@@ -137,11 +137,12 @@ def test_causal_tiles_run_heaviest_first_and_others_in_order():
     assert block_loop(causal.ir).attrs["heavy"] == 2
 
 
-@pytest.mark.parametrize("budget", [1, 4, 1 << 30])
+@pytest.mark.parametrize("budget", [1, 4, 5, 1 << 30])
 def test_the_heaviest_first_ptx_covers_every_tile(budget, monkeypatch):
     """The emitted index arithmetic on the PTX simulator (register-tile backend, the block loop
     given the grid pass's attribute by hand; no ring loop, so each head counts 1 byte and the
-    budget is the chunk: one head, 4 of the 6 then 2, all): every tile written once, in place."""
+    budget caps the chunk: one head, chunks of 3 and 3 (cap 4), 3 and 3 (cap 5), all):
+    every tile written once, in place."""
     import torch
     monkeypatch.setattr("tkjit.passes.hopper.L2_BUDGET", budget)
     from simkit import lower, simulate
@@ -246,3 +247,56 @@ def test_the_split_kernel_has_no_spills_and_only_protocol_syncs():
         pytest.skip(str(e))
     assert sass.count("HGMMA.64x176x16") == 2 * 8 and not re.search(r"\b(LDL|STL)\b", sass)
     assert sync_outside_the_protocol(k.asm["ptx"]) == []
+
+
+def even_heavy_order(heads: int, n: int, cap: int) -> list[tuple[int, int]]:
+    """(head, heavy index) of each linear tile under the heaviest-first order: the heads in
+    m = cdiv(heads, min(cap, heads)) chunks as even as can be (the first heads mod m of one head
+    more), inside a chunk the heavy index descending, the heads fastest."""
+    cap = max(1, min(cap, heads))
+    m = -(-heads // cap)
+    sizes = [heads // m + (c < heads % m) for c in range(m)]
+    order, first = [], 0
+    for size in sizes:
+        order += [(first + h, n - 1 - ii) for ii in range(n) for h in range(size)]
+        first += size
+    return order
+
+
+@pytest.mark.parametrize("heads,n,cap", [(16, 3, 5), (16, 2, 6), (6, 5, 4), (7, 2, 3), (5, 3, 1),
+                                         (4, 4, 100), (3, 1, 2)])
+def test_the_heaviest_first_chunks_are_even(heads, n, cap, monkeypatch):
+    """emit_control.heavy_indices on the PTX simulator, one thread per tile storing the (head,
+    heavy index) it computed: the chunks are as even as the cap allows (16 heads under a cap of
+    5: 4/4/4/4, not 5/5/5/1, whose last head's longest tile would start near the end)."""
+    import numpy as np
+    from types import SimpleNamespace
+
+    from ptxsim import Memory, launch
+    from tkjit.codegen.emit_control import heavy_indices
+    from tkjit.ir.core import Block
+    monkeypatch.setattr("tkjit.passes.hopper.L2_BUDGET", cap)  # no ring loop: a head counts 1 B
+    regs = {"b32": [], "pred": []}
+
+    def new(kind):
+        regs[kind].append(f"%{'r' if kind == 'b32' else 'p'}{len(regs[kind])}")
+        return regs[kind][-1]
+    op = SimpleNamespace(attrs={"heavy": 1}, regions=[Block()], walk=lambda: iter(()))
+    lin, heads_r, n_r = new("b32"), new("b32"), new("b32")
+    body = [f"mov.u32 {lin}, %ctaid.x;", f"mov.u32 {heads_r}, {heads};", f"mov.u32 {n_r}, {n};"]
+    idx = heavy_indices(SimpleNamespace(new=new), op, lin, [heads_r, n_r], body)
+    out, off = "%rd0", "%rd1"
+    body += ["ld.param.u64 %rd0, [out];", "cvta.to.global.u64 %rd0, %rd0;",
+             f"mul.wide.u32 {off}, {lin}, 8;", f"add.s64 {out}, {out}, {off};",
+             f"st.global.b32 [{out}], {idx[0]};", f"st.global.b32 [{out}+4], {idx[1]};", "ret;"]
+    ptx = "\n".join([".version 8.0", ".target sm_90a", ".address_size 64",
+                     ".visible .entry order(.param .u64 out)", "{",
+                     f"  .reg .b32 %r<{len(regs['b32'])}>;", f"  .reg .pred %p<{max(1, len(regs['pred']))}>;",
+                     "  .reg .b64 %rd<2>;"] + ["  " + x for x in body] + ["}"])
+    mem = Memory(1 << 16)
+    buf = np.full(2 * heads * n, -1, dtype=np.int32)
+    addr = mem.alloc(buf)
+    launch(ptx, {"dims": [], "grid": [heads * n], "block": [1, 1, 1], "smem_bytes": 0}, [addr], {},
+           mem=mem, max_ctas=heads * n)
+    got = mem.read_back(addr, buf).reshape(-1, 2)
+    assert [tuple(int(x) for x in r) for r in got] == even_heavy_order(heads, n, cap)

@@ -204,10 +204,16 @@ def block_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str],
 
 def heavy_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) -> list[str]:
     """The grid pass's heaviest-first order: index ``heavy`` descending, in chunks of the other
-    indices (row-major, a "head") whose streamed tensors fit ``L2_BUDGET``: chunk = L2_BUDGET /
-    the bytes of the last two dimensions of every tensor the block body's ring loops load (at
-    least 1, at most every head). Linear number t: chunk c = t / (chunk·n), inside it the heavy
-    index runs slowest (n - 1 - (t mod chunk·n) / height) and the heads fastest."""
+    indices (row-major, a "head") whose streamed tensors fit ``L2_BUDGET``: at most cap =
+    L2_BUDGET / the bytes of the last two dimensions of every tensor the block body's ring loops
+    load (at least 1, at most every head) heads a chunk. The heads are split into m = cdiv(heads,
+    cap) chunks as even as can be: the first heads mod m of base + 1 heads, the rest of base =
+    heads / m. Inside a chunk the heavy index runs slowest (n - 1 - inside / height) and the heads
+    fastest. Even chunks, because a chunk's heaviest tiles start only when the chunks before it
+    have been handed out: a last chunk of one head (16 heads under a cap of 5) starts its longest
+    tile near the end and runs alone past everyone else (H200, 2026-11-27, ncu of causal
+    examples/attention.tk D = 64 N = 16384: SMs idle 10.6% of the kernel with chunks 5/5/5/1,
+    2.7% with the template's 6/6/4; `benchmarks/probes/ncu_attention.sh`)."""
     from ..passes.hopper import L2_BUDGET, pipelined_loops, shared_loads
     axis = op.attrs["heavy"]
     others = [d for d in range(len(counts)) if d != axis]
@@ -216,7 +222,7 @@ def heavy_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) 
     for d in others:
         out.append(f"mul.lo.u32 {heads}, {heads}, {counts[d]};")
     slice_bytes = ctx.new("b32")
-    out.append(f"mov.u32 {slice_bytes}, 1;")
+    out.append(f"mov.u32 {slice_bytes}, 0;")
     loops = [loop for loop in pipelined_loops(op) if loop in op.regions[0].ops]
     for ld in (ld for loop in loops for ld in shared_loads(loop.regions[0])):
         g = ld.operands[0].type
@@ -230,12 +236,25 @@ def heavy_indices(ctx, op: Blocks, lin: str, counts: list[str], out: list[str]) 
         out.append(f"mov.u32 {t}, {const};")
         out += [f"mul.lo.u32 {t}, {t}, {r};" for r in named]
         out.append(f"add.u32 {slice_bytes}, {slice_bytes}, {t};")
-    chunk, per, c, inside, first, height, ii, hh, head = (ctx.new("b32") for _ in range(9))
-    out += [f"div.u32 {chunk}, {L2_BUDGET}, {slice_bytes};", f"max.u32 {chunk}, {chunk}, 1;",
-            f"min.u32 {chunk}, {chunk}, {heads};",
-            f"mul.lo.u32 {per}, {chunk}, {counts[axis]};", f"div.u32 {c}, {lin}, {per};",
-            f"rem.u32 {inside}, {lin}, {per};", f"mul.lo.u32 {first}, {c}, {chunk};",
-            f"sub.u32 {height}, {heads}, {first};", f"min.u32 {height}, {height}, {chunk};",
+    cap, m, base, extra, big, split, late = (ctx.new("b32") for _ in range(7))
+    t, c, inside, first, height, ii, hh, head = (ctx.new("b32") for _ in range(8))
+    is_late = ctx.new("pred")
+    n = counts[axis]
+    out += [f"max.u32 {slice_bytes}, {slice_bytes}, 1;",
+            f"div.u32 {cap}, {L2_BUDGET}, {slice_bytes};", f"max.u32 {cap}, {cap}, 1;",
+            f"min.u32 {cap}, {cap}, {heads};",
+            f"add.u32 {m}, {heads}, {cap};", f"sub.u32 {m}, {m}, 1;", f"div.u32 {m}, {m}, {cap};",
+            f"div.u32 {base}, {heads}, {m};", f"rem.u32 {extra}, {heads}, {m};",
+            # the first `extra` chunks hold base + 1 heads ((base + 1)·n tiles each), the rest base
+            f"add.u32 {height}, {base}, 1;", f"mul.lo.u32 {big}, {height}, {n};",
+            f"mul.lo.u32 {split}, {big}, {extra};", f"setp.ge.u32 {is_late}, {lin}, {split};",
+            f"sub.u32 {late}, {lin}, {split};", f"selp.b32 {t}, {late}, {lin}, {is_late};",
+            f"selp.b32 {height}, {base}, {height}, {is_late};",
+            f"mul.lo.u32 {big}, {height}, {n};",
+            f"div.u32 {c}, {t}, {big};", f"rem.u32 {inside}, {t}, {big};",
+            f"mul.lo.u32 {first}, {c}, {height};",
+            f"mul.lo.u32 {late}, {extra}, {base};", f"add.u32 {late}, {late}, {extra};",
+            f"selp.b32 {late}, {late}, 0, {is_late};", f"add.u32 {first}, {first}, {late};",
             f"div.u32 {ii}, {inside}, {height};", f"rem.u32 {hh}, {inside}, {height};",
             f"add.u32 {head}, {first}, {hh};"]
     idx = [None] * len(counts)

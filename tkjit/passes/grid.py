@@ -29,9 +29,10 @@ read the schedule.
 Heaviest first (``heavy``, chosen when a ring loop's trip count grows with one block index and
 the order is not grouped; option ``heavy=-1`` turns it off): tiles are visited with that index
 descending, in chunks of the other indices whose streamed tensors fit ``L2_BUDGET`` together
-(chunk = L2_BUDGET / the bytes of the loop's loaded tensors' last two dimensions, at launch): so
-the longest tiles (the causal attention's last query blocks) start first and the short ones fill
-the last wave, while the CTAs in flight share K and V in L2. Recorded as the block loop's
+(at most L2_BUDGET / the bytes of the loop's loaded tensors' last two dimensions a chunk, at
+launch, and the chunks as even as can be: a small last chunk would start its longest tile near
+the end): so the longest tiles (the causal attention's last query blocks) start first and the
+short ones fill the last wave, while the CTAs in flight share K and V in L2. Recorded as the block loop's
 attribute ``heavy`` (the index's position); codegen/emit_control.block_indices follows it.
 
 Records the kernel attributes ``ctas`` (the launch size, readable) and ``tile_order``;
@@ -305,7 +306,8 @@ class Grid(Pass):
                        f"with {indices[heavy]}: tiles run with {indices[heavy]} descending, so the "
                        "longest start first and the shortest fill the last wave, in chunks of the "
                        f"other indices whose loaded tensors fit {L2_BUDGET >> 20} MB of L2 (they share "
-                       "them while in flight)", heavy=heavy)
+                       "them while in flight), the chunks as even as can be (a small last chunk "
+                       "would start its longest tile near the end)", heavy=heavy)
         kernel.attrs["tile_order"] = order
         split = blocks.attrs.get("split", 1)
         if split > 1:
