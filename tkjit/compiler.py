@@ -398,7 +398,7 @@ def _emit_ptx(result: CompileResult) -> None:
     declined: list[dict] = []  # why the Hopper path does not apply
     options = {"arch": result.options.arch, "unaligned_rows": result.options.unaligned_rows,
                "lowering": result.options.lowering, **({"strided": True} if result.options.strided else {})}
-    if result.options.runs_checks:  # the GEMM and attention templates have no checks: never them
+    if result.options.runs_checks:  # checked mode: the general lowering emits the checks
         options["lowering"], options["asked"] = "general", result.options.lowering
     # the async-schedule pass's kernel where it ran: the consumers' walk comes from it
     hopper = emit_hopper(result.async_ir or result.ir, options, declined) if emit_hopper else None

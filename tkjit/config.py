@@ -39,7 +39,7 @@ class Config(Frozen):
     in the background for the next process; ``build`` (TKJIT_NATIVE_LAUNCH=torch) builds it now,
     before the first launch; ``no`` (TKJIT_NATIVE_LAUNCH=c) keeps to the C one."""
     lowering: str = "auto"
-    """TKJIT_LOWERING=auto|general|template: how the Hopper backend lowers kernels (options.LOWERINGS)."""
+    """TKJIT_LOWERING=auto|general: how the Hopper backend lowers kernels (options.LOWERINGS)."""
     require_hopper: bool = False
     """TKJIT_REQUIRE_HOPPER=1: a kernel the Hopper path cannot lower is an error, not a warning."""
     checked: bool = False

@@ -17,11 +17,14 @@ from .errors import TkError
 from .frozen import Frozen
 
 BACKENDS = ("gpu", "interpret")
-LOWERINGS = ("auto", "general", "template")
+LOWERINGS = ("auto", "general")
 """How the Hopper backend lowers a kernel: ``general`` (the op-by-op lowering of every tile
-program), ``template`` (the attention template only: the GEMM template was deleted on
-2026-11-27, so any other kernel is refused with the reason), ``auto`` (the general lowering; the
-attention template where it matches, as it is still measured faster; docs/hopper-codegen.md)."""
+program; a kernel it cannot take is refused with the reason) or ``auto`` (the general lowering,
+and the register-tile backend for a kernel it does not take; docs/hopper-codegen.md)."""
+RETIRED_LOWERINGS = {"template": "the GEMM and attention templates were deleted on 2026-11-27: "
+                                 "the general lowering takes every kernel they took "
+                                 "(lowering='auto' or 'general')"}
+"""Lowerings that existed once, and what replaced them (the error names it)."""
 ConstantValue = int | float | bool
 
 
@@ -53,7 +56,7 @@ class CompileOptions(Frozen):
     kernel takes row-major tensors and views that only its TMA maps read; a kernel object compiles
     this variant at the first launch that needs it (runtime/strides.py)."""
     lowering: str = "auto"
-    """``auto``, ``general`` or ``template`` (``LOWERINGS``)."""
+    """``auto`` or ``general`` (``LOWERINGS``)."""
     require_hopper: bool = False
     """A kernel the Hopper path cannot lower is an error at the op that stops it (else a warning
     for a kernel with a matrix product, and the register-tile backend runs it)."""
@@ -72,6 +75,8 @@ class CompileOptions(Frozen):
         if backend is not None and backend not in BACKENDS:
             raise TkError(f"unknown backend '{backend}' (expected {' or '.join(BACKENDS)})")
         lowering = lowering if lowering is not None else config.lowering
+        if lowering in RETIRED_LOWERINGS:
+            raise TkError(f"lowering '{lowering}' is gone: {RETIRED_LOWERINGS[lowering]}")
         if lowering not in LOWERINGS:
             raise TkError(f"unknown lowering '{lowering}' (expected {', '.join(LOWERINGS)})")
         if pipeline is not None:

@@ -24,9 +24,7 @@ a loop) of their own: their paths are split at the inner join anyway, and the ca
 trip (scale-fold's branch holding the causal-mask if) measured 2-5% slower at D = 128 with its
 tail moved in (H200, 2026-11-27, same run, general / template N = 2k..16k: 0.960/0.936/0.890/
 0.932 against 0.979/0.972/0.930/0.977 as before;
-benchmarks/results/2026-11-27-nvidia-h200-s12-attnloop-1.json). Under ``lowering=template`` (and ``auto`` for a
-kernel the attention template matches) it changes nothing: the template matches kernels as
-written.
+benchmarks/results/2026-11-27-nvidia-h200-s12-attnloop-1.json).
 """
 from __future__ import annotations
 
@@ -38,7 +36,6 @@ from .decisions import subject_of
 from .hopper import depends_on
 from .manager import Pass, PassContext, register_pass
 from .rewrite import has_effects, users_of
-from .scale_fold import template_takes
 
 
 def movable(op: Op, users: dict[Value, list[Op]]) -> bool:
@@ -149,10 +146,7 @@ class BranchTail(Pass):
         users = users_of(kernel)
         if not any(plan_tail(op, users) for loop in loops for op in loop.regions[0].ops
                    if isinstance(op, If)):
-            return kernel  # (a GEMM: nothing to do, and no import of the attention template)
-        lowering = "general" if ctx.options.runs_checks else ctx.options.lowering
-        if lowering == "template" or (lowering == "auto" and template_takes(kernel)):
-            return kernel  # the attention template matches kernels as written
+            return kernel  # (a GEMM: nothing to do)
         for loop in loops:
             body = loop.regions[0]
             for branch in [op for op in body.ops if isinstance(op, If)]:

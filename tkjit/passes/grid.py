@@ -20,11 +20,9 @@ rings keep 3 stages, so the next tile's copy loads under this tile's work. Where
 work and load such a tile, the loop is compiled persistent and the launch picks the grid
 (``by_trips``, the block loop's attribute): min(tiles, SMs) CTAs where the longest ring loop
 (``trips_bound``: its trip count at the heavy index's last value, a launcher expression) has at
-most ``SHORT_TRIPS`` trips, one CTA per tile past that. Tiles loaded once per tile take these
-choices under ``lowering='general'`` (or the option ``overlap=1``) only while the attention
-template exists: ``auto`` still sends attention to it, and it reads the same decisions
-(``hopper.tile_overlap_options``). The pass runs before warp-spec, smem-plan and mbarrier, which
-read the schedule.
+most ``SHORT_TRIPS`` trips, one CTA per tile past that (option ``overlap=-1``: one CTA per tile
+for such kernels). The pass runs before warp-spec, smem-plan and mbarrier, which read the
+schedule.
 
 Heaviest first (``heavy``, chosen when a ring loop's trip count grows with one block index and
 the order is not grouped; option ``heavy=-1`` turns it off): tiles are visited with that index
@@ -46,8 +44,7 @@ from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import Add, CDiv, Const, Dim, FloorDiv, For, Max, Min, Mul, Sub
 from ..source import Span
-from .hopper import (L2_BUDGET, block_loop, depends_on, has_producer, one_shot_loads, pipelined_loops,
-                     tile_overlap_options)
+from .hopper import L2_BUDGET, block_loop, depends_on, has_producer, one_shot_loads, pipelined_loops
 from .manager import Pass, PassContext, register_pass
 
 EXPRESSIONS = {CDiv: "cdiv", Mul: "mul", Add: "add", Sub: "sub", FloorDiv: "floordiv",
@@ -110,7 +107,7 @@ def uneven_work(kernel: Kernel) -> str:
 
 def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
     """The schedule for a block loop whose kernel names none, and why (``overlap``: tiles loaded
-    once per tile may take a persistent grid, ``hopper.tile_overlap_options``)."""
+    once per tile may take a persistent grid; option ``overlap=-1`` says no)."""
     if block_loop(kernel).attrs.get("split", 1) > 1:
         return "grid", "split = S gives each tile a cluster of its own"
     if block_loop(kernel).attrs.get("cluster", 1) > 1:  # (the verifier refuses a persistent one)
@@ -253,9 +250,9 @@ class Grid(Pass):
     index)."""
 
     overlap: int = 0
-    """Tiles loaded once per tile and a schedule the kernel does not name: 1 lets them take a
-    persistent grid (with ``by_trips`` where tiles differ in work), -1 keeps one CTA per tile, 0
-    decides by the lowering (``hopper.tile_overlap_options``: lowering='general')."""
+    """Tiles loaded once per tile and a schedule the kernel does not name: 0 (the default) or 1
+    lets them take a persistent grid (with ``by_trips`` where tiles differ in work), -1 keeps one
+    CTA per tile."""
 
     stream_k: int = 0
     """1: a persistent Hopper GEMM splits the K loops of its last, partial wave of tiles over
@@ -279,8 +276,8 @@ class Grid(Pass):
         chosen = ""
         if "schedule" not in blocks.attrs:
             if self.overlap not in (0, 1, -1):
-                raise PassError(f"grid: overlap must be 1 (on), -1 (off) or 0 (by the lowering), got {self.overlap}")
-            overlap = self.overlap == 1 or (self.overlap == 0 and tile_overlap_options(ctx))
+                raise PassError(f"grid: overlap must be 1 (on), -1 (off) or 0 (the default: on), got {self.overlap}")
+            overlap = self.overlap != -1
             schedule, chosen = auto_schedule(kernel, overlap)
             if schedule == "persistent":
                 blocks.attrs["schedule"] = schedule

@@ -236,12 +236,3 @@ def stores_of_register_tiles(kernel: Kernel) -> list[Store]:
 
 def shared_copies(kernel: Kernel) -> list[Copy]:
     return [op for op in kernel.walk() if isinstance(op, Copy) and is_shared(op.result)]
-
-
-def tile_overlap_options(ctx) -> bool:
-    """Whether the grid and pipeline passes may choose the cross-tile overlap of tiles loaded once
-    per tile (a persistent grid over them, two slots, the launch-time grid ``by_trips``): under
-    ``lowering='general'`` only while the attention template exists, because ``auto`` still
-    sends attention to that template, which reads the same decisions (stages, schedule) and
-    makes its own (its Q slots, its launch grid); its PTX stays as measured."""
-    return getattr(ctx.options, "lowering", "auto") == "general"

@@ -502,18 +502,15 @@ class Mbarrier(Pass):
     release: str = "auto"
     """When a persistent tile's one-slot tiles loaded once per tile are released: early (right
     after the last product reading them, where only products read them: the producer loads the
-    next tile's copy under this tile's epilogue), end (of the tile), or auto (early under
-    ``lowering='general'`` where the tiles do equal work, end where the launch picks the grid
-    (``by_trips``: measured slower there) and under other lowerings (``hopper.tile_overlap_options``:
-    while the attention template exists every kernel's PTX under ``auto`` stays as measured))."""
+    next tile's copy under this tile's epilogue), end (of the tile), or auto (early where the tiles
+    do equal work, end where the launch picks the grid (``by_trips``: measured slower there))."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.release not in ("auto", "end", "early"):
             raise PassError(f"mbarrier: release must be auto, end or early, got '{self.release}'")
-        from .hopper import tile_overlap_options
         by_trips = "by_trips" in block_loop(kernel).attrs  # the launch may give a CTA one tile
-        if self.release == "early" or (self.release == "auto" and tile_overlap_options(ctx) and not by_trips):
-            kernel.attrs["early_release"] = True  # auto: under lowering=general, as the slots
+        if self.release == "early" or (self.release == "auto" and not by_trips):
+            kernel.attrs["early_release"] = True
         if self.check not in CHECKS:
             raise PassError(f"mbarrier: check must be {', '.join(CHECKS)}, got '{self.check}'")
         if self.overlap not in ("auto", "off"):
@@ -552,7 +549,7 @@ class Mbarrier(Pass):
             elif name in builder.kept_to_end:
                 ctx.decide(f"ring {name}", "released at the end of the tile",
                            "something other than a product reads it, possibly after the last product")
-            elif by_trips and self.release == "auto" and tile_overlap_options(ctx):
+            elif by_trips and self.release == "auto":
                 ctx.decide(f"ring {name}", "released at the end of the tile",
                            "the launch picks the grid (by_trips): past the trip bound each CTA runs "
                            "one tile and there is no next copy to load early (measured, H200, "

@@ -27,8 +27,7 @@ from ..ir.core import Kernel
 from ..ir.ops import For
 from .decisions import subject_of
 from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, block_loop, ceil_to, check_supported_loads, nbytes,
-                     one_shot_loads, pipelined_loops, shared_loads, stores_of_register_tiles,
-                     tile_overlap_options)
+                     one_shot_loads, pipelined_loops, shared_loads, stores_of_register_tiles)
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import buffers, stage_data_bytes, stage_stride
 
@@ -106,8 +105,6 @@ class PipelineStages(Pass):
         if self.slots == 1:
             ctx.decide(where, f"{names}: one slot", "pipeline{slots=1}")
             return
-        if not tile_overlap_options(ctx) and self.slots != 2:
-            return  # lowering auto/template: the attention template reads these decisions
         for ld in once:
             ld.attrs["slots"] = 2
         short = []

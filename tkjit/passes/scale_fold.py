@@ -31,10 +31,6 @@ Ops of that range that do not depend on ``s`` are moved before the ``if``; the `
 what later ops read. The pass leaves a ``mul`` alone (and says why) when something else reads
 the scaled tile (a store, a row_sum, an mma, ...), when nothing reduces it, or when the range
 holds a load, an mma or a store. It runs before layout, so the schedule passes see the branch.
-
-While the attention template exists: under ``lowering=template``, and under ``auto`` for a kernel
-it matches, the kernel is left as written (the template matches unfolded programs and has its own
-two softmax paths).
 """
 from __future__ import annotations
 
@@ -300,12 +296,6 @@ def _replace_after(kernel: Kernel, branch: If, f: Fold) -> None:
             block.ops[block.ops.index(op)] = new
 
 
-def template_takes(kernel: Kernel) -> bool:
-    """Whether the attention template matches ``kernel`` (it matches the unfolded program)."""
-    from ..codegen.hopper.attention_match import match_attention
-    return not isinstance(match_attention(kernel), str)
-
-
 @register_pass
 @dataclass(frozen=True)
 class ScaleFold(Pass):
@@ -321,12 +311,6 @@ class ScaleFold(Pass):
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         muls = [op for block in all_blocks(kernel) for op in block.ops if scaled_operands(op)]
         if not muls:
-            return kernel
-        lowering = "general" if ctx.options.runs_checks else ctx.options.lowering
-        if lowering == "template" or (lowering == "auto" and template_takes(kernel)):
-            ctx.decide(f"@{kernel.name}", "scalings left as written",
-                       f"lowering={lowering}: the templates match kernels as written (the "
-                       "attention template has its own folded softmax path)")
             return kernel
         for mul in muls:
             if mul.parent is None:
