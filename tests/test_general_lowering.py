@@ -352,3 +352,22 @@ def test_a_deferred_store_counts_what_level_2_holds(d, causal):
     assert not re.search(r"\b(LDL|STL)\b", sass)
     store = next(line for line in k.explain().splitlines() if line.strip().startswith("store at"))
     assert ("deferred" in store) == (d == 128 and causal)  # S 64 + P 32 + O 64 + O packed 32 fit 200
+
+
+def test_tiles_loaded_once_keep_one_cta_per_tile_where_the_registers_are_tight():
+    """grid: a persistent tile loop holds a few registers more than one tile (PERSISTENT_STATE);
+    attention_bwd_dkdv's consumers need about 240 of their 240, so its K and V tiles keep one CTA
+    per tile (persistent, ptxas spilled one register through the whole kernel), logged; the
+    attention forward at D = 128 (192 of 240) stays persistent."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "examples"
+    dkdv = tkjit.load(root / "attention_bwd_dkdv.tk", lowering="general", cache=False)
+    text = dkdv.explain()
+    assert "CTAs, one per tile" in text and "a persistent tile loop holds about 8 more" in text
+    fwd = tkjit.load(root / "attention.tk", constants={"D": 128}, lowering="general", cache=False)
+    assert "persistent: min(" in fwd.explain()
+    try:
+        sass = dkdv.asm["sass"]
+    except NotAvailableError as e:
+        pytest.skip(str(e))
+    assert not re.search(r"\b(LDL|STL)\b", sass)
