@@ -334,3 +334,40 @@ def test_the_ptx_does_not_depend_on_the_process():
         assert run.returncode == 0, run.stderr
         outs.add(run.stdout.strip())
     assert len(outs) == 1
+
+
+@pytest.mark.parametrize("d,causal", [(64, False), (64, True), (128, False), (128, True)])
+def test_a_deferred_store_counts_what_level_2_holds(d, causal):
+    """The epilogue pass defers a persistent tile's store past the next tile's first wgmma group
+    only where the packed tile fits beside what the loop holds; a level-2 loop holds two products
+    in flight (the next S beside the in-flight P·V's register A and accumulator). Counting one
+    trip only, attention_nol deferred and spilled (94 STL at D = 128) under the persistent grid."""
+    from pathlib import Path
+    k = tkjit.load(Path(__file__).resolve().parents[1] / "examples" / "attention_nol.tk",
+                   constants={"D": d, "CAUSAL": causal}, lowering="general", cache=False)
+    try:
+        sass = k.asm["sass"]
+    except NotAvailableError as e:
+        pytest.skip(str(e))
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    store = next(line for line in k.explain().splitlines() if line.strip().startswith("store at"))
+    assert ("deferred" in store) == (d == 128 and causal)  # S 64 + P 32 + O 64 + O packed 32 fit 200
+
+
+def test_tiles_loaded_once_keep_one_cta_per_tile_where_the_registers_are_tight():
+    """grid: a persistent tile loop holds a few registers more than one tile (PERSISTENT_STATE);
+    attention_bwd_dkdv's consumers need about 240 of their 240, so its K and V tiles keep one CTA
+    per tile (persistent, ptxas spilled one register through the whole kernel), logged; the
+    attention forward at D = 128 (192 of 240) stays persistent."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "examples"
+    dkdv = tkjit.load(root / "attention_bwd_dkdv.tk", lowering="general", cache=False)
+    text = dkdv.explain()
+    assert "CTAs, one per tile" in text and "a persistent tile loop holds about 8 more" in text
+    fwd = tkjit.load(root / "attention.tk", constants={"D": 128}, lowering="general", cache=False)
+    assert "persistent: min(" in fwd.explain()
+    try:
+        sass = dkdv.asm["sass"]
+    except NotAvailableError as e:
+        pytest.skip(str(e))
+    assert not re.search(r"\b(LDL|STL)\b", sass)

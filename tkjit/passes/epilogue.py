@@ -120,9 +120,15 @@ def defer_choice(kernel: Kernel, op: Store, owners: int, pingpong: bool) -> tupl
     # else a trip holds (register tiles loaded or computed in the loop: an A operand scaled in
     # registers spilled 37 LDL/STL when only the accumulators were counted)
     trips = max([consumer_pressure(kernel, owners, within=loop).peak for loop in ring_loops(kernel)], default=0)
-    held = max(accs, trips)
+    # a loop the mbarrier pass software-pipelines (level 2) holds more than one trip's values: the
+    # next product's result beside the in-flight one's register A and accumulator (reg-budget's
+    # estimate; counting only a trip let attention_nol defer and spill 94 STL at D = 128)
+    from .mbarrier import level2_needs
+    level2 = max([x - CONSUMER_OVERHEAD for _, x in level2_needs(kernel)], default=0)
+    held = max(accs, trips, level2)
     room = regs - CONSUMER_OVERHEAD
-    what = "the accumulators" if held == accs else "what a trip of the loop holds"
+    what = ("the accumulators" if held == accs else "what a trip of the loop holds" if held == trips
+            else "what level 2 of the loop holds (two products in flight)")
     if held + packed > room:
         return False, (f"the packed tile ({packed} registers) and {what} ({held}) exceed the "
                        f"{room} registers a consumer thread has beside {CONSUMER_OVERHEAD} for the rest")

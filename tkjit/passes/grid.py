@@ -127,6 +127,11 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
                         "taken all tile long (smem-plan cannot lend it to the epilogue), which "
                         "costs shared memory the rings could use; write schedule(persistent) to "
                         "choose it")
+    tight = once and tight_registers(kernel)
+    if tight:
+        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        return "grid", (f"{names} is loaded once per tile, but {tight}: one CTA per tile (write "
+                        "schedule(persistent) to choose it)")
     uneven = uneven_work(kernel)
     if uneven and once and trips_bound(kernel) is not None:
         names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
@@ -158,6 +163,33 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
     return "persistent", (f"every tile does the same work and {loops} ring loop(s) fill the "
                           "SM's shared memory (one CTA per SM either way): a persistent CTA "
                           "overlaps a tile's start with the previous tile's work")
+
+
+PERSISTENT_STATE = 8
+"""Registers a consumer thread of a persistent tile loop holds beyond one tile's: the tile index
+and its coordinates, each one-shot ring's slot and phase. Where the consumers' estimate leaves
+less headroom than this, tiles loaded once per tile keep one CTA per tile (``tight_registers``):
+examples/attention_bwd_dkdv.tk (an estimate of 240 of the 240 registers its two consumers can
+get) spilled one register through the whole persistent kernel, none with one CTA per tile."""
+
+
+def tight_registers(kernel: Kernel) -> str:
+    """Why a persistent tile loop would not fit the consumers' registers, or '' (the estimate
+    warp-spec and reg-budget use: the live fragments + CONSUMER_OVERHEAD, against what the
+    consumers get beside the smallest producer)."""
+    from .hopper import SETMAXNREG_MIN, consumer_registers
+    from .liveness import CONSUMER_OVERHEAD, consumer_pressure
+    from .warp_spec import planned_consumers
+    n = planned_consumers(kernel)
+    if n is None:
+        return ""
+    need = consumer_pressure(kernel, n).peak + CONSUMER_OVERHEAD
+    room = consumer_registers(n, SETMAXNREG_MIN)
+    if need + PERSISTENT_STATE <= room:
+        return ""
+    return (f"its {n} consumer(s) need about {need} registers a thread of the {room} they can get, "
+            f"and a persistent tile loop holds about {PERSISTENT_STATE} more (the tile index, each "
+            "one-shot ring's slot and phase), which ptxas would spill")
 
 
 SHORT_TRIPS = 8

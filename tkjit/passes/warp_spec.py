@@ -230,3 +230,21 @@ class WarpSpec(Pass):
         return (f"the tallest accumulator {subject_of(tallest)} is {t.rows} rows = "
                 f"{t.rows // 64} slab(s) of 64, so each of {n} consumers owns "
                 f"{t.rows // n} rows of every {t.rows}-row register tile")
+
+
+def planned_consumers(kernel: Kernel) -> int | None:
+    """The cooperative consumer count this pass would give ``kernel`` (the pin, else ``choose``),
+    for a pass that runs before it and weighs registers (grid: a persistent tile loop's state);
+    None where no split fits (this pass then says why)."""
+    pinned = kernel.attrs.get("consumers")
+    if isinstance(pinned, int) and not isinstance(pinned, bool):
+        return pinned
+    accs = [op.result for op in kernel.walk() if isinstance(op, MMA_OPS)]
+    tallest = max(accs, key=lambda v: v.type.rows, default=None)
+    if tallest is None:
+        return None
+    try:
+        return WarpSpec().choose(kernel, tallest.type.rows // 64, tallest)[0]
+    except PassError:
+        return None
+
