@@ -1,24 +1,24 @@
-"""examples/attention.tk through the general lowering against its template, same run (GPU).
+"""examples/attention.tk (the general lowering) against SDPA cuDNN, same run (GPU).
 
     python3 benchmarks/attention_general.py [--shapes 128:4096,64:8192:causal] [--json OUT.json]
         [--variant NAME[@D]=PIPELINE]   # also the general lowering under this pass pipeline
         [--variant NAME[@D]=pin:MODULE:ATTR=VALUE[+PIPELINE]]   # ... with a module constant pinned
                                                                # (and under PIPELINE)
-        [--profile D:N[:causal][:LOWERING]]   # three launches of each lowering (or of LOWERING:
-                                              # general / template), for ncu to look at
-        [--nol]   # also examples/attention_nol.tk (no L output) through the general lowering
+        [--profile D:N[:causal]]   # three launches, for ncu to look at
+        [--nol]   # also examples/attention_nol.tk (no L output)
         [--jobs N]   # compile every row's kernels first, N at a time (the disk cache serves the rows)
 
 Rows: D 64 and 128, causal and not, N 1024 .. 16384 (issue 18's "Done when"), with B·N = 16384
-tokens and 16 heads (as benchmarks/attention_variants.py). Each row times the general lowering,
-the template and SDPA cuDNN in interleaved batches (CUDA events, median of 15 batches of 10
-launches, the order reversed every other batch, inputs rotating over enough sets to exceed the
-60 MB L2). Before timing, both kernels run on NaN-poisoned outputs and their O and L are checked
-against float64 torch on two heads. ``general_vs_template`` is template ms / general ms (the
-issue's target: >= 0.98 on every row). With ``--nol`` the row also times attention_nol.tk (the
-same kernel without its L store; O checked the same way): ``nol_vs_general`` is general ms / nol
-ms (issue 18: dropping the L store never makes a kernel slower, so >= 1), ``nol_vs_cudnn``
-cuDNN ms / nol ms (>= 1.0 at N >= 4096).
+tokens and 16 heads. Each row times the example (``general``: the default compile), each variant
+and SDPA cuDNN in interleaved batches (CUDA events, median of 15 batches of 10 launches, the order
+reversed every other batch, inputs rotating over enough sets to exceed the 60 MB L2). Before
+timing, every kernel runs on NaN-poisoned outputs and its O and L are checked against float64
+torch on two heads. ``general_vs_cudnn`` is cuDNN ms / general ms; ``NAME_vs_general`` general ms
+/ variant ms. With ``--nol`` the row also times attention_nol.tk (the same kernel without its L
+store; O checked the same way): ``nol_vs_general`` is general ms / nol ms (issue 18: dropping the
+L store never makes a kernel slower, so >= 1), ``nol_vs_cudnn`` cuDNN ms / nol ms. Until
+2026-11-27 each row also timed the attention template, deleted that day once the general lowering
+was within 2% of it on every row (``benchmarks/results/2026-11-27-nvidia-h200-s14-*``).
 """
 from __future__ import annotations
 
@@ -57,11 +57,10 @@ def parse(shape: str) -> tuple[int, int, bool]:
 
 
 def kernels(d: int, causal: bool, variants: dict | None = None, nol: bool = False) -> dict:
-    """general, template, each variant (the general lowering under its pass pipeline), and with
-    ``nol`` attention_nol.tk through the general lowering."""
+    """general (the default compile), each variant (under its pass pipeline), and with ``nol``
+    attention_nol.tk."""
     consts = {"D": d, "CAUSAL": causal}
-    out = {low: tkjit.compile(SOURCE, filename="attention.tk", constants=consts, lowering=low)
-           for low in ("general", "template")}
+    out = {"general": tkjit.compile(SOURCE, filename="attention.tk", constants=consts)}
     if nol:
         out["nol"] = tkjit.compile(NOL_SOURCE, filename="attention_nol.tk", constants=consts,
                                    lowering="general")
@@ -137,7 +136,7 @@ def row(shape: str, variants: dict, nol: bool = False) -> dict:
             for _ in range(max(2, -(-2 * L2_BYTES // set_bytes)))]
     ks = kernels(d, causal, variants, nol)
     out = {"D": d, "N": n, "B": b, "H": HEADS, "causal": causal,
-           "backend": {name: f"{k.metadata.get('backend')}/{k.metadata.get('lowering', 'template')}"
+           "backend": {name: f"{k.metadata.get('backend')}/{k.metadata.get('lowering', '-')}"
                        for name, k in ks.items()}}
     for name, k in ks.items():
         out[f"{name}_err"] = check(k, sets, causal, scale, with_l=name != "nol")
@@ -155,12 +154,10 @@ def row(shape: str, variants: dict, nol: bool = False) -> dict:
                 times[name].append(batch_ms(fn, sets))
     med = {name: statistics.median(t) for name, t in times.items()}
     out.update({f"{name}_ms": round(v, 5) for name, v in med.items()})
-    out["general_vs_template"] = round(med["template"] / med["general"], 4)
     out["general_vs_cudnn"] = round(med["cudnn"] / med["general"], 4)
-    out["template_vs_cudnn"] = round(med["cudnn"] / med["template"], 4)
     for name in ks:
-        if name not in ("general", "template", "nol"):
-            out[f"{name}_vs_template"] = round(med["template"] / med[name], 4)
+        if name not in ("general", "nol"):
+            out[f"{name}_vs_general"] = round(med["general"] / med[name], 4)
     if "nol" in ks:
         out["nol_vs_general"] = round(med["general"] / med["nol"], 4)
         out["nol_vs_cudnn"] = round(med["cudnn"] / med["nol"], 4)
@@ -178,14 +175,11 @@ def warm(job: tuple) -> str:
 
 
 def profile(shape: str) -> None:
-    only = shape.rsplit(":", 1)[1] if shape.endswith((":general", ":template")) else None
-    d, n, causal = parse(shape.removesuffix(f":{only}") if only else shape)
+    d, n, causal = parse(shape)
     b = TOKENS // n
     q, k, v = (torch.randn(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     o, lse = torch.empty_like(q), torch.empty(b, HEADS, n, device="cuda")
-    for name, kern in kernels(d, causal).items():
-        if only and name != only:
-            continue
+    for kern in kernels(d, causal).values():
         for _ in range(3):
             kern(q, k, v, o, lse, d ** -0.5)
     torch.cuda.synchronize()
@@ -216,13 +210,12 @@ def main() -> None:
         r = row(shape, variants, args.nol)
         print(json.dumps(r), flush=True)
         rows.append(r)
-    print("shape".ljust(20) + "gen/tmpl  gen/cudnn  tmpl/cudnn")
+    print("shape".ljust(20) + "gen/cudnn")
     for r in rows:
         label = f"D{r['D']} N{r['N']}" + (" causal" if r["causal"] else "")
-        extra = "  ".join(f"{k}={v}" for k, v in r.items() if (k.endswith("_vs_template")
-                          and k != "general_vs_template") or k.startswith("nol_vs"))
-        print(label.ljust(20) + f"{r['general_vs_template']:8.3f} {r['general_vs_cudnn']:10.3f} "
-                                f"{r['template_vs_cudnn']:11.3f}  {extra}")
+        extra = "  ".join(f"{k}={v}" for k, v in r.items() if k.endswith("_vs_general")
+                          or k.startswith("nol_vs"))
+        print(label.ljust(20) + f"{r['general_vs_cudnn']:9.3f}  {extra}")
     if args.json:
         info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
         Path(args.json).write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")

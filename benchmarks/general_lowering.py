@@ -1,4 +1,4 @@
-"""The general sm_90a lowering against torch (and attention against its template), same run (GPU).
+"""The general sm_90a lowering against torch, same run (GPU).
 
     python3 benchmarks/general_lowering.py [--quick] [--all-gemm] [--graph] [--json OUT.json]
 
@@ -112,7 +112,7 @@ def rel_err(got, ref) -> float:
 
 def backend(kernel) -> str:
     md = kernel.metadata
-    return f"{md.get('backend')}/{md.get('lowering', 'template' if md.get('backend') == 'wgmma' else '-')}"  # attention
+    return f"{md.get('backend')}/{md.get('lowering', '-')}"
 
 
 def gemm_rows(shapes, out: list, graph: bool = False) -> None:
@@ -193,14 +193,14 @@ def corpus_rows(quick: bool, out: list) -> None:
 
 
 def attention_rows(out: list) -> None:
-    """examples/attention.tk through the general lowering and the template, against SDPA cuDNN."""
+    """examples/attention.tk (the general lowering; the attention template it was held to was
+    deleted on 2026-11-27) against SDPA cuDNN."""
     source = (ROOT / "examples" / "attention.tk").read_text()
     b, h, n = 4, 16, 4096
     for d in (128, 64):
         for causal in (False, True):
             consts = {"D": d, "CAUSAL": causal}
             general = tkjit.compile(source, filename="attention.tk", constants=consts, lowering="general")
-            template = tkjit.compile(source, filename="attention.tk", constants=consts, lowering="template")
 
             def make():
                 q, k, v = (torch.randn(b, h, n, d, device="cuda").bfloat16() for _ in range(3))
@@ -212,7 +212,7 @@ def attention_rows(out: list) -> None:
                                                                    is_causal=causal)
             row = {"row": "attention", "shape": f"{b}x{h}x{n}x{d}{' causal' if causal else ''}",
                    "backend_general": backend(general)}
-            for name, kern in (("general", general), ("template", template)):
+            for name, kern in (("general", general),):
                 o.fill_(float("nan"))
                 kern(*sets[0])
                 torch.cuda.synchronize()
@@ -222,11 +222,9 @@ def attention_rows(out: list) -> None:
             def cudnn(q, k, v, o, lse, scale):
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            times = timed_together({"cudnn": cudnn, "general": general, "template": template}, sets)
+            times = timed_together({"cudnn": cudnn, "general": general}, sets)
             row.update({f"{k_}_us": round(v_, 2) for k_, v_ in times.items()})
             row["general_vs_cudnn"] = round(times["cudnn"] / times["general"], 3)
-            row["template_vs_cudnn"] = round(times["cudnn"] / times["template"], 3)
-            row["general_vs_template"] = round(times["template"] / times["general"], 3)
             print(json.dumps(row), flush=True)
             out.append(row)
 
@@ -261,7 +259,7 @@ def main() -> None:
     print("row".ljust(18) + "shape".ljust(22) + "ratios")
     for r in rows:
         ratios = {k: v for k, v in r.items() if k.startswith("vs_") or k.endswith("_vs_cublas")
-                  or k.startswith("general_vs_template")}
+                  or k == "general_vs_cudnn"}
         print(r["row"].ljust(18) + r["shape"].ljust(22) + "  ".join(f"{k}={v}" for k, v in ratios.items()))
     gemm = [r for r in rows if r["row"] == "gemm"]
     if gemm:  # the worst GEMM row against cuBLAS (the template it was held to is gone)

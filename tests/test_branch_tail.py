@@ -93,12 +93,3 @@ def test_a_branch_holding_an_if_keeps_its_tail_and_a_branch_a_reduction(d):
     assert re.search(r"if at attention.tk:\d+:\d+: the ops after it stay after its join", text)
     assert "one edge branch a region" not in text
     assert "padding masks: edge tiles only" in text
-
-
-@pytest.mark.parametrize("lowering", ["template", "auto"])
-def test_the_template_gets_the_program_as_written(lowering):
-    source = (EXAMPLES / "attention.tk").read_text()
-    k = tkjit.compile(source, filename="attention.tk", constants={"D": 128, "CAUSAL": False},
-                      lowering=lowering, cache=False)
-    assert "moved into both branches" not in k.explain()
-    assert k.metadata.get("lowering", "template") == "template"

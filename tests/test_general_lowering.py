@@ -175,27 +175,28 @@ def test_a_fallback_with_a_matrix_product_warns():
     assert "schedule dropped" in str(k.explain())
 
 
-def test_auto_takes_the_general_lowering_and_a_template_only_where_it_is_ahead():
-    """lowering=auto: the plain GEMM takes the general lowering (within noise of the GEMM template
-    on every GEMM row, which was then deleted on 2026-11-27); attention keeps its template
-    (AHEAD_OF_GENERAL: still faster); the general lowering takes multicast
-    (tests/test_general_multicast.py) and stream-K (tests/test_general_stream_k.py) too; rows TMA
-    cannot address take its copying producer; lowering='template' is attention's only."""
+def test_auto_takes_the_general_lowering_for_gemms_and_attention():
+    """lowering=auto: the plain GEMM and the attention forward take the general lowering (both
+    templates were deleted on 2026-11-27, each once the general lowering matched it in the same
+    run); the general lowering takes multicast (tests/test_general_multicast.py) and stream-K
+    (tests/test_general_stream_k.py) too; rows TMA cannot address take its copying producer."""
     from general_corpus import BY_NAME
     examples = __import__("pathlib").Path(__file__).parents[1] / "examples"
     plain = tkjit.load(str(examples / "gemm.tk"), cache=False)
     assert "tile program" in plain.asm["ptx"].splitlines()[0]
     assert plain.metadata.get("lowering") == "general"
-    linear = tkjit.compile(BY_NAME["linear"].source, cache=False)  # mma_ABt: the template's pattern too
+    linear = tkjit.compile(BY_NAME["linear"].source, cache=False)
     linear.asm["ptx"]  # noqa: B018 - the metadata
     assert linear.metadata.get("lowering") == "general"
     epilogue = tkjit.compile(BY_NAME["gemm_bias_relu"].source, cache=False)
     assert "tile program" in epilogue.asm["ptx"].splitlines()[0]
-    template = tkjit.load(str(examples / "gemm.tk"), cache=False, lowering="template")
-    assert "register-tile" in template.asm["ptx"].splitlines()[0]  # the GEMM template is gone
-    assert "the GEMM template was deleted on 2026-11-27" in str(template.explain())
-    attention = tkjit.load(str(examples / "attention.tk"), cache=False)
-    assert "attention" in attention.asm["ptx"].splitlines()[0]
+    for d in (64, 128):
+        attention = tkjit.load(str(examples / "attention.tk"), constants={"D": d}, cache=False)
+        general = tkjit.load(str(examples / "attention.tk"), constants={"D": d}, lowering="general",
+                             cache=False)
+        assert "tile program" in attention.asm["ptx"].splitlines()[0]
+        assert attention.metadata.get("lowering") == "general"
+        assert attention.asm["ptx"] == general.asm["ptx"]  # auto is the general lowering
     unaligned = plain._with_unaligned_rows()  # the variant a launch with such rows compiles
     ptx = unaligned.asm["ptx"]
     assert "tile program" in ptx.splitlines()[0] and "$L_tma_producer" in ptx

@@ -233,7 +233,7 @@ def test_other_kernels_fall_back_with_a_reason(example, reason):
     ir = tkjit.load(EXAMPLES / example, cache=False).ir
     assert emit_hopper_ptx(ir, {}, decisions) is None
     assert decisions[0]["value"] == "mma.sync" and reason in decisions[0]["why"]
-    assert "is not the attention pattern" in decisions[0]["why"]
+    assert "template" not in decisions[0]["why"]  # one route: the general lowering's reason alone
 
 
 def test_refusals_name_what_does_not_fit():
@@ -249,13 +249,12 @@ def test_other_targets():
     assert "wgmma and setmaxnreg need sm_90a" in decisions[0]["why"]
 
 
-def test_lowering_template_refuses_a_gemm_and_says_the_gemm_template_is_gone():
-    """lowering='template' is the attention template only since 2026-11-27."""
-    decisions: list = []
-    assert emit_hopper_ptx(ir_of(VARIANTS["example"]), {"lowering": "template"}, decisions) is None
-    why = decisions[0]["why"]
-    assert decisions[0]["value"] == "mma.sync" and "the GEMM template was deleted on 2026-11-27" in why
-    assert "is not the attention pattern" in why and "general lowering cannot" not in why
+def test_lowering_template_is_an_error_that_says_the_templates_are_gone():
+    """Both templates were deleted on 2026-11-27: lowering='template' names what replaced them."""
+    from tkjit.errors import TkError
+    with pytest.raises(TkError, match="lowering 'template' is gone: the GEMM and attention templates "
+                                      "were deleted on 2026-11-27"):
+        tkjit.compile(VARIANTS["example"], lowering="template", cache=False)
 
 
 def test_metadata_lists_the_tensor_maps_after_the_tensors():

@@ -1,5 +1,6 @@
-"""On a Hopper GPU: examples/attention.tk through the warp-specialized attention path (TMA +
-wgmma, P from registers) against torch SDPA computed in float64.
+"""On a Hopper GPU: examples/attention.tk through the general sm_90a lowering (TMA + wgmma, P from
+registers; the attention template it replaced was deleted on 2026-11-27) against torch SDPA
+computed in float64.
 
 Fresh random bf16 inputs; O and L poisoned with NaN; head dims 64 and 128, causal and not,
 grouped-query heads, sequence lengths that are not multiples of the tiles, B and H above 1. The
@@ -25,40 +26,28 @@ _KERNELS: dict = {}
 KEY_LOOP = "    for j in 0 .. kv_blocks {"
 
 
+def variant(**options: str) -> str:
+    """The default pass pipeline with ``options`` (pass name -> its option text) set."""
+    from tkjit.passes import DEFAULT_PIPELINE
+    return ",".join(f"{name}{{{options[name]}}}" if name in options else name
+                    for name in DEFAULT_PIPELINE.split(","))
+
+
 def kernel(d: int, causal: bool, backend: str | None = None, stages: int | None = None,
-           bq: int | None = None, pins: tuple = ()):
-    """The example (stages from the pipeline pass: 2 at D = 128 non-causal (176-row key blocks), 3
-    causal, 6 at D = 64), or the same kernel with its K/V ring pinned to ``stages``, its query block
-    set to ``bq`` rows, or the attention plan's module pins set to ``pins`` ((name, value) pairs;
-    compiled without the disk cache, whose key does not hold them; a name the plan does not have is
-    a kernel constant, e.g. ("BKV", 128))."""
-    key = (d, causal, backend, stages, bq, pins)
-    if key not in _KERNELS and pins:
-        from tkjit.codegen.hopper import attention_plan
-        constants = {name: value for name, value in pins if not hasattr(attention_plan, name)}
-        saved = {name: getattr(attention_plan, name) for name, _ in pins if name not in constants}
-        try:
-            for name, value in pins:
-                if name not in constants:
-                    setattr(attention_plan, name, value)
-            text = SOURCE.read_text()
-            if stages is not None:
-                text = text.replace(KEY_LOOP, f"    @stages({stages})\n{KEY_LOOP}")
-            kern = tkjit.compile(text, filename="attention.tk", cache=False,
-                                 constants={"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {}) | constants)
-            kern.binary  # compile while the pins hold
-            _KERNELS[key] = kern
-        finally:
-            for name, value in saved.items():
-                setattr(attention_plan, name, value)
+           bq: int | None = None, pins: tuple = (), pipeline: str | None = None):
+    """The example (stages from the pipeline pass), or the same kernel with its K/V ring pinned to
+    ``stages``, its query block set to ``bq`` rows, kernel constants ``pins`` ((name, value)
+    pairs, e.g. ("BKV", 128)), or compiled under ``pipeline`` (a schedule option of the general
+    lowering)."""
+    key = (d, causal, backend, stages, bq, pins, pipeline)
     if key not in _KERNELS:
-        path = SOURCE
+        text = SOURCE.read_text()
         if stages is not None:
-            path = Path(tempfile.mkdtemp()) / "attention.tk"
-            path.write_text(SOURCE.read_text().replace(KEY_LOOP, f"    @stages({stages})\n{KEY_LOOP}"))
-        constants = {"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {})
-        _KERNELS[key] = tkjit.load(path, constants=constants,
-                                   **({"backend": backend} if backend else {}))
+            text = text.replace(KEY_LOOP, f"    @stages({stages})\n{KEY_LOOP}")
+        constants = {"D": d, "CAUSAL": causal} | ({"BQ": bq} if bq else {}) | dict(pins)
+        _KERNELS[key] = tkjit.compile(text, filename="attention.tk", constants=constants,
+                                      **({"backend": backend} if backend else {}),
+                                      **({"pipeline": pipeline} if pipeline else {}))
     return _KERNELS[key]
 
 
@@ -76,7 +65,8 @@ def reference(q, k, v, scale, causal):
     return o, torch.logsumexp(scores, dim=-1)
 
 
-def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages=None, bq=None, pins=()):
+def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages=None, bq=None, pins=(),
+        pipeline=None):
     gen = torch.Generator(device="cpu").manual_seed(hash((b, h, hkv, n, d, causal)) & 0xFFFF)
     q = torch.randn(b, h, n, d, generator=gen).to(device, torch.bfloat16)
     k = torch.randn(b, hkv, n, d, generator=gen).to(device, torch.bfloat16)
@@ -84,12 +74,13 @@ def run(b, h, hkv, n, d, causal, scale=None, device="cuda", backend=None, stages
     o = torch.full((b, h, n, d), float("nan"), dtype=torch.bfloat16, device=device)
     lse = torch.full((b, h, n), float("nan"), dtype=torch.float32, device=device)
     scale = d ** -0.5 if scale is None else scale
-    kernel(d, causal, backend, stages, bq, pins)(q, k, v, o, lse, scale)
+    kernel(d, causal, backend, stages, bq, pins, pipeline)(q, k, v, o, lse, scale)
     return q, k, v, o, lse, scale
 
 
-def check(b, h, hkv, n, d, causal, scale=None, stages=None, bq=None, pins=()):
-    q, k, v, o, lse, scale = run(b, h, hkv, n, d, causal, scale, stages=stages, bq=bq, pins=pins)
+def check(b, h, hkv, n, d, causal, scale=None, stages=None, bq=None, pins=(), pipeline=None):
+    q, k, v, o, lse, scale = run(b, h, hkv, n, d, causal, scale, stages=stages, bq=bq, pins=pins,
+                                 pipeline=pipeline)
     ref_o, ref_l = reference(q, k, v, scale, causal)
     assert not o.isnan().any(), "O has rows the kernel did not write"
     assert not lse.isnan().any(), "L has rows the kernel did not write"
@@ -104,7 +95,7 @@ def test_takes_the_hopper_path():
     k = kernel(128, False)
     q = torch.zeros(1, 1, 128, 128, dtype=torch.bfloat16, device="cuda")
     kernel(128, False)(q, q, q, q.clone(), torch.zeros(1, 1, 128, device="cuda"), 1.0)
-    assert "backend: wgmma" in k.explain() and "attention pattern" in k.explain()
+    assert "backend: wgmma" in k.explain() and k.metadata.get("lowering") == "general"
 
 
 @pytest.mark.parametrize("d", [128, 64])
@@ -192,45 +183,36 @@ def test_three_consumers_take_the_hopper_path():
     assert "backend: wgmma" in text and "512 threads" in text and "producer 24, consumers 160" in text
 
 
-SPLIT = (("SPLIT_KV_BARRIERS", True),)
-Q2 = (("Q_SLOTS", 2),)
-Q2_EVERYWHERE = Q2 + (("Q2_MIN_STAGES", 2), ("PERSISTENT_CAUSAL", True), ("BKV", 128))
-"""Two Q slots at D = 128 too (3 -> 2 stages, K/V split) and on causal kernels (persistent: tiles
-of different trip counts, the turns carried on between them)."""
+SCHEDULES = {
+    "one-q-slot": variant(pipeline="slots=1"),
+    "release-at-tile-end": variant(mbarrier="release=end"),
+    "one-cta-per-tile": variant(grid="overlap=-1"),
+    "one-ring": variant(mbarrier="split=off"),
+}
+"""Schedule options of the general lowering the default does not take everywhere: one Q slot
+(D = 64 takes two), Q released at the tile's end (the default releases it after its last product
+in persistent kernels of equal tiles), one CTA per tile (no persistent loop over tiles loaded once
+per tile), K and V on one ring (D = 128 non-causal splits them)."""
 
 
-Q2_ACROSS = Q2 + (("Q2_TURNS", "across tiles"),)
-"""Two Q slots with one rotation of turns over the CTA's tiles instead of a set of barriers per slot."""
-
-
-CROSS_TILE = Q2 + (("Q2_MIN_STAGES", 2), ("CROSS_TILE", True), ("BKV", 128))
-"""Cross-tile overlap: the next tile's S_0 under this tile's last P·V, this tile's O stored after
-it (two Q slots, K/V split; causal kernels keep one slot and the tile loop)."""
-
-
-@pytest.mark.parametrize("pins", [SPLIT, Q2, SPLIT + Q2, Q2_EVERYWHERE, Q2_ACROSS, CROSS_TILE],
-                         ids=["split-kv", "q-slots-2", "both", "q-slots-2-everywhere", "q-slots-2-across",
-                              "cross-tile"])
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.parametrize("causal", [False, True])
-def test_split_kv_barriers_and_two_q_slots(pins, d, causal):
-    """K and V on their own barriers (S_j waits for K_j only; the V ring one trip behind) and a
-    second Q slot (persistent: the next tile's Q while this one runs; one ring stage fewer):
-    tails, grouped heads, a scale the fold does not take, many tiles per persistent CTA (slots
-    alternating, phases and the consumers' turns carried on), 0-trip-free short and long
-    sequences. At D = 64 the second slot takes a stage (6 -> 5) for three consumers; with their
-    turns restarted per tile this hung at (4, 16, 4, 1000) before."""
+def test_schedule_options(schedule, d, causal):
+    """Tails, grouped heads, a scale the fold does not take, many tiles per persistent CTA (slots
+    alternating, phases carried on), short and long sequences, under each option."""
+    pipeline = SCHEDULES[schedule]
     for n in (77, 129, 1000):
-        check(2, 3, 3, n, d, causal, pins=pins)
-    check(2, 8, 2, 640, d, causal, pins=pins)
-    check(1, 3, 1, 700, d, causal, scale=-0.1, pins=pins)
-    check(4, 16, 4, 1000, d, causal, pins=pins)
-    check(2, 34, 17, 2000, d, causal, pins=pins)
-    check(1, 2, 1, 4096, d, causal, pins=pins)
+        check(2, 3, 3, n, d, causal, pipeline=pipeline)
+    check(2, 8, 2, 640, d, causal, pipeline=pipeline)
+    check(1, 3, 1, 700, d, causal, scale=-0.1, pipeline=pipeline)
+    check(4, 16, 4, 1000, d, causal, pipeline=pipeline)
+    check(2, 34, 17, 2000, d, causal, pipeline=pipeline)
+    check(1, 2, 1, 4096, d, causal, pipeline=pipeline)
 
 
-OWN_OFF = (("OWN_TRIPS", False),)
-"""Every consumer computes all of the tile's key blocks (the round-9 kernel)."""
+OWN_OFF = ",".join(name for name in variant().split(",") if name != "own-trips")
+"""Every consumer computes all of the tile's key blocks (the pipeline without own-trips)."""
 
 
 @pytest.mark.parametrize("bq, bkv", [(192, 128), (128, 64)])
@@ -247,8 +229,8 @@ def test_consumers_skip_the_key_blocks_their_rows_do_not_see(bq, bkv):
              (4, 16, 4, 1000, None), (2, 4, 2, 2000, None), (1, 2, 1, 4096, None)]
     pins = (("BKV", bkv),) if bkv != 128 else ()
     for b, h, hkv, n, scale in cases:
-        own = run(b, h, hkv, n, 64, True, scale, bq=bq, pins=pins + (("OWN_TRIPS", None),))
-        every = run(b, h, hkv, n, 64, True, scale, bq=bq, pins=pins + OWN_OFF)
+        own = run(b, h, hkv, n, 64, True, scale, bq=bq, pins=pins)
+        every = run(b, h, hkv, n, 64, True, scale, bq=bq, pins=pins, pipeline=OWN_OFF)
         torch.testing.assert_close(own[3].float(), every[3].float(), rtol=2 ** -7, atol=1e-5)
         torch.testing.assert_close(own[4], every[4], rtol=1e-5, atol=1e-5)
         check(b, h, hkv, n, 64, True, scale, bq=bq, pins=pins)

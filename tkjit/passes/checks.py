@@ -182,6 +182,7 @@ class ChecksPass(Pass):
         ctx.decide(f"@{kernel.name}", f"{len(ids)} run-time check(s)",
                    "checked mode: each is a check op before the load, store, division or loop it "
                    "guards; a GPU records the first failure in an error buffer the launcher reads "
-                   "(the GEMM and attention templates are bypassed: their code has no checks)",
+                   "(the kernel takes the general lowering or the register-tile backend, both of "
+                   "which emit them)",
                    checks=len(ids))
         return kernel
