@@ -290,7 +290,8 @@ class _Builder:
         """(the first product's loads, the second product's) when the option asks for split
         rings, the loop is a level-2 candidate with fewer than LEVEL2_STAGES stages, and each
         load is read by exactly one of its two products; else None."""
-        if not self.split or op.attrs.get("stages", 0) >= LEVEL2_STAGES or op.attrs.get("stages", 0) < 2:
+        if not self.split or not self.overlap or op.attrs.get("stages", 0) >= LEVEL2_STAGES or \
+                op.attrs.get("stages", 0) < 2:
             return None
         parts = pipelined(op)
         if parts is None:
