@@ -192,6 +192,9 @@ class Cta:
     past the tensor read zeros (TMA zero-fills them) and its stores there are dropped (clipped)."""
     peers: list = field(default_factory=list)
     """Multicast: the pair's CTAs, by rank (this one included)."""
+    staged: dict = field(default_factory=dict)
+    """ring -> the consumers whose epilogue staging is over its current stage and whose TMA stores
+    may still read it (``StagingBegin`` until ``StagingRead`` or ``StoreDrain``)."""
 
 
 BLOCKED = "blocked"
@@ -404,6 +407,7 @@ class Producer(Role):
         op = self.rt.loads[(step.ring, step.load)]
         value = self.run_op(op, [self.env.values[v] for v in op.operands])[0]
         r = self.regs[step.ring]
+        staged_over(self.cta, step.ring, "issues a TMA load of " + step.load)
         nbytes = next(ld.nbytes for ld in self.rt.proto.ring(step.ring).loads if ld.name == step.load)
         if op in self.rt.pair.loads and self.cta.pair is not None:  # this CTA's half, into both CTAs
             for cta in self.cta.peers:
@@ -624,8 +628,17 @@ class Consumer(Role):
                 self.cta.meeting[1] += 1
             while self.cta.meeting[1] == gen:
                 yield BLOCKED
-        elif isinstance(step, (sp.StagingBegin, sp.StagingEnd, sp.IfHeld, sp.StoreDrain)):
-            pass  # the staging and its bulk stores touch no tile a role reads
+        elif isinstance(step, sp.StagingBegin):  # the staging overwrites the stage's tiles
+            for slot in self.cta.rings[step.ring].slots:  # (over every stage of the ring)
+                slot.clear()
+            self.cta.staged.setdefault(step.ring, set()).add(self.index)
+        elif isinstance(step, sp.StagingRead):  # its stores have read it: the bytes are free again
+            self.cta.staged.get(step.ring, set()).discard(self.index)
+        elif isinstance(step, sp.StoreDrain):
+            for users in self.cta.staged.values():
+                users.discard(self.index)
+        elif isinstance(step, (sp.StagingEnd, sp.IfHeld)):
+            pass  # (StagingEnd: one tile per CTA, nothing refills the ring; its stores still read it)
         elif isinstance(step, sp.ClusterSync):
             yield from self.cluster_sync(step)
         else:
@@ -817,6 +830,7 @@ class Roles:
             if pick == "land":
                 cta = self.rng.choice(landing)
                 ring, s, load, value, nbytes = cta.landings.pop(self.rng.randrange(len(cta.landings)))
+                staged_over(cta, ring, f"lands a TMA load in stage {s}")
                 cta.rings[ring].slots[s][load] = value
                 cta.rings[ring].full[s].land(nbytes)
                 stalled = 0
@@ -835,6 +849,14 @@ class Roles:
                                     f"({', '.join(type(running[i][0]).__name__ for i in running)})")
         if any(c.landings for c in ctas):
             raise ScheduleError("copies still in flight when the CTA ended")
+
+
+def staged_over(cta: Cta, ring: str, what: str) -> None:
+    """A TMA load into ``ring`` while a consumer's staging there may still be read by its stores."""
+    users = cta.staged.get(ring)
+    if users:
+        raise ScheduleError(f"the producer {what} of ring {ring} while consumer {min(users)}'s TMA store "
+                            "may still read the staging there (no wait for its reads before the release)")
 
 
 def own_rows(value, t, consumer: int, consumers: int):

@@ -198,7 +198,11 @@ class Epilogue(Pass):
             op.attrs["epilogue"] = "staged"
             op.attrs["epilogue_cols"] = cols
             deferred, reason = False, ""
-            if _deferrable(kernel, op) and op.operands[1].type.dtype.bits == 16:
+            if _deferrable(kernel, op) and op.attrs.get("staging_in") is not None:
+                reason = ("its staging lives in the one slot of a tile loaded once per tile "
+                          "(pipeline{staging=slot}), which the next tile's first product reads: "
+                          "the store cannot wait for it")
+            elif _deferrable(kernel, op) and op.operands[1].type.dtype.bits == 16:
                 deferred, reason = defer_choice(kernel, op, owners, pingpong)
                 if deferred and self.defer == "off":
                     deferred, reason = False, "the pass option defer=off"

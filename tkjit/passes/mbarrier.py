@@ -20,7 +20,7 @@ from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
 from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipelined_loops, shared_loads
 from .manager import Pass, PassContext, register_pass
-from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
+from .smem_buffers import stage_data_bytes, stage_stride, staging_host, staging_sizes
 from .sync_report import CheckReport, default_cases, own_trip_cases
 from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse, StoreItem,
                             StreamKUnits, TileProduct, own_trips_consumer, standard_protocol)
@@ -76,6 +76,9 @@ class _Builder:
         """Loops the own-trips pass marked whose protocol keeps the tile's trips here -> why."""
         self.store_of: dict[str, Store] = {}
         """The protocol's name of each store the epilogue pass staged -> the IR store."""
+        self.hosts: dict[str, Store] = {}
+        """One-shot rings whose one slot holds a staged store's staging (``pipeline{staging=slot}``)
+        -> that store: released at the end of the tile, after ``StagingRead``."""
 
     def level2_fits(self, loop: For) -> bool:
         """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
@@ -193,8 +196,8 @@ class _Builder:
         out = []
         for value, name in self.ring_of.items():
             ring = next(r for r in self.rings if r.name == name)
-            if not ring.one_shot or ring.stages != 1:
-                continue
+            if not ring.one_shot or ring.stages != 1 or name in self.hosts:
+                continue  # (a slot holding a staging: released after its TMA store read it)
             readers = [op for op in self.kernel.walk() if value in op.operands]
             if readers and all(isinstance(op, MMA_OPS) for op in readers):
                 out.append(name)
@@ -287,7 +290,8 @@ class _Builder:
         """(the first product's loads, the second product's) when the option asks for split
         rings, the loop is a level-2 candidate with fewer than LEVEL2_STAGES stages, and each
         load is read by exactly one of its two products; else None."""
-        if not self.split or op.attrs.get("stages", 0) >= LEVEL2_STAGES or op.attrs.get("stages", 0) < 2:
+        if not self.split or not self.overlap or op.attrs.get("stages", 0) >= LEVEL2_STAGES or \
+                op.attrs.get("stages", 0) < 2:
             return None
         parts = pipelined(op)
         if parts is None:
@@ -308,9 +312,15 @@ class _Builder:
                                 self.pingpong)[op.attrs.get("staging", "tile")]
         lo, hi = op.attrs["smem"], op.attrs["smem"] + size
         over = tuple(name for name, (a, b) in self.extent.items() if a < hi and lo < b)
+        host = staging_host(self.kernel, op)
+        if host is not None and op.attrs.get("epilogue") not in ("staged", "deferred"):
+            return  # stored from registers: nothing is written in the slot
+        persistent = block_loop(self.kernel).attrs.get("schedule") == "persistent"
         if over:
-            self.items.append(StagingReuse(over))
+            self.items.append(StagingReuse(over, read=host is not None and persistent))
             self.reused.append(op)
+            if host is not None and persistent:
+                self.hosts[self.ring_of[host.result]] = op
 
 
 def is_tile_write(op: Op) -> bool:
@@ -539,7 +549,18 @@ class Mbarrier(Pass):
                            f"ahead; its full/empty barriers at bytes {at:,} .. {end - 1:,}, after "
                            f"smem-plan's map (the kernel's shared memory: {end:,} B)")
         for name in (r.name for r in proto.rings if r.one_shot and proto.persistent and r.stages == 1):
-            if name in builder.early:
+            if name in builder.hosts:
+                store = builder.hosts[name]
+                where = f" at {store.span.location()}" if store.span else ""
+                ctx.decide(f"ring {name}", "released at the end of the tile, after the staged store's reads",
+                           f"the staging of the store{where} lives in its one slot (pipeline{{staging=slot}}): "
+                           "every consumer meets before writing it (no wgmma still reads the tile), and "
+                           "each releases the slot only after its TMA-issuing thread waited for the "
+                           "stores' reads (staging_read: cp.async.bulk.wait_group.read 0), so the "
+                           "producer's next copy never lands under a store"
+                           + ("; release=early does not apply to it" if self.release == "early" else
+                              "; an early release does not apply to it" if kernel.attrs.get("early_release") else ""))
+            elif name in builder.early:
                 ctx.decide(f"ring {name}", "released right after the last product reading it",
                            "mbarrier{release=early}" if self.release == "early" else
                            "a one-slot tile loaded once per tile in a persistent loop over tiles of "

@@ -49,7 +49,13 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            tensor cores, handed on by the consumer of the CTA's previous tile)
     TurnPass()             ping-pong: bar.arrive on the next consumer's turn barrier
     StagingBegin(ring)     the epilogue writes its staging tile over every stage of the ring
-    StagingEnd(ring)       ... and its TMA store has read it (cp.async.bulk.wait_group.read 0)
+    StagingEnd(ring)       ... and its TMA store has read it (one tile per CTA: nothing refills
+                           the ring after it, so no wait is printed)
+    StagingRead(ring)      ... the staging is in the one slot of a tile loaded once per tile of a
+                           persistent loop (``pipeline{staging=slot}``): the consumer's TMA-issuing
+                           thread waits until its bulk stores have read it
+                           (cp.async.bulk.wait_group.read 0), the same thread that then releases
+                           the slot, so the producer's next copy never lands under a store
     ClusterReduce(ring, ctas)  split-K: the ``ctas`` CTAs of a cluster each ran 1/ctas of the
                            ring loop's trips; at a cluster barrier (every consumer of every CTA
                            past the loop, its ring drained) each sends its partial accumulators
@@ -282,6 +288,19 @@ class StagingEnd(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class StagingRead(Frozen):
+    """The epilogue's staging lives in the one slot of ``ring`` (a tile loaded once per tile of a
+    persistent loop): the consumer's TMA-issuing thread waits until its bulk stores have read it
+    (``cp.async.bulk.wait_group.read 0``) before that thread releases the slot."""
+
+    ring: str
+
+    def text(self) -> str:
+        return (f"epilogue: wait until the TMA stores have read the staging in ring {self.ring} "
+                "(cp.async.bulk.wait_group.read 0, the thread that releases it)")
+
+
+@dataclass(unsafe_hash=True)
 class ClusterReduce(Frozen):
     """Split-K: the cluster's CTAs add their partial accumulators of ``ring``'s loop through
     distributed shared memory, written over every stage of that (drained) ring, between two
@@ -411,7 +430,7 @@ class TurnPass(Frozen):
 
 
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, TileWrite,
-              StagingBegin, StagingEnd, ClusterReduce, StreamKFixup, ClusterSync, SkipTrips, TurnWait, TurnPass,
+              StagingBegin, StagingEnd, StagingRead, ClusterReduce, StreamKFixup, ClusterSync, SkipTrips, TurnWait, TurnPass,
               StoreWait, StagingSync, StagingWrite, TmaStore, StoreDrain, HoldStore]
 
 
@@ -631,9 +650,12 @@ class OneShotUse(Frozen):
 
 @dataclass(unsafe_hash=True)
 class StagingReuse(Frozen):
-    """An epilogue whose staging tile reuses the bytes of these rings."""
+    """An epilogue whose staging tile reuses the bytes of these rings (``read``: the one slot of a
+    tile loaded once per tile in a persistent loop, refilled for the next tile once released: the
+    staging ends with ``StagingRead``, the wait for the TMA stores' reads)."""
 
     rings: tuple[str, ...]
+    read: bool = False
 
 
 @dataclass(unsafe_hash=True)
@@ -876,9 +898,10 @@ def own_trips_consumer(steps: tuple[Step, ...], ring: str) -> tuple[Step, ...]:
 def consumer_staging(item: StagingReuse, store: "StoreItem | None" = None) -> tuple[Step, ...]:
     """Every consumer must be done with the rings before any of them writes over them (and, with
     ``store``, the staged store that writes its staging there comes between)."""
+    end = StagingRead if item.read else StagingEnd
     return (ConsumerSync(), *(StagingBegin(r) for r in item.rings),
             *((staged_store(store),) if store is not None else ()),
-            *(StagingEnd(r) for r in item.rings))
+            *(end(r) for r in item.rings))
 
 
 def reads_ring(step: Step, ring: str) -> bool:

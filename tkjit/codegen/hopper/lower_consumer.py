@@ -23,7 +23,7 @@ from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
 from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Loop, Mma,
-                                     StagedStore, StagingBegin, StagingEnd, StagingSync, StagingWrite, StoreDrain,
+                                     StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync, StagingWrite, StoreDrain,
                                      StoreWait, StreamKFixup, TileWrite, TmaStore, Wait)
 from ..emit_control import fresh, moves
 from ..emit_reduce import combine_partial_sums
@@ -93,6 +93,7 @@ class ConsumerRole(RoleEmitter):
         self.table[ConsumerSync] = self.consumer_sync
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
+        self.table[StagingRead] = self.staging_read
         self.table[StreamKFixup] = self.stream_k_fixup  # (when no op reads the loop's result)
         # the staged epilogue (lower_epilogue.py): StagedStore/HoldStore stand for the IR store
         self.table.update({StoreWait: self.store_wait, StagingSync: self.staging_sync,
@@ -551,6 +552,10 @@ class ConsumerRole(RoleEmitter):
         from .epilogue import store_round
         epi = self.epi
         store_round(self.b, epi.staging, epi.slabs, epi.round, step.buffer, epi.row0, epi.col0, epi.lead)
+
+    def staging_read(self, step: StagingRead) -> None:
+        from .lower_epilogue import staging_read
+        self.b(*staging_read(self))
 
     def store_drain(self, step: StoreDrain) -> None:
         from .lower_epilogue import drain

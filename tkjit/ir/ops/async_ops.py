@@ -138,6 +138,8 @@ STEP_OPS: tuple[type[StepOp], ...] = (
           "registers and fence it for the async proxy.", {"tile": str}),
     _step("staging_begin", "StagingBegin", "``staging_begin {ring}``: the epilogue's staging goes over the ring.", RING),
     _step("staging_end", "StagingEnd", "``staging_end {ring}``: its TMA store has read the staging.", RING),
+    _step("staging_read", "StagingRead", "``staging_read {ring}``: the staging in the ring's one-shot slot: "
+          "cp.async.bulk.wait_group.read 0 by the thread that releases the slot.", RING),
     _step("split_reduce", "ClusterReduce", "``split_reduce {ring, ctas}``: split-K's exchange of partials over the cluster.",
           {"ring": str, "ctas": int}),
     _step("stream_k_fixup", "StreamKFixup", "``stream_k_fixup {ring}``: stream-K's fix-up after the ring's loop.", RING),
