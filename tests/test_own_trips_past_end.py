@@ -95,7 +95,8 @@ def _roles_match_without_nan(kernel, args) -> bool:
 @pytest.mark.parametrize("name,h,hkv,n", [("attention", 1, 1, 1000), ("attention", 2, 1, 1024),
                                           ("attention", 1, 1, 50), ("attention", 1, 1, 192),
                                           ("attention", 1, 1, 700), ("attention_nol", 2, 1, 1000),
-                                          ("attention_nol", 1, 1, 50), ("attention_nol", 1, 1, 700)])
+                                          ("attention_nol", 1, 1, 1024), ("attention_nol", 1, 1, 50),
+                                          ("attention_nol", 1, 1, 192), ("attention_nol", 1, 1, 700)])
 def test_idle_consumers_past_the_end_match_the_interpreter_bit_for_bit(monkeypatch, name, h, hkv, n):
     """Each consumer stores only its own rows (roles.own_rows), the outputs NaN-poisoned: the rows
     below N are the plain interpreter's bit for bit and none is NaN, though an idle consumer's
@@ -106,6 +107,15 @@ def test_idle_consumers_past_the_end_match_the_interpreter_bit_for_bit(monkeypat
     assert _roles_match_without_nan(kernel, _inputs(name, 1, h, hkv, n, 64, 64 ** -0.5))
     want = {(c, 192 * i + 64 * c, n) for i in range(-(-n // 192)) for c in range(3) if 192 * i + 64 * c >= n}
     assert set(seen) == want and (n == 192) == (not want)
+
+
+def test_d96_causal_matches_the_interpreter(monkeypatch):
+    """D = 96 keeps 192-row blocks over three consumers (its PTX takes the rule too)."""
+    seen = _idled(monkeypatch)
+    kernel = general(d=96)
+    assert kernel.ir.attrs["consumers"] == 3
+    assert _roles_match_without_nan(kernel, _inputs("attention", 1, 1, 1, 700, 96, 96 ** -0.5))
+    assert set(seen) == {(2, 704, 700)}
 
 
 @pytest.mark.parametrize("n", [1000, 50])
