@@ -67,8 +67,8 @@ from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, CausalMask, Const, For, If, Yield
 from ..ir.ops import async_ops
 from ..ir.types import ScalarType, TileType
-from .decisions import subject_of
 from ..errors import PassError
+from .decisions import subject_of
 from .hopper import block_loop, depends_on, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .past_end import NotPastEnd, PastEnd, past_end_of
@@ -413,7 +413,8 @@ class OwnTrips(Pass):
     """The ``own-trips`` pass (module docstring)."""
 
     name = "own-trips"
-    summary = "each consumer runs a causal ring loop over the trips its own rows see; the rest idle"
+    summary = ("each consumer runs a causal ring loop over the trips its own rows see (none where its rows "
+               "all lie past the end); the rest idle")
     target_specific = True
 
     past_end: str = "auto"
