@@ -51,6 +51,7 @@ def test_auto_leaves_loops_without_own_trips_alone(name):
         k = general(name, d, causal)
         assert not protocol_of(k.ir).own_trips and "past the end" not in k.asm["ptx"]
         assert "idles every trip" not in k.explain()
+        assert "rows past the end computed" in k.explain() and "past_end=on} asks for it" in k.explain()
 
 
 def test_on_splits_a_loop_without_a_mask():
