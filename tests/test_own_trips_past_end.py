@@ -172,3 +172,23 @@ def test_past_the_end_comes_after_the_run_time_conditions():
                       lowering="general", cache=False)
     assert _own_counts_on_the_simulator(k, 4096, 21) == [32, 0, 0]
     assert _own_counts_on_the_simulator(k, 4096, 3) == [min(32, -(-192 * 4 // 128))] * 3
+
+
+def test_on_a_gemm_whose_last_row_block_is_partly_past_m(monkeypatch):
+    """Not attention-specific: examples/gemm.tk (128x256 tiles over two consumers) under
+    past_end=on at M = 150: block row 1's consumer 1 (rows 192 ..) idles every trip of the K loop,
+    and C matches the plain interpreter bit for bit, no NaN left in it."""
+    from pathlib import Path
+
+    from tkjit.interpreter.roles import run_roles
+    seen = _idled(monkeypatch)
+    src = (Path(__file__).resolve().parents[1] / "examples" / "gemm.tk").read_text()
+    k = tkjit.compile(src, filename="gemm.tk", cache=False, pipeline=ON)
+    assert "consumer 1: 128·%m + 64 >= M, else the tile's trips (past_end=on)" in k.explain()
+    torch.manual_seed(0)
+    a, b = torch.randn(150, 128).bfloat16(), torch.randn(128, 300).bfloat16()
+    want, got = (torch.full((150, 300), float("nan")).bfloat16() for _ in range(2))
+    k(a, b, want)
+    run_roles(k.ir, [a, b, got], seed=0)
+    assert not got.float().isnan().any() and torch.equal(got, want)
+    assert set(seen) == {(1, 192, 150)}
