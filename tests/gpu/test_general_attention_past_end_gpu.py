@@ -84,3 +84,30 @@ def test_idle_consumers_past_the_end_match_every_trip_and_float64(name, d, causa
     assert err < 1e-2, f"{name} D={d} N={n}: relative error {err:.3g}"
     if name == "attention":
         assert (lse.double() - ref_l).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("m", [150, 1000, 4165])
+def test_a_gemm_under_past_end_on_matches_off(m):
+    """Not attention-specific: examples/gemm.tk (128x256 over two consumers) under past_end=on,
+    where a ragged M leaves the last block row's consumer 1 past the end (M = 150, 4165), against
+    past_end=off bit for bit and float64 torch."""
+    src = (EXAMPLES / "gemm.tk").read_text()
+    made = {}
+    for mode in ("on", "off"):
+        if ("gemm", mode) not in _MADE:
+            _MADE[("gemm", mode)] = tkjit.compile(src, filename="gemm.tk", cache=False, require_hopper=True,
+                                                  pipeline=PIPELINES[mode])
+        made[mode] = _MADE[("gemm", mode)]
+    assert [loop.attrs.get("past_end") for loop in own_loops(made["on"].ir)] == [True]
+    torch.manual_seed(m)
+    a = torch.randn(m, 512, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(512, 1000, dtype=torch.bfloat16, device="cuda")
+    out = {}
+    for mode, k in made.items():
+        c = torch.full((m, 1000), float("nan"), dtype=torch.bfloat16, device="cuda")
+        k(a, b, c)
+        torch.cuda.synchronize()
+        out[mode] = c
+    assert not out["on"].isnan().any() and torch.equal(out["on"], out["off"])
+    ref = a.double() @ b.double()
+    assert ((out["on"].double() - ref).norm() / ref.norm()).item() < 1e-2
