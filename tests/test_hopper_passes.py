@@ -82,6 +82,8 @@ def test_gemm_decisions():
         # the Hopper emitter stages per round (its plan of 230,464 B is this + 1,024 to align)
         "staging tile of store at gemm.tk:13:5: bytes 196,608 .. 229,375 (32,768 B, 1024-byte aligned)",
         "@gemm: 229,440 B of dynamic shared memory",
+        # own-trips: the rows-past-the-end rule holds (a consumer's rows past M), not taken by auto
+        "for at gemm.tk:8:5: rows past the end computed",
         "@gemm: setmaxnreg: producer 40, consumers 232; .maxnreg 168 at entry",
         "store at gemm.tk:13:5: staged: stmatrix + TMA store, deferred to the next tile's first wgmma group",
         "4 round(s) of 64 columns per consumer, two halves of its staging in turn",
@@ -94,7 +96,8 @@ def test_gemm_decisions():
         assert found >= 0, f"{line!r} not in order in:\n{text}"
         at = found
     by_pass = {d.pass_name for d in log}
-    assert by_pass == {"layout", "warp-spec", "pipeline", "smem-plan", "reg-budget", "epilogue", "mbarrier", "grid"}
+    assert by_pass == {"layout", "warp-spec", "pipeline", "smem-plan", "own-trips", "reg-budget", "epilogue",
+                       "mbarrier", "grid"}
 
 
 def test_gemm_annotations_are_what_the_emitter_needs():

@@ -497,14 +497,18 @@ class Consumer(Role):
     def own_count(self, loop: For, ring: str) -> None:
         """This consumer's own trips of the tile (passes/own_trips.py, as lower_own_trips.own_count
         prints it): the plan's formula, then the conditions the pass assumed on the later trips,
-        evaluated for each; one that fails makes every trip its own."""
-        from ..passes.own_trips import plan_of
-        plan = plan_of(loop, self.rt.proto.consumers)
-        for op in plan.q0_ops:
-            self.exec(op)
+        evaluated for each (one that fails makes every trip its own), then, with the
+        rows-past-the-end rule, none where all of its rows lie past every store's end."""
+        from ..passes.own_trips import marked_plan
+        plan = marked_plan(loop, self.rt.proto.consumers)
         r = self.regs[ring]
         lo = self.env.values[loop.operands[0]]
-        r.own = plan.own(self.index, int(self.env.values[plan.q0]), lo, r.trips)
+        if plan.scale:
+            for op in plan.q0_ops:
+                self.exec(op)
+            r.own = plan.own(self.index, int(self.env.values[plan.q0]), lo, r.trips)
+        else:
+            r.own = r.trips
         for t in range(r.own, r.trips):
             self.env.bind([loop.regions[0].args[0]], [lo + t * plan.step])
             for op in plan.cond_ops:
@@ -512,6 +516,12 @@ class Consumer(Role):
             if any(bool(self.env.values[c]) != taken for c, taken in plan.conds):
                 r.own = r.trips
                 break
+        if plan.end is not None:
+            for op in plan.end.row0_ops:
+                self.exec(op)
+            extents = [int(self.env.values[v]) for v in plan.end.extents]
+            if plan.end.idle(self.index, plan.rows, int(self.env.values[plan.end.row0]), extents):
+                r.own = 0
 
     def cluster_reduce(self, step):
         """Split-K: meet every consumer of the cluster, then hold the sum of the CTAs' partials
