@@ -379,23 +379,39 @@ def _walk_steps(steps):
 @register_pass
 @dataclass(frozen=True)
 class AsyncSchedule(Pass):
-    """The ``async-schedule`` pass (module docstring)."""
+    """The ``async-schedule`` pass (module docstring), and the compile-time sync check of what it
+    wrote, read back from the IR (``sync_at_compile``)."""
 
     name = "async-schedule"
-    summary = "the roles and the protocol's steps as IR, the tile ops between them (the schedule, printed)"
+    summary = ("the roles and the protocol's steps as IR, the tile ops between them (the schedule, "
+               "printed); the protocol read back from it, checked")
     target_specific = True
+    check: str = "auto"
+    """Explore the interleavings of the protocol read back from the IR: off, quick, full (every
+    trip-count case), or auto (quick; full in debug mode)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
-        if "consumers" not in kernel.attrs or is_async(kernel):
+        from . import sync_at_compile
+        if "consumers" not in kernel.attrs:
+            return kernel
+        if is_async(kernel):  # the schedule as IR already (e.g. parsed from its text): check it
+            sync_at_compile.check(protocol_from_ir(kernel), self.check, ctx, READ_BACK)
             return kernel
         try:
             out = rewrite(kernel)
         except NotExpressible as e:
             ctx.decide(f"@{kernel.name}", "the schedule is not rewritten as IR", f"{e}: the emitter and the "
                        "roles executor follow the mbarrier pass's protocol and interleave.py instead")
+            from .mbarrier import protocol_of
+            sync_at_compile.check(protocol_of(kernel), self.check, ctx, "the mbarrier pass's protocol "
+                                  "object (the schedule is not IR here; the emitter follows that object)")
             return kernel
         steps = sum(1 for op in out.walk() if isinstance(op, ao.StepOp))
         ctx.decide(f"@{kernel.name}", f"the schedule as IR: a producer and {kernel.attrs['consumers']} "
-                   f"consumer(s), {steps} protocol steps", "the mbarrier pass's checked protocol, its steps "
+                   f"consumer(s), {steps} protocol steps", "the mbarrier pass's protocol, its steps "
                    "placed among the tile ops as the emitter walks them (codegen/hopper/interleave.py)")
+        sync_at_compile.check(protocol_from_ir(out), self.check, ctx, READ_BACK)
         return out
+
+
+READ_BACK = "the protocol read back from the async-schedule IR (the programs the emitter walks)"

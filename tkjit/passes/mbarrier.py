@@ -5,14 +5,12 @@ and checked on the CPU before any PTX exists.
 emitter follows: one ring per pipelined loop (full[s] armed by the producer's arrive.expect_tx
 with the stage's bytes, empty[s] counting one arrival per consumer warpgroup), a 1-stage ring
 per tile loaded once per tile, and the epilogues whose staging tile smem-plan put over a ring
-(every consumer meets on a named barrier before any writes there). The pass records the rings
-and the programs in the decision log and explores the protocol (``sync_check``): ``check=quick``
-(trip counts 0, 1 and stages+1, and a persistent run of 3 tiles), ``full`` (every case of
-``sync_check.default_cases``), ``off``, or ``auto``: quick, and full when compiling in debug mode.
+(every consumer meets on a named barrier before any writes there). The pass records the rings in
+the decision log; the ``async-schedule`` pass then writes the protocol as IR and checks what it
+reads back from that IR (``sync_at_compile``: the protocol the emitter walks, not this object).
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
 
 from ..errors import PassError
@@ -21,13 +19,10 @@ from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
 from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipelined_loops, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
-from .sync_report import CheckReport, default_cases, own_trip_cases
 from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse, StoreItem,
                             StreamKUnits, TileProduct, own_trips_consumer, standard_protocol)
 from .sync_protocol import Load as RingLoad
-from . import sync_verdicts
 
-CHECKS = ("auto", "off", "quick", "full")
 LEVEL2_STAGES = 3
 """Level 2 holds each stage until the next trip's second product retires, so the producer refills
 it about half a trip ahead of its use; with 2 stages that starves the ring. Measured (H200,
@@ -456,40 +451,15 @@ def protocol_of(kernel: Kernel) -> Protocol:
     return _Builder(kernel, bool(kernel.attrs.get("overlap", True))).build()
 
 
-def quick_cases(proto: Protocol) -> list[tuple[int, ...]]:
-    s = max((r.stages for r in proto.rings if not r.one_shot), default=1)
-    cases = [(0,), (1,), (s + 1,)]
-    if proto.persistent:
-        cases.append((s + 1, 1, 2 * s + 1))
-    if proto.own_trips:  # consumers' own trips differ, down to none (sync_report.own_trip_cases)
-        cases += own_trip_cases(proto, [1, 2, s + 1])
-    return cases
-
-
-@functools.lru_cache(maxsize=256)
-def _checked(proto: Protocol, cases: tuple[tuple[int, ...], ...], explore: bool) -> CheckReport:
-    """Checking is a pure function of the protocol: kernels of one shape share the result (in this
-    process, and through the verdicts kept on disk unless ``explore``)."""
-    return sync_verdicts.checked(proto, cases, _explore, explore=explore)
-
-
-def _explore(proto: Protocol, cases: list[tuple[int, ...]]) -> CheckReport:
-    from .sync_check import check_protocol  # the state machine: only when there is no cached verdict
-    return check_protocol(proto, cases)
-
-
 @register_pass
 @dataclass(frozen=True)
 class Mbarrier(Pass):
     """The ``mbarrier`` pass: full/empty mbarrier rings, one-shot barriers, the producer/consumer
-    protocol, checked."""
+    protocol (checked as the async-schedule pass writes it: module docstring)."""
 
     name = "mbarrier"
-    summary = "full/empty mbarrier rings, one-shot barriers, the producer/consumer protocol, checked"
+    summary = "full/empty mbarrier rings, one-shot barriers, the producer/consumer protocol"
     target_specific = True
-    check: str = "auto"
-    """Explore the protocol's interleavings: off, quick, full (every trip-count case), or auto
-    (quick; full in debug mode)."""
     overlap: str = "auto"
     """Level-2 software pipelining of a trip's second product (auto: where it applies; off)."""
     split: str = "auto"
@@ -514,8 +484,6 @@ class Mbarrier(Pass):
         by_trips = "by_trips" in block_loop(kernel).attrs  # the launch may give a CTA one tile
         if self.release == "early" or (self.release == "auto" and tile_overlap_options(ctx) and not by_trips):
             kernel.attrs["early_release"] = True  # auto: under lowering=general, as the slots
-        if self.check not in CHECKS:
-            raise PassError(f"mbarrier: check must be {', '.join(CHECKS)}, got '{self.check}'")
         if self.overlap not in ("auto", "off"):
             raise PassError(f"mbarrier: overlap must be auto or off, got '{self.overlap}'")
         if self.overlap == "off":
@@ -622,22 +590,6 @@ class Mbarrier(Pass):
             ctx.decide("block loop", f"multicast: pairs of CTAs share {len(pair.loads)} load(s)" if pair.ctas > 1
                        else "multicast not taken", pair.why, multicast=pair.ctas,
                        rings=[r.name for r in proto.rings if r.cluster > 1])
-        mode = self.check
-        if mode == "auto":
-            mode = "full" if ctx.options.debug else "quick"
-        if mode != "off":
-            cases = quick_cases(proto) if mode == "quick" else default_cases(proto)
-            report = _checked(proto, tuple(cases), bool(ctx.options.debug))
-            exhaustive = all(r.exhaustive for r in report.results)
-            ctx.decide(f"@{kernel.name}", f"sync protocol checked: {len(report.results)} trip-count "
-                       f"case(s), {'every interleaving' if exhaustive else 'bounded search'}",
-                       "no deadlock, no stage overwritten before every consumer released it, no "
-                       "read before its bytes landed, no wait passing on a wrong phase",
-                       cases=[list(r.case) for r in report.results],
-                       states=[r.states for r in report.results], protocol=proto.text())
-        else:
-            ctx.decide(f"@{kernel.name}", "sync protocol built, not checked", "check=off",
-                       protocol=proto.text())
         return kernel
 
 
