@@ -428,7 +428,8 @@ class Consumer(Role):
         if step.alternate:
             mine = mine[self.index::n]
         body = list(self.rt.blocks.regions[0].ops)
-        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings, self.rt.store_of)
+        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings, self.rt.store_of,
+                             self.rt.scratch_ops)
         self.shadow = (not step.alternate and self.index > 0) or (self.cta.cluster is not None and self.cta.rank > 0)
         if self.rt.proto.own_trips and not step.alternate and self.cta.cluster is None:
             self.shadow, self.row_share = False, (self.index, n)
@@ -479,7 +480,7 @@ class Consumer(Role):
             if not self.shadow:
                 (self.cta.written[step.tile],) = self.rt.handlers[type(op)](self.it, op, values)
             self.env.bind(op.results, [TileRef(step.tile)])
-        elif isinstance(step, sp.ConsumerSync):
+        elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync)):
             yield from self.run((step,))
             self.exec(op)
         elif isinstance(step, (sp.StagedStore, sp.HoldStore)):  # a staged store: the tile is final here
@@ -616,7 +617,7 @@ class Consumer(Role):
         elif isinstance(step, sp.TurnPass):
             nxt = (self.index + 1) % self.rt.proto.consumers
             self.cta.turns[nxt] = self.cta.turns.get(nxt, 0) + 1
-        elif isinstance(step, sp.ConsumerSync):
+        elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync)):  # the consumers' named barrier
             gen = self.cta.meeting[1]
             self.cta.meeting[0] += 1
             if self.cta.meeting[0] == self.rt.proto.consumers:
@@ -685,6 +686,7 @@ class Roles:
         self.level2 = list(sched.level2)
         self.staged_over_rings = list(sched.staged_over_rings)
         self.store_of = dict(sched.store_of)
+        self.scratch_ops = list(sched.scratch_ops)
         self.split, self.split_loop = sched.split, sched.split_loop
         self.stream_k_loop = sched.stream_k_loop
         self.stream_k: StreamK | None = None

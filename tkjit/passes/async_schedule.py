@@ -157,7 +157,8 @@ class _Rewriter:
         from ..codegen.hopper.interleave import interleave, tile_anchor
         ring_of_load = {op: names[0] for op, names in self.sched.load_of.items()}
         loop_of = {ring: loop for loop, ring in self.sched.loop_of.items()}
-        anchor = tile_anchor(ring_of_load, loop_of, list(self.sched.staged_over_rings), self.sched.store_of)
+        anchor = tile_anchor(ring_of_load, loop_of, list(self.sched.staged_over_rings), self.sched.store_of,
+                             self.sched.scratch_ops)
         body = blocks.regions[0]
         new = Block([self.value(a) for a in body.args])
         self.placed(_placement(lambda: interleave(list(body.ops), tiles.body, anchor), blocks), new)

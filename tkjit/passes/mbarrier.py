@@ -19,8 +19,8 @@ from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
 from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipelined_loops, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
-from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse, StoreItem,
-                            StreamKUnits, TileProduct, own_trips_consumer, standard_protocol)
+from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce, StagingReuse,
+                            StoreItem, StreamKUnits, TileProduct, own_trips_consumer, standard_protocol)
 from .sync_protocol import Load as RingLoad
 
 LEVEL2_STAGES = 3
@@ -71,6 +71,8 @@ class _Builder:
         """Loops the own-trips pass marked whose protocol keeps the tile's trips here -> why."""
         self.store_of: dict[str, Store] = {}
         """The protocol's name of each store the epilogue pass staged -> the IR store."""
+        self.scratch_ops: list[Op] = []
+        """The block body's ops each ``ScratchSync`` step stands for, in order."""
 
     def level2_fits(self, loop: For) -> bool:
         """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
@@ -105,6 +107,7 @@ class _Builder:
     def build(self) -> Protocol:
         blocks = block_loop(self.kernel)
         check_supported_loads(self.kernel)
+        scratch = self.scratch_uses(blocks)
         for op in blocks.regions[0].ops:
             if isinstance(op, Load) and is_shared(op.result):
                 self.one_shot(op)
@@ -123,6 +126,9 @@ class _Builder:
                      for inner in op.walk() if inner is not op):
                 raise PassError("a loop that loads shared tiles must sit directly in the block "
                                 "body for the producer to follow it", op.span)
+            if op in scratch:
+                self.items.append(ScratchUse(scratch[op]))
+                self.scratch_ops.append(op)
         self.stream_k_units(blocks)
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
@@ -133,6 +139,18 @@ class _Builder:
         for ring in self.own:
             proto = replace(proto, consumer=own_trips_consumer(proto.consumer, ring))
         return proto
+
+    def scratch_uses(self, blocks) -> dict:
+        """The block body's ops whose cross-warp reductions meet around the consumers' shared
+        scratch (codegen/hopper/lower_layout.scratch_uses: the rule the lowering places the
+        scratch by) -> those reductions' names; each gets a ``ScratchSync`` step. Not in a ring
+        loop (its trips' steps anchor to products) nor with ping-pong consumers (one program per
+        pipelined loop): there the barrier stays outside the protocol, which the PTX lint reports."""
+        if self.pingpong:
+            return {}
+        from ..codegen.hopper.lower_layout import scratch_uses
+        return {op: names for op, names in scratch_uses(self.kernel, blocks.regions[0]).items()
+                if not (isinstance(op, For) and shared_loads(op.regions[0]))}
 
     def own_trips(self, op: For, name: str, split: bool, writes: list) -> None:
         """A loop the own-trips pass marked gets per-consumer trips (``own_trips_consumer``) where
@@ -430,6 +448,8 @@ class Schedule:
     share (IR load -> how the box halves)."""
     store_of: dict = field(default_factory=dict)
     """The protocol's name of each staged store (``StagedStore``, ``HoldStore``) -> the IR store."""
+    scratch_ops: list = field(default_factory=list)
+    """The block body's ops the ``ScratchSync`` steps stand for, in order (the k-th step, the k-th)."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -439,7 +459,8 @@ def schedule_of(kernel: Kernel) -> Schedule:
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
                     list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars),
                     builder.split_k if builder.split_loop is not None else 1, builder.split_loop,
-                    dict(builder.written), builder.stream_k_loop, builder.pair, dict(builder.store_of))
+                    dict(builder.written), builder.stream_k_loop, builder.pair, dict(builder.store_of),
+                    list(builder.scratch_ops))
 
 
 def _where(op: Op) -> str:
