@@ -3,7 +3,8 @@
     run_roles(kernel, args, seed=0, ctas=3)        # kernel: IR after the Hopper passes
 
 Each CTA's producer and consumer warpgroups are coroutines that walk the mbarrier pass's
-protocol (``schedule_of``: the object the pass checked and the PTX emitter prints) over the same
+protocol (``schedule_of``; given the async-schedule IR, the protocol read back from it, which is
+the one checked and the one the PTX emitter prints) over the same
 IR ops the emitter lowers, placed between the protocol's steps by the same rule
 (``codegen/hopper/interleave.py``). Shared tiles live in ring stages: a TMA load fills its stage
 only when it lands, a moment the scheduler picks; a wgmma reads its stages when its group is

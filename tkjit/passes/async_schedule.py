@@ -1,15 +1,18 @@
 """async-schedule: the warp-specialized schedule as IR -- roles, rings and protocol steps with the
 tile ops placed between them.
 
-The last Hopper pass. It reads the protocol the ``mbarrier`` pass built and checked
-(``schedule_of``) and rewrites the kernel into the ops of ``ir/ops/async_ops.py``: the rings
+The last Hopper pass. It reads the protocol the ``mbarrier`` pass built (``schedule_of``) and
+rewrites the kernel into the ops of ``ir/ops/async_ops.py``: the rings
 (``ring``), the producer's program (``producer``) and the consumers' (``consumers``), whose
 ``blocks`` loop holds the tile ops in the order the emitter prints them, each protocol step at
 the place ``codegen/hopper/interleave.py`` gives it (``anchored = true`` where a step stands for
 the next tile op; ``mma_hold`` for level 2's held product). A shared tile's load gets ``ring``
 and ``box`` (the stage it reads, the name the producer issues it by). So a dump after this pass
 *is* the schedule, and ``schedule_from_ir`` reads it back: the protocol it gives equals the
-mbarrier pass's, and ``items_of`` gives the consumers' walk (what ``interleave`` gave).
+mbarrier pass's, and ``items_of`` gives the consumers' walk (what ``interleave`` gave). The pass
+ends with the compile-time sync check of the protocol read back from the IR it wrote
+(``protocol_from_ir``, ``sync_at_compile.check``): the one the emitter walks and ``kernel.protocol``
+prints. Given a kernel already in this form (IR parsed from its text), it checks that.
 
 The rewrite works on copies (each copy's ``origin`` is the op it copies): the kernel it rewrote
 (the tile program) stays as it was and is kept as ``tile_program`` of the kernel it returns. The

@@ -419,9 +419,10 @@ def in_flight(loop: For) -> bool:
 
 @dataclass
 class Schedule:
-    """The protocol of an annotated kernel and where its names live in the IR: the emitter
-    follows ``protocol`` (the object the pass checked) and finds each TMA load's IR op and each
-    ring's loop through these maps."""
+    """The protocol of an annotated kernel and where its names live in the IR: each TMA load's IR
+    op, each ring's loop. The emitter finds them through these maps, and follows ``protocol``
+    only where the async-schedule pass could not write the schedule as IR (elsewhere it walks
+    the protocol read back from that IR, which equals this one and is the one checked)."""
 
     protocol: Protocol
     load_of: dict
