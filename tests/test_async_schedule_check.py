@@ -126,3 +126,18 @@ def test_the_verdict_cache_key_is_the_protocol_read_back(case):
     assert read == obj and hash(read) == hash(obj) and repr(read) == repr(obj)
     again = protocol_from_ir(tkjit.compile(case.source, constants=case.constants or None, cache=False).async_ir)
     assert _path(Path("/x"), again, ((1,),)) == _path(Path("/x"), read, ((1,),))
+
+
+@pytest.mark.parametrize("name, check, cases", [("attention-grid", "full", 6), ("gemm-pair", "auto", 4),
+                                                ("gemm-persistent", "auto", 4), ("gemm-stream-k", "full", 14),
+                                                ("tile-write", "full", 5)])
+def test_the_mbarrier_ir_files_protocols_are_checked_as_the_async_schedule_pass_reads_them(name, check, cases):
+    """The annotated kernels of tests/ir/mbarrier/ (the mbarrier pass's text tests) through the
+    mbarrier pass and then async-schedule, whose check explores the protocol read back from the IR
+    it wrote: the trip-count cases the mbarrier pass's own check explored before it moved."""
+    from tkjit.compiler import optimize_ir_text
+    path = Path(__file__).parent / "ir" / "mbarrier" / f"{name}.tkir"
+    _, log = optimize_ir_text(path.read_text(), str(path), f"mbarrier,async-schedule{{check={check}}}", verify_each=True)
+    (d,) = [d for d in log if "sync protocol" in d.decision]
+    assert d.pass_name == "async-schedule" and "read back from the async-schedule IR" in d.reason
+    assert d.decision == f"sync protocol checked: {cases} trip-count case(s), every interleaving"
