@@ -87,7 +87,7 @@ def test_the_example_with_l_has_no_spills_and_a_checked_protocol(d, causal):
     assert re.search(r"\bHGMMA", sass) and "UTMALDG" in sass
     assert not re.search(r"\b(LDL|STL)\b", sass)
     assert not [m for m in k.metadata["ptxas"]["messages"] if m["level"] == "warning"]
-    stray = sync_outside_the_protocol(k.asm["ptx"])
+    stray = sync_outside_the_protocol(k.asm["ptx"], k.async_ir)
     assert stray == []
 
 
@@ -257,7 +257,7 @@ def test_the_split_kernel_has_no_spills_and_only_protocol_syncs():
     except tkjit.errors.NotAvailableError as e:
         pytest.skip(str(e))
     assert sass.count("HGMMA.64x176x16") == 2 * 8 and not re.search(r"\b(LDL|STL)\b", sass)
-    assert sync_outside_the_protocol(k.asm["ptx"]) == []
+    assert sync_outside_the_protocol(k.asm["ptx"], k.async_ir) == []
 
 
 def even_heavy_order(heads: int, n: int, cap: int) -> list[tuple[int, int]]:

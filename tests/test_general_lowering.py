@@ -254,8 +254,9 @@ SYNC = re.compile(r"\b(mbarrier\.|bar\.sync|bar\.arrive|barrier\.|wgmma\.wait_gr
                   r"|\.(release|acquire)\.gpu\b|\bfence\.acq_rel\b")  # stream-K's flags between CTAs too
 
 
-def sync_outside_the_protocol(ptx: str) -> list[str]:
-    """The synchronization lines no protocol step printed."""
+def sync_outside_the_protocol(ptx: str, async_ir=None) -> list[str]:
+    """The synchronization lines no protocol step printed (and, given the kernel's async-schedule
+    IR, the step marks that are not its steps: ``steps_not_from_the_ir``)."""
     inside, stray = False, []
     for line in ptx.splitlines():
         text = line.strip()
@@ -265,17 +266,56 @@ def sync_outside_the_protocol(ptx: str) -> list[str]:
             inside = False
         elif SYNC.search(text) and not inside:
             stray.append(text)
-    return stray
+    return stray + (steps_not_from_the_ir(ptx, async_ir) if async_ir is not None else [])
+
+
+RING_INIT = "init the protocol's rings (full[s] and empty[s] of each), then the CTA meets once"
+"""The one ``// step:`` that is not a step of the programs: the rings the IR declares, initialized."""
+
+
+def _events(steps):
+    from tkjit.passes import sync_protocol as sp
+    for st in steps:
+        if isinstance(st, sp.BLOCKS):
+            yield from _events(getattr(st, "body", ()))
+            yield from _events(getattr(st, "orelse", ()))
+        else:
+            yield st
+
+
+def steps_not_from_the_ir(ptx: str, async_ir) -> list[str]:
+    """The lint's second half: the ``// step:`` marks of the PTX against the event steps of the
+    protocol read back from the async-schedule IR (``protocol_from_ir``). A mark that is no step of
+    the IR (``"printed, not in the IR: ..."``) or a step of the IR the PTX never prints
+    (``"in the IR, not printed: ..."``; ``HoldStore`` keeps a tile in registers and prints nothing)."""
+    from tkjit.passes import sync_protocol as sp
+    from tkjit.passes.async_schedule import protocol_from_ir
+    proto = protocol_from_ir(async_ir)
+    steps = {st.text(): st for st in _events(proto.producer + proto.consumer)}
+    marks = [line.strip()[len("// step: "):] for line in ptx.splitlines() if line.strip().startswith("// step: ")]
+    allowed = set(steps) | ({RING_INIT} if proto.rings else set())
+    out = [f"printed, not in the IR: {m}" for m in dict.fromkeys(marks) if m not in allowed]
+    out += [f"in the IR, not printed: {t}" for t, st in steps.items()
+            if t not in marks and not isinstance(st, sp.HoldStore)]
+    return out
+
+
+def protocol_lint(k) -> list[str]:
+    """The PTX lint of a compiled kernel: every synchronization line inside a ``// step:`` mark, and
+    the marks exactly the steps of its async-schedule IR."""
+    assert k.async_ir is not None, "no async-schedule IR to take the steps from"
+    return sync_outside_the_protocol(k.asm["ptx"], k.async_ir)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_every_barrier_and_wait_is_a_protocol_step(case):
     """The lint: the general lowering's PTX has no mbarrier operation, named barrier, wgmma or
     bulk-copy wait that a protocol step did not print -- the staged epilogue's named barriers and
-    bulk-store waits included (its ``StoreWait``, ``StagingSync``, ``StoreDrain`` steps)."""
-    ptx = tkjit.compile(case.source, constants=case.constants or None, lowering="general",
-                        require_hopper=True, cache=False).asm["ptx"]
-    assert sync_outside_the_protocol(ptx) == []
+    bulk-store waits included (its ``StoreWait``, ``StagingSync``, ``StoreDrain`` steps) -- and the
+    steps it prints are those of the async-schedule IR, read back."""
+    k = tkjit.compile(case.source, constants=case.constants or None, lowering="general",
+                      require_hopper=True, cache=False)
+    assert protocol_lint(k) == []
 
 
 @pytest.mark.parametrize("name", ["gemm", "linear_attention", "attention_nol", "mlp"])
@@ -283,9 +323,21 @@ def test_every_barrier_and_wait_of_the_examples_is_a_protocol_step(name):
     """The lint over examples with staged, deferred and in-loop epilogues."""
     from pathlib import Path
     k = tkjit.load(Path(__file__).resolve().parents[1] / "examples" / f"{name}.tk", cache=False)
-    ptx = k.asm["ptx"]
     assert k.metadata.get("lowering") == "general"
-    assert sync_outside_the_protocol(ptx) == []
+    assert protocol_lint(k) == []
+
+
+def test_the_lint_takes_its_steps_from_the_ir():
+    """A step deleted from the async-schedule IR but still in the PTX, or printed twice over, is a
+    finding: the marks are checked against the IR, not against the mbarrier pass's object."""
+    k = tkjit.compile(CASES[0].source, lowering="general", cache=False)
+    assert protocol_lint(k) == []
+    (drain,) = [op for op in k.async_ir.walk() if op.NAME == "store_drain"]
+    drain.parent.ops.remove(drain)
+    assert protocol_lint(k) == ["printed, not in the IR: bulk stores: every group completed "
+                                "(cp.async.bulk.wait_group 0, one thread)"]
+    ptx = k.asm["ptx"].replace("// step: mma_wait 1", "// step: mma_wait 2", 1)
+    assert "printed, not in the IR: mma_wait 2" in steps_not_from_the_ir(ptx, k.async_ir)
 
 
 def test_the_lint_catches_a_barrier_of_its_own():

@@ -160,7 +160,7 @@ def test_the_ptx_computes_own_trips_and_idles_with_only_protocol_syncs():
     ptx = k.asm["ptx"]
     assert ptx.count("// own trips:") == 1 and re.search(r"div\.u32 %r\d+, %r\d+, 128;", ptx)
     assert len(re.findall(r"^\$L_idle_trip_\d+:", ptx, re.M)) == 1
-    assert sync_outside_the_protocol(ptx) == []
+    assert sync_outside_the_protocol(ptx, k.async_ir) == []
     try:
         sass = k.asm["sass"]
     except tkjit.errors.NotAvailableError as e:

@@ -224,7 +224,7 @@ def test_the_roles_catch_a_release_before_the_read_wait(monkeypatch):
     monkeypatch.setattr(sp, "consumer_staging",
                         lambda item, store=None: _no_wait(real(item, store)))
     k = tkjit.compile((EXAMPLES / "attention.tk").read_text(), cache=False, constants={"CAUSAL": True},
-                      lowering="general", pipeline=SLOT.replace("mbarrier", "mbarrier{check=off}"))
+                      lowering="general", pipeline=SLOT.replace("async-schedule", "async-schedule{check=off}"))
     args, _ = _args("attention", {"CAUSAL": True})
     with pytest.raises(ScheduleError, match="may still read the staging"):
         for seed in range(4):

@@ -3,7 +3,8 @@
     run_roles(kernel, args, seed=0, ctas=3)        # kernel: IR after the Hopper passes
 
 Each CTA's producer and consumer warpgroups are coroutines that walk the mbarrier pass's
-protocol (``schedule_of``: the object the pass checked and the PTX emitter prints) over the same
+protocol (``schedule_of``; given the async-schedule IR, the protocol read back from it, which is
+the one checked and the one the PTX emitter prints) over the same
 IR ops the emitter lowers, placed between the protocol's steps by the same rule
 (``codegen/hopper/interleave.py``). Shared tiles live in ring stages: a TMA load fills its stage
 only when it lands, a moment the scheduler picks; a wgmma reads its stages when its group is
@@ -432,7 +433,8 @@ class Consumer(Role):
         if step.alternate:
             mine = mine[self.index::n]
         body = list(self.rt.blocks.regions[0].ops)
-        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings, self.rt.store_of)
+        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings, self.rt.store_of,
+                             self.rt.scratch_ops)
         self.shadow = (not step.alternate and self.index > 0) or (self.cta.cluster is not None and self.cta.rank > 0)
         if self.rt.proto.own_trips and not step.alternate and self.cta.cluster is None:
             self.shadow, self.row_share = False, (self.index, n)
@@ -483,7 +485,7 @@ class Consumer(Role):
             if not self.shadow:
                 (self.cta.written[step.tile],) = self.rt.handlers[type(op)](self.it, op, values)
             self.env.bind(op.results, [TileRef(step.tile)])
-        elif isinstance(step, sp.ConsumerSync):
+        elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync)):
             yield from self.run((step,))
             self.exec(op)
         elif isinstance(step, (sp.StagedStore, sp.HoldStore)):  # a staged store: the tile is final here
@@ -630,7 +632,7 @@ class Consumer(Role):
         elif isinstance(step, sp.TurnPass):
             nxt = (self.index + 1) % self.rt.proto.consumers
             self.cta.turns[nxt] = self.cta.turns.get(nxt, 0) + 1
-        elif isinstance(step, sp.ConsumerSync):
+        elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync)):  # the consumers' named barrier
             gen = self.cta.meeting[1]
             self.cta.meeting[0] += 1
             if self.cta.meeting[0] == self.rt.proto.consumers:
@@ -708,6 +710,7 @@ class Roles:
         self.level2 = list(sched.level2)
         self.staged_over_rings = list(sched.staged_over_rings)
         self.store_of = dict(sched.store_of)
+        self.scratch_ops = list(sched.scratch_ops)
         self.split, self.split_loop = sched.split, sched.split_loop
         self.stream_k_loop = sched.stream_k_loop
         self.stream_k: StreamK | None = None

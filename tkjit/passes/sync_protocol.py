@@ -38,6 +38,10 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
     Advance(ring, per)     next stage; flip ph on wrap ("wrap") -- "iteration" is a known bug
     Reset(ring)            s = 0, ph = 0 (a known bug when the barriers carry on)
     ConsumerSync()         bar.sync on a named barrier of all consumer warpgroups
+    ScratchSync(ops)       the consumers' named barrier around the shared scratch their cross-warp
+                           reductions (``ops``) exchange partials through, in the tile op it
+                           stands for: every ``bar.sync`` those exchanges need (a meeting, checked
+                           as ``ConsumerSync``)
     TileWrite(tile)        the consumers write their rows of a shared tile no TMA fills (a
                            register tile stored for a later wgmma) and fence the writes for the
                            async proxy; ``ConsumerSync`` steps around it order it after every
@@ -257,6 +261,19 @@ class ConsumerSync(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class ScratchSync(Frozen):
+    """The consumers' shared scratch: the row reductions ``ops`` of the tile op this step stands
+    for combine partials over several warp columns through shared scratch, and every ``bar.sync``
+    on the consumers' named barrier that orders those writes and reads (a kernel with no matrix
+    product: codegen/hopper/lower_layout.py) is this step's. Checked as a meeting of the consumers."""
+
+    ops: tuple[str, ...]
+
+    def text(self) -> str:
+        return f"bar.sync: all consumer warpgroups meet around the shared scratch of {', '.join(self.ops)}"
+
+
+@dataclass(unsafe_hash=True)
 class TileWrite(Frozen):
     """The consumers write their rows of ``tile``, a shared tile no TMA fills, from registers
     (``st.shared``), then ``fence.proxy.async`` so that a wgmma (the async proxy) sees them."""
@@ -429,7 +446,7 @@ class TurnPass(Frozen):
         return "bar.arrive turn[next consumer]: hand the tensor cores on"
 
 
-Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, TileWrite,
+Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, ScratchSync, TileWrite,
               StagingBegin, StagingEnd, StagingRead, ClusterReduce, StreamKFixup, ClusterSync, SkipTrips, TurnWait, TurnPass,
               StoreWait, StagingSync, StagingWrite, TmaStore, StoreDrain, HoldStore]
 
@@ -694,7 +711,15 @@ class TileProduct(Frozen):
     rings: tuple[str, ...]
 
 
-Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem, TileProduct]
+@dataclass(unsafe_hash=True)
+class ScratchUse(Frozen):
+    """A tile op whose cross-warp reductions (``ops``) exchange partials through the consumers'
+    shared scratch: a ``ScratchSync`` step stands for it."""
+
+    ops: tuple[str, ...]
+
+
+Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem, TileProduct, ScratchUse]
 
 
 def staged_store(item: StoreItem) -> StagedStore:
@@ -967,6 +992,8 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             cons.append(StreamKFixup(item.ring))
         elif isinstance(item, TileProduct):
             cons += [Mma(item.rings), MmaWait(0)]
+        elif isinstance(item, ScratchUse):
+            cons.append(ScratchSync(item.ops))
         elif isinstance(item, StoreItem):
             if not (n and isinstance(items[n - 1], StagingReuse)):
                 cons.append(staged_store(item))

@@ -277,6 +277,11 @@ class _Unroller:
         self.emit(WAIT, bar, self.syncs & 1, label="bar.sync: wait for every consumer")
         self.syncs += 1
 
+    def _ScratchSync(self, st) -> None:
+        """The consumers meet on their named barrier around a reduction's shared scratch (the
+        scratch is theirs alone: no ring byte, no TMA; what it orders is the meeting)."""
+        self._ConsumerSync(ConsumerSync())
+
     def _ClusterReduce(self, st: ClusterReduce) -> None:
         """Split-K: the cluster barrier (every consumer meets; the peers mirror this CTA), the
         partials written over the ring, the second cluster barrier after which they are read."""

@@ -134,6 +134,8 @@ STEP_OPS: tuple[type[StepOp], ...] = (
           {"ring": str, "per": str}, ("per",)),
     _step("ring_reset", "Reset", "``ring_reset {ring}``: s = 0, ph = 0.", RING),
     _step("consumer_sync", "ConsumerSync", "``consumer_sync``: bar.sync of every consumer warpgroup."),
+    _step("scratch_sync", "ScratchSync", "``scratch_sync {ops}``: the consumers' bar.sync around the shared "
+          "scratch of the next tile op's cross-warp reductions.", {"ops": NAMES}),
     _step("tile_write", "TileWrite", "``tile_write {tile}``: the consumers write a shared tile from "
           "registers and fence it for the async proxy.", {"tile": str}),
     _step("staging_begin", "StagingBegin", "``staging_begin {ring}``: the epilogue's staging goes over the ring.", RING),
