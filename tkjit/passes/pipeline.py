@@ -64,12 +64,17 @@ class PipelineStages(Pass):
     """Slots of each tile loaded once per tile in a persistent block loop: 0 decide (two where
     every ring keeps SLOT_MIN_STAGES stages), 1 one, 2 two where the rings keep theirs."""
 
-    staging: str = "keep"
+    staging: str = "auto"
     """Register-tile stores of a persistent block loop: keep (staged where the staging fits),
     drop (from registers, no staging planned, wherever that gives a ring loop a stage), slot (the
     staging in the one slot of a tile loaded once per tile that is dead by the store, wherever it
-    fits: ``choose_slot_staging``) or auto (slot where that gives a ring loop a stage; not
-    measured yet, so keep is the default). Measured
+    fits: ``choose_slot_staging``) or auto (the default: slot where a ring loop would otherwise
+    keep a single stage, so that every trip's load waits for the previous trip's products).
+    Measured (H200, 2026-11-27, same run, benchmarks/lowering_ab.py --pipeline): slot took
+    attention_nol D = 256 (1 -> 2 stages) from 0.54x to 0.97x of one CTA per tile, but
+    examples/attention.tk D = 128 causal (2 -> 3 stages) from 1.04/0.99/1.01x of the template to
+    0.99/0.96/0.98x at N = 1k/4k/16k (its Q is released later, after the store's reads), so auto
+    takes it only out of a one-stage ring. Measured
     (H200, 2026-11-27, examples/attention.tk against its template, same run, N = 1k..16k): D = 128
     causal, drop (3 stages) 0.91/0.93/0.96/0.94/1.00, keep (2 stages) 1.10/1.00/0.98/0.94/0.98
     with Q released early; D = 64, drop (5 stages) 0.96/0.97/1.01/1.02/1.03, keep (4 stages)
@@ -199,11 +204,14 @@ class PipelineStages(Pass):
             after = {lp: min(self.fit(kernel, lp, decided)[0], self.max_stages) for lp in free}
             gains = [f"the ring of {subject_of(lp)} {before[lp]} -> {after[lp]} stages"
                      for lp in free if after[lp] > before[lp]]
-            if self.staging == "auto" and not gains:
+            starved = [lp for lp in free if before[lp] < 2 <= after[lp]]
+            if self.staging == "auto" and not starved:
                 del store.attrs["staging_in"]
                 ctx.decide(subject_of(store), "staging beside the rings", "pipeline{staging=auto}: "
-                           f"in the slot of tile {subject_of(host.result)} no ring loop would gain a "
-                           "stage", staging="own")
+                           f"every ring keeps 2 or more stages beside it ({', '.join(gains) or 'no ring loop would gain a stage'} "
+                           f"in the slot of tile {subject_of(host.result)}; measured slower where a "
+                           "ring already had 2: the slot is released only after the store's reads)",
+                           staging="own")
                 continue
             taken.add(host)
             ctx.decide(subject_of(store), f"staging in the bytes of tile {subject_of(host.result)}",
