@@ -191,6 +191,8 @@ class PipelineStages(Pass):
         if block_loop(kernel).attrs.get("split", 1) > 1:
             return  # split-K: each CTA stores its part from registers
         once = one_shot_loads(kernel)
+        if not once and self.staging == "auto":
+            return  # nothing to weigh (a GEMM): no log line
         taken: set = set()
         for store in stores:
             host, why = self.slot_host(kernel, store, once, taken)
