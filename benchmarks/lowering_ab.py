@@ -1,6 +1,7 @@
 """The generality examples under lowering='auto' against lowering='general', same run (GPU).
 
     python3 benchmarks/lowering_ab.py [--kernels attention_nol,mlp,...] [--json OUT.json]
+        [--pipeline NAME=PIPELINE]...   # also lowering='general' under this pass pipeline
 
 While the attention template exists, the schedule options for tiles loaded once per tile (a
 persistent grid over them, two slots, the launch-time grid ``by_trips``, early release) apply
@@ -12,6 +13,9 @@ does today. This script measures what that changes, on each generality case
 against the float64 truth (outputs NaN-poisoned first), then timed in interleaved batches (CUDA
 events, median of 15 batches of 10 launches, the order reversed every other batch, inputs rotating
 over sets that exceed the L2). ``general_vs_auto`` is auto ms / general ms (> 1: general faster).
+Each ``--pipeline NAME=PIPELINE`` adds the general lowering under that pass pipeline (e.g. the
+default one with ``pipeline{staging=slot}``), checked and timed in the same batches:
+``NAME_vs_auto`` and ``NAME_vs_general`` (> 1: NAME faster).
 """
 from __future__ import annotations
 
@@ -57,11 +61,14 @@ def check(kernel, spec, p) -> float:
     return max(rel_err(v, t) for v, t in zip(views, truth))
 
 
-def row(p: dict) -> dict:
+def row(p: dict, variants: dict | None = None) -> dict:
     spec = SPECS[p["kernel"]]
     source = (ROOT / "examples" / f"{p['kernel']}.tk").read_text()
     ks = {low: tkjit.compile(source, filename=f"{p['kernel']}.tk", constants=constants_of(p) or None,
                              lowering=low) for low in ("auto", "general")}
+    for name, pipeline in (variants or {}).items():
+        ks[name] = tkjit.compile(source, filename=f"{p['kernel']}.tk", constants=constants_of(p) or None,
+                                 lowering="general", pipeline=pipeline)
     out = {"kernel": p["kernel"], "shape": {k: v for k, v in p.items() if k != "kernel"},
            "backend": {low: f"{k.metadata.get('backend')}/{k.metadata.get('lowering', '-')}" for low, k in ks.items()},
            "err": {low: check(k, spec, p) for low, k in ks.items()}}
@@ -78,6 +85,9 @@ def row(p: dict) -> dict:
     med = {low: statistics.median(t) for low, t in times.items()}
     out.update({f"{low}_ms": round(v, 5) for low, v in med.items()})
     out["general_vs_auto"] = round(med["auto"] / med["general"], 4)
+    for name in variants or {}:
+        out[f"{name}_vs_auto"] = round(med["auto"] / med[name], 4)
+        out[f"{name}_vs_general"] = round(med["general"] / med[name], 4)
     return out
 
 
@@ -85,21 +95,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default=",".join(DEFAULT))
     ap.add_argument("--json")
+    ap.add_argument("--pipeline", action="append", default=[], metavar="NAME=PIPELINE")
     args = ap.parse_args()
+    variants = dict(v.split("=", 1) for v in args.pipeline)
     rows = []
     for name in args.kernels.split(","):
         if SPECS[name].load is not None:
             print(f"{name}: several kernels (skipped)")
             continue
         for shape in FULL[name]:
-            r = row(dict(kernel=name, **shape))
+            r = row(dict(kernel=name, **shape), variants)
             print(json.dumps(r), flush=True)
             rows.append(r)
     print("kernel".ljust(20) + "shape".ljust(44) + "general/auto  err auto / general")
     for r in rows:
         shape = " ".join(f"{k}={v}" for k, v in r["shape"].items())
         print(r["kernel"].ljust(20) + shape[:43].ljust(44)
-              + f"{r['general_vs_auto']:8.3f}     {r['err']['auto']:.2e} / {r['err']['general']:.2e}")
+              + f"{r['general_vs_auto']:8.3f}     {r['err']['auto']:.2e} / {r['err']['general']:.2e}"
+              + "".join(f"   {v}: /auto {r[f'{v}_vs_auto']:.3f} /general {r[f'{v}_vs_general']:.3f}"
+                        f" err {r['err'][v]:.2e}" for v in variants))
     if args.json:
         info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
         Path(args.json).write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")

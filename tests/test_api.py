@@ -255,13 +255,16 @@ def test_metadata_is_there_before_the_ptx_is_asked_for(tmp_path, monkeypatch):
 
 
 def test_the_protocol_is_the_one_the_general_lowering_walks():
-    """``kernel.protocol``: the checked protocol's text (rings, producer and consumer programs)
-    for a kernel the general lowering emits; None for one another backend takes."""
-    from tkjit.passes.mbarrier import protocol_of
+    """``kernel.protocol``: the text (rings, producer and consumer programs) of the protocol read
+    back from the async-schedule IR -- the one the compile-time check explored and the general
+    lowering walked; None for a kernel another backend takes."""
+    from tkjit.passes.async_schedule import protocol_from_ir
     examples = Path(__file__).resolve().parents[1] / "examples"
     gemm = tkjit.load(examples / "gemm.tk", cache=False)
     text = gemm.protocol
-    assert text is not None and text == protocol_of(gemm.ir).text()
+    assert text is not None and text == protocol_from_ir(gemm.async_ir).text()
+    (checked,) = [d for d in gemm.decisions.for_pass("async-schedule") if "sync protocol checked" in d.decision]
+    assert checked.data["protocol"] == text and "read back from the async-schedule IR" in checked.reason
     assert "producer:" in text and "consumer (each of 2):" in text and "tma_load a" in text
     attention = tkjit.load(examples / "attention.tk", cache=False)  # the general lowering too
     assert attention.metadata.get("lowering") == "general"

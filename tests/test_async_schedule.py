@@ -359,8 +359,9 @@ def test_a_protocol_step_standing_for_no_op_leaves_the_kernel_unrewritten():
     refuses the kernel)."""
     k = tkjit.compile(GENERATED_157, cache=False)
     assert k.async_ir is None and "consumers {" not in k.asm["opt"]
-    (d,) = [d for d in k._result.decisions if d.pass_name == "async-schedule"]
+    d, checked = [d for d in k._result.decisions if d.pass_name == "async-schedule"]
     assert d.decision == "the schedule is not rewritten as IR" and "stands for no op" in d.reason
+    assert "sync protocol checked" in checked.decision and "mbarrier pass's protocol object" in checked.reason
     assert k.metadata["backend"] == "mma.sync"
 
 

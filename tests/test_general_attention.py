@@ -87,7 +87,7 @@ def test_the_example_with_l_has_no_spills_and_a_checked_protocol(d, causal):
     assert re.search(r"\bHGMMA", sass) and "UTMALDG" in sass
     assert not re.search(r"\b(LDL|STL)\b", sass)
     assert not [m for m in k.metadata["ptxas"]["messages"] if m["level"] == "warning"]
-    stray = sync_outside_the_protocol(k.asm["ptx"])
+    stray = sync_outside_the_protocol(k.asm["ptx"], k.async_ir)
     assert stray == []
 
 
@@ -185,6 +185,17 @@ def test_split_rings_give_level_2_its_refill_distance_at_two_stages():
         assert "a ring of its own" not in general(d, causal, pipeline=SPLIT).explain()
 
 
+def test_overlap_off_keeps_one_ring_at_two_stages():
+    """mbarrier{overlap=off}: no level 2, so no ring of its own for the second product's tiles
+    (a split ring without level 2 left V's ring never waited for: the checker caught it as an
+    early read and the compile failed)."""
+    from tkjit.passes import DEFAULT_PIPELINE
+    k = general(128, False, pipeline=DEFAULT_PIPELINE.replace("mbarrier", "mbarrier{overlap=off}"))
+    text = k.explain()
+    assert "2 stage(s)" in text and "a ring of its own" not in text and "level 2" not in text
+    assert "sync protocol checked" in text
+
+
 def _split_protocol():
     from tkjit.passes.mbarrier import schedule_of
     return schedule_of(general(128, False, pipeline=SPLIT).ir).protocol
@@ -246,7 +257,7 @@ def test_the_split_kernel_has_no_spills_and_only_protocol_syncs():
     except tkjit.errors.NotAvailableError as e:
         pytest.skip(str(e))
     assert sass.count("HGMMA.64x176x16") == 2 * 8 and not re.search(r"\b(LDL|STL)\b", sass)
-    assert sync_outside_the_protocol(k.asm["ptx"]) == []
+    assert sync_outside_the_protocol(k.asm["ptx"], k.async_ir) == []
 
 
 def even_heavy_order(heads: int, n: int, cap: int) -> list[tuple[int, int]]:

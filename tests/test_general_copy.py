@@ -89,7 +89,7 @@ def test_every_barrier_of_the_copy_path_is_a_protocol_step(name):
     variant = copying(case.source, constants=case.constants or None)
     ptx = variant.asm["ptx"]
     assert "$L_tma_producer" in ptx
-    stray = sync_outside_the_protocol(ptx)
+    stray = sync_outside_the_protocol(ptx, variant.async_ir)
     assert stray == []
 
 
@@ -127,7 +127,7 @@ def test_a_batched_load_copies_from_the_matrix_its_leading_coordinate_selects():
                          r"mul\.lo\.s64 \1, \1, \2;\s+cvt\.u64\.u32 \2, %r\d+;\s+mul\.lo\.s64 \1, \1, \2;\s+"
                          r"shl\.b64 \1, \1, 1;\s+add\.s64 %rd\d+, %rd\d+, \1;", copy_path)
     assert len(offsets) == 2
-    stray = sync_outside_the_protocol(ptx)
+    stray = sync_outside_the_protocol(ptx, variant.async_ir)
     assert stray == []
     try:
         sass = variant.asm["sass"]
@@ -170,7 +170,7 @@ def test_a_split_k_variant_copies_its_share_of_the_trips():
     assert ".reqnctapercluster 2" in ptx and "$L_tma_producer" in ptx
     copy_path = ptx.split("$L_tma_producer")[1]
     assert "%clusterid.x" in copy_path and re.search(r"mul\.lo\.s32 %r\d+, %r\d+, %r\d+;\s+sub\.s32", copy_path)
-    assert sync_outside_the_protocol(ptx) == []
+    assert sync_outside_the_protocol(ptx, variant.async_ir) == []
     try:
         sass = variant.asm["sass"]
     except NotAvailableError as e:

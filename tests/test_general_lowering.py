@@ -255,8 +255,9 @@ SYNC = re.compile(r"\b(mbarrier\.|bar\.sync|bar\.arrive|barrier\.|wgmma\.wait_gr
                   r"|\.(release|acquire)\.gpu\b|\bfence\.acq_rel\b")  # stream-K's flags between CTAs too
 
 
-def sync_outside_the_protocol(ptx: str) -> list[str]:
-    """The synchronization lines no protocol step printed."""
+def sync_outside_the_protocol(ptx: str, async_ir=None) -> list[str]:
+    """The synchronization lines no protocol step printed (and, given the kernel's async-schedule
+    IR, the step marks that are not its steps: ``steps_not_from_the_ir``)."""
     inside, stray = False, []
     for line in ptx.splitlines():
         text = line.strip()
@@ -266,17 +267,56 @@ def sync_outside_the_protocol(ptx: str) -> list[str]:
             inside = False
         elif SYNC.search(text) and not inside:
             stray.append(text)
-    return stray
+    return stray + (steps_not_from_the_ir(ptx, async_ir) if async_ir is not None else [])
+
+
+RING_INIT = "init the protocol's rings (full[s] and empty[s] of each), then the CTA meets once"
+"""The one ``// step:`` that is not a step of the programs: the rings the IR declares, initialized."""
+
+
+def _events(steps):
+    from tkjit.passes import sync_protocol as sp
+    for st in steps:
+        if isinstance(st, sp.BLOCKS):
+            yield from _events(getattr(st, "body", ()))
+            yield from _events(getattr(st, "orelse", ()))
+        else:
+            yield st
+
+
+def steps_not_from_the_ir(ptx: str, async_ir) -> list[str]:
+    """The lint's second half: the ``// step:`` marks of the PTX against the event steps of the
+    protocol read back from the async-schedule IR (``protocol_from_ir``). A mark that is no step of
+    the IR (``"printed, not in the IR: ..."``) or a step of the IR the PTX never prints
+    (``"in the IR, not printed: ..."``; ``HoldStore`` keeps a tile in registers and prints nothing)."""
+    from tkjit.passes import sync_protocol as sp
+    from tkjit.passes.async_schedule import protocol_from_ir
+    proto = protocol_from_ir(async_ir)
+    steps = {st.text(): st for st in _events(proto.producer + proto.consumer)}
+    marks = [line.strip()[len("// step: "):] for line in ptx.splitlines() if line.strip().startswith("// step: ")]
+    allowed = set(steps) | ({RING_INIT} if proto.rings else set())
+    out = [f"printed, not in the IR: {m}" for m in dict.fromkeys(marks) if m not in allowed]
+    out += [f"in the IR, not printed: {t}" for t, st in steps.items()
+            if t not in marks and not isinstance(st, sp.HoldStore)]
+    return out
+
+
+def protocol_lint(k) -> list[str]:
+    """The PTX lint of a compiled kernel: every synchronization line inside a ``// step:`` mark, and
+    the marks exactly the steps of its async-schedule IR."""
+    assert k.async_ir is not None, "no async-schedule IR to take the steps from"
+    return sync_outside_the_protocol(k.asm["ptx"], k.async_ir)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_every_barrier_and_wait_is_a_protocol_step(case):
     """The lint: the general lowering's PTX has no mbarrier operation, named barrier, wgmma or
     bulk-copy wait that a protocol step did not print -- the staged epilogue's named barriers and
-    bulk-store waits included (its ``StoreWait``, ``StagingSync``, ``StoreDrain`` steps)."""
-    ptx = tkjit.compile(case.source, constants=case.constants or None, lowering="general",
-                        require_hopper=True, cache=False).asm["ptx"]
-    assert sync_outside_the_protocol(ptx) == []
+    bulk-store waits included (its ``StoreWait``, ``StagingSync``, ``StoreDrain`` steps) -- and the
+    steps it prints are those of the async-schedule IR, read back."""
+    k = tkjit.compile(case.source, constants=case.constants or None, lowering="general",
+                      require_hopper=True, cache=False)
+    assert protocol_lint(k) == []
 
 
 @pytest.mark.parametrize("name", ["gemm", "linear_attention", "attention_nol", "mlp"])
@@ -284,9 +324,21 @@ def test_every_barrier_and_wait_of_the_examples_is_a_protocol_step(name):
     """The lint over examples with staged, deferred and in-loop epilogues."""
     from pathlib import Path
     k = tkjit.load(Path(__file__).resolve().parents[1] / "examples" / f"{name}.tk", cache=False)
-    ptx = k.asm["ptx"]
     assert k.metadata.get("lowering") == "general"
-    assert sync_outside_the_protocol(ptx) == []
+    assert protocol_lint(k) == []
+
+
+def test_the_lint_takes_its_steps_from_the_ir():
+    """A step deleted from the async-schedule IR but still in the PTX, or printed twice over, is a
+    finding: the marks are checked against the IR, not against the mbarrier pass's object."""
+    k = tkjit.compile(CASES[0].source, lowering="general", cache=False)
+    assert protocol_lint(k) == []
+    (drain,) = [op for op in k.async_ir.walk() if op.NAME == "store_drain"]
+    drain.parent.ops.remove(drain)
+    assert protocol_lint(k) == ["printed, not in the IR: bulk stores: every group completed "
+                                "(cp.async.bulk.wait_group 0, one thread)"]
+    ptx = k.asm["ptx"].replace("// step: mma_wait 1", "// step: mma_wait 2", 1)
+    assert "printed, not in the IR: mma_wait 2" in steps_not_from_the_ir(ptx, k.async_ir)
 
 
 def test_the_lint_catches_a_barrier_of_its_own():
@@ -338,21 +390,26 @@ def test_the_ptx_does_not_depend_on_the_process():
 
 
 @pytest.mark.parametrize("d,causal", [(64, False), (64, True), (128, False), (128, True)])
-def test_a_deferred_store_counts_what_level_2_holds(d, causal):
-    """The epilogue pass defers a persistent tile's store past the next tile's first wgmma group
-    only where the packed tile fits beside what the loop holds; a level-2 loop holds two products
-    in flight (the next S beside the in-flight P·V's register A and accumulator). Counting one
-    trip only, attention_nol deferred and spilled (94 STL at D = 128) under the persistent grid."""
+def test_a_level_2_loop_keeps_its_store_in_the_tile(d, causal):
+    """The epilogue pass does not defer a persistent tile's store past the next tile's first wgmma
+    group where a loop runs at level 2 (two products in flight) and the held tile would leave fewer
+    than LEVEL2_SLACK registers free: measured slower, and with one trip counted attention_nol
+    deferred and spilled (94 STL at D = 128) under the persistent grid. The MLP (plenty free)
+    still defers."""
     from pathlib import Path
     k = tkjit.load(Path(__file__).resolve().parents[1] / "examples" / "attention_nol.tk",
                    constants={"D": d, "CAUSAL": causal}, lowering="general", cache=False)
+    text = k.explain()
+    assert "deferred to the next tile" not in text
+    assert "software-pipelined at level 2 (two products in flight)" in text and "measured slower" in text
     try:
         sass = k.asm["sass"]
     except NotAvailableError as e:
         pytest.skip(str(e))
     assert not re.search(r"\b(LDL|STL)\b", sass)
-    store = next(line for line in k.explain().splitlines() if line.strip().startswith("store at"))
-    assert ("deferred" in store) == (d == 128 and causal)  # S 64 + P 32 + O 64 + O packed 32 fit 200
+    mlp = tkjit.load(Path(__file__).resolve().parents[1] / "examples" / "mlp.tk", lowering="general",
+                     cache=False)
+    assert "deferred to the next tile's first wgmma group" in mlp.explain()
 
 
 def test_tiles_loaded_once_keep_one_cta_per_tile_where_the_registers_are_tight():

@@ -120,7 +120,7 @@ def test_the_pair_ptx(name, source, constants, boxes):
     assert re.search(rf"mbarrier\.init\.shared::cta\.b64 \[%r\d+\+0\], {2 * consumers};", ptx)
     assert ptx.count("barrier.cluster.arrive.release.aligned;") == 3  # start: each role; exit: consumers
     assert "%clusterid.x" in ptx and "%nclusterid.x" in ptx
-    stray = sync_outside_the_protocol(ptx)
+    stray = sync_outside_the_protocol(ptx, k.async_ir)
     assert stray == []
     if name == "mma_ABt":
         b_map = next(p for p in md["params"] if p.get("kind") == "tensormap" and p["tensor"] == "B")
@@ -189,7 +189,7 @@ def test_the_unaligned_rows_variant_declines_the_pair_and_says_why(lowering):
     assert ".reqnctapercluster" not in ptx and ".explicitcluster" not in ptx
     copy_path = ptx.split("$L_tma_producer")[1]  # the copying producer, beside the TMA one
     assert "ld.global.nc.b16" in copy_path and "st.shared.b16" in copy_path
-    stray = sync_outside_the_protocol(ptx)
+    stray = sync_outside_the_protocol(ptx, v.async_ir)
     assert stray == []
     # the aligned kernel keeps its pair
     assert ".multicast::cluster" in _compile(lowering=lowering).asm["ptx"]

@@ -6,7 +6,8 @@ warp-spec gave no producer, the register-tile backend's warp grid for their cons
 agrees with the interpreter on the PTX simulator at ragged shapes, and the TMA-fed norms and
 softmax run there too (its TMA loads, mbarriers and roles) bit for bit as the register-tile
 backend's PTX of the same IR; ``lowering='auto'`` keeps
-them on the register-tile backend (not measured yet); what is not a protocol step is pinned."""
+them on the register-tile backend (not measured yet); every barrier is a protocol step (the
+consumers' scratch barriers: ``ScratchSync``)."""
 from __future__ import annotations
 
 import re
@@ -103,19 +104,48 @@ def test_a_kernel_with_no_producer_runs_its_consumers_alone():
     assert "without a producer" in text
 
 
-def _sync_lines(ptx):
-    from test_general_lowering import sync_outside_the_protocol
-    return sync_outside_the_protocol(ptx)
-
-
-def test_only_the_consumers_scratch_barriers_are_outside_the_protocol():
-    """What the protocol lint (test_general_lowering.py) does not yet cover here, pinned: the
-    consumers' named barrier around the scratch of a row reduction across warp columns (it is
-    lower_layout.ConsumerSharedSync's, not a step the mbarrier pass built). Rotary has none."""
-    assert _sync_lines(_general("rotary").asm["ptx"]) == []
+def test_every_barrier_is_a_protocol_step_the_scratch_ones_included():
+    """The protocol lint (test_general_lowering.py), with its steps from the async-schedule IR: the
+    consumers' named barrier around the scratch of a row reduction across warp columns is the
+    ``ScratchSync`` step the mbarrier pass puts before the tile op holding the reduction
+    (``scratch_sync {ops}`` in the IR), each of its ``bar.sync 1`` inside that step's mark.
+    Rotary has none."""
+    from test_general_lowering import protocol_lint
+    assert protocol_lint(_general("rotary")) == []
     for name in NORMS:
-        stray = _sync_lines(_general(name).asm["ptx"])
-        assert stray and set(stray) == {"bar.sync 1, 128;"}, stray
+        k = _general(name)
+        assert protocol_lint(k) == [], name
+        ptx = k.asm["ptx"]
+        assert re.search(r"// step: bar\.sync: all consumer warpgroups meet around the shared scratch of "
+                         r"row_(sum|max)\n\s*bar\.sync 1, 128;\n\s*// end step", ptx), name
+        assert "scratch_sync {ops = " in k.asm["after:async-schedule"]
+
+
+def test_the_scratch_step_is_read_from_the_ir_and_checked_as_a_meeting():
+    """Delete the ``scratch_sync`` from the IR: the lowering then prints the scratch barriers outside
+    any step and the lint names them. The checker takes the step as a meeting of the consumers on
+    their named barrier (an arrival and a wait in each consumer's unrolled program)."""
+    from test_general_lowering import protocol_lint
+    from tkjit.codegen.hopper.lower import lower_kernel
+    from tkjit.passes.async_schedule import protocol_from_ir
+    from tkjit.passes.sync_unroll import unroll
+    k = _general("rmsnorm")
+    proto = protocol_from_ir(k.async_ir)
+    (tiles,) = proto.consumer
+    assert [type(st).__name__ for st in tiles.body][:2] == ["Wait", "ScratchSync"]
+    from tkjit.passes.sync_unroll import ARRIVE, WAIT, Layout
+    layout = Layout.of(proto)
+    actions = unroll(proto, proto.consumer, (0,) * 3 if proto.persistent else (0,), layout)
+    meets = [(a.op, a.label) for a in actions if a.arg == layout.sync_bar]
+    tiles_run = 3 if proto.persistent else 1
+    assert meets == [(ARRIVE, "bar.sync: arrive"), (WAIT, "bar.sync: wait for every consumer")] * tiles_run
+    (op,) = [op for op in k.async_ir.walk() if op.NAME == "scratch_sync"]
+    op.parent.ops.remove(op)
+    ptx = lower_kernel(k.ir, {}, k.async_ir)[0]
+    assert "bar.sync 1, 128;" in ptx and "shared scratch" not in ptx
+    k._result.asm["ptx"] = ptx
+    stray = protocol_lint(k)
+    assert stray and set(stray) == {"bar.sync 1, 128;"}
 
 
 def _rotary_case(n):

@@ -58,8 +58,9 @@ def test_stream_k_takes_the_general_lowering():
 def test_every_flag_operation_is_a_protocol_step(constants):
     """The lint counts stream-K's release/acquire flag operations as synchronization: each must
     sit inside the protocol's fix-up step."""
-    ptx = _stream_k(**constants).asm["ptx"]
-    assert sync_outside_the_protocol(ptx) == []
+    k = _stream_k(**constants)
+    ptx = k.asm["ptx"]
+    assert sync_outside_the_protocol(ptx, k.async_ir) == []
     fixups = re.findall(r"// step: stream-K fix-up.*?// end step", ptx, re.S)
     assert len(fixups) == 1 and "st.release.gpu" in fixups[0] and "ld.acquire.gpu" in fixups[0]
 

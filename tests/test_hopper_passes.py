@@ -37,7 +37,8 @@ def schedule(text: str, name: str = "kernel.tk", pipeline: str = HOPPER_PIPELINE
 
 
 def test_the_hopper_pipeline_string_round_trips():
-    text = "layout{max-swizzle=64},warp-spec,pipeline{max-stages=6},smem-plan{epilogue=chunks},mbarrier{check=full},reg-budget,grid"
+    text = ("layout{max-swizzle=64},warp-spec,pipeline{max-stages=6},smem-plan{epilogue=chunks},mbarrier,"
+            "reg-budget,grid,async-schedule{check=full}")
     assert str(Pipeline.parse(text)) == text
     assert str(Pipeline.parse(HOPPER_PIPELINE)) == HOPPER_PIPELINE
 
@@ -82,11 +83,12 @@ def test_gemm_decisions():
         # the Hopper emitter stages per round (its plan of 230,464 B is this + 1,024 to align)
         "staging tile of store at gemm.tk:13:5: bytes 196,608 .. 229,375 (32,768 B, 1024-byte aligned)",
         "@gemm: 229,440 B of dynamic shared memory",
+        # own-trips: the rows-past-the-end rule holds (a consumer's rows past M), not taken by auto
+        "for at gemm.tk:8:5: rows past the end computed",
         "@gemm: setmaxnreg: producer 40, consumers 232; .maxnreg 168 at entry",
         "store at gemm.tk:13:5: staged: stmatrix + TMA store, deferred to the next tile's first wgmma group",
         "4 round(s) of 64 columns per consumer, two halves of its staging in turn",
         "ring k (gemm.tk:8:5): 4 stages: full[s] count 1 + expect_tx 49,152 B, empty[s] count 2",
-        "@gemm: sync protocol checked: 4 trip-count case(s), every interleaving",
     ]
     at = 0
     for line in expected:
@@ -94,7 +96,20 @@ def test_gemm_decisions():
         assert found >= 0, f"{line!r} not in order in:\n{text}"
         at = found
     by_pass = {d.pass_name for d in log}
-    assert by_pass == {"layout", "warp-spec", "pipeline", "smem-plan", "reg-budget", "epilogue", "mbarrier", "grid"}
+    assert by_pass == {"layout", "warp-spec", "pipeline", "smem-plan", "own-trips", "reg-budget", "epilogue",
+                       "mbarrier", "grid"}
+
+
+def test_the_sync_check_runs_on_the_protocol_the_async_schedule_ir_gives_back():
+    """The check is the async-schedule pass's, on the protocol it reads back from the IR it wrote
+    (the mbarrier pass only builds the protocol and logs its rings)."""
+    from tkjit.passes.async_schedule import protocol_from_ir
+    kernel, log = schedule(example("gemm"), "gemm.tk", HOPPER_PIPELINE + ",async-schedule")
+    (checked,) = [d for d in log if "sync protocol" in d.decision]
+    assert (checked.pass_name, checked.subject) == ("async-schedule", "@gemm")
+    assert checked.decision == "sync protocol checked: 4 trip-count case(s), every interleaving"
+    assert checked.data["protocol"] == protocol_from_ir(kernel).text()
+    assert not [d for d in log.for_pass("mbarrier") if "sync protocol" in d.decision]
 
 
 def test_gemm_annotations_are_what_the_emitter_needs():

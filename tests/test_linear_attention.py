@@ -191,8 +191,9 @@ def test_every_barrier_and_the_fence_are_protocol_steps():
     """The lint: every named barrier, wgmma wait and mbarrier operation was printed by a protocol
     step; the proxy fence lies inside the TileWrite step, after its stores, and that step sits
     between two consumer meetings."""
-    ptx = _kernel(lowering="general", require_hopper=True).asm["ptx"]
-    stray = sync_outside_the_protocol(ptx)
+    k = _kernel(lowering="general", require_hopper=True)
+    ptx = k.asm["ptx"]
+    stray = sync_outside_the_protocol(ptx, k.async_ir)
     assert stray == []
     lines = [line.strip() for line in ptx.splitlines()]
     step = lines.index("// step: write tile s from registers; fence.proxy.async")
@@ -380,7 +381,7 @@ def test_two_consumers_write_their_rows_and_meet_over_both_warpgroups():
     float64 recurrence, the CPU schedule matches the interpreter bit for bit."""
     k = tkjit.compile(TWO_CONSUMERS, lowering="general", require_hopper=True, cache=False)
     ptx = k.asm["ptx"]
-    assert sync_outside_the_protocol(ptx) == []
+    assert sync_outside_the_protocol(ptx, k.async_ir) == []
     assert [line.strip() for line in ptx.splitlines() if line.strip().startswith("bar.sync 1,")] == \
         ["bar.sync 1, 256;"] * 2
     torch.manual_seed(3)

@@ -167,20 +167,20 @@ class CompiledKernel:
 
     @property
     def protocol(self) -> "str | None":
-        """The synchronization protocol the ``mbarrier`` pass built for this kernel and the sync
-        checker checked at compile time -- its rings (stages, barrier counts, bytes) and the
-        programs of the producer and of each consumer warpgroup (waits, TMA loads, products and
-        their waits, releases, epilogue steps, ping-pong turns, cluster steps) -- as text. The
-        general sm_90a lowering emits exactly these steps (``// step:`` comments in the PTX).
-        None where no code walks one: no Hopper schedule, or the kernel took another lowering
-        (the attention template, or the register-tile backend). Makes the PTX first, as
-        ``metadata`` does, since only then is the lowering known."""
-        if self.metadata.get("lowering") != "general":
+        """The synchronization protocol the general sm_90a lowering walks for this kernel, as text:
+        the one read back from the ``async-schedule`` IR (``async_ir``; the mbarrier pass's object
+        only where that pass could not write the schedule as IR, which the decision log says), and
+        the one the sync checker checked at compile time -- its rings (stages, barrier counts,
+        bytes) and the programs of the producer and of each consumer warpgroup (waits, TMA loads,
+        products and their waits, releases, epilogue steps, ping-pong turns, cluster steps). The
+        PTX prints exactly these steps (``// step:`` comments). None where no code walks one: no
+        Hopper schedule, or the kernel took another lowering (the attention template, or the
+        register-tile backend). Makes the PTX first, as ``metadata`` does, since only then is the
+        lowering known."""
+        metadata = self.metadata
+        if metadata.get("lowering") != "general":
             return None
-        for d in self._result.decisions:
-            if d.pass_name == "mbarrier" and "protocol" in d.data:
-                return d.data["protocol"]
-        return None
+        return metadata.get("protocol")
 
     @property
     def decisions(self) -> "DecisionLog":

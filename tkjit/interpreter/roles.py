@@ -3,7 +3,8 @@
     run_roles(kernel, args, seed=0, ctas=3)        # kernel: IR after the Hopper passes
 
 Each CTA's producer and consumer warpgroups are coroutines that walk the mbarrier pass's
-protocol (``schedule_of``: the object the pass checked and the PTX emitter prints) over the same
+protocol (``schedule_of``; given the async-schedule IR, the protocol read back from it, which is
+the one checked and the one the PTX emitter prints) over the same
 IR ops the emitter lowers, placed between the protocol's steps by the same rule
 (``codegen/hopper/interleave.py``). Shared tiles live in ring stages: a TMA load fills its stage
 only when it lands, a moment the scheduler picks; a wgmma reads its stages when its group is
@@ -192,6 +193,9 @@ class Cta:
     past the tensor read zeros (TMA zero-fills them) and its stores there are dropped (clipped)."""
     peers: list = field(default_factory=list)
     """Multicast: the pair's CTAs, by rank (this one included)."""
+    staged: dict = field(default_factory=dict)
+    """ring -> the consumers whose epilogue staging is over its current stage and whose TMA stores
+    may still read it (``StagingBegin`` until ``StagingRead`` or ``StoreDrain``)."""
 
 
 BLOCKED = "blocked"
@@ -404,6 +408,7 @@ class Producer(Role):
         op = self.rt.loads[(step.ring, step.load)]
         value = self.run_op(op, [self.env.values[v] for v in op.operands])[0]
         r = self.regs[step.ring]
+        staged_over(self.cta, step.ring, "issues a TMA load of " + step.load)
         nbytes = next(ld.nbytes for ld in self.rt.proto.ring(step.ring).loads if ld.name == step.load)
         if op in self.rt.pair.loads and self.cta.pair is not None:  # this CTA's half, into both CTAs
             for cta in self.cta.peers:
@@ -428,7 +433,8 @@ class Consumer(Role):
         if step.alternate:
             mine = mine[self.index::n]
         body = list(self.rt.blocks.regions[0].ops)
-        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings, self.rt.store_of)
+        anchor = tile_anchor(self.rt.ring_of_load, self.rt.loop_of, self.rt.staged_over_rings, self.rt.store_of,
+                             self.rt.scratch_ops)
         self.shadow = (not step.alternate and self.index > 0) or (self.cta.cluster is not None and self.cta.rank > 0)
         if self.rt.proto.own_trips and not step.alternate and self.cta.cluster is None:
             self.shadow, self.row_share = False, (self.index, n)
@@ -479,7 +485,7 @@ class Consumer(Role):
             if not self.shadow:
                 (self.cta.written[step.tile],) = self.rt.handlers[type(op)](self.it, op, values)
             self.env.bind(op.results, [TileRef(step.tile)])
-        elif isinstance(step, sp.ConsumerSync):
+        elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync)):
             yield from self.run((step,))
             self.exec(op)
         elif isinstance(step, (sp.StagedStore, sp.HoldStore)):  # a staged store: the tile is final here
@@ -493,14 +499,18 @@ class Consumer(Role):
     def own_count(self, loop: For, ring: str) -> None:
         """This consumer's own trips of the tile (passes/own_trips.py, as lower_own_trips.own_count
         prints it): the plan's formula, then the conditions the pass assumed on the later trips,
-        evaluated for each; one that fails makes every trip its own."""
-        from ..passes.own_trips import plan_of
-        plan = plan_of(loop, self.rt.proto.consumers)
-        for op in plan.q0_ops:
-            self.exec(op)
+        evaluated for each (one that fails makes every trip its own), then, with the
+        rows-past-the-end rule, none where all of its rows lie past every store's end."""
+        from ..passes.own_trips import marked_plan
+        plan = marked_plan(loop, self.rt.proto.consumers)
         r = self.regs[ring]
         lo = self.env.values[loop.operands[0]]
-        r.own = plan.own(self.index, int(self.env.values[plan.q0]), lo, r.trips)
+        if plan.scale:
+            for op in plan.q0_ops:
+                self.exec(op)
+            r.own = plan.own(self.index, int(self.env.values[plan.q0]), lo, r.trips)
+        else:
+            r.own = r.trips
         for t in range(r.own, r.trips):
             self.env.bind([loop.regions[0].args[0]], [lo + t * plan.step])
             for op in plan.cond_ops:
@@ -508,6 +518,12 @@ class Consumer(Role):
             if any(bool(self.env.values[c]) != taken for c, taken in plan.conds):
                 r.own = r.trips
                 break
+        if plan.end is not None:
+            for op in plan.end.row0_ops:
+                self.exec(op)
+            extents = [int(self.env.values[v]) for v in plan.end.extents]
+            if plan.end.idle(self.index, plan.rows, int(self.env.values[plan.end.row0]), extents):
+                r.own = 0
 
     def cluster_reduce(self, step):
         """Split-K: meet every consumer of the cluster, then hold the sum of the CTAs' partials
@@ -616,7 +632,7 @@ class Consumer(Role):
         elif isinstance(step, sp.TurnPass):
             nxt = (self.index + 1) % self.rt.proto.consumers
             self.cta.turns[nxt] = self.cta.turns.get(nxt, 0) + 1
-        elif isinstance(step, sp.ConsumerSync):
+        elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync)):  # the consumers' named barrier
             gen = self.cta.meeting[1]
             self.cta.meeting[0] += 1
             if self.cta.meeting[0] == self.rt.proto.consumers:
@@ -624,8 +640,17 @@ class Consumer(Role):
                 self.cta.meeting[1] += 1
             while self.cta.meeting[1] == gen:
                 yield BLOCKED
-        elif isinstance(step, (sp.StagingBegin, sp.StagingEnd, sp.IfHeld, sp.StoreDrain)):
-            pass  # the staging and its bulk stores touch no tile a role reads
+        elif isinstance(step, sp.StagingBegin):  # the staging overwrites the stage's tiles
+            for slot in self.cta.rings[step.ring].slots:  # (over every stage of the ring)
+                slot.clear()
+            self.cta.staged.setdefault(step.ring, set()).add(self.index)
+        elif isinstance(step, sp.StagingRead):  # its stores have read it: the bytes are free again
+            self.cta.staged.get(step.ring, set()).discard(self.index)
+        elif isinstance(step, sp.StoreDrain):
+            for users in self.cta.staged.values():
+                users.discard(self.index)
+        elif isinstance(step, (sp.StagingEnd, sp.IfHeld)):
+            pass  # (StagingEnd: one tile per CTA, nothing refills the ring; its stores still read it)
         elif isinstance(step, sp.ClusterSync):
             yield from self.cluster_sync(step)
         else:
@@ -685,6 +710,7 @@ class Roles:
         self.level2 = list(sched.level2)
         self.staged_over_rings = list(sched.staged_over_rings)
         self.store_of = dict(sched.store_of)
+        self.scratch_ops = list(sched.scratch_ops)
         self.split, self.split_loop = sched.split, sched.split_loop
         self.stream_k_loop = sched.stream_k_loop
         self.stream_k: StreamK | None = None
@@ -817,6 +843,7 @@ class Roles:
             if pick == "land":
                 cta = self.rng.choice(landing)
                 ring, s, load, value, nbytes = cta.landings.pop(self.rng.randrange(len(cta.landings)))
+                staged_over(cta, ring, f"lands a TMA load in stage {s}")
                 cta.rings[ring].slots[s][load] = value
                 cta.rings[ring].full[s].land(nbytes)
                 stalled = 0
@@ -835,6 +862,14 @@ class Roles:
                                     f"({', '.join(type(running[i][0]).__name__ for i in running)})")
         if any(c.landings for c in ctas):
             raise ScheduleError("copies still in flight when the CTA ended")
+
+
+def staged_over(cta: Cta, ring: str, what: str) -> None:
+    """A TMA load into ``ring`` while a consumer's staging there may still be read by its stores."""
+    users = cta.staged.get(ring)
+    if users:
+        raise ScheduleError(f"the producer {what} of ring {ring} while consumer {min(users)}'s TMA store "
+                            "may still read the staging there (no wait for its reads before the release)")
 
 
 def own_rows(value, t, consumer: int, consumers: int):

@@ -1,15 +1,18 @@
 """async-schedule: the warp-specialized schedule as IR -- roles, rings and protocol steps with the
 tile ops placed between them.
 
-The last Hopper pass. It reads the protocol the ``mbarrier`` pass built and checked
-(``schedule_of``) and rewrites the kernel into the ops of ``ir/ops/async_ops.py``: the rings
+The last Hopper pass. It reads the protocol the ``mbarrier`` pass built (``schedule_of``) and
+rewrites the kernel into the ops of ``ir/ops/async_ops.py``: the rings
 (``ring``), the producer's program (``producer``) and the consumers' (``consumers``), whose
 ``blocks`` loop holds the tile ops in the order the emitter prints them, each protocol step at
 the place ``codegen/hopper/interleave.py`` gives it (``anchored = true`` where a step stands for
 the next tile op; ``mma_hold`` for level 2's held product). A shared tile's load gets ``ring``
 and ``box`` (the stage it reads, the name the producer issues it by). So a dump after this pass
 *is* the schedule, and ``schedule_from_ir`` reads it back: the protocol it gives equals the
-mbarrier pass's, and ``items_of`` gives the consumers' walk (what ``interleave`` gave).
+mbarrier pass's, and ``items_of`` gives the consumers' walk (what ``interleave`` gave). The pass
+ends with the compile-time sync check of the protocol read back from the IR it wrote
+(``protocol_from_ir``, ``sync_at_compile.check``): the one the emitter walks and ``kernel.protocol``
+prints. Given a kernel already in this form (IR parsed from its text), it checks that.
 
 The rewrite works on copies (each copy's ``origin`` is the op it copies): the kernel it rewrote
 (the tile program) stays as it was and is kept as ``tile_program`` of the kernel it returns. The
@@ -157,7 +160,8 @@ class _Rewriter:
         from ..codegen.hopper.interleave import interleave, tile_anchor
         ring_of_load = {op: names[0] for op, names in self.sched.load_of.items()}
         loop_of = {ring: loop for loop, ring in self.sched.loop_of.items()}
-        anchor = tile_anchor(ring_of_load, loop_of, list(self.sched.staged_over_rings), self.sched.store_of)
+        anchor = tile_anchor(ring_of_load, loop_of, list(self.sched.staged_over_rings), self.sched.store_of,
+                             self.sched.scratch_ops)
         body = blocks.regions[0]
         new = Block([self.value(a) for a in body.args])
         self.placed(_placement(lambda: interleave(list(body.ops), tiles.body, anchor), blocks), new)
@@ -379,23 +383,39 @@ def _walk_steps(steps):
 @register_pass
 @dataclass(frozen=True)
 class AsyncSchedule(Pass):
-    """The ``async-schedule`` pass (module docstring)."""
+    """The ``async-schedule`` pass (module docstring), and the compile-time sync check of what it
+    wrote, read back from the IR (``sync_at_compile``)."""
 
     name = "async-schedule"
-    summary = "the roles and the protocol's steps as IR, the tile ops between them (the schedule, printed)"
+    summary = ("the roles and the protocol's steps as IR, the tile ops between them (the schedule, "
+               "printed); the protocol read back from it, checked")
     target_specific = True
+    check: str = "auto"
+    """Explore the interleavings of the protocol read back from the IR: off, quick, full (every
+    trip-count case), or auto (quick; full in debug mode)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
-        if "consumers" not in kernel.attrs or is_async(kernel):
+        from . import sync_at_compile
+        if "consumers" not in kernel.attrs:
+            return kernel
+        if is_async(kernel):  # the schedule as IR already (e.g. parsed from its text): check it
+            sync_at_compile.check(protocol_from_ir(kernel), self.check, ctx, READ_BACK)
             return kernel
         try:
             out = rewrite(kernel)
         except NotExpressible as e:
             ctx.decide(f"@{kernel.name}", "the schedule is not rewritten as IR", f"{e}: the emitter and the "
                        "roles executor follow the mbarrier pass's protocol and interleave.py instead")
+            from .mbarrier import protocol_of
+            sync_at_compile.check(protocol_of(kernel), self.check, ctx, "the mbarrier pass's protocol "
+                                  "object (the schedule is not IR here; the emitter follows that object)")
             return kernel
         steps = sum(1 for op in out.walk() if isinstance(op, ao.StepOp))
         ctx.decide(f"@{kernel.name}", f"the schedule as IR: a producer and {kernel.attrs['consumers']} "
-                   f"consumer(s), {steps} protocol steps", "the mbarrier pass's checked protocol, its steps "
+                   f"consumer(s), {steps} protocol steps", "the mbarrier pass's protocol, its steps "
                    "placed among the tile ops as the emitter walks them (codegen/hopper/interleave.py)")
+        sync_at_compile.check(protocol_from_ir(out), self.check, ctx, READ_BACK)
         return out
+
+
+READ_BACK = "the protocol read back from the async-schedule IR (the programs the emitter walks)"

@@ -21,7 +21,7 @@ For every ``store`` of a register tile the pass decides, and logs why:
   without a ring, or a level-2 loop).
 
 It runs after reg-budget (the deferral must fit the consumers' registers) and before mbarrier
-(the protocol holds the epilogue's steps). Option ``defer`` (auto/off).
+(the protocol holds the epilogue's steps). Option ``defer`` (auto/off/on: on defers wherever the tile fits, for same-run A/Bs).
 """
 from __future__ import annotations
 
@@ -100,8 +100,17 @@ def placement(kernel: Kernel, op: Store) -> str | None:
     return None
 
 
-def defer_choice(kernel: Kernel, op: Store, owners: int, pingpong: bool) -> tuple[bool, str]:
-    """Whether ``op`` (the tile's last op, staged) is deferred, and why."""
+LEVEL2_SLACK = 32
+"""Registers a consumer thread keeps free beside a deferred tile past a level-2 loop (see
+``defer_choice``): the MLP defers with 96 free and measured faster, the attention variants with 8
+free measured 1-4% slower."""
+
+
+def defer_choice(kernel: Kernel, op: Store, owners: int, pingpong: bool,
+                 level2: bool = False) -> tuple[bool, str]:
+    """Whether ``op`` (the tile's last op, staged) is deferred, and why (``level2``: past a loop
+    software-pipelined at level 2 also where fewer than LEVEL2_SLACK registers stay free: option
+    defer=on)."""
     if pingpong:
         return False, "ping-pong: a consumer's epilogue already runs while the other consumer's wgmmas do"
     if block_loop(kernel).attrs.get("schedule") != "persistent":
@@ -120,15 +129,24 @@ def defer_choice(kernel: Kernel, op: Store, owners: int, pingpong: bool) -> tupl
     # else a trip holds (register tiles loaded or computed in the loop: an A operand scaled in
     # registers spilled 37 LDL/STL when only the accumulators were counted)
     trips = max([consumer_pressure(kernel, owners, within=loop).peak for loop in ring_loops(kernel)], default=0)
-    # a loop the mbarrier pass software-pipelines (level 2) holds more than one trip's values: the
-    # next product's result beside the in-flight one's register A and accumulator (reg-budget's
-    # estimate; counting only a trip let attention_nol defer and spill 94 STL at D = 128)
+    # a loop the mbarrier pass software-pipelines (level 2) holds two products in flight (counted
+    # as one trip, attention_nol D = 128 deferred and spilled 94 STL); beside them the held tile
+    # measured slower where it leaves ptxas little room, faster where it leaves much
     from .mbarrier import level2_needs
-    level2 = max([x - CONSUMER_OVERHEAD for _, x in level2_needs(kernel)], default=0)
-    held = max(accs, trips, level2)
+    needs = level2_needs(kernel)
+    level2_held = max([x - CONSUMER_OVERHEAD for _, x in needs], default=0)
+    held = max(accs, trips, level2_held)
     room = regs - CONSUMER_OVERHEAD
     what = ("the accumulators" if held == accs else "what a trip of the loop holds" if held == trips
             else "what level 2 of the loop holds (two products in flight)")
+    if needs and not level2 and held + packed > room - LEVEL2_SLACK:
+        return False, (f"a loop is software-pipelined at level 2 (two products in flight): {what} "
+                       f"({held}) and the packed tile ({packed}) leave fewer than {LEVEL2_SLACK} of "
+                       f"the {room} registers free, and there deferring measured slower (H200, "
+                       "2026-11-27, same run, lowering=general, deferred -> stored in the tile: "
+                       "attention_exp D = 128 causal / non-causal +3.9 / +4.3%, attention_f16 +3.7%, "
+                       "attention_nol causal +0.8%; the MLP, 96 + 32 of 224, is 1.4% faster deferred; "
+                       "benchmarks/results/2026-11-27-nvidia-h200-s14-nodefer-ab.json, -deferon-ab.json)")
     if held + packed > room:
         return False, (f"the packed tile ({packed} registers) and {what} ({held}) exceed the "
                        f"{room} registers a consumer thread has beside {CONSUMER_OVERHEAD} for the rest")
@@ -167,11 +185,12 @@ class Epilogue(Pass):
     summary = "register-tile stores: staged through shared memory and TMA or from registers; deferred or not"
     target_specific = True
     defer: str = "auto"
-    """auto: defer a tile's staged store under the next tile's first wgmma group where it fits; off."""
+    """auto: defer a tile's staged store under the next tile's first wgmma group where it fits (past
+    a loop at level 2, with LEVEL2_SLACK registers to spare); on: wherever it fits; off."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
-        if self.defer not in ("auto", "off"):
-            raise PassError(f"epilogue: defer must be auto or off, got '{self.defer}'")
+        if self.defer not in ("auto", "off", "on"):
+            raise PassError(f"epilogue: defer must be auto, on or off, got '{self.defer}'")
         consumers = kernel.attrs.get("consumers")
         if not isinstance(consumers, int):
             raise PassError("epilogue: the kernel has no consumer count; run warp-spec first")
@@ -198,8 +217,12 @@ class Epilogue(Pass):
             op.attrs["epilogue"] = "staged"
             op.attrs["epilogue_cols"] = cols
             deferred, reason = False, ""
-            if _deferrable(kernel, op) and op.operands[1].type.dtype.bits == 16:
-                deferred, reason = defer_choice(kernel, op, owners, pingpong)
+            if _deferrable(kernel, op) and op.attrs.get("staging_in") is not None:
+                reason = ("its staging lives in the one slot of a tile loaded once per tile "
+                          "(pipeline{staging=slot}), which the next tile's first product reads: "
+                          "the store cannot wait for it")
+            elif _deferrable(kernel, op) and op.operands[1].type.dtype.bits == 16:
+                deferred, reason = defer_choice(kernel, op, owners, pingpong, level2=self.defer == "on")
                 if deferred and self.defer == "off":
                     deferred, reason = False, "the pass option defer=off"
             if deferred:

@@ -5,14 +5,12 @@ and checked on the CPU before any PTX exists.
 emitter follows: one ring per pipelined loop (full[s] armed by the producer's arrive.expect_tx
 with the stage's bytes, empty[s] counting one arrival per consumer warpgroup), a 1-stage ring
 per tile loaded once per tile, and the epilogues whose staging tile smem-plan put over a ring
-(every consumer meets on a named barrier before any writes there). The pass records the rings
-and the programs in the decision log and explores the protocol (``sync_check``): ``check=quick``
-(trip counts 0, 1 and stages+1, and a persistent run of 3 tiles), ``full`` (every case of
-``sync_check.default_cases``), ``off``, or ``auto``: quick, and full when compiling in debug mode.
+(every consumer meets on a named barrier before any writes there). The pass records the rings in
+the decision log; the ``async-schedule`` pass then writes the protocol as IR and checks what it
+reads back from that IR (``sync_at_compile``: the protocol the emitter walks, not this object).
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
 
 from ..errors import PassError
@@ -20,14 +18,11 @@ from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
 from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipelined_loops, shared_loads
 from .manager import Pass, PassContext, register_pass
-from .smem_buffers import stage_data_bytes, stage_stride, staging_sizes
-from .sync_report import CheckReport, default_cases, own_trip_cases
-from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, SplitReduce, StagingReuse, StoreItem,
-                            StreamKUnits, TileProduct, own_trips_consumer, standard_protocol)
+from .smem_buffers import stage_data_bytes, stage_stride, staging_host, staging_sizes
+from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce, StagingReuse,
+                            StoreItem, StreamKUnits, TileProduct, own_trips_consumer, standard_protocol)
 from .sync_protocol import Load as RingLoad
-from . import sync_verdicts
 
-CHECKS = ("auto", "off", "quick", "full")
 LEVEL2_STAGES = 3
 """Level 2 holds each stage until the next trip's second product retires, so the producer refills
 it about half a trip ahead of its use; with 2 stages that starves the ring. Measured (H200,
@@ -76,6 +71,11 @@ class _Builder:
         """Loops the own-trips pass marked whose protocol keeps the tile's trips here -> why."""
         self.store_of: dict[str, Store] = {}
         """The protocol's name of each store the epilogue pass staged -> the IR store."""
+        self.hosts: dict[str, Store] = {}
+        """One-shot rings whose one slot holds a staged store's staging (``pipeline{staging=slot}``)
+        -> that store: released at the end of the tile, after ``StagingRead``."""
+        self.scratch_ops: list[Op] = []
+        """The block body's ops each ``ScratchSync`` step stands for, in order."""
 
     def level2_fits(self, loop: For) -> bool:
         """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
@@ -110,6 +110,7 @@ class _Builder:
     def build(self) -> Protocol:
         blocks = block_loop(self.kernel)
         check_supported_loads(self.kernel)
+        scratch = self.scratch_uses(blocks)
         for op in blocks.regions[0].ops:
             if isinstance(op, Load) and is_shared(op.result):
                 self.one_shot(op)
@@ -128,6 +129,9 @@ class _Builder:
                      for inner in op.walk() if inner is not op):
                 raise PassError("a loop that loads shared tiles must sit directly in the block "
                                 "body for the producer to follow it", op.span)
+            if op in scratch:
+                self.items.append(ScratchUse(scratch[op]))
+                self.scratch_ops.append(op)
         self.stream_k_units(blocks)
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
@@ -138,6 +142,18 @@ class _Builder:
         for ring in self.own:
             proto = replace(proto, consumer=own_trips_consumer(proto.consumer, ring))
         return proto
+
+    def scratch_uses(self, blocks) -> dict:
+        """The block body's ops whose cross-warp reductions meet around the consumers' shared
+        scratch (codegen/hopper/lower_layout.scratch_uses: the rule the lowering places the
+        scratch by) -> those reductions' names; each gets a ``ScratchSync`` step. Not in a ring
+        loop (its trips' steps anchor to products) nor with ping-pong consumers (one program per
+        pipelined loop): there the barrier stays outside the protocol, which the PTX lint reports."""
+        if self.pingpong:
+            return {}
+        from ..codegen.hopper.lower_layout import scratch_uses
+        return {op: names for op, names in scratch_uses(self.kernel, blocks.regions[0]).items()
+                if not (isinstance(op, For) and shared_loads(op.regions[0]))}
 
     def own_trips(self, op: For, name: str, split: bool, writes: list) -> None:
         """A loop the own-trips pass marked gets per-consumer trips (``own_trips_consumer``) where
@@ -193,8 +209,8 @@ class _Builder:
         out = []
         for value, name in self.ring_of.items():
             ring = next(r for r in self.rings if r.name == name)
-            if not ring.one_shot or ring.stages != 1:
-                continue
+            if not ring.one_shot or ring.stages != 1 or name in self.hosts:
+                continue  # (a slot holding a staging: released after its TMA store read it)
             readers = [op for op in self.kernel.walk() if value in op.operands]
             if readers and all(isinstance(op, MMA_OPS) for op in readers):
                 out.append(name)
@@ -287,7 +303,8 @@ class _Builder:
         """(the first product's loads, the second product's) when the option asks for split
         rings, the loop is a level-2 candidate with fewer than LEVEL2_STAGES stages, and each
         load is read by exactly one of its two products; else None."""
-        if not self.split or op.attrs.get("stages", 0) >= LEVEL2_STAGES or op.attrs.get("stages", 0) < 2:
+        if not self.split or not self.overlap or op.attrs.get("stages", 0) >= LEVEL2_STAGES or \
+                op.attrs.get("stages", 0) < 2:
             return None
         parts = pipelined(op)
         if parts is None:
@@ -308,9 +325,15 @@ class _Builder:
                                 self.pingpong)[op.attrs.get("staging", "tile")]
         lo, hi = op.attrs["smem"], op.attrs["smem"] + size
         over = tuple(name for name, (a, b) in self.extent.items() if a < hi and lo < b)
+        host = staging_host(self.kernel, op)
+        if host is not None and op.attrs.get("epilogue") not in ("staged", "deferred"):
+            return  # stored from registers: nothing is written in the slot
+        persistent = block_loop(self.kernel).attrs.get("schedule") == "persistent"
         if over:
-            self.items.append(StagingReuse(over))
+            self.items.append(StagingReuse(over, read=host is not None and persistent))
             self.reused.append(op)
+            if host is not None and persistent:
+                self.hosts[self.ring_of[host.result]] = op
 
 
 def is_tile_write(op: Op) -> bool:
@@ -406,9 +429,10 @@ def in_flight(loop: For) -> bool:
 
 @dataclass
 class Schedule:
-    """The protocol of an annotated kernel and where its names live in the IR: the emitter
-    follows ``protocol`` (the object the pass checked) and finds each TMA load's IR op and each
-    ring's loop through these maps."""
+    """The protocol of an annotated kernel and where its names live in the IR: each TMA load's IR
+    op, each ring's loop. The emitter finds them through these maps, and follows ``protocol``
+    only where the async-schedule pass could not write the schedule as IR (elsewhere it walks
+    the protocol read back from that IR, which equals this one and is the one checked)."""
 
     protocol: Protocol
     load_of: dict
@@ -435,6 +459,8 @@ class Schedule:
     share (IR load -> how the box halves)."""
     store_of: dict = field(default_factory=dict)
     """The protocol's name of each staged store (``StagedStore``, ``HoldStore``) -> the IR store."""
+    scratch_ops: list = field(default_factory=list)
+    """The block body's ops the ``ScratchSync`` steps stand for, in order (the k-th step, the k-th)."""
 
 
 def schedule_of(kernel: Kernel) -> Schedule:
@@ -444,7 +470,8 @@ def schedule_of(kernel: Kernel) -> Schedule:
     return Schedule(proto, dict(builder.load_of), dict(builder.loop_of), list(builder.level2),
                     list(builder.reused), dict(builder.ring_loop), dict(builder.split_bars),
                     builder.split_k if builder.split_loop is not None else 1, builder.split_loop,
-                    dict(builder.written), builder.stream_k_loop, builder.pair, dict(builder.store_of))
+                    dict(builder.written), builder.stream_k_loop, builder.pair, dict(builder.store_of),
+                    list(builder.scratch_ops))
 
 
 def _where(op: Op) -> str:
@@ -456,40 +483,15 @@ def protocol_of(kernel: Kernel) -> Protocol:
     return _Builder(kernel, bool(kernel.attrs.get("overlap", True))).build()
 
 
-def quick_cases(proto: Protocol) -> list[tuple[int, ...]]:
-    s = max((r.stages for r in proto.rings if not r.one_shot), default=1)
-    cases = [(0,), (1,), (s + 1,)]
-    if proto.persistent:
-        cases.append((s + 1, 1, 2 * s + 1))
-    if proto.own_trips:  # consumers' own trips differ, down to none (sync_report.own_trip_cases)
-        cases += own_trip_cases(proto, [1, 2, s + 1])
-    return cases
-
-
-@functools.lru_cache(maxsize=256)
-def _checked(proto: Protocol, cases: tuple[tuple[int, ...], ...], explore: bool) -> CheckReport:
-    """Checking is a pure function of the protocol: kernels of one shape share the result (in this
-    process, and through the verdicts kept on disk unless ``explore``)."""
-    return sync_verdicts.checked(proto, cases, _explore, explore=explore)
-
-
-def _explore(proto: Protocol, cases: list[tuple[int, ...]]) -> CheckReport:
-    from .sync_check import check_protocol  # the state machine: only when there is no cached verdict
-    return check_protocol(proto, cases)
-
-
 @register_pass
 @dataclass(frozen=True)
 class Mbarrier(Pass):
     """The ``mbarrier`` pass: full/empty mbarrier rings, one-shot barriers, the producer/consumer
-    protocol, checked."""
+    protocol (checked as the async-schedule pass writes it: module docstring)."""
 
     name = "mbarrier"
-    summary = "full/empty mbarrier rings, one-shot barriers, the producer/consumer protocol, checked"
+    summary = "full/empty mbarrier rings, one-shot barriers, the producer/consumer protocol"
     target_specific = True
-    check: str = "auto"
-    """Explore the protocol's interleavings: off, quick, full (every trip-count case), or auto
-    (quick; full in debug mode)."""
     overlap: str = "auto"
     """Level-2 software pipelining of a trip's second product (auto: where it applies; off)."""
     split: str = "auto"
@@ -511,8 +513,6 @@ class Mbarrier(Pass):
         by_trips = "by_trips" in block_loop(kernel).attrs  # the launch may give a CTA one tile
         if self.release == "early" or (self.release == "auto" and not by_trips):
             kernel.attrs["early_release"] = True
-        if self.check not in CHECKS:
-            raise PassError(f"mbarrier: check must be {', '.join(CHECKS)}, got '{self.check}'")
         if self.overlap not in ("auto", "off"):
             raise PassError(f"mbarrier: overlap must be auto or off, got '{self.overlap}'")
         if self.overlap == "off":
@@ -536,7 +536,18 @@ class Mbarrier(Pass):
                            f"ahead; its full/empty barriers at bytes {at:,} .. {end - 1:,}, after "
                            f"smem-plan's map (the kernel's shared memory: {end:,} B)")
         for name in (r.name for r in proto.rings if r.one_shot and proto.persistent and r.stages == 1):
-            if name in builder.early:
+            if name in builder.hosts:
+                store = builder.hosts[name]
+                where = f" at {store.span.location()}" if store.span else ""
+                ctx.decide(f"ring {name}", "released at the end of the tile, after the staged store's reads",
+                           f"the staging of the store{where} lives in its one slot (pipeline{{staging=slot}}): "
+                           "every consumer meets before writing it (no wgmma still reads the tile), and "
+                           "each releases the slot only after its TMA-issuing thread waited for the "
+                           "stores' reads (staging_read: cp.async.bulk.wait_group.read 0), so the "
+                           "producer's next copy never lands under a store"
+                           + ("; release=early does not apply to it" if self.release == "early" else
+                              "; an early release does not apply to it" if kernel.attrs.get("early_release") else ""))
+            elif name in builder.early:
                 ctx.decide(f"ring {name}", "released right after the last product reading it",
                            "mbarrier{release=early}" if self.release == "early" else
                            "a one-slot tile loaded once per tile in a persistent loop over tiles of "
@@ -619,22 +630,6 @@ class Mbarrier(Pass):
             ctx.decide("block loop", f"multicast: pairs of CTAs share {len(pair.loads)} load(s)" if pair.ctas > 1
                        else "multicast not taken", pair.why, multicast=pair.ctas,
                        rings=[r.name for r in proto.rings if r.cluster > 1])
-        mode = self.check
-        if mode == "auto":
-            mode = "full" if ctx.options.debug else "quick"
-        if mode != "off":
-            cases = quick_cases(proto) if mode == "quick" else default_cases(proto)
-            report = _checked(proto, tuple(cases), bool(ctx.options.debug))
-            exhaustive = all(r.exhaustive for r in report.results)
-            ctx.decide(f"@{kernel.name}", f"sync protocol checked: {len(report.results)} trip-count "
-                       f"case(s), {'every interleaving' if exhaustive else 'bounded search'}",
-                       "no deadlock, no stage overwritten before every consumer released it, no "
-                       "read before its bytes landed, no wait passing on a wrong phase",
-                       cases=[list(r.case) for r in report.results],
-                       states=[r.states for r in report.results], protocol=proto.text())
-        else:
-            ctx.decide(f"@{kernel.name}", "sync protocol built, not checked", "check=off",
-                       protocol=proto.text())
         return kernel
 
 

@@ -17,6 +17,15 @@ them: the mbarrier pass makes them a ring of two stages used tile after tile, so
 loads the next tile's copy while the consumers read this one's (the attention template's second
 Q slot, as a schedule option of any kernel). Decided before the stage counts, which then count
 both slots.
+
+``staging=slot`` (off by default until measured; ``auto``: where it gives a ring loop a stage):
+in a persistent block loop a staging tile is in use all tile long beside the rings, so it costs
+them its bytes; a tile loaded once per tile with one slot whose every reader comes before the
+staged store is dead from its last product until the producer loads the next tile's copy, which
+it does only once the consumers released the slot. The store's staging then goes in that slot's
+bytes (``staging_in``; smem-plan places it there, the mbarrier pass releases the slot at the end
+of the tile, after the TMA store has read the staging), and the stage fit no longer counts it
+(FlashAttention-3 keeps O's staging in Q's shared memory so).
 """
 from __future__ import annotations
 
@@ -29,9 +38,10 @@ from .decisions import subject_of
 from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, block_loop, ceil_to, check_supported_loads, nbytes,
                      one_shot_loads, pipelined_loops, shared_loads, stores_of_register_tiles)
 from .manager import Pass, PassContext, register_pass
-from .smem_buffers import buffers, stage_data_bytes, stage_stride
+from .smem_buffers import buffers, fits_in, stage_data_bytes, stage_stride, staging_sizes
 
 MAX_PINNABLE = 8
+STAGINGS = ("keep", "drop", "slot", "auto")
 SLOT_MIN_STAGES = 3
 """The fewest stages a ring loop keeps beside two slots of the tiles loaded once per tile (the
 attention template's Q2_MIN_STAGES: at D = 128 a second Q slot left 2 stages and lost)."""
@@ -53,9 +63,17 @@ class PipelineStages(Pass):
     """Slots of each tile loaded once per tile in a persistent block loop: 0 decide (two where
     every ring keeps SLOT_MIN_STAGES stages), 1 one, 2 two where the rings keep theirs."""
 
-    staging: str = "keep"
-    """Register-tile stores of a persistent block loop: keep (staged where the staging fits) or
-    drop (from registers, no staging planned, wherever that gives a ring loop a stage). Measured
+    staging: str = "auto"
+    """Register-tile stores of a persistent block loop: keep (staged where the staging fits),
+    drop (from registers, no staging planned, wherever that gives a ring loop a stage), slot (the
+    staging in the one slot of a tile loaded once per tile that is dead by the store, wherever it
+    fits: ``choose_slot_staging``) or auto (the default: slot where a ring loop would otherwise
+    keep a single stage, so that every trip's load waits for the previous trip's products).
+    Measured (H200, 2026-11-27, same run, benchmarks/lowering_ab.py --pipeline): slot took
+    attention_nol D = 256 (1 -> 2 stages) from 0.54x to 0.97x of one CTA per tile, but
+    examples/attention.tk D = 128 causal (2 -> 3 stages) from 1.04/0.99/1.01x of the template to
+    0.99/0.96/0.98x at N = 1k/4k/16k (its Q is released later, after the store's reads), so auto
+    takes it only out of a one-stage ring. Measured
     (H200, 2026-11-27, examples/attention.tk against its template, same run, N = 1k..16k): D = 128
     causal, drop (3 stages) 0.91/0.93/0.96/0.94/1.00, keep (2 stages) 1.10/1.00/0.98/0.94/0.98
     with Q released early; D = 64, drop (5 stages) 0.96/0.97/1.01/1.02/1.03, keep (4 stages)
@@ -63,8 +81,8 @@ class PipelineStages(Pass):
     stage gains, so drop is off."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
-        if self.staging not in ("keep", "drop"):
-            raise PassError(f"pipeline: staging must be keep or drop, got '{self.staging}'")
+        if self.staging not in STAGINGS:
+            raise PassError(f"pipeline: staging must be {', '.join(STAGINGS)}, got '{self.staging}'")
         if self.slots not in (0, 1, 2):
             raise PassError(f"pipeline: slots must be 0 (decide), 1 or 2, got {self.slots}")
         for name, value in (("stages", self.stages), ("max-stages", self.max_stages)):
@@ -140,6 +158,9 @@ class PipelineStages(Pass):
         if self.staging == "keep" or self.stages or not stores or \
                 block_loop(kernel).attrs.get("schedule") != "persistent":
             return
+        if self.staging in ("slot", "auto"):
+            self.choose_slot_staging(kernel, ctx, loops, decided, stores)
+            return
         gains = []
         for loop in (lp for lp in loops if "stages" not in lp.attrs):
             staged = min(self.fit(kernel, loop, decided)[0], self.max_stages)
@@ -158,6 +179,76 @@ class PipelineStages(Pass):
                        "pipeline{staging=drop}: a persistent loop's staging tile is in use all tile "
                        f"long beside the rings, and without it {', '.join(gains)}", staging="registers")
 
+    def choose_slot_staging(self, kernel: Kernel, ctx: PassContext, loops: list[For],
+                            decided: dict[For, int], stores: list) -> None:
+        """``staging=slot``/``auto``: a store's staging in the one slot of a tile loaded once per
+        tile (``slot_host``), marked ``staging_in`` (the tile's index among the block body's
+        one-shot loads) so that the stage fit no longer counts it beside the rings; ``auto``
+        keeps it only where a ring loop gains a stage."""
+        if block_loop(kernel).attrs.get("split", 1) > 1:
+            return  # split-K: each CTA stores its part from registers
+        once = one_shot_loads(kernel)
+        if not once and self.staging == "auto":
+            return  # nothing to weigh (a GEMM): no log line
+        taken: set = set()
+        for store in stores:
+            host, why = self.slot_host(kernel, store, once, taken)
+            if host is None:
+                ctx.decide(subject_of(store), "staging beside the rings",
+                           f"pipeline{{staging={self.staging}}}: {why}", staging="own")
+                continue
+            free = [lp for lp in loops if "stages" not in lp.attrs]
+            before = {lp: min(self.fit(kernel, lp, decided)[0], self.max_stages) for lp in free}
+            store.attrs["staging_in"] = once.index(host)
+            after = {lp: min(self.fit(kernel, lp, decided)[0], self.max_stages) for lp in free}
+            gains = [f"the ring of {subject_of(lp)} {before[lp]} -> {after[lp]} stages"
+                     for lp in free if after[lp] > before[lp]]
+            starved = [lp for lp in free if before[lp] < 2 <= after[lp]]
+            if self.staging == "auto" and not starved:
+                del store.attrs["staging_in"]
+                ctx.decide(subject_of(store), "staging beside the rings", "pipeline{staging=auto}: "
+                           f"every ring keeps 2 or more stages beside it ({', '.join(gains) or 'no ring loop would gain a stage'} "
+                           f"in the slot of tile {subject_of(host.result)}; measured slower where a "
+                           "ring already had 2: the slot is released only after the store's reads)",
+                           staging="own")
+                continue
+            taken.add(host)
+            ctx.decide(subject_of(store), f"staging in the bytes of tile {subject_of(host.result)}",
+                       f"pipeline{{staging={self.staging}}}: a persistent loop's staging is in use all "
+                       f"tile long beside the rings; {subject_of(host.result)} has one slot and every "
+                       "reader of it comes before the store, so its bytes are dead from its last "
+                       "product until the consumers release the slot (at the end of the tile, once "
+                       "the TMA store has read the staging) and the producer loads the next tile's "
+                       f"copy; {', '.join(gains) if gains else 'no ring loop gains a stage'}",
+                       staging="slot", gain=len(gains))
+
+    @staticmethod
+    def slot_host(kernel: Kernel, store, once: list, taken: set):
+        """(the one-shot load whose one slot can hold ``store``'s staging, '') or (None, why):
+        the store stands directly in the tile body, the tile has one slot, every op reading it
+        comes before the store in the tile body, and the staging in its smallest form (one
+        128-byte panel of 64 rows per consumer) fits its bytes and alignment."""
+        body = block_loop(kernel).regions[0]
+        if store.parent is not body:
+            return None, "the store is inside a loop: it would write the slot while later trips read it"
+        consumers = kernel.attrs.get("consumers", 1)
+        size, align = staging_sizes(store, consumers, None, bool(kernel.attrs.get("pingpong")))["chunks"]
+        at = body.ops.index(store)
+        why = "no tile is loaded once per tile"
+        for ld in once:
+            name = subject_of(ld.result)
+            if ld in taken:
+                why = f"{name} already holds a staging"
+            elif ld.attrs.get("slots", 1) != 1:
+                why = f"{name} has {ld.attrs['slots']} slots (the next tile's copy lands while this one stores)"
+            elif not fits_in(ld, size, align):
+                why = f"the staging ({size:,} B, {align}-byte aligned) does not fit {name}'s one slot"
+            elif not _read_before(body, ld, at):
+                why = f"{name} is read at or after the store"
+            else:
+                return ld, ""
+        return None, why
+
     def fit(self, kernel: Kernel, loop: For, decided: dict[For, int]):
         """How many stages of ``loop`` fit beside every buffer in use while it runs, with those
         buffers and the bytes they reserve."""
@@ -165,7 +256,7 @@ class PipelineStages(Pass):
         staging = {store: "chunks" for store in stores_of_register_tiles(kernel)}
         bufs = buffers(kernel, decided, staging, consumers)
         ring = next(b for b in bufs if b.kind == "ring" and b.op is loop)
-        beside = [b for b in bufs if b is not ring and b.overlaps_in_time(ring)]
+        beside = [b for b in bufs if b is not ring and b.within is None and b.overlaps_in_time(ring)]
         reserved = sum(ceil_to(b.size, b.align) for b in beside)
         stride = stage_stride(loop)
         fit = 0
@@ -192,7 +283,7 @@ class PipelineStages(Pass):
         parts.append(f"{nbytes(self.barrier_bytes(kernel, loop, decided, n))} for mbarriers")
         why = (f"{' - '.join(parts)} leave room for {fit} stage(s) of {nbytes(stride)}"
                + (f", capped at max-stages {self.max_stages}" if n < fit else ""))
-        later = [b for b in bufs if b is not ring and not b.overlaps_in_time(ring)]
+        later = [b for b in bufs if b is not ring and b.within is None and not b.overlaps_in_time(ring)]
         if later:
             why += "; " + ", ".join(b.name for b in later) + " can reuse the ring after the loop"
         return n, why
@@ -210,3 +301,11 @@ class PipelineStages(Pass):
             else:
                 pairs += self.max_stages
         return ceil_to(MBARRIER_BYTES * 2 * pairs, 128)
+
+
+def _read_before(body, load, at: int) -> bool:
+    """Whether every op reading ``load``'s tile sits in a tile-body op before index ``at``."""
+    for i, top in enumerate(body.ops):
+        if any(load.result in op.operands for op in top.walk()) and i >= at:
+            return False
+    return True

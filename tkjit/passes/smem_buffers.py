@@ -13,12 +13,14 @@ Lifetimes are ranges of the block body's program order (``hopper.positions``). I
 kernel rings and once-per-tile tiles live for the whole tile (the producer fills them for the
 next tile while consumers finish this one); otherwise a ring lives for its loop and a tile
 from its load to its last use. A staging tile lives from its store to the end of the tile
-(the TMA store reads it asynchronously).
+(the TMA store reads it asynchronously), unless the pipeline pass put it in the bytes of a tile
+loaded once per tile (the store's ``staging_in``: ``staging_host``), which it then shares (``within``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import For, Load, Store
 from ..ir.types import TileType
@@ -43,6 +45,9 @@ class Buffer:
     end: int
     detail: str = ""
     lifetime: str = ""
+    within: Op | None = None
+    """The one-shot load whose bytes this (staging) buffer shares (``staging_host``): it takes no
+    bytes of its own; smem-plan places it at that tile's offset."""
 
     @property
     def name(self) -> str:
@@ -52,6 +57,24 @@ class Buffer:
 
     def overlaps_in_time(self, other: "Buffer") -> bool:
         return self.start <= other.end and other.start <= self.end
+
+
+def staging_host(kernel: Kernel, store: Store) -> Load | None:
+    """The tile loaded once per tile in whose one slot the pipeline pass put ``store``'s staging
+    (the store's ``staging_in``: its index among the block body's one-shot loads), or None."""
+    index = store.attrs.get("staging_in")
+    if index is None:
+        return None
+    once = one_shot_loads(kernel)
+    if not isinstance(index, int) or not 0 <= index < len(once):
+        raise PassError(f"staging_in = {index!r} names no tile loaded once per tile (there are "
+                        f"{len(once)})", store.span)
+    return once[index]
+
+
+def fits_in(host: Load, size: int, align: int) -> bool:
+    """Whether a staging of ``size`` bytes aligned to ``align`` fits one slot of ``host``."""
+    return size <= host.result.type.nbytes and tile_align(host.result.type) % align == 0
 
 
 def stage_slots(loop: For) -> list[tuple[Load, int]]:
@@ -163,8 +186,11 @@ def buffers(kernel: Kernel, stages: dict[For, int], staging: dict[Store, str],
         detail = ((f"the whole tile{f' for each of {consumers} ping-pong consumers' if pingpong else ''}")
                   if form == "tile" else f"{consumers} x {rows} rows x {row} B, reused chunk by chunk")
         start, _ = _in_loop(store, (pos[store].start, last), body, pos)
-        out.append(Buffer("staging", store, size, align, start, last, detail,
-                          "in use from the store to the end of the tile"))
+        host = staging_host(kernel, store)
+        lifetime = ("in the bytes of tile " + subject_of(host.result) + ", dead after its last "
+                    "product; its slot is released once the TMA store has read the staging"
+                    if host is not None else "in use from the store to the end of the tile")
+        out.append(Buffer("staging", store, size, align, start, last, detail, lifetime, host))
     return out
 
 

@@ -25,8 +25,9 @@ from ..ir.core import Kernel
 from ..ir.ops import For, Store
 from .hopper import (MBARRIER_BYTES, SMEM_LIMIT, SWIZZLE_ALIGN, ceil_to, nbytes, one_shot_loads, pipelined_loops,
                      stores_of_register_tiles)
+from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
-from .smem_buffers import Buffer, buffers, round_widths, slot_stride, stage_slots, stage_stride
+from .smem_buffers import Buffer, buffers, fits_in, round_widths, slot_stride, stage_slots, stage_stride
 
 EPILOGUES = ("auto", "tile", "chunks")
 
@@ -44,9 +45,10 @@ class Placement:
 
 
 def place(bufs: list[Buffer], reuse: bool) -> list[Placement]:
-    """First fit, largest first; buffers in use at the same time never share bytes."""
+    """First fit, largest first; buffers in use at the same time never share bytes, but a staging
+    the pipeline pass put in a one-shot tile's slot (``within``) goes at that tile's offset."""
     placed: list[Placement] = []
-    for b in sorted(bufs, key=lambda b: (-b.size, b.start)):
+    for b in sorted((b for b in bufs if b.within is None), key=lambda b: (-b.size, b.start)):
         offset = 0
         while True:
             offset = ceil_to(offset, b.align)
@@ -57,7 +59,19 @@ def place(bufs: list[Buffer], reuse: bool) -> list[Placement]:
                 break
             offset = clash.end
         placed.append(Placement(b, offset))
+    for b in (b for b in bufs if b.within is not None):
+        host = next(p for p in placed if p.buffer.op is b.within)
+        if b.size > host.buffer.size or host.offset % b.align:
+            raise PassError(f"smem-plan: the {b.name} ({nbytes(b.size)}, {b.align}-byte aligned) does "
+                            f"not fit the {host.buffer.name} it was put in", b.op.span)
+        placed.append(Placement(b, host.offset))
     return placed
+
+
+def _fits_host(bufs: list[Buffer], store: Store) -> bool:
+    """Whether ``store``'s staging fits the tile it was put in (always, when it has its own bytes)."""
+    b = next(b for b in bufs if b.kind == "staging" and b.op is store)
+    return b.within is None or fits_in(b.within, b.size, b.align)
 
 
 @register_pass
@@ -102,7 +116,10 @@ class SmemPlan(Pass):
         forms = {s: "chunks" for s in stores}
         for store in stores:  # upgrade one store at a time while everything still fits
             trial = {**forms, store: "tile"}
-            placed = place(buffers(kernel, stages, trial, consumers), self.reuse)
+            bufs = buffers(kernel, stages, trial, consumers)
+            if not _fits_host(bufs, store):
+                continue
+            placed = place(bufs, self.reuse)
             if _footprint(kernel, placed)[1] <= SMEM_LIMIT:
                 forms = trial
         return forms
@@ -119,7 +136,10 @@ class SmemPlan(Pass):
                 continue
             for cols in options:
                 trial = {**widths, store: cols}
-                placed = place(buffers(kernel, stages, staging, consumers, trial), self.reuse)
+                bufs = buffers(kernel, stages, staging, consumers, trial)
+                if not _fits_host(bufs, store):
+                    continue
+                placed = place(bufs, self.reuse)
                 if _footprint(kernel, placed)[1] + SWIZZLE_ALIGN <= SMEM_LIMIT:
                     widths = trial
                     break
@@ -155,9 +175,17 @@ class SmemPlan(Pass):
         rows = []
         for p in sorted(placed, key=lambda p: p.offset):
             b = p.buffer
-            shares = [q.buffer.name for q in placed if q is not p and q.offset < p.end
+            shares = [q.buffer.name for q in placed if q is not p and q.buffer.within is None and q.offset < p.end
                       and p.offset < q.end and q.buffer.size >= b.size and q.offset <= p.offset]
             reason = f"{b.detail}; {b.lifetime}"
+            if b.within is not None:
+                ctx.decide(b.name, f"the bytes of tile {subject_of(b.within.result)}, dead after its last product",
+                           f"pipeline{{staging=slot}} (staging_in): {b.detail}, within its "
+                           f"{nbytes(b.within.result.type.nbytes)} at byte {p.offset:,}; the slot is "
+                           "released at the end of the tile, once the TMA store has read the staging",
+                           offset=p.offset, size=b.size, within=subject_of(b.within.result))
+                rows.append({"buffer": b.name, "offset": p.offset, "size": b.size})
+                continue
             if shares:
                 reason += f"; reuses the bytes of the {', '.join(shares)}, dead by then"
             ctx.decide(b.name, f"bytes {p.offset:,} .. {p.end - 1:,} ({nbytes(b.size)}, "

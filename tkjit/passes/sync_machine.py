@@ -40,7 +40,11 @@ flight (``overwrite``).
 The staged epilogue (``StagedStore``): each consumer's own staging buffers, its bulk-store groups
 and its warps' meetings (``_epilogue``): a write over a buffer a store may still read is an
 ``overwrite``, a store of a buffer its warps have not all written (no meeting since) an
-``early-read``, a bulk store still in flight at the end ``in-flight-at-exit``.
+``early-read``, a bulk store still in flight at the end ``in-flight-at-exit``. A staging written
+over a ring's stages (``StagingBegin`` .. ``StagingEnd``) is read by the consumer's TMA stores
+issued meanwhile until its issuing thread's wait retires them all (``StoreWait(0)``, ``StagingRead``,
+``StoreDrain``): a TMA load into one of those stages before then is an ``overwrite`` (the next
+tile's copy of a one-shot tile landing under a store that still reads its slot).
 
 Ping-pong (``Protocol.pingpong``): each consumer runs its own program (the CTA's tiles c, c + N,
 ...), so each fill has one reader, its *owner* (the consumer of the tile the producer filled it
@@ -80,6 +84,7 @@ class State:
     groups: tuple[tuple[tuple[int, ...], ...], ...]  # per consumer: wgmma groups in flight
     written: tuple[int, ...] = ()        # per written tile, per consumer: writes, writes published
     epi: tuple = ()                      # per consumer: (bulk-store groups in flight, free, dirty, published)
+    alias: tuple = ()                    # per consumer: (stages its staging is over, stages its stores read)
 
 
 class _Scratch:
@@ -94,11 +99,13 @@ class _Scratch:
         self.groups = [list(g) for g in st.groups]
         self.written = list(st.written)
         self.epi = list(st.epi)
+        self.alias = list(st.alias)
 
     def freeze(self) -> State:
         return State(tuple(self.pcs), tuple(self.bars), tuple(self.stages),
                      tuple(sorted(self.inflight)), tuple(self.reads),
-                     tuple(tuple(g) for g in self.groups), tuple(self.written), tuple(self.epi))
+                     tuple(tuple(g) for g in self.groups), tuple(self.written), tuple(self.epi),
+                     tuple(self.alias))
 
 
 class Machine:
@@ -163,7 +170,8 @@ class Machine:
         return State(tuple(0 for _ in self.programs), tuple(bars), (0,) * (4 * n), (),
                      (0,) * (2 * n * self.consumers), tuple(() for _ in range(self.consumers)),
                      (0,) * (2 * len(self.layout.tiles) * self.consumers),
-                     (((), (1 << len(self.layout.buffers)) - 1, 0, 0),) * self.consumers)
+                     (((), (1 << len(self.layout.buffers)) - 1, 0, 0),) * self.consumers,
+                     ((0, 0),) * self.consumers)
 
     def count(self, bar: int) -> int:
         if bar == self.layout.sync_bar:
@@ -324,12 +332,18 @@ class Machine:
         elif act.op == TURN_ARRIVE:
             self._arrive_turn(s, act.arg, role)
         elif act.op == STAGING_BEGIN:
+            over, reading = s.alias[role - 1]
             for g in range(act.arg, act.arg + act.val):
                 self._check_staging(s, role - 1, g)
                 s.stages[4 * g + 3] += 1
+                over |= 1 << g
+            s.alias[role - 1] = (over, reading)
         elif act.op == STAGING_END:
+            over, reading = s.alias[role - 1]
             for g in range(act.arg, act.arg + act.val):
                 s.stages[4 * g + 3] -= 1
+                over &= ~(1 << g)
+            s.alias[role - 1] = (over, reading)
         elif act.op == EXPECT:
             fills = s.stages[4 * (act.arg // 2)]
             if fills:  # arming the next fill: the previous one must be released by then
@@ -359,6 +373,11 @@ class Machine:
             self._arrive(s, act.arg)
         elif act.op in (STORE_WAIT, STAGING_SYNC, STAGING_WRITE, TMA_STORE, STORE_DRAIN):
             self._epilogue(s, role - 1, act)
+            over, reading = s.alias[role - 1]
+            if act.op == TMA_STORE:  # reads the staging where it is: over those stages, if any
+                s.alias[role - 1] = (over, reading | over)
+            elif not s.epi[role - 1][0]:  # every store of the consumer has read its staging
+                s.alias[role - 1] = (over, 0)
 
     def _epilogue(self, s: _Scratch, c: int, act: Action) -> None:
         """The staged epilogue of consumer ``c`` over its own staging buffers: ``groups`` are its
@@ -405,6 +424,11 @@ class Machine:
             raise Found("overwrite", g, f"the producer's TMA into stage {self.layout.stage_name(g)} "
                         "lands where an epilogue's staging tile lives: the ring is reused for "
                         "staging while the producer still fills it")
+        late = [c for c, (_, reading) in enumerate(s.alias) if reading >> g & 1]
+        if late:
+            raise Found("overwrite", g, f"the producer's TMA into stage {self.layout.stage_name(g)} may "
+                        f"land while consumer {late[0]}'s TMA store still reads the staging there (no "
+                        "cp.async.bulk.wait_group.read 0 by its issuing thread before the release)")
         if fills == 0 or issued & (1 << i):
             if fills > 0:
                 self._check_free(s, g, fills)

@@ -38,6 +38,10 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
     Advance(ring, per)     next stage; flip ph on wrap ("wrap") -- "iteration" is a known bug
     Reset(ring)            s = 0, ph = 0 (a known bug when the barriers carry on)
     ConsumerSync()         bar.sync on a named barrier of all consumer warpgroups
+    ScratchSync(ops)       the consumers' named barrier around the shared scratch their cross-warp
+                           reductions (``ops``) exchange partials through, in the tile op it
+                           stands for: every ``bar.sync`` those exchanges need (a meeting, checked
+                           as ``ConsumerSync``)
     TileWrite(tile)        the consumers write their rows of a shared tile no TMA fills (a
                            register tile stored for a later wgmma) and fence the writes for the
                            async proxy; ``ConsumerSync`` steps around it order it after every
@@ -49,7 +53,13 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            tensor cores, handed on by the consumer of the CTA's previous tile)
     TurnPass()             ping-pong: bar.arrive on the next consumer's turn barrier
     StagingBegin(ring)     the epilogue writes its staging tile over every stage of the ring
-    StagingEnd(ring)       ... and its TMA store has read it (cp.async.bulk.wait_group.read 0)
+    StagingEnd(ring)       ... and its TMA store has read it (one tile per CTA: nothing refills
+                           the ring after it, so no wait is printed)
+    StagingRead(ring)      ... the staging is in the one slot of a tile loaded once per tile of a
+                           persistent loop (``pipeline{staging=slot}``): the consumer's TMA-issuing
+                           thread waits until its bulk stores have read it
+                           (cp.async.bulk.wait_group.read 0), the same thread that then releases
+                           the slot, so the producer's next copy never lands under a store
     ClusterReduce(ring, ctas)  split-K: the ``ctas`` CTAs of a cluster each ran 1/ctas of the
                            ring loop's trips; at a cluster barrier (every consumer of every CTA
                            past the loop, its ring drained) each sends its partial accumulators
@@ -251,6 +261,19 @@ class ConsumerSync(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class ScratchSync(Frozen):
+    """The consumers' shared scratch: the row reductions ``ops`` of the tile op this step stands
+    for combine partials over several warp columns through shared scratch, and every ``bar.sync``
+    on the consumers' named barrier that orders those writes and reads (a kernel with no matrix
+    product: codegen/hopper/lower_layout.py) is this step's. Checked as a meeting of the consumers."""
+
+    ops: tuple[str, ...]
+
+    def text(self) -> str:
+        return f"bar.sync: all consumer warpgroups meet around the shared scratch of {', '.join(self.ops)}"
+
+
+@dataclass(unsafe_hash=True)
 class TileWrite(Frozen):
     """The consumers write their rows of ``tile``, a shared tile no TMA fills, from registers
     (``st.shared``), then ``fence.proxy.async`` so that a wgmma (the async proxy) sees them."""
@@ -279,6 +302,19 @@ class StagingEnd(Frozen):
 
     def text(self) -> str:
         return f"epilogue: TMA store has read the staging tile (ring {self.ring} free again)"
+
+
+@dataclass(unsafe_hash=True)
+class StagingRead(Frozen):
+    """The epilogue's staging lives in the one slot of ``ring`` (a tile loaded once per tile of a
+    persistent loop): the consumer's TMA-issuing thread waits until its bulk stores have read it
+    (``cp.async.bulk.wait_group.read 0``) before that thread releases the slot."""
+
+    ring: str
+
+    def text(self) -> str:
+        return (f"epilogue: wait until the TMA stores have read the staging in ring {self.ring} "
+                "(cp.async.bulk.wait_group.read 0, the thread that releases it)")
 
 
 @dataclass(unsafe_hash=True)
@@ -410,8 +446,8 @@ class TurnPass(Frozen):
         return "bar.arrive turn[next consumer]: hand the tensor cores on"
 
 
-Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, TileWrite,
-              StagingBegin, StagingEnd, ClusterReduce, StreamKFixup, ClusterSync, SkipTrips, TurnWait, TurnPass,
+Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, ScratchSync, TileWrite,
+              StagingBegin, StagingEnd, StagingRead, ClusterReduce, StreamKFixup, ClusterSync, SkipTrips, TurnWait, TurnPass,
               StoreWait, StagingSync, StagingWrite, TmaStore, StoreDrain, HoldStore]
 
 
@@ -631,9 +667,12 @@ class OneShotUse(Frozen):
 
 @dataclass(unsafe_hash=True)
 class StagingReuse(Frozen):
-    """An epilogue whose staging tile reuses the bytes of these rings."""
+    """An epilogue whose staging tile reuses the bytes of these rings (``read``: the one slot of a
+    tile loaded once per tile in a persistent loop, refilled for the next tile once released: the
+    staging ends with ``StagingRead``, the wait for the TMA stores' reads)."""
 
     rings: tuple[str, ...]
+    read: bool = False
 
 
 @dataclass(unsafe_hash=True)
@@ -672,7 +711,15 @@ class TileProduct(Frozen):
     rings: tuple[str, ...]
 
 
-Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem, TileProduct]
+@dataclass(unsafe_hash=True)
+class ScratchUse(Frozen):
+    """A tile op whose cross-warp reductions (``ops``) exchange partials through the consumers'
+    shared scratch: a ``ScratchSync`` step stands for it."""
+
+    ops: tuple[str, ...]
+
+
+Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem, TileProduct, ScratchUse]
 
 
 def staged_store(item: StoreItem) -> StagedStore:
@@ -876,9 +923,10 @@ def own_trips_consumer(steps: tuple[Step, ...], ring: str) -> tuple[Step, ...]:
 def consumer_staging(item: StagingReuse, store: "StoreItem | None" = None) -> tuple[Step, ...]:
     """Every consumer must be done with the rings before any of them writes over them (and, with
     ``store``, the staged store that writes its staging there comes between)."""
+    end = StagingRead if item.read else StagingEnd
     return (ConsumerSync(), *(StagingBegin(r) for r in item.rings),
             *((staged_store(store),) if store is not None else ()),
-            *(StagingEnd(r) for r in item.rings))
+            *(end(r) for r in item.rings))
 
 
 def reads_ring(step: Step, ring: str) -> bool:
@@ -944,6 +992,8 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             cons.append(StreamKFixup(item.ring))
         elif isinstance(item, TileProduct):
             cons += [Mma(item.rings), MmaWait(0)]
+        elif isinstance(item, ScratchUse):
+            cons.append(ScratchSync(item.ops))
         elif isinstance(item, StoreItem):
             if not (n and isinstance(items[n - 1], StagingReuse)):
                 cons.append(staged_store(item))

@@ -40,14 +40,16 @@ def case_text(case) -> str:
 
 def own_trip_cases(proto: Protocol, trips: list[int]) -> list[tuple]:
     """Cases for consumers that loop over their own trips: consumer 0 one short, all but the last
-    one short, consumer 0 with one or none of its own (the rest idle), per tile and, persistent,
-    over tiles of mixed counts (the phases carry on through the idle trips)."""
+    one short, consumer 0 with one or none of its own (the rest idle), all but consumer 0 with none
+    (their rows past the end: own-trips{past_end}), per tile and, persistent, over tiles of mixed
+    counts (the phases carry on through the idle trips)."""
     n = proto.consumers
     def entry(total: int, short: list[int]) -> tuple[int, ...]:
         return (total, *(max(0, min(total, total - d)) for d in short + [0] * (n - len(short))))
     tiles = []
     for t in (x for x in trips if x > 0):
-        tiles += [entry(t, [1]), entry(t, [1] * (n - 1)), entry(t, [t - 1]), entry(t, [t])]
+        tiles += [entry(t, [1]), entry(t, [1] * (n - 1)), entry(t, [t - 1]), entry(t, [t]),
+                  entry(t, [0] + [t] * (n - 1))]
     tiles = list(dict.fromkeys(tiles))
     cases = [(e,) for e in tiles]
     if proto.persistent and tiles:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from .sync_protocol import (BLOCKS, Advance, ClusterReduce, ClusterSync, ConsumerSync, ExpectTx, HoldStore, IfHeld,
                             IfNextTile, IfPrevTile, IfTrips, Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset,
-                            SkipTrips, StagedStore, StagingBegin, StagingEnd, StagingSync, StagingWrite, Step, StoreDrain,
+                            SkipTrips, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync, StagingWrite, Step, StoreDrain,
                             StoreWait, StreamKFixup, Tiles, TileWrite, TmaLoad, TmaStore, TurnPass, TurnWait, Wait)
 
 # concrete opcodes
@@ -277,6 +277,11 @@ class _Unroller:
         self.emit(WAIT, bar, self.syncs & 1, label="bar.sync: wait for every consumer")
         self.syncs += 1
 
+    def _ScratchSync(self, st) -> None:
+        """The consumers meet on their named barrier around a reduction's shared scratch (the
+        scratch is theirs alone: no ring byte, no TMA; what it orders is the meeting)."""
+        self._ConsumerSync(ConsumerSync())
+
     def _ClusterReduce(self, st: ClusterReduce) -> None:
         """Split-K: the cluster barrier (every consumer meets; the peers mirror this CTA), the
         partials written over the ring, the second cluster barrier after which they are read."""
@@ -338,6 +343,12 @@ class _Unroller:
     def _StagingEnd(self, st: StagingEnd) -> None:
         self.emit(STAGING_END, self.layout.base[st.ring], self.proto.ring(st.ring).stages,
                   label=f"epilogue's TMA store has read the staging tile (ring {st.ring})")
+
+    def _StagingRead(self, st: StagingRead) -> None:
+        """The issuing thread's wait for its bulk stores' reads, then the staging's end."""
+        self.emit(STORE_WAIT, 0, label=f"cp.async.bulk.wait_group.read 0 (one thread): the staging in ring "
+                  f"{st.ring} read")
+        self._StagingEnd(StagingEnd(st.ring))
 
 
 def unroll(proto: Protocol, program: tuple[Step, ...], case: tuple[int, ...],

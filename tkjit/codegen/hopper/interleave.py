@@ -17,7 +17,7 @@ from __future__ import annotations
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
 from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma, MmaWait,
-                                     StagedStore, StreamKFixup, TileWrite, Wait)
+                                     ScratchSync, StagedStore, StreamKFixup, TileWrite, Wait)
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -55,22 +55,25 @@ def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
     return out
 
 
-def tile_anchor(ring_of_load: dict, loop_of: dict, staged_over_rings: list, store_of: dict | None = None):
+def tile_anchor(ring_of_load: dict, loop_of: dict, staged_over_rings: list, store_of: dict | None = None,
+                scratch_ops: list = ()):
     """The anchor of the tile body's steps (``loop_of``: ring -> its IR loop; the k-th
     ``ConsumerSync`` stands for the k-th store staged over a ring, the k-th ``Mma`` for the k-th
-    product of the body (of tiles loaded once per tile); ``store_of``: a staged store's name ->
-    the IR store its ``StagedStore`` or ``HoldStore`` stands for). Counted afresh for every tile
-    (``interleave`` calls ``start``)."""
-    return _TileAnchor(ring_of_load, loop_of, list(staged_over_rings), store_of or {})
+    product of the body (of tiles loaded once per tile), the k-th ``ScratchSync`` for the k-th op
+    of ``scratch_ops``; ``store_of``: a staged store's name -> the IR store its ``StagedStore`` or
+    ``HoldStore`` stands for). Counted afresh for every tile (``interleave`` calls ``start``)."""
+    return _TileAnchor(ring_of_load, loop_of, list(staged_over_rings), store_of or {}, list(scratch_ops))
 
 
 class _TileAnchor:
-    def __init__(self, ring_of_load: dict, loop_of: dict, staged_over_rings: list, store_of: dict):
+    def __init__(self, ring_of_load: dict, loop_of: dict, staged_over_rings: list, store_of: dict,
+                 scratch_ops: list):
         self.ring_of_load, self.loop_of, self.staged, self.store_of = ring_of_load, loop_of, staged_over_rings, store_of
+        self.scratch_ops = scratch_ops
         self.start()
 
     def start(self) -> None:
-        self.syncs, self.products = iter(self.staged), None
+        self.syncs, self.products, self.scratch = iter(self.staged), None, iter(self.scratch_ops)
 
     def __call__(self, step, ops: list[Op]) -> int | None:
         if isinstance(step, (StagedStore, HoldStore)):
@@ -87,6 +90,8 @@ class _TileAnchor:
             return ops.index(self.loop_of[step.ring])
         if isinstance(step, ConsumerSync):
             return ops.index(next(self.syncs))
+        if isinstance(step, ScratchSync):
+            return ops.index(next(self.scratch))
         if isinstance(step, (ClusterReduce, StreamKFixup)):
             return first_reader(ops, self.loop_of[step.ring])
         return None

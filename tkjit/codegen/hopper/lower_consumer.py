@@ -23,7 +23,8 @@ from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
 from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Loop, Mma,
-                                     StagedStore, StagingBegin, StagingEnd, StagingSync, StagingWrite, StoreDrain,
+                                     ScratchSync, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync,
+                                     StagingWrite, StoreDrain,
                                      StoreWait, StreamKFixup, TileWrite, TmaStore, Wait)
 from ..emit_control import fresh, moves
 from ..emit_reduce import combine_partial_sums
@@ -93,6 +94,7 @@ class ConsumerRole(RoleEmitter):
         self.table[ConsumerSync] = self.consumer_sync
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
+        self.table[StagingRead] = self.staging_read
         self.table[StreamKFixup] = self.stream_k_fixup  # (when no op reads the loop's result)
         # the staged epilogue (lower_epilogue.py): StagedStore/HoldStore stand for the IR store
         self.table.update({StoreWait: self.store_wait, StagingSync: self.staging_sync,
@@ -208,7 +210,7 @@ class ConsumerRole(RoleEmitter):
         if step.alternate:  # SkipTrips comes before the loop: its trip count first (the same every tile)
             self.ahead(list(self.k.blocks.regions[0].ops))
         anchor = tile_anchor(self.ring_of_load, self.loop_of, self.k.schedule.staged_over_rings,
-                             self.k.schedule.store_of)
+                             self.k.schedule.store_of, self.k.schedule.scratch_ops)
         if self.k.stream_k is not None:  # where a stream-K contribution ends its tile
             self.tile_end = self.b.label("tile_end")
         self.walk(list(self.k.blocks.regions[0].ops), step.body, anchor, self.k.blocks)
@@ -301,6 +303,8 @@ class ConsumerRole(RoleEmitter):
             self.b(f"// step: {step.text()}")
             self.wgmma(op)
             self.b("// end step")
+        elif isinstance(step, ScratchSync):  # its cross-warp reductions' barriers are this step's
+            self.scratch_step(step, op)
         elif isinstance(step, (StagedStore, HoldStore)):  # a staged store (lower_fragments.emit_store)
             self.epilogue_step[op] = step
             self.ops([op])
@@ -552,6 +556,10 @@ class ConsumerRole(RoleEmitter):
         epi = self.epi
         store_round(self.b, epi.staging, epi.slabs, epi.round, step.buffer, epi.row0, epi.col0, epi.lead)
 
+    def staging_read(self, step: StagingRead) -> None:
+        from .lower_epilogue import staging_read
+        self.b(*staging_read(self))
+
     def store_drain(self, step: StoreDrain) -> None:
         from .lower_epilogue import drain
         self.b(*drain(self))
@@ -560,6 +568,18 @@ class ConsumerRole(RoleEmitter):
         self.b(*self.deferred.flush(self.ctx, step))
 
     # -- named barriers -------------------------------------------------------------------
+    def scratch_step(self, step, op: Op) -> None:
+        """``op`` with every barrier its shared-scratch exchanges print marked as ``step``
+        (lower_layout.ConsumerSharedSync)."""
+        sync = self.ctx.sync
+        if getattr(sync, "step", False) is not None:
+            raise NotImplementedError(f"a ScratchSync step ({step.text()}) but the consumers have no shared scratch")
+        sync.step = step
+        try:
+            self.ops([op])
+        finally:
+            sync.step = None
+
     def consumer_sync(self, step) -> None:
         self.b(f"bar.sync {CONSUMER_BARRIER}, {128 * self.k.consumers};")
 

@@ -149,10 +149,17 @@ class Deferred:
         return out
 
 
+def staging_read(role) -> list[str]:
+    """The protocol's ``StagingRead``: the staging lives in a one-shot tile's slot; the thread that
+    issued its TMA stores waits until they have read it, before that same thread (the consumer's
+    leader) arrives on the slot's empty barrier."""
+    return [f"@{role.leader} {tma.store_wait(0, read_only=True)}"]
+
+
 def drain(role) -> list[str]:
     """The protocol's ``StoreDrain``: before the consumer exits, its last TMA stores have finished
     with the staging tile."""
     return [f"@{role.leader} {tma.store_wait(0, read_only=False)}"]
 
 
-__all__ = ["staging_for", "emit_staged", "drain", "Deferred", "EpilogueWalk", "FIRST_STAGING_BARRIER"]
+__all__ = ["staging_for", "emit_staged", "staging_read", "drain", "Deferred", "EpilogueWalk", "FIRST_STAGING_BARRIER"]

@@ -50,27 +50,64 @@ def consumer_grid(kernel, warps: int) -> tuple[WarpGrid, dict | None]:
 
 
 class ConsumerSharedSync(SharedSync):
-    """Scratch hazards among the consumer warpgroups only: their named barrier, not the CTA's."""
+    """Scratch hazards among the consumer warpgroups only: their named barrier, not the CTA's.
+    While the consumers emit the op a ``ScratchSync`` step stands for (``step``), each barrier is
+    that step's printing (``// step:`` ... ``// end step``: the PTX lint's marks)."""
 
     def __init__(self, consumers: int):
         super().__init__()
         self.BARRIER = f"bar.sync {SCRATCH_BARRIER}, {128 * consumers};"
+        self.step = None
+
+    def _barrier_if(self, needed: bool) -> list[str]:
+        out = super()._barrier_if(needed)
+        if out and self.step is not None:
+            return [f"// step: {self.step.text()}", *out, "// end step"]
+        return out
+
+
+def scratch_needs(ops, table, grid) -> list[tuple]:
+    """(op, bytes) of every consumer op among ``ops`` that needs shared scratch with ``grid``. Loads
+    and stores go through the general lowering's own emitters, which need none."""
+    out = []
+    for op in ops:
+        if isinstance(op, (Load, Store)):
+            continue
+        n = table.scratch_bytes(op, grid)
+        if n:
+            out.append((op, n))
+    return out
+
+
+def consumer_warps(kernel) -> int:
+    """The warps that share each tile's rows: every consumer's, or one's (ping-pong)."""
+    return 4 * (1 if kernel.attrs.get("pingpong") else kernel.attrs["consumers"])
+
+
+def scratch_uses(kernel, body) -> dict:
+    """The ops of ``body`` (the block body) holding consumer ops that exchange partials through
+    the shared scratch -> those ops' names: what the mbarrier pass puts a ``ScratchSync`` step
+    for, by the rule ``scratch_plan`` places the scratch by (the grid of ``consumer_grid``; the
+    scratch needs of the emitter table, which ``lower_fragments.consumer_table`` keeps as they are)."""
+    from ..table import EmitterTable
+    grid, _ = consumer_grid(kernel, consumer_warps(kernel))
+    table = EmitterTable()
+    out = {}
+    for op in body.ops:
+        users = scratch_needs(op.walk(), table, grid)
+        if users:
+            out[op] = tuple(dict.fromkeys(user.NAME for user, _ in users))
+    return out
 
 
 def scratch_plan(kernel, ops, table, grid, base: int) -> tuple[SmemPlan, int]:
     """One shared scratch region from ``base`` (128-byte aligned) for every consumer op that
     needs scratch with ``grid`` (the largest need: the ops run one after another and
     ``ConsumerSharedSync`` puts a barrier between a read and the next write), and the bytes it
-    adds. Loads and stores go through the general lowering's own emitters, which need none."""
-    need = 0
-    users = []
-    for op in ops:
-        if isinstance(op, (Load, Store)):
-            continue
-        n = table.scratch_bytes(op, grid)
-        if n:
-            need = max(need, n)
-            users.append(op)
+    adds."""
+    needs = scratch_needs(ops, table, grid)
+    need = max((n for _, n in needs), default=0)
+    users = [op for op, _ in needs]
     if not need:
         return SmemPlan({}, {}, 0, []), 0
     at = -(-base // 128) * 128
@@ -80,7 +117,8 @@ def scratch_plan(kernel, ops, table, grid, base: int) -> tuple[SmemPlan, int]:
     return plan, at + need - base
 
 
-__all__ = ["consumer_grid", "has_product", "ConsumerSharedSync", "scratch_plan", "SCRATCH_BARRIER"]
+__all__ = ["consumer_grid", "consumer_warps", "has_product", "ConsumerSharedSync", "scratch_needs", "scratch_plan",
+           "scratch_uses", "SCRATCH_BARRIER"]
 
 
 def auto_refusal(kernel, options: dict):

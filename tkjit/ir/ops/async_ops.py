@@ -134,10 +134,14 @@ STEP_OPS: tuple[type[StepOp], ...] = (
           {"ring": str, "per": str}, ("per",)),
     _step("ring_reset", "Reset", "``ring_reset {ring}``: s = 0, ph = 0.", RING),
     _step("consumer_sync", "ConsumerSync", "``consumer_sync``: bar.sync of every consumer warpgroup."),
+    _step("scratch_sync", "ScratchSync", "``scratch_sync {ops}``: the consumers' bar.sync around the shared "
+          "scratch of the next tile op's cross-warp reductions.", {"ops": NAMES}),
     _step("tile_write", "TileWrite", "``tile_write {tile}``: the consumers write a shared tile from "
           "registers and fence it for the async proxy.", {"tile": str}),
     _step("staging_begin", "StagingBegin", "``staging_begin {ring}``: the epilogue's staging goes over the ring.", RING),
     _step("staging_end", "StagingEnd", "``staging_end {ring}``: its TMA store has read the staging.", RING),
+    _step("staging_read", "StagingRead", "``staging_read {ring}``: the staging in the ring's one-shot slot: "
+          "cp.async.bulk.wait_group.read 0 by the thread that releases the slot.", RING),
     _step("split_reduce", "ClusterReduce", "``split_reduce {ring, ctas}``: split-K's exchange of partials over the cluster.",
           {"ring": str, "ctas": int}),
     _step("stream_k_fixup", "StreamKFixup", "``stream_k_fixup {ring}``: stream-K's fix-up after the ring's loop.", RING),

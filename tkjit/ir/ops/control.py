@@ -92,12 +92,14 @@ class For(Op):
     (shared-memory distance between two stages), ``bars`` (offset of its mbarrier words) and
     ``partial_sums`` (the carried row sums each thread keeps as its own share, combined across
     the threads of a row once after the loop: the row-sums pass), ``own_trips`` ([rows per
-    consumer, key scale]: each consumer runs the trips its own rows see; the own-trips pass)."""
+    consumer, key scale]: each consumer runs the trips its own rows see; key scale 0: no mask, the
+    tile's trips) and ``past_end`` (true: a consumer whose rows all lie past the end of every store
+    runs none of them; the own-trips pass)."""
 
     NAME = "for"
     OPERANDS = ("lo", "hi", "step", "inits*")
     ATTRS = {"stages": int, "unroll": int, "stage_bytes": int, "stage_stride": int, "bars": int,
-             "partial_sums": tuple, "own_trips": tuple}
+             "partial_sums": tuple, "own_trips": tuple, "past_end": bool}
     OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = None
     NUM_REGIONS = 1

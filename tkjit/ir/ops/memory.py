@@ -68,12 +68,13 @@ class Store(Op):
     staging and TMA stores; "deferred": staged under the next tile's first wgmma group; absent:
     from registers) and ``epilogue_cols`` (columns of a consumer's staging per round). Set by the
     pipeline pass: ``unstaged`` (no staging planned: in a persistent loop it would cost a ring a
-    stage; stored from registers)."""
+    stage; stored from registers) or ``staging_in`` (n: the staging goes in the one slot of the
+    block body's n-th tile loaded once per tile, dead by the store: ``pipeline{staging=slot}``)."""
 
     NAME = "store"
     OPERANDS = ("dst", "value", "coords*")
     ATTRS = {"smem": int, "staging": str, "staging_cols": int, "epilogue": str, "epilogue_cols": int,
-             "unstaged": bool}
+             "unstaged": bool, "staging_in": int}
     OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = 0
 
