@@ -268,7 +268,7 @@ def test_the_protocol_is_the_one_the_general_lowering_walks():
     assert "producer:" in text and "consumer (each of 2):" in text and "tma_load a" in text
     attention = tkjit.load(examples / "attention.tk", cache=False)  # the general lowering too
     assert attention.metadata.get("lowering") == "general"
-    assert attention.protocol == protocol_of(attention.ir).text() and "ring q" in attention.protocol
+    assert attention.protocol == protocol_from_ir(attention.async_ir).text() and "ring q" in attention.protocol
     plain = tkjit.load(examples / "gemm.tk", cache=False, pipeline="canonicalize")
     with pytest.warns(RuntimeWarning, match="mma.sync register-tile backend"):
         assert plain.protocol is None
