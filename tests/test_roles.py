@@ -128,7 +128,9 @@ def test_reading_a_product_before_its_wait_is_caught(monkeypatch):
 
     # 128-key blocks: one ring of 3 stages, pipelined_loop's protocol (the D = 128 default, 176
     # keys in 2 stages, takes split rings: split_loop)
-    k = tkjit.load(EXAMPLES / "attention_nol.tk", constants={"BKV": 128}, cache=False)
+    from tkjit.passes import DEFAULT_PIPELINE
+    one_tile = DEFAULT_PIPELINE.replace("grid,", "grid{overlap=-1},")  # 3 stages, one ring (persistent: 2, split)
+    k = tkjit.load(EXAMPLES / "attention_nol.tk", constants={"BKV": 128}, cache=False, pipeline=one_tile)
     monkeypatch.setattr(sp, "pipelined_loop", no_s_wait)
     q, kk, v = (torch.randn(1, 1, 300, 128).bfloat16() for _ in range(3))
     with pytest.raises(ScheduleError, match="not waited for"):
