@@ -180,14 +180,11 @@ def tight_registers(kernel: Kernel) -> str:
     """Why a persistent tile loop would not fit the consumers' registers, or '' (the estimate
     warp-spec and reg-budget use: the live fragments + CONSUMER_OVERHEAD, against what the
     consumers get beside the smallest producer)."""
-    from .hopper import SETMAXNREG_MIN, consumer_registers
-    from .liveness import CONSUMER_OVERHEAD, consumer_pressure
-    from .warp_spec import planned_consumers
+    from .warp_spec import consumer_fit, planned_consumers
     n = planned_consumers(kernel)
     if n is None:
         return ""
-    need = consumer_pressure(kernel, n).peak + CONSUMER_OVERHEAD
-    room = consumer_registers(n, SETMAXNREG_MIN)
+    need, room = consumer_fit(kernel, n)
     if need + PERSISTENT_STATE <= room:
         return ""
     return (f"its {n} consumer(s) need about {need} registers a thread of the {room} they can get, "
