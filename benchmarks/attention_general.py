@@ -51,6 +51,18 @@ def batch_ms(fn, sets, per_batch=10) -> float:
     return start.elapsed_time(end) / per_batch
 
 
+def interleaved_ms(fns: dict, sets, rounds: int = 15) -> dict[str, float]:
+    """Median ms per launch of each callable: one warm-up batch each, then ``rounds`` batches of
+    every callable, the order reversed every other round (clock and power drift fall on all)."""
+    times = {name: [] for name in fns}
+    for fn in fns.values():
+        batch_ms(fn, sets, 3)
+    for i in range(rounds):
+        for name, fn in (list(fns.items()) if i % 2 == 0 else list(reversed(fns.items()))):
+            times[name].append(batch_ms(fn, sets))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def parse(shape: str) -> tuple[int, int, bool]:
     parts = shape.split(":")
     return int(parts[0]), int(parts[1]), parts[2:] == ["causal"]
@@ -145,14 +157,8 @@ def row(shape: str, variants: dict, nol: bool = False) -> dict:
         fns["nol"] = (lambda kk: lambda q, k_, v, o, l: kk(q, k_, v, o, scale))(ks["nol"])
     fns["cudnn"] = lambda q, k_, v, o, l: torch.nn.functional.scaled_dot_product_attention(
         q, k_, v, is_causal=causal, scale=scale)
-    times = {name: [] for name in fns}
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        for fn in fns.values():
-            batch_ms(fn, sets, 3)
-        for i in range(15):
-            for name, fn in (list(fns.items()) if i % 2 == 0 else list(reversed(fns.items()))):
-                times[name].append(batch_ms(fn, sets))
-    med = {name: statistics.median(t) for name, t in times.items()}
+        med = interleaved_ms(fns, sets)
     out.update({f"{name}_ms": round(v, 5) for name, v in med.items()})
     out["general_vs_cudnn"] = round(med["cudnn"] / med["general"], 4)
     for name in ks:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -31,22 +30,13 @@ import tkjit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from attention_general import interleaved_ms  # noqa: E402  (the same timing as its rows)
 from tkbench.checks import rel_err  # noqa: E402
 from tkbench.generality import FULL, SPECS, constants_of  # noqa: E402
 
 DEFAULT = ("attention_nol", "attention_exp", "attention_f16", "attention_mask", "attention_softcap",
            "attention_alibi", "attention_window", "mlp")
 L2_BYTES = 60 << 20
-
-
-def batch_ms(fn, sets, per_batch=10) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(per_batch):
-        fn(*sets[i % len(sets)])
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / per_batch
 
 
 def check(kernel, spec, p) -> float:
@@ -76,13 +66,7 @@ def row(p: dict, variants: dict | None = None) -> dict:
     one = sum(a.numel() * a.element_size() for a in probe if hasattr(a, "numel"))
     sets = [tuple(spec.make(p, "cuda")) for _ in range(max(2, -(-2 * L2_BYTES // one)))]
     fns = {low: (lambda kk: lambda *a: kk(*a))(k) for low, k in ks.items()}
-    times = {low: [] for low in fns}
-    for fn in fns.values():
-        batch_ms(fn, sets, 3)
-    for i in range(15):
-        for low, fn in (list(fns.items()) if i % 2 == 0 else list(reversed(fns.items()))):
-            times[low].append(batch_ms(fn, sets))
-    med = {low: statistics.median(t) for low, t in times.items()}
+    med = interleaved_ms(fns, sets)
     out.update({f"{low}_ms": round(v, 5) for low, v in med.items()})
     out["general_vs_auto"] = round(med["auto"] / med["general"], 4)
     for name in variants or {}:

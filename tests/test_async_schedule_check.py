@@ -141,3 +141,47 @@ def test_the_mbarrier_ir_files_protocols_are_checked_as_the_async_schedule_pass_
     (d,) = [d for d in log if "sync protocol" in d.decision]
     assert d.pass_name == "async-schedule" and "read back from the async-schedule IR" in d.reason
     assert d.decision == f"sync protocol checked: {cases} trip-count case(s), every interleaving"
+
+
+def _without_releases(steps):
+    """Every ``Release`` dropped from a program, at any depth (loops, branches)."""
+    import dataclasses
+
+    from tkjit.passes.sync_protocol import Release
+    out = []
+    for st in steps:
+        if isinstance(st, Release):
+            continue
+        nested = {f.name: _without_releases(getattr(st, f.name)) for f in dataclasses.fields(st)
+                  if f.name in ("body", "orelse") and isinstance(getattr(st, f.name), tuple)}
+        out.append(dataclasses.replace(st, **nested) if nested else st)
+    return tuple(out)
+
+
+NO_ASYNC = DEFAULT_PIPELINE.replace(",async-schedule", "")
+
+
+def test_a_pipeline_without_async_schedule_still_checks_what_the_emitter_follows():
+    """A user's pipeline that stops at mbarrier: the emitter walks the mbarrier pass's protocol
+    object, and the compile checks that object (logged under mbarrier)."""
+    k = tkjit.compile(CASES[0].source, cache=False, pipeline=NO_ASYNC)
+    assert k.async_ir is None
+    (d,) = [d for d in k.decisions.for_pass("mbarrier") if d.decision.startswith("sync protocol checked")]
+    assert "the pipeline has no async-schedule pass" in d.reason
+    assert d.data["protocol"] == schedule_of(k.ir).protocol.text()
+
+
+def test_a_broken_protocol_without_async_schedule_stops_the_compile(monkeypatch):
+    """The same protocol with its consumers' releases lost: a deadlock, found at compile time
+    (before, such a pipeline emitted whatever the object said, unchecked)."""
+    import dataclasses
+
+    from tkjit.passes import mbarrier
+    real = mbarrier.protocol_of
+
+    def broken(kernel):
+        proto = real(kernel)
+        return dataclasses.replace(proto, consumer=_without_releases(proto.consumer))
+    monkeypatch.setattr(mbarrier, "protocol_of", broken)
+    with pytest.raises(TkError, match="deadlock"):
+        tkjit.compile(CASES[0].source, cache=False, pipeline=NO_ASYNC).asm["ptx"]

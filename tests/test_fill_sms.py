@@ -404,3 +404,13 @@ def test_the_general_lowering_launches_the_variants_the_template_did(monkeypatch
     shape = variant.metadata["gemm"]
     assert dict(variant.options.constants) == constants
     assert (shape["tile"], shape["split"], bool(shape.get("pingpong"))) == (tile, split, pingpong)
+
+
+def test_a_scalar_argument_does_not_keep_a_kernel_from_choosing():
+    """A @fill_sms kernel with a scalar parameter (alpha, a scale) chooses by its tensors' shapes:
+    the scalar has none, and once made every call with an argument without a shape fell back to
+    the default."""
+    dispatch, kernel, made, fallback = fake_dispatch()
+    dispatch(*tensors(128, 4096, 4096), 0.5)
+    assert fallback.calls == 0 and len(made) == 6
+    assert kernel.decisions.for_pass("fill-sms")[0].decision == "BM = 64, BN = 64"

@@ -366,6 +366,7 @@ def _optimize(result: CompileResult) -> None:
     # After a cache hit the log is the cached one; the passes' second telling of it is dropped.
     log = DecisionLog() if result.from_cache else result.decisions
     ir = _run_pipeline(manager, clone_kernel(result.tkir), PassContext(result.options, log))
+    _check_unrewritten(pipeline, ir, PassContext(result.options, log, "mbarrier"))
     if keep.first_target == 0:
         result._portable_ir = result.tkir
     elif keep.first_target is None:
@@ -376,6 +377,21 @@ def _optimize(result: CompileResult) -> None:
     result._ir = ir
     if dump is not None:
         dump.decisions(result.decisions)
+
+
+def _check_unrewritten(pipeline, ir: "Kernel", ctx) -> None:
+    """A pipeline that ran ``mbarrier`` but not ``async-schedule`` (a user's own): the emitter then
+    follows the mbarrier pass's protocol object, so that protocol gets the compile-time check the
+    async-schedule pass would have given it (its ``check=auto``: quick, full in debug mode; a
+    violation is a SyncError naming the ring, stage and step), logged under the mbarrier pass."""
+    names = [p.name for p in pipeline]
+    if "mbarrier" not in names or "async-schedule" in names or "consumers" not in ir.attrs \
+            or ir.tile_program is not None:
+        return
+    from .passes import sync_at_compile
+    from .passes.mbarrier import protocol_of
+    sync_at_compile.check(protocol_of(ir), "auto", ctx, "the mbarrier pass's protocol, which the "
+                          "emitter follows: the pipeline has no async-schedule pass")
 
 
 def _run_pipeline(manager: "PassManager", kernel: "Kernel", ctx) -> "Kernel":

@@ -233,9 +233,8 @@ class ShapeDispatch:
     def __call__(self, *args: Any, stream: Any = None, **named: Any) -> None:
         if named:  # by name: the kernel binds them and calls again by position
             return self._kernel._refused(args, stream, False, named)
-        try:
-            key = tuple(a.shape for a in args)
-        except AttributeError:
+        key = tuple(getattr(a, "shape", None) for a in args)  # a scalar parameter's: None
+        if all(k is None for k in key):
             return self._fallback(*args, stream=stream)
         variant = self._by_shape.get(key)
         if variant is None:
@@ -367,8 +366,8 @@ def bind_dims(params: list[dict], args: tuple) -> dict[str, int] | None:
     for p, a in zip(params, args):
         if p.get("kind") != "global":
             continue
-        shape = tuple(a.shape)
-        if len(shape) != len(p["dims"]):
+        shape = getattr(a, "shape", None)
+        if shape is None or len(shape) != len(p["dims"]):  # not a tensor: the launcher says so
             return None
         for d, size in zip(p["dims"], shape):
             if isinstance(d, str):

@@ -402,13 +402,14 @@ class CompiledKernel:
         run(self._result.portable_ir, list(args))
 
     def _shape_dispatch(self):
-        """For a @fill_sms kernel, its GPU entry point that picks a variant per argument shapes
-        (made once; None, and never asked again, for other kernels)."""
+        """For a @fill_sms kernel, or one whose launch picks its binary by trip count (metadata
+        ``by_trips``, tkjit/trip_dispatch.py), its GPU entry point that picks a variant per
+        argument shapes (made once; None, and never asked again, for other kernels)."""
         self.asm["ptx"]  # noqa: B018 - the metadata: the cache entry's, or made now
         defaults = self._result.metadata.get("fill_sms")
         self._fill_sms = False
         if not defaults:
-            return None
+            return self._trip_dispatch()
         from .fill_sms import ShapeDispatch
         driver = self._gpu_driver()
         own = CompiledKernel(self._result, fill_sms=False)
@@ -421,6 +422,16 @@ class CompiledKernel:
             made.asm["ptx"]  # noqa: B018 - its metadata (the grid the choice counts tiles with)
             return made
         return ShapeDispatch(self, driver.num_sms(driver.ensure_context()), variant, own, self._choice_store())
+
+    def _trip_dispatch(self):
+        """For a kernel compiled persistent with ``by_trips``, its GPU entry point that launches
+        it where the longest loop is short and its one-CTA-per-tile variant past that (None for
+        other kernels)."""
+        if not self.metadata.get("by_trips"):
+            return None
+        from .trip_dispatch import TripDispatch, one_cta_per_tile
+        own = CompiledKernel(self._result, fill_sms=False)
+        return TripDispatch(self, own, lambda: self._recompiled(pipeline=one_cta_per_tile(self.options.pipeline)))
 
     def _choice_store(self):
         """Where @fill_sms keeps its per-shape choices across processes: the disk cache, under this

@@ -20,9 +20,11 @@ rings keep 3 stages, so the next tile's copy loads under this tile's work. Where
 work and load such a tile, the loop is compiled persistent and the launch picks the grid
 (``by_trips``, the block loop's attribute): min(tiles, SMs) CTAs where the longest ring loop
 (``trips_bound``: its trip count at the heavy index's last value, a launcher expression) has at
-most ``SHORT_TRIPS`` trips, one CTA per tile past that (option ``overlap=-1``: one CTA per tile
-for such kernels). The pass runs before warp-spec, smem-plan and mbarrier, which read the
-schedule.
+most ``SHORT_TRIPS`` trips (option ``short``), one CTA per tile past that. The kernel object
+launches this binary only up to the bound; past it, the kernel compiled under ``grid{overlap=-1}``
+(one CTA per tile, no persistent loop: tkjit/trip_dispatch.py, the metadata's ``by_trips``;
+option ``overlap=-1``: one CTA per tile for such kernels). The pass runs before warp-spec,
+smem-plan and mbarrier, which read the schedule.
 
 Heaviest first (``heavy``, chosen when a ring loop's trip count grows with one block index and
 the order is not grouped; option ``heavy=-1`` turns it off): tiles are visited with that index
@@ -136,12 +138,13 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
     if uneven and once and trips_bound(kernel) is not None:
         names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
         return "persistent", (f"{uneven}, and {names} is loaded once per tile: compiled persistent, "
-                              f"the launch picks the grid (``by_trips``): min(tiles, SMs) CTAs where "
-                              f"the longest loop has at most {SHORT_TRIPS} trips (a short tile's start, "
-                              "its one-shot load and first product, overlaps the previous tile's "
-                              "work), one CTA per tile past that (the hardware hands CTAs to SMs as "
-                              "they free up, which balances uneven tiles better than a fixed "
-                              "stride). Measured (H200, 2026-11-27, causal examples/attention.tk "
+                              f"the launch picks the binary (``by_trips``, tkjit/trip_dispatch.py): "
+                              f"this one, min(tiles, SMs) CTAs, where the longest loop has at most "
+                              f"{SHORT_TRIPS} trips (a short tile's start, its one-shot load and first "
+                              "product, overlaps the previous tile's work), past that the kernel "
+                              "compiled with grid{overlap=-1}, one CTA per tile (the hardware hands "
+                              "CTAs to SMs as they free up, which balances uneven tiles better than "
+                              "a fixed stride, and no persistent loop takes the rings' stages). Measured (H200, 2026-11-27, causal examples/attention.tk "
                               "against its template, same run, N = 1k/2k: persistent at N = 1k "
                               "D = 128 0.93 -> 1.04x, D = 64 0.78 -> 0.91x; persistent at N = 2k "
                               "lost at D = 64, 0.96 -> 0.91x, in an earlier run)")
@@ -177,14 +180,11 @@ def tight_registers(kernel: Kernel) -> str:
     """Why a persistent tile loop would not fit the consumers' registers, or '' (the estimate
     warp-spec and reg-budget use: the live fragments + CONSUMER_OVERHEAD, against what the
     consumers get beside the smallest producer)."""
-    from .hopper import SETMAXNREG_MIN, consumer_registers
-    from .liveness import CONSUMER_OVERHEAD, consumer_pressure
-    from .warp_spec import planned_consumers
+    from .warp_spec import consumer_fit, planned_consumers
     n = planned_consumers(kernel)
     if n is None:
         return ""
-    need = consumer_pressure(kernel, n).peak + CONSUMER_OVERHEAD
-    room = consumer_registers(n, SETMAXNREG_MIN)
+    need, room = consumer_fit(kernel, n)
     if need + PERSISTENT_STATE <= room:
         return ""
     return (f"its {n} consumer(s) need about {need} registers a thread of the {room} they can get, "
@@ -286,6 +286,11 @@ class Grid(Pass):
     lets them take a persistent grid (with ``by_trips`` where tiles differ in work), -1 keeps one
     CTA per tile."""
 
+    short: int = 0
+    """``by_trips``: the most trips of the longest loop that still launch the persistent binary
+    (0: ``SHORT_TRIPS``; past it the launch takes the one-CTA-per-tile variant,
+    tkjit/trip_dispatch.py)."""
+
     stream_k: int = 0
     """1: a persistent Hopper GEMM splits the K loops of its last, partial wave of tiles over
     every CTA (stream-K, codegen/hopper/lower_stream_k.py); -1 turns it off; 0: the backend's default.
@@ -314,7 +319,9 @@ class Grid(Pass):
             if schedule == "persistent":
                 blocks.attrs["schedule"] = schedule
                 if uneven_work(kernel):
-                    blocks.attrs["by_trips"] = SHORT_TRIPS
+                    if self.short < 0:
+                        raise PassError(f"grid: short must be a trip count >= 1 (0: {SHORT_TRIPS}), got {self.short}")
+                    blocks.attrs["by_trips"] = self.short or SHORT_TRIPS
         schedule = blocks.attrs.get("schedule", "grid")
         group = blocks.attrs.get("group", 1)
         indices = [f"%{a.hint}" if a.hint else "?" for a in blocks.regions[0].args]

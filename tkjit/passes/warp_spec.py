@@ -211,8 +211,7 @@ class WarpSpec(Pass):
             if n > MAX_CONSUMERS:
                 tried.append(f"{n} (more than {MAX_THREADS} threads)")
                 continue
-            need = consumer_pressure(kernel, n).peak + CONSUMER_OVERHEAD
-            room = consumer_registers(n, SETMAXNREG_MIN)
+            need, room = consumer_fit(kernel, n)
             if need <= room:
                 lowered = f" (not {', '.join(tried)})" if tried else ""
                 return n, (f"{self.split_text(tallest, n)}{lowered}; a consumer needs about "
@@ -230,6 +229,12 @@ class WarpSpec(Pass):
         return (f"the tallest accumulator {subject_of(tallest)} is {t.rows} rows = "
                 f"{t.rows // 64} slab(s) of 64, so each of {n} consumers owns "
                 f"{t.rows // n} rows of every {t.rows}-row register tile")
+
+
+def consumer_fit(kernel: Kernel, n: int) -> tuple[int, int]:
+    """(the registers a thread of ``n`` cooperative consumers needs: live fragments +
+    CONSUMER_OVERHEAD, the registers it can get beside the smallest producer)."""
+    return consumer_pressure(kernel, n).peak + CONSUMER_OVERHEAD, consumer_registers(n, SETMAXNREG_MIN)
 
 
 def planned_consumers(kernel: Kernel) -> int | None:

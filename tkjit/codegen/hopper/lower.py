@@ -432,7 +432,18 @@ class LoweredKernel:
                 **({"assumes_aligned_rows": True} if not self.copying else {}),
                 "strided_variant": True,  # the option ``strided``: views' strides as parameters
                 "decisions": list(self.decisions)} | reduction_shape(self.kernel, self.schedule) \
-            | ({"serial_launches": True} if self.stream_k is not None else {})  # the module's workspace
+            | ({"serial_launches": True} if self.stream_k is not None else {}) \
+            | launch_picks_binary(self.kernel)  # the module's workspace; by_trips
+
+
+def launch_picks_binary(kernel: Kernel) -> dict:
+    """``by_trips`` for the kernel object (tkjit/trip_dispatch.py): the longest loop's trip count
+    as a launcher expression and the bound past which a launch takes the one-CTA-per-tile variant;
+    {} where the launch does not pick (not persistent by trips, or no such expression)."""
+    from ...passes.grid import trips_bound
+    short = block_loop(kernel).attrs.get("by_trips", 0)
+    trips = trips_bound(kernel) if short else None
+    return {} if trips is None else {"by_trips": {"trips": trips, "short": short}}
 
 
 def pair_grid(kernel: Kernel) -> list:

@@ -1,0 +1,107 @@
+"""by_trips: per launch shape, the persistent binary or the one compiled with one CTA per tile.
+
+The grid pass compiles a tile loop persistent with ``by_trips`` where tiles differ in work (a
+ring loop's trip count grows with a block index, as in causal attention) and load a tile once per
+tile (passes/grid.py). A persistent CTA pays off only for short tiles: it overlaps a tile's start
+(its one-shot load, its first product) with the previous tile's work. Past ``by_trips`` trips the
+hardware's assignment of CTAs to SMs as they free up balances the uneven tiles better, so such a
+launch runs one CTA per tile. The persistent binary can run that way (its grid expression says
+so), but it still carries what only a persistent loop needs: the second slot of the one-shot
+tiles (fewer ring stages beside it), the tile loop and its phase bookkeeping. Measured (H200,
+2026-11-27, examples/attention_nol.tk causal D = 128, N = 4096, one CTA per tile either way): the
+persistent binary 0.98x of the one compiled with one CTA per tile; ncu: 843 K against 824 K
+SM-active cycles, 21% more branch instructions, 198 against 230 KB of shared memory
+(benchmarks/results/2026-11-27-nvidia-h200-s14-ncu-nol-d128-causal-auto-vs-general.txt).
+
+So the kernel object picks the binary, not only the grid: on the first call with a set of
+argument shapes it evaluates the longest loop's trip count (the metadata's ``by_trips``: the
+grid pass's ``trips_bound`` expression and its bound) and launches
+
+* this kernel where the trips are at most the bound (persistent, min(tiles, SMs) CTAs), or
+* the variant compiled under the same pipeline with ``grid{overlap=-1}`` past it (one CTA per
+  tile: what the grid pass chooses for tiles loaded once per tile without the cross-tile overlap),
+  compiled (or loaded from the disk cache) at the first launch that needs it.
+
+The choice is logged in the decision log (pass ``grid``, subject ``@kernel at <dims>``) and kept
+in a dict keyed by the shapes, so later calls cost one lookup."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .errors import TkError
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .kernel import CompiledKernel
+
+PASS = "grid"
+
+
+def one_cta_per_tile(pipeline: str | None) -> str:
+    """``pipeline`` (None: the default one) with the grid pass keeping one CTA per tile for tiles
+    loaded once per tile (``grid{overlap=-1}``), as a canonical pipeline string."""
+    from .passes import DEFAULT_PIPELINE
+    from .passes.manager import Pipeline
+    parsed = Pipeline.parse(pipeline or DEFAULT_PIPELINE)
+    passes = tuple(replace(p, overlap=-1) if p.name == "grid" else p for p in parsed)
+    return str(type(parsed)(passes))
+
+
+def long_trips(by_trips: dict, dims: dict[str, int]) -> tuple[int, bool] | None:
+    """The longest loop's trip count at these dims and whether it is past the bound (None where
+    the expression cannot be evaluated from them)."""
+    from .fill_sms import UNBOUNDED
+    from .runtime.launcher import compile_grid
+    try:
+        trips = compile_grid([by_trips["trips"]], tuple(dims), num_sms=UNBOUNDED)(**dims)[0]
+    except (KeyError, TypeError, NameError, ValueError, ZeroDivisionError, TkError):
+        return None
+    return int(trips), int(trips) > int(by_trips["short"])
+
+
+class TripDispatch:
+    """A ``by_trips`` kernel's GPU entry point: ``dispatch(*args, stream=None)`` launches the
+    persistent binary or the one-CTA-per-tile variant chosen for these argument shapes."""
+
+    def __init__(self, kernel: "CompiledKernel", own: "CompiledKernel",
+                 make_variant: Callable[[], "CompiledKernel"]):
+        self._kernel = kernel
+        self._own = own
+        self._make_variant = make_variant
+        self._variant: "CompiledKernel | None" = None
+        self._by_shape: dict[tuple, "CompiledKernel"] = {}
+
+    def __call__(self, *args: Any, stream: Any = None, **named: Any) -> None:
+        if named:  # by name: the kernel binds them and calls again by position
+            return self._kernel._refused(args, stream, False, named)
+        key = tuple(getattr(a, "shape", None) for a in args)  # scalars: None
+        chosen = self._by_shape.get(key)
+        if chosen is None:
+            chosen = self._by_shape[key] = self._choose(args)
+        return chosen(*args, stream=stream)
+
+    def _choose(self, args: tuple) -> "CompiledKernel":
+        from .fill_sms import bind_dims
+        meta = self._kernel.metadata
+        dims = bind_dims(meta.get("params", []), args)
+        got = long_trips(meta["by_trips"], dims) if dims is not None else None
+        if got is None:  # a wrong rank or a missing dim: the persistent kernel's checks say which
+            return self._own
+        trips, long = got
+        shape = " ".join(f"{name}={value}" for name, value in dims.items())
+        bound = meta["by_trips"]["short"]
+        if not long:
+            self._log(shape, "the persistent binary",
+                      f"the longest loop runs {trips} trips (at most {bound}): min(tiles, SMs) "
+                      "persistent CTAs, each short tile's start overlapping the previous tile's work")
+            return self._own
+        if self._variant is None:
+            self._variant = self._make_variant()
+        self._log(shape, "the binary compiled with one CTA per tile (grid{overlap=-1})",
+                  f"the longest loop runs {trips} trips (more than {bound}): the hardware hands "
+                  "CTAs to SMs as they free up, which balances uneven tiles better, and the binary "
+                  "without a persistent loop keeps the rings' full depth (tkjit/trip_dispatch.py)")
+        return self._variant
+
+    def _log(self, shape: str, what: str, why: str) -> None:
+        self._kernel.decisions.record(PASS, f"@{self._kernel.name} at {shape}", what, why)
