@@ -148,7 +148,11 @@ def test_the_checker_catches_a_broken_variant_of_the_real_gemm_protocol():
 
 
 def test_attention_epilogue_reuses_the_ring_behind_a_consumer_barrier():
-    kernel, log = schedule(example("attention"), "attention.tk")
+    """One CTA per tile (written: the default is persistent since the gate was lifted): the
+    staging tile lives in the ring's bytes, behind a meeting of the consumers."""
+    text = example("attention").replace("for (b, h, i) in blocks(B, H, N / BQ) {",
+                                        "for (b, h, i) in blocks(B, H, N / BQ) schedule(grid) {")
+    kernel, log = schedule(text, "attention.tk")
     store = next(op for op in kernel.walk() if op.NAME == "store" and "staging" in op.attrs)
     assert store.attrs == {"smem": 0, "staging": "tile", "epilogue": "staged", "epilogue_cols": 128}
     text = protocol_of(kernel).text()
@@ -205,12 +209,17 @@ def test_a_kernel_that_names_no_schedule_gets_one_chosen():
 
 
 @pytest.mark.parametrize("name", ["attention_nol", "mlp"])
-def test_a_tile_loaded_once_per_tile_keeps_a_chosen_grid(name):
+def test_a_tile_loaded_once_per_tile_over_tiles_of_equal_work_goes_persistent(name):
+    """Tiles of equal work that load a tile once per tile: a persistent grid, so the next tile's
+    copy lands under this tile's work (the option grid{overlap=-1} keeps one CTA per tile)."""
     kernel, log = schedule(example(name), f"{name}.tk")
     blocks = next(op for op in kernel.walk() if op.NAME == "blocks")
-    assert "schedule" not in blocks.attrs
+    assert blocks.attrs.get("schedule") == "persistent" and "by_trips" not in blocks.attrs
     d = grid_decision(log)
     assert "chosen" in d.decision and "is loaded once per tile" in d.reason
+    off, log = schedule(example(name), f"{name}.tk", pipeline=HOPPER_PIPELINE.replace("grid,", "grid{overlap=-1},"))
+    blocks = next(op for op in off.walk() if op.NAME == "blocks")
+    assert "schedule" not in blocks.attrs
 
 
 def test_uneven_tiles_stay_on_a_grid_and_say_why():

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
-from .hopper import block_loop, check_supported_loads, is_shared, nbytes, pipelined_loops, shared_loads
+from .hopper import block_loop, check_supported_loads, is_shared, nbytes, one_shot_loads, pipelined_loops, shared_loads
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_host, staging_sizes
 from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce, StagingReuse,
@@ -511,8 +511,9 @@ class Mbarrier(Pass):
         if self.release not in ("auto", "end", "early"):
             raise PassError(f"mbarrier: release must be auto, end or early, got '{self.release}'")
         by_trips = "by_trips" in block_loop(kernel).attrs  # the launch may give a CTA one tile
-        if self.release == "early" or (self.release == "auto" and not by_trips):
-            kernel.attrs["early_release"] = True
+        persistent_once = block_loop(kernel).attrs.get("schedule") == "persistent" and one_shot_loads(kernel)
+        if self.release == "early" or (self.release == "auto" and not by_trips and persistent_once):
+            kernel.attrs["early_release"] = True  # (auto: only where there is a next tile's copy)
         if self.overlap not in ("auto", "off"):
             raise PassError(f"mbarrier: overlap must be auto or off, got '{self.overlap}'")
         if self.overlap == "off":
