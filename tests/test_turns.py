@@ -46,11 +46,20 @@ def test_each_trip_takes_its_turn_and_the_chain_opens_and_closes_once(d, lowerin
     assert checked and "turn[0]" in checked[0].data["protocol"]
 
 
-def test_turns_stay_off_by_default_and_where_consumers_run_their_own_trips():
+def test_auto_takes_turns_where_the_trips_grow_with_a_block_index():
+    """turns=auto: causal D = 128 (two consumers, the key loop's trips grow with the query block)
+    takes turns and logs the measurement; non-causal does not; three consumers (D = 64) do not;
+    nor do consumers running their own trips (causal D = 64, idle past the end), even when asked."""
     from tkjit.passes.mbarrier import schedule_of
+    causal = nol(128, causal=True, pipeline=None)
+    assert schedule_of(causal.ir).protocol.turns
+    (d,) = [x for x in causal.decisions.for_pass("mbarrier") if x.decision == "ping-pong turns on the tensor cores"]
+    assert "trip count grows with a block index: measured" in d.reason
     assert not schedule_of(nol(128, pipeline=None).ir).protocol.turns
-    causal64 = nol(64, causal=True)  # idle consumers past the end: per-consumer trips
-    assert not schedule_of(causal64.ir).protocol.turns
+    assert not schedule_of(nol(64, pipeline=None).ir).protocol.turns
+    assert not schedule_of(nol(64, causal=True).ir).protocol.turns
+    off = nol(128, causal=True, pipeline=DEFAULT_PIPELINE.replace("mbarrier,", "mbarrier{turns=off},"))
+    assert not schedule_of(off.ir).protocol.turns
 
 
 def test_the_ptx_prints_each_turn_where_the_protocol_has_it():
