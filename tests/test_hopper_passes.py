@@ -62,9 +62,8 @@ def test_the_passes_give_the_same_text_when_run_on_their_own_output(name, loweri
     must see that fold in the text (the if's ``fold`` mark) and not version the else branch."""
     options = CompileOptions(lowering=lowering)
     kernel, log = schedule(example(name, pins=False), f"{name}.tk", options=options)
-    if name == "attention":  # the case this guards: folded under general, as written under auto
-        folded = "folded into its readers when the scale is positive" in log.render()
-        assert folded == (lowering == "general")
+    if name == "attention" and lowering == "general":  # the case this guards: a folded kernel
+        assert "folded into its readers when the scale is positive" in log.render()
     once = print_kernel(kernel)
     again, _ = schedule_ir(once, options)
     assert print_kernel(again) == once
