@@ -29,9 +29,10 @@ def example(name: str, pins: bool = True) -> str:
     return text if pins else PINS.sub("", text)
 
 
-def schedule(text: str, name: str = "kernel.tk", pipeline: str = HOPPER_PIPELINE):
+def schedule(text: str, name: str = "kernel.tk", pipeline: str = HOPPER_PIPELINE,
+             options: CompileOptions | None = None):
     kernel = lower_source(text, name)
-    ctx = PassContext(CompileOptions())
+    ctx = PassContext(options or CompileOptions())
     kernel = PassManager(pipeline, verify_each=True).run(kernel, ctx)
     return kernel, ctx.log
 
@@ -54,17 +55,23 @@ def test_every_example_schedules_and_its_protocol_survives_every_case(name, pins
     assert all(r.exhaustive for r in report.results)
 
 
+@pytest.mark.parametrize("lowering", ["auto", "general"])
 @pytest.mark.parametrize("name", ["gemm", "attention"])
-def test_the_passes_give_the_same_text_when_run_on_their_own_output(name):
-    kernel, _ = schedule(example(name, pins=False), f"{name}.tk")
+def test_the_passes_give_the_same_text_when_run_on_their_own_output(name, lowering):
+    """Under ``general`` scale-fold versions the attention's scaling under an if; run again, it
+    must see that fold in the text (the if's ``fold`` mark) and not version the else branch."""
+    options = CompileOptions(lowering=lowering)
+    kernel, log = schedule(example(name, pins=False), f"{name}.tk", options=options)
+    if name == "attention" and lowering == "general":  # the case this guards: a folded kernel
+        assert "folded into its readers when the scale is positive" in log.render()
     once = print_kernel(kernel)
-    again, _ = schedule_ir(once)
+    again, _ = schedule_ir(once, options)
     assert print_kernel(again) == once
 
 
-def schedule_ir(text: str):
+def schedule_ir(text: str, options: CompileOptions | None = None):
     kernel = parse_kernel(text)
-    ctx = PassContext(CompileOptions())
+    ctx = PassContext(options or CompileOptions())
     return PassManager(HOPPER_PIPELINE, verify_each=True).run(kernel, ctx), ctx.log
 
 

@@ -110,7 +110,8 @@ LOOP = pingpong_consumer(LoopPlan("k", (("k",),)), 4)[0].body[1]
 
 @pytest.mark.parametrize("consumer, empty, kind", [
     (_body(IfPrevTile((TurnWait(),)), LOOP), 1, "wrong-fill"),                  # no skip of the other's stages
-    (_body(IfPrevTile((SkipTrips("k"),)), LOOP), 1, "wrong-phase"),             # no turn: runs a ring ahead
+    (_body(IfPrevTile((SkipTrips("k"),)), LOOP), 1, "unmatched-arrival"),       # no turn: its hand-overs pile up
+                                                                                 # (and it runs a ring ahead)
     (_body(IfPrevTile((SkipTrips("k"), TurnWait())),
            IfTrips("k", LOOP.body[:1] + LOOP.body[2:])), 1, "deadlock"),          # the turn never handed on
     (_body(IfPrevTile((SkipTrips("k"), TurnWait())),

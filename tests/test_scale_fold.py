@@ -29,8 +29,43 @@ def general(d: int, causal: bool, source: str = SOURCE, **extra):
 
 
 def versioned_ifs(kernel) -> list[If]:
-    return [op for op in kernel.walk() if isinstance(op, If)
-            and op.operands[0].hint == "scale_positive"]
+    return [op for op in kernel.walk() if isinstance(op, If) and op.attrs.get("fold") == "scale"]
+
+
+def _variants():
+    """Every example, the attention ones at D = 64 and 128, causal and not (where they take it)."""
+    for path in sorted(EXAMPLES.glob("*.tk")):
+        text = path.read_text()
+        head = text[text.find("kernel "):text.find(">(")]
+        ds = [64, 128] if re.search(r"\bD = ", head) and path.stem.startswith("attention") else [None]
+        causal = [False, True] if re.search(r"\bCAUSAL = ", head) else [None]
+        for d in ds:
+            for c in causal:
+                constants = {k: v for k, v in (("D", d), ("CAUSAL", c)) if v is not None}
+                yield pytest.param(path.name, constants, id=f"{path.stem}-{constants}")
+
+
+UP_TO_BRANCH_TAIL = "mask-branch,scale-fold,layout,row-sums,branch-tail"
+"""scale-fold and the passes before it, and branch-tail, which moves ops into the fold's if."""
+
+
+@pytest.mark.parametrize("lowering", ["auto", "general"])
+@pytest.mark.parametrize("name,constants", list(_variants()))
+def test_scale_fold_leaves_its_own_output_unchanged(name, constants, lowering):
+    """Run on the text it printed, scale-fold finds its folds by the ``fold`` mark of their ifs:
+    the folded branch is not folded again, nor the as-written one on its own scale."""
+    from tkjit.frontend import lower_source
+    from tkjit.ir.parser import parse_kernel
+    from tkjit.ir.printer import print_kernel
+    from tkjit.options import CompileOptions
+    from tkjit.passes import PassContext, PassManager
+
+    def schedule(kernel):
+        ctx = PassContext(CompileOptions(lowering=lowering))
+        return print_kernel(PassManager(UP_TO_BRANCH_TAIL, verify_each=True).run(kernel, ctx))
+
+    once = schedule(lower_source((EXAMPLES / name).read_text(), name, constants))
+    assert schedule(parse_kernel(once)) == once
 
 
 @pytest.mark.parametrize("lowering", ["general", "auto"])

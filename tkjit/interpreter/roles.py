@@ -626,12 +626,14 @@ class Consumer(Role):
         elif isinstance(step, sp.Mma) and step.which == "prev":
             self.issue_held()
         elif isinstance(step, sp.TurnWait):
-            while self.cta.turns.get(self.index, 0) == 0:
-                yield BLOCKED
-            self.cta.turns[self.index] -= 1
+            if sp.turn_applies(step, self.index, self.rt.proto.consumers):
+                while self.cta.turns.get(self.index, 0) == 0:
+                    yield BLOCKED
+                self.cta.turns[self.index] -= 1
         elif isinstance(step, sp.TurnPass):
-            nxt = (self.index + 1) % self.rt.proto.consumers
-            self.cta.turns[nxt] = self.cta.turns.get(nxt, 0) + 1
+            if sp.turn_applies(step, self.index, self.rt.proto.consumers):
+                nxt = (self.index + 1) % self.rt.proto.consumers
+                self.cta.turns[nxt] = self.cta.turns.get(nxt, 0) + 1
         elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync)):  # the consumers' named barrier
             gen = self.cta.meeting[1]
             self.cta.meeting[0] += 1

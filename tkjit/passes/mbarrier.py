@@ -16,11 +16,12 @@ from dataclasses import dataclass, field, replace
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
-from .hopper import block_loop, check_supported_loads, is_shared, nbytes, one_shot_loads, pipelined_loops, shared_loads
+from .hopper import (block_loop, check_supported_loads, depends_on, is_shared, nbytes, one_shot_loads,
+                     pipelined_loops, shared_loads)
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_host, staging_sizes
 from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce, StagingReuse,
-                            StoreItem, StreamKUnits, TileProduct, own_trips_consumer, standard_protocol)
+                            StoreItem, StreamKUnits, TileProduct, own_trips_consumer, standard_protocol, with_turns)
 from .sync_protocol import Load as RingLoad
 
 LEVEL2_STAGES = 3
@@ -31,11 +32,23 @@ template with level 2, 0.69-0.75x without (``benchmarks/results/2026-11-27-nvidi
 Below 3 stages the pass gives the second product's tiles a ring of their own instead (``split``)."""
 
 
+TURNS_MEASURED = (
+    "measured (H200, 2026-11-27, same run, turns against none, benchmarks/results/2026-11-27-"
+    "nvidia-h200-s15-turns-*.json): examples/attention.tk D = 128 causal, N = 1k..16k, "
+    "+1.7/+2.7/+1.2/0.0/-0.4%; attention_nol D = 128 causal +2.2%, its GQA form +1.0%, "
+    "attention_exp causal +0.8%; where the trips do not grow (non-causal) turns measured -1.1..+0.4% "
+    "(softcap -1.1%, D = 96 -0.6%, D = 128 +-0.3%) and with three consumers (D = 64) -0.5%, so "
+    "auto leaves them off there")
+"""Why ``turns=auto`` takes turns where it does (the decision log quotes it)."""
+
+
 class _Builder:
     def __init__(self, kernel: Kernel, overlap: bool = True):
         self.kernel = kernel
         self.overlap = overlap
         self.split = bool(kernel.attrs.get("split_rings", True))  # the pass option split=off: False
+        self.turns = kernel.attrs.get("turns", "auto")  # the pass option: on, off or auto
+        self.turn_loops: list[For] = []  # level-2 loops whose consumers take turns
         self.split_bars: dict[str, int] = {}  # a split-off ring -> its barriers' shared offset
         self.ring_loop: dict[str, For] = {}  # every loop ring (split-off ones too) -> its loop
         self.level2: list[For] = []  # loops software-pipelined one product behind
@@ -141,6 +154,8 @@ class _Builder:
                                   early=early)
         for ring in self.own:
             proto = replace(proto, consumer=own_trips_consumer(proto.consumer, ring))
+        if self.turn_loops:  # the chain of turns opened and closed once per CTA
+            proto = replace(proto, consumer=with_turns(proto.consumer))
         return proto
 
     def scratch_uses(self, blocks) -> dict:
@@ -283,15 +298,27 @@ class _Builder:
         if op.attrs.get("own_trips"):
             self.own_trips(op, name, len(names) > 1, writes)
         level2 = not writes and not stores and self.level2_allowed(op, split=len(names) > 1)
+        turns = level2 and self.consumers >= 2 and not self.pingpong and not op.attrs.get("own_trips") \
+            and name not in self.own and len(reads) == 2 and self.turns_for(op)
         self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op),
                                    split=names[1] if len(names) > 1 and level2 else "",
                                    writes=tuple(writes), tile_reads=tuple(tile_reads) if writes else (),
-                                   stores=tuple(stores)))
+                                   stores=tuple(stores), turns=turns))
         if level2:
             self.level2.append(op)
+        if turns:
+            self.turn_loops.append(op)
         if self.split_k > 1 and reads and self.split_loop is None:
             self.items.append(SplitReduce(name, self.split_k))
             self.split_loop = op
+
+    def turns_for(self, op: For) -> bool:
+        """The option ``turns``: on, off, or auto: on where two consumers share a level-2 loop
+        whose trip count grows with a block index (causal attention: ``TURNS_MEASURED``)."""
+        if self.turns in ("on", "off"):
+            return self.turns == "on"
+        indices = set(block_loop(self.kernel).regions[0].args)
+        return self.consumers == 2 and any(depends_on(v, indices) for v in op.operands[:3])
 
     def level2_allowed(self, op: For, split: bool) -> bool:
         """Level 2 where it fits, with 3 stages or a ring of its own for the second product."""
@@ -501,6 +528,12 @@ class Mbarrier(Pass):
     run, ratio to the template): 0.79-0.87x split, 0.71-0.75x with one ring and level 1
     (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-3-split.json``)."""
 
+    turns: str = "auto"
+    """Ping-pong turns in level-2 loops (FlashAttention-3's warpgroup scheduling barriers,
+    ``LoopPlan.turns``), where two or more cooperative consumers run the same trips (no
+    per-consumer trips, no ping-pong tiles): on; off; auto: where two consumers share a loop whose
+    trip count grows with a block index (``TURNS_MEASURED``)."""
+
     release: str = "auto"
     """When a persistent tile's one-slot tiles loaded once per tile are released: early (right
     after the last product reading them, where only products read them: the producer loads the
@@ -522,6 +555,10 @@ class Mbarrier(Pass):
             raise PassError(f"mbarrier: split must be auto or off, got '{self.split}'")
         if self.split == "off":
             kernel.attrs["split_rings"] = False
+        if self.turns not in ("auto", "on", "off"):
+            raise PassError(f"mbarrier: turns must be auto, on or off, got '{self.turns}'")
+        if self.turns != "auto":
+            kernel.attrs["turns"] = self.turns
         from .pairs import asked_for
         if ctx.options.unaligned_rows and asked_for(kernel) > 1:
             kernel.attrs["unaligned_rows"] = True  # the pair is not taken there (passes/pairs.py)
@@ -568,6 +605,15 @@ class Mbarrier(Pass):
                            "2026-11-27, causal examples/attention.tk D = 128 against its template, "
                            "same run, N = 1k..16k: early 1.10/1.00/0.98/0.94/0.98, at the end "
                            "1.04/1.03/1.00/0.96/1.01; option release=early)")
+        for loop in builder.turn_loops:
+            why = "mbarrier{turns=on}" if self.turns == "on" else (
+                f"two consumers share a level-2 loop whose trip count grows with a block index: "
+                f"{TURNS_MEASURED}")
+            ctx.decide(f"loop at {_where(loop)}", "ping-pong turns on the tensor cores",
+                       f"{why}. Each trip, a consumer waits for its turn (named barrier 6 + c) before "
+                       f"issuing its two products and hands it to the next right after, so one "
+                       f"consumer's softmax runs under another's wgmmas; the last of the "
+                       f"{builder.consumers} consumers opens the chain, consumer 0 closes it")
         for loop in builder.level2:
             ctx.decide(f"loop at {_where(loop)}", "level 2: the second product runs one trip behind",
                        "the trip's second product reads registers made from the first's result and "

@@ -15,8 +15,9 @@ ptxas contracts into one FFMA per element: one FP instruction less per element, 
 tile is never held. The sign of ``c`` is only known at run time, so the pass versions the ops
 that read ``s`` (from the ``mul`` to its last reader in the block) under a uniform branch:
 
-    %r... = if (gt c, 0.0) { the same ops on x, each reduction times c, each broadcast on mul(x, c);
-                             yield ... } { the original ops; yield ... }
+    %r... = if {fold = "scale"} (gt c, 0.0) {
+              the same ops on x, each reduction times c, each broadcast on mul(x, c); yield ...
+            } { the original ops; yield ... }
 
 A broadcast read only by ``exp`` (a softmax in base e: ``p = exp(sub_row(s, m))``) takes the
 change of base too: ``exp(x·c − m) = 2^(x·(c·log2 e) − m·log2 e)``, so the folded branch reads
@@ -26,6 +27,12 @@ row and one per scale. Where the exps come after the versioned range, the else b
 subtract times log2e and the exps after the ``if`` become exp2s (so they stay outside the branch,
 where ptxas can interleave them with what follows); an exp inside the range becomes exp2 on the
 folded branch only.
+
+The ``if`` is marked ``{fold = "scale"}`` (printed and parsed with it), so the pass run on its
+own output leaves each fold as it is: it does not look into a marked ``if``'s folded branch (its
+multiplies by ``c`` are the fold's own), nor fold a scaling by ``c`` in its else branch, where
+``c > 0`` is false (that fold would never run). Without the mark the else branch, the ops as
+written, would be versioned again on every run.
 
 Ops of that range that do not depend on ``s`` are moved before the ``if``; the ``if`` yields
 what later ops read. The pass leaves a ``mul`` alone (and says why) when something else reads
@@ -268,7 +275,7 @@ def apply_fold(f: Fold) -> If:
             if v.owner in f.base_e:
                 yields[i] = orig.append(Mul([v, log2e.result], {}, [v.type], [], span, [None])).result
     orig.append(Yield(yields, {}, [], [], span))
-    branch = If([cond.result], {}, [v.type for v in f.escaping], [then, orig], span,
+    branch = If([cond.result], {"fold": "scale"}, [v.type for v in f.escaping], [then, orig], span,
                 [None] * len(f.escaping))
     new_ops = f.hoisted + [zero, cond, branch]
     for op in new_ops:
@@ -296,6 +303,30 @@ def _replace_after(kernel: Kernel, branch: If, f: Fold) -> None:
             block.ops[block.ops.index(op)] = new
 
 
+def fold_scale(branch: If) -> Value | None:
+    """The scale ``c`` of a versioned ``if`` (its condition is ``gt c, 0.0``); None: not one."""
+    cond = branch.operands[0].owner
+    if branch.attrs.get("fold") != "scale" or not isinstance(cond, Gt):
+        return None
+    return cond.operands[0]
+
+
+def folded_by(mul: Op) -> tuple[If, bool] | None:
+    """(the versioned ``if``, whether in its folded branch) that already accounts for ``mul``:
+    one whose folded (then) branch holds it (the fold's own output), or whose as-written (else)
+    branch holds it and tests ``mul``'s own scale (not positive there, so a fold of it would
+    never run). None: neither."""
+    c = scaled_operands(mul)[1]
+    op = mul
+    while op.parent is not None and isinstance(op.parent.parent, Op):
+        owner = op.parent.parent
+        scale = fold_scale(owner) if isinstance(owner, If) else None
+        if scale is not None and (op.parent is owner.regions[0] or scale is c):
+            return owner, op.parent is owner.regions[0]
+        op = owner
+    return None
+
+
 @register_pass
 @dataclass(frozen=True)
 class ScaleFold(Pass):
@@ -314,6 +345,13 @@ class ScaleFold(Pass):
             return kernel
         for mul in muls:
             if mul.parent is None:
+                continue
+            done = folded_by(mul)
+            if done is not None:
+                if not done[1]:  # (the folded branch's multiplies are the fold's own: no word)
+                    where = done[0].span.location() if done[0].span else "?"
+                    ctx.decide(subject_of(mul), "left as written", f"it is the as-written branch of "
+                               f"the versioned if at {where}, taken when the scale is not positive")
                 continue
             try:
                 f = plan_fold(mul, users_of(kernel), bool(self.base2))

@@ -432,18 +432,43 @@ class SkipTrips(Frozen):
 
 @dataclass(unsafe_hash=True)
 class TurnWait(Frozen):
-    """Ping-pong: ``bar.sync`` on this consumer's turn barrier."""
+    """Ping-pong: ``bar.sync`` on this consumer's turn barrier. ``who``: "" every consumer;
+    "first": consumer 0 only (the closing wait of a chain of turns, ``with_turns``)."""
+
+    who: str = ""
 
     def text(self) -> str:
+        if self.who == "first":
+            return "consumer 0: bar.sync turn[0]: take the last consumer's last hand-over"
         return "bar.sync turn[c]: wait for this consumer's turn on the tensor cores"
 
 
 @dataclass(unsafe_hash=True)
 class TurnPass(Frozen):
-    """Ping-pong: ``bar.arrive`` on the next consumer's turn barrier."""
+    """Ping-pong: ``bar.arrive`` on the next consumer's turn barrier. ``who``: "" every consumer;
+    "last": the last consumer only (the opening hand-over of a chain of turns, ``with_turns``)."""
+
+    who: str = ""
 
     def text(self) -> str:
+        if self.who == "last":
+            return "last consumer: bar.arrive turn[0]: give consumer 0 the first turn"
         return "bar.arrive turn[next consumer]: hand the tensor cores on"
+
+
+def turn_applies(step: "TurnWait | TurnPass", consumer: int, consumers: int) -> bool:
+    """Whether consumer ``consumer`` (of ``consumers``) runs a turn step (its ``who``)."""
+    return (step.who == "" or (step.who == "first" and consumer == 0)
+            or (step.who == "last" and consumer == consumers - 1))
+
+
+def with_turns(consumer: tuple) -> tuple:
+    """The consumers' program with in-loop turns (``LoopPlan.turns``): the chain of turns runs over
+    the whole CTA. The last consumer opens it (hands consumer 0 its first turn) and consumer 0
+    closes it (takes the last consumer's last hand-over). So every named barrier gets as many
+    arrivals as waits, whatever the tiles and trips, as long as every consumer runs the same
+    trips."""
+    return (TurnPass("last"), *consumer, TurnWait("first"))
 
 
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, ScratchSync, TileWrite,
@@ -601,6 +626,14 @@ class Protocol(Frozen):
         return any(isinstance(st, Tiles) and st.alternate for st in self.consumer)
 
     @property
+    def turns(self) -> bool:
+        """Consumers take turns on the tensor cores (named barriers), alternate tiles or in-loop."""
+        def walk(steps) -> bool:
+            return any(isinstance(st, (TurnWait, TurnPass)) or walk(getattr(st, "body", ())) or
+                       walk(getattr(st, "orelse", ())) for st in steps)
+        return walk(self.consumer)
+
+    @property
     def own_trips(self) -> bool:
         """Consumers run loops over their own trips (``Loop.part``): trip counts differ between them."""
         def walk(steps) -> bool:
@@ -656,6 +689,11 @@ class LoopPlan(Frozen):
     stores: tuple[tuple[int, "StoreItem"], ...] = ()
     """Staged stores in the trip: (n, store) -- the store comes after the trip's n-th product or
     written tile (``place_anchored``)."""
+    turns: bool = False
+    """Level 2 with ping-pong turns (FlashAttention-3's warpgroup scheduling barriers): each
+    trip, a consumer waits for its turn before issuing its products and hands the turn to the
+    next consumer right after, so one consumer's softmax runs while another's wgmmas do
+    (``pipelined_loop``, ``split_loop``; the chain opened and closed by ``with_turns``)."""
 
 
 @dataclass(unsafe_hash=True)
@@ -862,10 +900,14 @@ def pipelined_loop(plan: LoopPlan) -> tuple[Step, ...]:
     Each stage is released once both of its products are done with it."""
     r = plan.ring
     first, second = plan.mmas
-    body = (Wait(r, "full"), Mma(first), NotFirst((Mma(second, "prev"),)),
-            First((MmaWait(0),)), NotFirst((MmaWait(1),)),
+    body = (Wait(r, "full"), *_turn(plan, TurnWait()), Mma(first), NotFirst((Mma(second, "prev"),)),
+            *_turn(plan, TurnPass()), First((MmaWait(0),)), NotFirst((MmaWait(1),)),
             NotFirst((MmaWait(0), Release(r, "prev"))), Advance(r))
     return (IfTrips(r, (Loop(r, body), Mma(second, "prev"), MmaWait(0), Release(r, "prev"))),)
+
+
+def _turn(plan: LoopPlan, step) -> tuple:
+    return (step,) if plan.turns else ()
 
 
 def split_loop(plan: LoopPlan) -> tuple[Step, ...]:
@@ -878,8 +920,8 @@ def split_loop(plan: LoopPlan) -> tuple[Step, ...]:
     keeps its refill distance under level 2 (FlashAttention-3's separate K and V barriers)."""
     r, v = plan.ring, plan.split
     first, second = plan.mmas
-    body = (Wait(r, "full"), Mma(first), NotFirst((Mma(second, "prev"),)),
-            First((MmaWait(0),)), NotFirst((MmaWait(1),)), Release(r),
+    body = (Wait(r, "full"), *_turn(plan, TurnWait()), Mma(first), NotFirst((Mma(second, "prev"),)),
+            *_turn(plan, TurnPass()), First((MmaWait(0),)), NotFirst((MmaWait(1),)), Release(r),
             NotFirst((MmaWait(0), Release(v, "prev"))), Wait(v, "full"), Advance(r), Advance(v))
     return (IfTrips(r, (Loop(r, body), Mma(second, "prev"), MmaWait(0), Release(v, "prev"))),)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from .sync_protocol import (BLOCKS, Advance, ClusterReduce, ClusterSync, ConsumerSync, ExpectTx, HoldStore, IfHeld,
                             IfNextTile, IfPrevTile, IfTrips, Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset,
                             SkipTrips, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync, StagingWrite, Step, StoreDrain,
-                            StoreWait, StreamKFixup, Tiles, TileWrite, TmaLoad, TmaStore, TurnPass, TurnWait, Wait)
+                            StoreWait, StreamKFixup, Tiles, TileWrite, TmaLoad, TmaStore, TurnPass, TurnWait, Wait, turn_applies)
 
 # concrete opcodes
 (WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE, TILE_WRITE, ACC_READ,
@@ -258,6 +258,8 @@ class _Unroller:
             self._Advance(Advance(st.ring))
 
     def _TurnWait(self, st: TurnWait) -> None:
+        if not turn_applies(st, self.consumer, self.proto.consumers):
+            return
         bar = self.layout.turn_bar(self.consumer)
         self.emit(TURN_ARRIVE, bar, label=f"bar.sync {self.layout.bar_name(bar)}: arrive")
         self.emit(WAIT, bar, self.turn_waits & 1, label=f"bar.sync {self.layout.bar_name(bar)}: "
@@ -265,6 +267,8 @@ class _Unroller:
         self.turn_waits += 1
 
     def _TurnPass(self, st: TurnPass) -> None:
+        if not turn_applies(st, self.consumer, self.proto.consumers):
+            return
         bar = self.layout.turn_bar((self.consumer + 1) % self.proto.consumers)
         self.emit(TURN_ARRIVE, bar, label=f"bar.arrive {self.layout.bar_name(bar)}: hand the turn on")
 

@@ -584,14 +584,31 @@ class ConsumerRole(RoleEmitter):
         self.b(f"bar.sync {CONSUMER_BARRIER}, {128 * self.k.consumers};")
 
     def turn_wait(self, step) -> None:
-        """Ping-pong: this consumer's turn on the tensor cores (named barrier FIRST_TURN + c)."""
+        """Ping-pong: this consumer's turn on the tensor cores (named barrier FIRST_TURN + c);
+        ``who = first``: consumer 0's closing wait (barrier FIRST_TURN), the others skip it."""
+        if step.who == "first":
+            p = self.b.pred()
+            self.b(f"setp.eq.u32 {p}, {self.index}, 0;", f"@{p} bar.sync {FIRST_TURN_BARRIER}, 256;")
+            return
         own = self.b.reg()
         self.b(f"add.u32 {own}, {self.index}, {FIRST_TURN_BARRIER};", f"bar.sync {own}, 256;")
 
     def turn_pass(self, step) -> None:
+        """Hand the turn to the next consumer (c + 1 mod the consumers); ``who = last``: the last
+        consumer's opening hand-over to consumer 0, the others skip it."""
+        n = self.k.consumers
+        if step.who == "last":
+            p = self.b.pred()
+            self.b(f"setp.eq.u32 {p}, {self.index}, {n - 1};", f"@{p} bar.arrive {FIRST_TURN_BARRIER}, 256;")
+            return
         nxt = self.b.reg()
-        self.b(f"xor.b32 {nxt}, {self.index}, 1;", f"add.u32 {nxt}, {nxt}, {FIRST_TURN_BARRIER};",
-               f"bar.arrive {nxt}, 256;")
+        if n == 2:
+            self.b(f"xor.b32 {nxt}, {self.index}, 1;")
+        else:
+            last = self.b.pred()
+            self.b(f"add.u32 {nxt}, {self.index}, 1;", f"setp.eq.u32 {last}, {nxt}, {n};",
+                   f"selp.u32 {nxt}, 0, {nxt}, {last};")
+        self.b(f"add.u32 {nxt}, {nxt}, {FIRST_TURN_BARRIER};", f"bar.arrive {nxt}, 256;")
 
     def has_prev_tile(self) -> str:
         p = self.b.pred()

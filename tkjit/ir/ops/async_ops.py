@@ -157,8 +157,10 @@ STEP_OPS: tuple[type[StepOp], ...] = (
     _step("store_drain", "StoreDrain", "``store_drain``: every bulk store completed (cp.async.bulk.wait_group 0)."),
     _step("hold_store", "HoldStore", "``hold_store {store}``: the deferred epilogue keeps the tile in registers.", STORE),
     _step("skip_trips", "SkipTrips", "``skip_trips {ring}``: ping-pong: advance past the previous tile's trips.", RING),
-    _step("turn_wait", "TurnWait", "``turn_wait``: ping-pong: bar.sync on this consumer's turn barrier."),
-    _step("turn_pass", "TurnPass", "``turn_pass``: ping-pong: bar.arrive on the next consumer's turn barrier."),
+    _step("turn_wait", "TurnWait", "``turn_wait {who}``: ping-pong: bar.sync on this consumer's turn barrier "
+          "(who = first: consumer 0 only).", {"who": str}, ("who",)),
+    _step("turn_pass", "TurnPass", "``turn_pass {who}``: ping-pong: bar.arrive on the next consumer's turn "
+          "barrier (who = last: the last consumer only).", {"who": str}, ("who",)),
     _step("tiles", "Tiles", "``tiles {alternate} { ... }``: the producer's tile loop.", {"alternate": bool},
           ("alternate",), 1),
     _step("if_prev_tile", "IfPrevTile", "``if_prev_tile { ... }``: only when the CTA handled a tile before.", regions=1),

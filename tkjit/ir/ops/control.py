@@ -119,17 +119,31 @@ class For(Op):
         _check_yield(self, body, [r.type for r in self.results])
 
 
+FOLDS = ("scale",)
+"""The rewrites a pass versions under an ``if`` (its ``fold`` attribute)."""
+
+
 class If(Op):
-    """``%r = if %cond : T { ... yield %a } { ... yield %b }`` — then and else regions."""
+    """``%r = if %cond : T { ... yield %a } { ... yield %b }`` — then and else regions.
+
+    Set by a pass that versions ops under a condition that makes a rewrite of them valid:
+    ``fold`` names the rewrite (``scale``: the scale-fold pass, ``%cond`` = its scale > 0). The
+    then branch holds the rewritten ops, the else branch the ops as written; the pass reads the
+    mark so that it leaves what it has already rewritten alone when it runs on its own output."""
 
     NAME = "if"
     OPERANDS = ("cond",)
+    ATTRS = {"fold": str}
+    OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = None
     NUM_REGIONS = 2
 
     def infer(self):
         if self.operands[0].type != BOOL_T:
             raise self.error(f"the condition expected bool, got {describe(self.operands[0].type)}")
+        if self.attrs.get("fold", FOLDS[0]) not in FOLDS:
+            raise self.error(f"fold expected one of {', '.join(map(repr, FOLDS))}, "
+                             f"got {self.attrs['fold']!r}")
         return [r.type for r in self.results]
 
     def verify_regions(self) -> None:
