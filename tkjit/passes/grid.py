@@ -21,8 +21,9 @@ work and load such a tile, the loop is compiled persistent and the launch picks 
 (``by_trips``, the block loop's attribute): min(tiles, SMs) CTAs where the longest ring loop
 (``trips_bound``: its trip count at the heavy index's last value, a launcher expression) has at
 most ``SHORT_TRIPS`` trips, one CTA per tile past that. The kernel object launches this binary
-only up to the bound; past it, the kernel compiled under ``grid{overlap=-1}`` (one CTA per tile,
-no persistent loop: tkjit/trip_dispatch.py, the metadata's ``by_trips``). Tiles loaded once per tile take these
+up to ``LONG_TRIPS`` trips (option ``long``); past that, the kernel compiled under
+``grid{overlap=-1}`` (one CTA per tile, no persistent loop: tkjit/trip_dispatch.py, the
+metadata's ``by_trips``). Tiles loaded once per tile take these
 choices under ``lowering='general'`` (or the option ``overlap=1``) only while the attention
 template exists: ``auto`` still sends attention to it, and it reads the same decisions
 (``hopper.tile_overlap_options``). The pass runs before warp-spec, smem-plan and mbarrier, which
@@ -144,7 +145,8 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
                               f"the launch picks the binary (``by_trips``, tkjit/trip_dispatch.py): "
                               f"this one, min(tiles, SMs) CTAs, where the longest loop has at most "
                               f"{SHORT_TRIPS} trips (a short tile's start, its one-shot load and first "
-                              "product, overlaps the previous tile's work), past that the kernel "
+                              "product, overlaps the previous tile's work), one CTA per tile up to "
+                              f"{LONG_TRIPS} trips, past that the kernel "
                               "compiled with grid{overlap=-1}, one CTA per tile (the hardware hands "
                               "CTAs to SMs as they free up, which balances uneven tiles better than "
                               "a fixed stride, and no persistent loop takes the rings' stages). Measured (H200, 2026-11-27, causal examples/attention.tk "
@@ -194,6 +196,15 @@ def tight_registers(kernel: Kernel) -> str:
             f"and a persistent tile loop holds about {PERSISTENT_STATE} more (the tile index, each "
             "one-shot ring's slot and phase), which ptxas would spill")
 
+
+LONG_TRIPS = 16
+"""``by_trips``: past this many trips of the longest loop the launch takes the binary compiled with
+one CTA per tile (tkjit/trip_dispatch.py); from ``SHORT_TRIPS`` to here the persistent binary runs
+one CTA per tile. Measured (H200, 2026-11-27, same run, benchmarks/probes/by_trips_binaries.py,
+…-s15-by-trips-d64.json, …-s15-by-trips-binaries.json; persistent binary / one-per-tile binary,
+both one CTA per tile): at 16 trips D = 64 causal +1.8% (with L) / +2.2% (without), D = 128 +2.7% /
++0.5%; at 32 trips D = 64 +0.7% / +0.6%, D = 128 +1.5% / -1.9%; at 64 and 128 trips D = 128
+without L -3.5 / -4.5%."""
 
 SHORT_TRIPS = 8
 """``by_trips``: the longest ring loop at most this many trips launches persistent (the attention
@@ -290,9 +301,12 @@ class Grid(Pass):
     decides by the lowering (``hopper.tile_overlap_options``: lowering='general')."""
 
     short: int = 0
+    """``by_trips``: the most trips of the longest loop that still launch a persistent grid
+    (0: ``SHORT_TRIPS``)."""
+    long: int = 0
     """``by_trips``: the most trips of the longest loop that still launch the persistent binary
-    (0: ``SHORT_TRIPS``; past it the launch takes the one-CTA-per-tile variant,
-    tkjit/trip_dispatch.py)."""
+    (one CTA per tile past ``short``); past it the launch takes the one-CTA-per-tile variant
+    (tkjit/trip_dispatch.py). 0: ``LONG_TRIPS``; at least ``short``."""
 
     stream_k: int = 0
     """1: a persistent Hopper GEMM splits the K loops of its last, partial wave of tiles over
@@ -325,6 +339,10 @@ class Grid(Pass):
                     if self.short < 0:
                         raise PassError(f"grid: short must be a trip count >= 1 (0: {SHORT_TRIPS}), got {self.short}")
                     blocks.attrs["by_trips"] = self.short or SHORT_TRIPS
+                    if self.long and self.long < blocks.attrs["by_trips"]:
+                        raise PassError(f"grid: long ({self.long}) must be at least short "
+                                        f"({blocks.attrs['by_trips']})")
+                    kernel.attrs["long_trips"] = self.long or max(LONG_TRIPS, blocks.attrs["by_trips"])
         schedule = blocks.attrs.get("schedule", "grid")
         group = blocks.attrs.get("group", 1)
         indices = [f"%{a.hint}" if a.hint else "?" for a in blocks.regions[0].args]
