@@ -138,6 +138,16 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
         names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
         return "grid", (f"{names} is loaded once per tile, but {tight}: one CTA per tile (write "
                         "schedule(persistent) to choose it)")
+    slot = once and slot_bound(kernel)
+    if slot:
+        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        return "grid", (f"{names} is loaded once per tile, but in a persistent loop {slot}: the "
+                        "next tile's copy would then load only once this tile's stores have read "
+                        "the staging, so the next tile's start overlaps nothing but the ring's "
+                        "prefetch, and the tile walk's state (tile index and count, the one-shot "
+                        "slot's phase, the per-tile divisors held from tile to tile) sits beside the "
+                        f"consumers' level-2 loop all tile long: one CTA per tile, whose staging reuses the ring after "
+                        f"its loop (write schedule(persistent) to choose it). {SLOT_MEASURED}")
     uneven = uneven_work(kernel)
     if uneven and once and trips_bound(kernel) is not None:
         names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
@@ -178,7 +188,14 @@ PERSISTENT_STATE = 8
 and its coordinates, each one-shot ring's slot and phase. Where the consumers' estimate leaves
 less headroom than this, tiles loaded once per tile keep one CTA per tile (``tight_registers``):
 examples/attention_bwd_dkdv.tk (an estimate of 240 of the 240 registers its two consumers can
-get) spilled one register through the whole persistent kernel, none with one CTA per tile."""
+get) spilled one register through the whole persistent kernel, none with one CTA per tile.
+
+Measured to one register (ptxas 13.0, 2026-11-27, ``benchmarks/probes/register_need.py
+--headroom``: the consumers' need, persistent / one CTA per tile): attention_nol D = 256 236 / 220,
+its causal form 232-235 / 219, D = 128 217 / 207, attention.tk D = 128 221 / 218. The level-2 estimate
+(``mbarrier.level2_need``) is not counted here: it is right at D = 256 (220) but over-counts
+D = 128 (228 against 207), which fits persistent and measured faster so; D = 256 keeps one CTA per
+tile by its shared memory instead (``slot_bound``)."""
 
 
 def tight_registers(kernel: Kernel) -> str:
@@ -205,6 +222,25 @@ one CTA per tile. Measured (H200, 2026-11-27, same run, benchmarks/probes/by_tri
 both one CTA per tile): at 16 trips D = 64 causal +1.8% (with L) / +2.2% (without), D = 128 +2.7% /
 +0.5%; at 32 trips D = 64 +0.7% / +0.6%, D = 128 +1.5% / -1.9%; at 64 and 128 trips D = 128
 without L -3.5 / -4.5%."""
+
+SLOT_MEASURED = (
+    "Measured: examples/attention_nol.tk at D = 256 (O's staging in Q's one slot), persistent, ran "
+    "0.97x of one CTA per tile (H200, 2026-11-27, benchmarks/lowering_ab.py, B = 4, H = 16, "
+    "N = 4096), and its tile walk cost the consumers about 16 registers beside level 2: ptxas "
+    "needs about 236 of the 232 they get (it spilled 8 bytes), 220 with one CTA per tile (ptxas "
+    "13.0, benchmarks/probes/register_need.py --headroom)")
+"""Why ``slot_bound`` keeps one CTA per tile (the measurement behind it)."""
+
+
+def slot_bound(kernel: Kernel) -> str:
+    """Why a persistent tile loop would have to put a store's staging in the one slot of a tile
+    loaded once per tile (``pipeline.staging_in_the_slot`` with the consumers warp-spec will
+    choose), or ''."""
+    from .pipeline import staging_in_the_slot
+    from .warp_spec import planned_consumers
+    n = planned_consumers(kernel)
+    return "" if n is None else staging_in_the_slot(kernel, n)
+
 
 SHORT_TRIPS = 8
 """``by_trips``: the longest ring loop at most this many trips launches persistent (the attention
