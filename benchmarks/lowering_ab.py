@@ -2,6 +2,7 @@
 
     python3 benchmarks/lowering_ab.py [--kernels attention_nol,mlp,...] [--json OUT.json]
         [--pipeline NAME=PIPELINE]...   # also lowering='general' under this pass pipeline
+        [--shape JSON]...               # these shapes instead of the generality cases' own
 
 While the attention template exists, the schedule options for tiles loaded once per tile (a
 persistent grid over them, two slots, the launch-time grid ``by_trips``, early release) apply
@@ -15,7 +16,9 @@ events, median of 15 batches of 10 launches, the order reversed every other batc
 over sets that exceed the L2). ``general_vs_auto`` is auto ms / general ms (> 1: general faster).
 Each ``--pipeline NAME=PIPELINE`` adds the general lowering under that pass pipeline (e.g. the
 default one with ``pipeline{staging=slot}``), checked and timed in the same batches:
-``NAME_vs_auto`` and ``NAME_vs_general`` (> 1: NAME faster).
+``NAME_vs_auto`` and ``NAME_vs_general`` (> 1: NAME faster). Each ``--shape`` (a JSON object of
+the case's keys, e.g. ``{"B": 4, "H": 16, "N": 4096, "D": 256, "causal": true}``) replaces the
+kernels' generality shapes.
 """
 from __future__ import annotations
 
@@ -80,14 +83,16 @@ def main() -> None:
     ap.add_argument("--kernels", default=",".join(DEFAULT))
     ap.add_argument("--json")
     ap.add_argument("--pipeline", action="append", default=[], metavar="NAME=PIPELINE")
+    ap.add_argument("--shape", action="append", default=[], metavar="JSON")
     args = ap.parse_args()
+    shapes = [json.loads(s) for s in args.shape]
     variants = dict(v.split("=", 1) for v in args.pipeline)
     rows = []
     for name in args.kernels.split(","):
         if SPECS[name].load is not None:
             print(f"{name}: several kernels (skipped)")
             continue
-        for shape in FULL[name]:
+        for shape in shapes or FULL[name]:
             r = row(dict(kernel=name, **shape), variants)
             print(json.dumps(r), flush=True)
             rows.append(r)

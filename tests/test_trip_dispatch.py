@@ -30,11 +30,11 @@ def nol(causal: bool, lowering: str = "general", pipeline: str | None = None):
 
 def test_a_causal_kernel_compiled_persistent_by_trips_says_how_to_count_them():
     meta = nol(True).metadata
-    assert meta["by_trips"]["short"] == 8
+    assert meta["by_trips"]["short"] == 8 and meta["by_trips"]["long"] == 16
     dims = {"B": 2, "H": 4, "N": 0, "D": 128, "HKV": 4}
     # the heaviest query block's key loop: cdiv(N, 128) trips (causal, 128-row blocks of 128 keys)
-    assert [long_trips(meta["by_trips"], {**dims, "N": n}) for n in (50, 1024, 1025, 4096)] == \
-        [(1, False), (8, False), (9, True), (32, True)]
+    assert [long_trips(meta["by_trips"], {**dims, "N": n}) for n in (50, 1024, 2048, 2049, 4096)] == \
+        [(1, False), (8, False), (16, False), (17, True), (32, True)]
     assert long_trips(meta["by_trips"], {"B": 2}) is None  # N missing: no choice
 
 
@@ -81,25 +81,27 @@ def tensors(n: int):
 
 
 def test_the_dispatch_launches_the_persistent_binary_for_short_loops_and_the_variant_past_them():
-    dispatch, owner, own, made = fake({"trips": ["cdiv", ["dim", "N"], 128], "short": 8})
+    dispatch, owner, own, made = fake({"trips": ["cdiv", ["dim", "N"], 128], "short": 8, "long": 16})
     dispatch(*tensors(1024))
     dispatch(*tensors(1024))
-    assert own.calls == 2 and not made
-    dispatch(*tensors(4096))
     dispatch(*tensors(2048))
+    assert own.calls == 3 and not made
     dispatch(*tensors(4096))
-    assert own.calls == 2 and made == [1]  # the variant compiled once, for every long shape
+    dispatch(*tensors(3000))
+    dispatch(*tensors(4096))
+    assert own.calls == 3 and made == [1]  # the variant compiled once, for every long shape
     assert dispatch._variant.calls == 3
     logged = owner.decisions.for_pass("grid")
-    assert [d.subject for d in logged] == ["@attn at B=2 N=1024 D=128", "@attn at B=2 N=4096 D=128",
-                                           "@attn at B=2 N=2048 D=128"]
-    assert logged[0].decision == "the persistent binary" and "8 trips (at most 8)" in logged[0].reason
-    assert "one CTA per tile" in logged[1].decision and "32 trips (more than 8)" in logged[1].reason
+    assert [d.subject for d in logged] == ["@attn at B=2 N=1024 D=128", "@attn at B=2 N=2048 D=128",
+                                           "@attn at B=2 N=4096 D=128", "@attn at B=2 N=3000 D=128"]
+    assert logged[0].decision == "the persistent binary" and "8 trips (at most 8:" in logged[0].reason
+    assert logged[1].decision == "the persistent binary" and "16 trips (more than 8, at most 16" in logged[1].reason
+    assert "one CTA per tile" in logged[2].decision and "32 trips (more than 16" in logged[2].reason
 
 
 def test_arguments_the_dispatch_cannot_bind_go_to_the_persistent_kernel():
     """A wrong rank: the persistent kernel's own launcher names the problem."""
-    dispatch, _, own, made = fake({"trips": ["cdiv", ["dim", "N"], 128], "short": 8})
+    dispatch, _, own, made = fake({"trips": ["cdiv", ["dim", "N"], 128], "short": 8, "long": 16})
     dispatch(SimpleNamespace(shape=(4096, 128)), SimpleNamespace(shape=(2, 4096, 128)), 0.1)
     assert own.calls == 1 and not made
 

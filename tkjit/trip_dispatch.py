@@ -7,20 +7,21 @@ tile (passes/grid.py). A persistent CTA pays off only for short tiles: it overla
 hardware's assignment of CTAs to SMs as they free up balances the uneven tiles better, so such a
 launch runs one CTA per tile. The persistent binary can run that way (its grid expression says
 so), but it still carries what only a persistent loop needs: the second slot of the one-shot
-tiles (fewer ring stages beside it), the tile loop and its phase bookkeeping. Measured (H200,
-2026-11-27, examples/attention_nol.tk causal D = 128, N = 4096, one CTA per tile either way): the
-persistent binary 0.98x of the one compiled with one CTA per tile; ncu: 843 K against 824 K
-SM-active cycles, 21% more branch instructions, 198 against 230 KB of shared memory
-(benchmarks/results/2026-11-27-nvidia-h200-s14-ncu-nol-d128-causal-auto-vs-general.txt).
+tiles (fewer ring stages beside it), the tile loop and its phase bookkeeping. Which binary runs a
+one-CTA-per-tile launch faster was measured (H200, 2026-11-27, same run,
+benchmarks/probes/by_trips_binaries.py): up to 16 trips the persistent binary (causal D = 64 at
+N = 2048: +1.8% with L, +2.2% without), past that, for the kernel without L at D = 128, the other
+(-1.9/-3.5/-4.5% at 32/64/128 trips; ncu at 8192: 1.547 M against 1.496 M SM-active cycles).
 
 So the kernel object picks the binary, not only the grid: on the first call with a set of
 argument shapes it evaluates the longest loop's trip count (the metadata's ``by_trips``: the
-grid pass's ``trips_bound`` expression and its bound) and launches
+grid pass's ``trips_bound`` expression and its bounds ``short`` and ``long``) and launches
 
-* this kernel where the trips are at most the bound (persistent, min(tiles, SMs) CTAs), or
-* the variant compiled under the same pipeline with ``grid{overlap=-1}`` past it (one CTA per
-  tile: what the grid pass chooses for tiles loaded once per tile without the cross-tile overlap),
-  compiled (or loaded from the disk cache) at the first launch that needs it.
+* this kernel where the trips are at most ``long`` (its grid expression: min(tiles, SMs)
+  persistent CTAs up to ``short`` trips, one CTA per tile past that), or
+* the variant compiled under the same pipeline with ``grid{overlap=-1}`` past ``long`` (one CTA
+  per tile: what the grid pass chooses for tiles loaded once per tile without the cross-tile
+  overlap), compiled (or loaded from the disk cache) at the first launch that needs it.
 
 The choice is logged in the decision log (pass ``grid``, subject ``@kernel at <dims>``) and kept
 in a dict keyed by the shapes, so later calls cost one lookup."""
@@ -48,15 +49,15 @@ def one_cta_per_tile(pipeline: str | None) -> str:
 
 
 def long_trips(by_trips: dict, dims: dict[str, int]) -> tuple[int, bool] | None:
-    """The longest loop's trip count at these dims and whether it is past the bound (None where
-    the expression cannot be evaluated from them)."""
+    """The longest loop's trip count at these dims and whether it is past the binary's bound
+    (``long``; None where the expression cannot be evaluated from them)."""
     from .fill_sms import UNBOUNDED
     from .runtime.launcher import compile_grid
     try:
         trips = compile_grid([by_trips["trips"]], tuple(dims), num_sms=UNBOUNDED)(**dims)[0]
     except (KeyError, TypeError, NameError, ValueError, ZeroDivisionError, TkError):
         return None
-    return int(trips), int(trips) > int(by_trips["short"])
+    return int(trips), int(trips) > int(by_trips.get("long", by_trips["short"]))
 
 
 class TripDispatch:
@@ -89,16 +90,21 @@ class TripDispatch:
             return self._own
         trips, long = got
         shape = " ".join(f"{name}={value}" for name, value in dims.items())
-        bound = meta["by_trips"]["short"]
+        short = meta["by_trips"]["short"]
+        bound = meta["by_trips"].get("long", short)
         if not long:
-            self._log(shape, "the persistent binary",
-                      f"the longest loop runs {trips} trips (at most {bound}): min(tiles, SMs) "
-                      "persistent CTAs, each short tile's start overlapping the previous tile's work")
+            grid = (f"at most {short}: min(tiles, SMs) persistent CTAs, each short tile's start "
+                    "overlapping the previous tile's work" if trips <= short else
+                    f"more than {short}, at most {bound}: one CTA per tile, each running this "
+                    "binary's tile loop once (measured faster there than the binary without it: "
+                    "passes/grid.py LONG_TRIPS)")
+            self._log(shape, "the persistent binary", f"the longest loop runs {trips} trips ({grid})")
             return self._own
         if self._variant is None:
             self._variant = self._make_variant()
         self._log(shape, "the binary compiled with one CTA per tile (grid{overlap=-1})",
-                  f"the longest loop runs {trips} trips (more than {bound}): the hardware hands "
+                  f"the longest loop runs {trips} trips (more than {bound}, passes/grid.py "
+                  "LONG_TRIPS): the hardware hands "
                   "CTAs to SMs as they free up, which balances uneven tiles better, and the binary "
                   "without a persistent loop keeps the rings' full depth (tkjit/trip_dispatch.py)")
         return self._variant

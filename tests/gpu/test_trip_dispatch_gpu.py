@@ -1,7 +1,7 @@
 """On a GPU: a kernel compiled persistent by trips (causal attention under the general lowering)
 launches its persistent binary where the longest key loop is short and the one compiled with one
 CTA per tile past that (tkjit/trip_dispatch.py); both are right against float64 torch, outputs
-NaN-poisoned, at N on both sides of the bound (8 trips of 128 keys) and not a multiple of the
+NaN-poisoned, at N on every side of the bounds (8 and 16 trips of 128 keys) and not a multiple of the
 tiles; the decision log names the binary each shape took. tests/test_trip_dispatch.py checks the
 metadata, the variant and the choice on the CPU."""
 from __future__ import annotations
@@ -35,7 +35,8 @@ def _exact(q, k, v, scale):
     return torch.softmax(s, -1) @ vr, torch.logsumexp(s, -1)
 
 
-@pytest.mark.parametrize("n,binary", [(1024, "persistent"), (700, "persistent"), (1025, "one CTA per tile"),
+@pytest.mark.parametrize("n,binary", [(1024, "persistent"), (700, "persistent"), (1025, "persistent"),
+                                      (2048, "persistent"), (2049, "one CTA per tile"),
                                       (4096, "one CTA per tile"), (3000, "one CTA per tile")])
 @pytest.mark.parametrize("name,d", [("attention_nol", 128), ("attention", 64)])
 def test_the_launch_picks_the_binary_by_trips_and_both_are_right(name, d, n, binary):

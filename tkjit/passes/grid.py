@@ -21,10 +21,10 @@ work and load such a tile, the loop is compiled persistent and the launch picks 
 (``by_trips``, the block loop's attribute): min(tiles, SMs) CTAs where the longest ring loop
 (``trips_bound``: its trip count at the heavy index's last value, a launcher expression) has at
 most ``SHORT_TRIPS`` trips (option ``short``), one CTA per tile past that. The kernel object
-launches this binary only up to the bound; past it, the kernel compiled under ``grid{overlap=-1}``
-(one CTA per tile, no persistent loop: tkjit/trip_dispatch.py, the metadata's ``by_trips``;
-option ``overlap=-1``: one CTA per tile for such kernels). The pass runs before warp-spec,
-smem-plan and mbarrier, which read the schedule.
+launches this binary up to ``LONG_TRIPS`` trips (option ``long``); past that, the kernel compiled
+under ``grid{overlap=-1}`` (one CTA per tile, no persistent loop: tkjit/trip_dispatch.py, the
+metadata's ``by_trips``; option ``overlap=-1``: one CTA per tile for such kernels). The pass runs
+before warp-spec, smem-plan and mbarrier, which read the schedule.
 
 Heaviest first (``heavy``, chosen when a ring loop's trip count grows with one block index and
 the order is not grouped; option ``heavy=-1`` turns it off): tiles are visited with that index
@@ -134,6 +134,16 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
         names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
         return "grid", (f"{names} is loaded once per tile, but {tight}: one CTA per tile (write "
                         "schedule(persistent) to choose it)")
+    slot = once and slot_bound(kernel)
+    if slot:
+        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        return "grid", (f"{names} is loaded once per tile, but in a persistent loop {slot}: the "
+                        "next tile's copy would then load only once this tile's stores have read "
+                        "the staging, so the next tile's start overlaps nothing but the ring's "
+                        "prefetch, and the tile walk's state (tile index and count, the one-shot "
+                        "slot's phase, the per-tile divisors held from tile to tile) sits beside the "
+                        f"consumers' level-2 loop all tile long: one CTA per tile, whose staging reuses the ring after "
+                        f"its loop (write schedule(persistent) to choose it). {SLOT_MEASURED}")
     uneven = uneven_work(kernel)
     if uneven and once and trips_bound(kernel) is not None:
         names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
@@ -141,7 +151,8 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
                               f"the launch picks the binary (``by_trips``, tkjit/trip_dispatch.py): "
                               f"this one, min(tiles, SMs) CTAs, where the longest loop has at most "
                               f"{SHORT_TRIPS} trips (a short tile's start, its one-shot load and first "
-                              "product, overlaps the previous tile's work), past that the kernel "
+                              "product, overlaps the previous tile's work), one CTA per tile up to "
+                              f"{LONG_TRIPS} trips, past that the kernel "
                               "compiled with grid{overlap=-1}, one CTA per tile (the hardware hands "
                               "CTAs to SMs as they free up, which balances uneven tiles better than "
                               "a fixed stride, and no persistent loop takes the rings' stages). Measured (H200, 2026-11-27, causal examples/attention.tk "
@@ -173,7 +184,14 @@ PERSISTENT_STATE = 8
 and its coordinates, each one-shot ring's slot and phase. Where the consumers' estimate leaves
 less headroom than this, tiles loaded once per tile keep one CTA per tile (``tight_registers``):
 examples/attention_bwd_dkdv.tk (an estimate of 240 of the 240 registers its two consumers can
-get) spilled one register through the whole persistent kernel, none with one CTA per tile."""
+get) spilled one register through the whole persistent kernel, none with one CTA per tile.
+
+Measured to one register (ptxas 13.0, 2026-11-27, ``benchmarks/probes/register_need.py
+--headroom``: the consumers' need, persistent / one CTA per tile): attention_nol D = 256 236 / 220,
+its causal form 232-235 / 219, D = 128 217 / 207, attention.tk D = 128 221 / 218. The level-2 estimate
+(``mbarrier.level2_need``) is not counted here: it is right at D = 256 (220) but over-counts
+D = 128 (228 against 207), which fits persistent and measured faster so; D = 256 keeps one CTA per
+tile by its shared memory instead (``slot_bound``)."""
 
 
 def tight_registers(kernel: Kernel) -> str:
@@ -190,6 +208,34 @@ def tight_registers(kernel: Kernel) -> str:
     return (f"its {n} consumer(s) need about {need} registers a thread of the {room} they can get, "
             f"and a persistent tile loop holds about {PERSISTENT_STATE} more (the tile index, each "
             "one-shot ring's slot and phase), which ptxas would spill")
+
+
+LONG_TRIPS = 16
+"""``by_trips``: past this many trips of the longest loop the launch takes the binary compiled with
+one CTA per tile (tkjit/trip_dispatch.py); from ``SHORT_TRIPS`` to here the persistent binary runs
+one CTA per tile. Measured (H200, 2026-11-27, same run, benchmarks/probes/by_trips_binaries.py,
+…-s15-by-trips-d64.json, …-s15-by-trips-binaries.json; persistent binary / one-per-tile binary,
+both one CTA per tile): at 16 trips D = 64 causal +1.8% (with L) / +2.2% (without), D = 128 +2.7% /
++0.5%; at 32 trips D = 64 +0.7% / +0.6%, D = 128 +1.5% / -1.9%; at 64 and 128 trips D = 128
+without L -3.5 / -4.5%."""
+
+SLOT_MEASURED = (
+    "Measured: examples/attention_nol.tk at D = 256 (O's staging in Q's one slot), persistent, ran "
+    "0.97x of one CTA per tile (H200, 2026-11-27, benchmarks/lowering_ab.py, B = 4, H = 16, "
+    "N = 4096), and its tile walk cost the consumers about 16 registers beside level 2: ptxas "
+    "needs about 236 of the 232 they get (it spilled 8 bytes), 220 with one CTA per tile (ptxas "
+    "13.0, benchmarks/probes/register_need.py --headroom)")
+"""Why ``slot_bound`` keeps one CTA per tile (the measurement behind it)."""
+
+
+def slot_bound(kernel: Kernel) -> str:
+    """Why a persistent tile loop would have to put a store's staging in the one slot of a tile
+    loaded once per tile (``pipeline.staging_in_the_slot`` with the consumers warp-spec will
+    choose), or ''."""
+    from .pipeline import staging_in_the_slot
+    from .warp_spec import planned_consumers
+    n = planned_consumers(kernel)
+    return "" if n is None else staging_in_the_slot(kernel, n)
 
 
 SHORT_TRIPS = 8
@@ -287,9 +333,12 @@ class Grid(Pass):
     CTA per tile."""
 
     short: int = 0
+    """``by_trips``: the most trips of the longest loop that still launch a persistent grid
+    (0: ``SHORT_TRIPS``)."""
+    long: int = 0
     """``by_trips``: the most trips of the longest loop that still launch the persistent binary
-    (0: ``SHORT_TRIPS``; past it the launch takes the one-CTA-per-tile variant,
-    tkjit/trip_dispatch.py)."""
+    (one CTA per tile past ``short``); past it the launch takes the one-CTA-per-tile variant
+    (tkjit/trip_dispatch.py). 0: ``LONG_TRIPS``; at least ``short``."""
 
     stream_k: int = 0
     """1: a persistent Hopper GEMM splits the K loops of its last, partial wave of tiles over
@@ -322,6 +371,10 @@ class Grid(Pass):
                     if self.short < 0:
                         raise PassError(f"grid: short must be a trip count >= 1 (0: {SHORT_TRIPS}), got {self.short}")
                     blocks.attrs["by_trips"] = self.short or SHORT_TRIPS
+                    if self.long and self.long < blocks.attrs["by_trips"]:
+                        raise PassError(f"grid: long ({self.long}) must be at least short "
+                                        f"({blocks.attrs['by_trips']})")
+                    kernel.attrs["long_trips"] = self.long or max(LONG_TRIPS, blocks.attrs["by_trips"])
         schedule = blocks.attrs.get("schedule", "grid")
         group = blocks.attrs.get("group", 1)
         indices = [f"%{a.hint}" if a.hint else "?" for a in blocks.regions[0].args]

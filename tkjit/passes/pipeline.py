@@ -309,3 +309,41 @@ def _read_before(body, load, at: int) -> bool:
         if any(load.result in op.operands for op in top.walk()) and i >= at:
             return False
     return True
+
+
+def staging_in_the_slot(kernel: Kernel, consumers: int) -> str:
+    """Where a persistent block loop of ``kernel`` would starve a ring loop unless a store's staging
+    took the one slot of a tile loaded once per tile (what ``staging=auto`` then does,
+    ``choose_slot_staging``): that ring loop, its stages beside the staging, and the tile; else ''.
+    For the grid pass, which runs before warp-spec and this pass: the block loop is asked as
+    persistent with ``consumers`` consumers (both attributes restored). A ring short of 2 stages
+    beside a staging kept in one slot would be shorter still beside two slots, so the one-shot tiles
+    keep one slot there (``choose_slots``)."""
+    blocks = block_loop(kernel)
+    once, stores = one_shot_loads(kernel), stores_of_register_tiles(kernel)
+    if not once or not stores:
+        return ""
+    saved = blocks.attrs.get("schedule"), kernel.attrs.get("consumers")
+    blocks.attrs["schedule"], kernel.attrs["consumers"] = "persistent", consumers
+    try:
+        loops = pipelined_loops(kernel)
+        decided = {loop: loop.attrs.get("stages", 1) for loop in loops}
+        free = [lp for lp in loops if "stages" not in lp.attrs]
+        plan = PipelineStages()
+        for store in stores:
+            host, _ = PipelineStages.slot_host(kernel, store, once, set())
+            if host is None:
+                continue
+            for loop in free:
+                fit = plan.fit(kernel, loop, decided)[0]
+                if fit < 2:
+                    return (f"the ring of {subject_of(loop)} would keep {fit} stage(s) beside the "
+                            f"staging of {subject_of(store)} unless that staging took the one slot "
+                            f"of {subject_of(host.result)}")
+        return ""
+    finally:
+        for attrs, key, value in ((blocks.attrs, "schedule", saved[0]), (kernel.attrs, "consumers", saved[1])):
+            if value is None:
+                attrs.pop(key, None)
+            else:
+                attrs[key] = value

@@ -443,7 +443,8 @@ def launch_picks_binary(kernel: Kernel) -> dict:
     from ...passes.grid import trips_bound
     short = block_loop(kernel).attrs.get("by_trips", 0)
     trips = trips_bound(kernel) if short else None
-    return {} if trips is None else {"by_trips": {"trips": trips, "short": short}}
+    return {} if trips is None else {"by_trips": {"trips": trips, "short": short,
+                                                  "long": kernel.attrs.get("long_trips", short)}}
 
 
 def pair_grid(kernel: Kernel) -> list:
