@@ -21,9 +21,10 @@ from tkjit.passes import DEFAULT_PIPELINE
 pytestmark = pytest.mark.gpu
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SLOT = DEFAULT_PIPELINE.replace("pipeline,", "pipeline{staging=slot},")
-LEVEL1 = SLOT.replace("mbarrier", "mbarrier{split=off}")
+PINNED = SLOT.replace("grid,", "grid{schedule=persistent},")  # D = 256: the grid's slot bound keeps
+LEVEL1 = PINNED.replace("mbarrier", "mbarrier{split=off}")    # one CTA per tile unless pinned
 CASES = [("attention", 128, True, SLOT), ("attention", 128, False, SLOT),
-         ("attention_nol", 128, True, SLOT), ("attention_nol", 256, False, SLOT),
+         ("attention_nol", 128, True, SLOT), ("attention_nol", 256, False, PINNED),
          ("attention_nol", 256, False, LEVEL1), ("attention_exp", 128, False, SLOT),
          ("attention_exp", 128, True, SLOT), ("attention_mask", 128, True, SLOT)]
 IDS = [f"{n}-D{d}{'-causal' if c else ''}{'-level1' if p == LEVEL1 else ''}" for n, d, c, p in CASES]
