@@ -131,9 +131,10 @@ def auto_refusal(kernel, options: dict):
     docs/hopper-codegen.md):
 
     * consumers only (no shared tile, so no producer: rotary) in the contiguous column order
-      (16-byte loads and stores straight between global memory and registers): the general
-      lowering, measured at 1.06x the register-tile backend on rotary (0.92x in the mma fragment's
-      order, whose 2- and 4-byte loads stay on the register-tile backend);
+      (16-byte loads and stores straight between global memory and registers), elementwise only:
+      the general lowering, measured at 1.06x the register-tile backend on rotary; in the mma
+      fragment's order (2- and 4-byte loads: rotary 0.92x) or with a reduction
+      (attention_bwd_prep's row sums: 0.95-0.96x), the register-tile backend;
     * a row block kept in shared memory (stream-cols' cache: ``copy_cols``), filled by the TMA
       producer: the register-tile backend, whose consumers fill it themselves with cp.async; the
       general lowering measured 0.88-0.98x on the norm and softmax rows, at the same CTAs an SM
@@ -143,13 +144,20 @@ def auto_refusal(kernel, options: dict):
     if asked != "auto" or has_product(kernel):
         return None
     if not kernel.attrs.get("producer"):
+        from ...ir.ops import Reduce
         grid, _ = consumer_grid(kernel, consumer_warps(kernel))
-        if grid.contiguous_cols:
-            return None
-        return Refusal(None, "it has no matrix product and loads no shared tile, in the mma fragment's column "
-                             "order (2- and 4-byte loads straight from global memory): lowering=auto keeps "
-                             "such kernels on the register-tile backend, measured faster there (rotary in "
-                             f"that order 0.92x; {NO_PRODUCT_MEASURED})")
+        if not grid.contiguous_cols:
+            return Refusal(None, "it has no matrix product and loads no shared tile, in the mma fragment's "
+                                 "column order (2- and 4-byte loads straight from global memory): lowering=auto "
+                                 "keeps such kernels on the register-tile backend, measured faster there "
+                                 f"(rotary in that order 0.92x; {NO_PRODUCT_MEASURED})")
+        reduce = next((op for op in kernel.walk() if isinstance(op, Reduce)), None)
+        if reduce is not None:
+            return Refusal(reduce, "a reduction in a kernel with no matrix product and no shared tile: lowering=auto "
+                                   "keeps such kernels on the register-tile backend, measured faster there "
+                                   "(attention_bwd_prep's row sums through the general lowering 0.95-0.96x, in the "
+                                   f"contiguous order; {NO_PRODUCT_MEASURED})")
+        return None
     cache = next((op for op in kernel.walk() if op.NAME == "copy_cols"), None)
     if cache is not None:
         return Refusal(cache, "a column chunk of the row block stream-cols keeps in shared memory, in a "
