@@ -53,7 +53,8 @@ def test_every_example_has_the_ir_after_each_pass_and_the_ptx_of_canonicalize_al
         assert general and "mma.sync backend" in str(e)
         return
     if example.name == "attention.tk" or general:  # these follow the passes only: no local rules
-        assert "backend: wgmma" in scheduled.decisions.render()
+        rendered = scheduled.decisions.render()  # (with no product: "backend: general")
+        assert "backend: wgmma" in rendered or "backend: general" in rendered
         # without the passes nothing takes a kernel to the Hopper path
         assert "scheduling passes" in plain.decisions.render()
     else:  # the Hopper passes leave the register-tile backend's code to the portable passes

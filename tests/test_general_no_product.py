@@ -5,8 +5,8 @@ warp-spec gave no producer, the register-tile backend's warp grid for their cons
 (lower_layout.py) -- with ptxas clean, no spills, the decisions logged; the consumer-only rotary
 agrees with the interpreter on the PTX simulator at ragged shapes, and the TMA-fed norms and
 softmax run there too (its TMA loads, mbarriers and roles) bit for bit as the register-tile
-backend's PTX of the same IR; ``lowering='auto'`` keeps
-them on the register-tile backend (not measured yet); every barrier is a protocol step (the
+backend's PTX of the same IR; ``lowering='auto'`` keeps the TMA-fed ones on the register-tile
+backend and takes the general lowering for the consumers-only rotary (measured); every barrier is a protocol step (the
 consumers' scratch barriers: ``ScratchSync``)."""
 from __future__ import annotations
 
@@ -88,12 +88,76 @@ def test_the_row_block_chunks_are_16_byte_reads_of_the_tma_panels():
     assert "consumer scratch" in text
 
 
-def test_auto_keeps_them_on_the_register_tile_backend_and_says_why():
-    for name in NORMS + ["rotary"]:
+def test_auto_keeps_the_tma_fed_row_blocks_on_the_register_tile_backend_and_says_why():
+    """The norms and softmax (a row block kept in shared memory by the TMA producer) stay on the
+    register-tile backend under auto, with the measured reason at their copy_cols."""
+    for name in NORMS:
         k = tkjit.load(EXAMPLES / f"{name}.tk", cache=False)
         assert "register-tile" in k.asm["ptx"].splitlines()[0]
         text = str(k.explain())
         assert "lowering=auto keeps such kernels on the register-tile backend" in text
+        assert "0.88-0.98x on the norm and softmax rows" in text
+
+
+def test_auto_takes_the_general_lowering_for_consumers_only_in_the_contiguous_order():
+    """Rotary (no shared tile, so no producer) under auto: the general lowering, its consumers'
+    tiles in the contiguous column order (16-byte loads and stores, no staging), as measured
+    faster than the register-tile backend; warp-spec and smem-plan say why."""
+    k = tkjit.load(EXAMPLES / "rotary.tk", cache=False)
+    ptx = k.asm["ptx"]
+    assert k.metadata["lowering"] == "general" and "tile program" in ptx.splitlines()[0]
+    assert ptx.count("ld.global.v4.b32") == 16 and ptx.count("st.global.v4.b32") == 8
+    assert "ld.global.b16" not in ptx and "stmatrix" not in ptx and "cp.async.bulk" not in ptx
+    text = str(k.explain())
+    assert "consumer layout: 4x1 warps, contiguous columns" in text
+    assert "the consumers' register tiles take the contiguous column order" in text
+    assert re.search(r"store at \S*rotary.tk:13:5: from registers: no staging tile\n\s+because no "
+                     r"matrix product, and its consumers hold it in the contiguous column order", text)
+    assert "0 B of dynamic shared memory" in text
+
+
+def test_auto_keeps_consumers_only_in_the_fragment_order_on_the_register_tile_backend():
+    """The same kernel with a position-dependent op (causal_mask: the fragment order) is refused
+    under auto with the measured reason; lowering=general still takes it."""
+    src = (EXAMPLES / "rotary.tk").read_text().replace(
+        "Y.tile(b, h, i, 0) = x1 * cos - x2 * sin",
+        "Y.tile(b, h, i, 0) = causal_mask(x1 * cos - x2 * sin, i * BN, 0)")
+    assert "causal_mask" in src
+    k = tkjit.compile(src, cache=False)
+    assert "register-tile" in k.asm["ptx"].splitlines()[0]
+    assert "in the mma fragment's column order" in str(k.explain())
+    g = tkjit.compile(src, cache=False, lowering="general")
+    assert g.metadata["lowering"] == "general" and "consumer layout: 4x1 warps, fragment columns" in str(g.explain())
+
+
+def test_smem_plan_gives_a_norm_no_staging_its_store_cannot_use():
+    """RMSNorm's output tile is held in the contiguous column order (and its 16 rows are no 64-row
+    slab either): smem-plan plans no staging, so its shared memory is the row block, the scratch and
+    the barriers (34,176 B: 6 CTAs an SM, not 5 with the 8 KB staging it never used)."""
+    k = _general("rmsnorm")
+    assert k.metadata["smem_bytes"] == 34176
+    text = str(k.explain())
+    assert "staging tile of store" not in text
+    assert re.search(r"from registers: no staging tile\n\s+because no matrix product, and its consumers hold it "
+                     r"in the contiguous column order .*: the bytes would only cost CTAs an SM", text)
+
+
+def test_reg_budget_lowers_maxnreg_to_the_ctas_shared_memory_holds():
+    """LayerNorm D = 1024: shared memory holds 6 CTAs an SM, the estimate's .maxnreg 104 only 3;
+    96 holds 4 and still leaves 16 beside the 66 live fragment registers (80 would not: 5 CTAs,
+    ptxas spilled there). RMSNorm D = 2048: shared memory holds 3, which 88 already does."""
+    k = _general("layernorm")
+    assert ".maxnreg 96" in k.asm["ptx"]
+    assert "lowered to 96 so that registers hold 4 CTAs an SM (shared memory holds 6" in str(k.explain())
+    k = _general("rmsnorm", constants={"D": 2048})
+    assert ".maxnreg 88" in k.asm["ptx"] and "lowered to" not in str(k.explain())
+
+
+def test_reg_budget_maxnreg_pin():
+    from tkjit.passes import DEFAULT_PIPELINE
+    k = _general("rmsnorm", pipeline=DEFAULT_PIPELINE.replace("reg-budget", "reg-budget{maxnreg=64}"))
+    assert ".maxnreg 64" in k.asm["ptx"]
+    assert "pinned by the pass option maxnreg" in str(k.explain())
 
 
 def test_a_kernel_with_no_producer_runs_its_consumers_alone():
@@ -157,14 +221,12 @@ def _rotary_case(n):
 
 @pytest.mark.parametrize("n", [100, 64, 9])
 def test_the_consumer_only_kernel_agrees_with_the_interpreter_on_the_ptx_simulator(n):
-    """Rotary through the general lowering with its stores from registers (the pipeline without
-    the epilogue pass: the simulator has no TMA), at ragged N and N below one tile: the same
-    bits as the interpreter, nothing written outside the output."""
+    """Rotary as lowering=auto compiles it (the general lowering, consumers only, the contiguous
+    column order: 16-byte loads and stores straight from registers, no TMA), at ragged N and N
+    below one tile: the same bits as the interpreter, nothing written outside the output."""
     from simkit import simulate
-    from tkjit.passes import DEFAULT_PIPELINE
     src = (EXAMPLES / "rotary.tk").read_text()
-    k = tkjit.compile(src, lowering="general", require_hopper=True, cache=False,
-                      pipeline=DEFAULT_PIPELINE.replace(",epilogue", ""))
+    k = tkjit.compile(src, require_hopper=True, cache=False)
     ptx, md = k.asm["ptx"], dict(k.metadata)
     assert md["lowering"] == "general" and "stmatrix" not in ptx
     args = _rotary_case(n)
@@ -173,6 +235,28 @@ def test_the_consumer_only_kernel_agrees_with_the_interpreter_on_the_ptx_simulat
     interp(*want)
     (got,) = simulate(k._result.tkir, args, [3], ptx_meta=(ptx, md))
     assert torch.equal(got.view(torch.int16), want[3].view(torch.int16))
+
+
+@pytest.mark.parametrize("n, d", [(100, 128), (9, 64)])
+def test_the_row_sums_of_the_attention_backward_agree_on_the_ptx_simulator(n, d):
+    """examples/attention_bwd_prep.tk (Di = row_sum(dO * O)) through the general lowering: consumers
+    only, 16-byte loads, each warp's rows whole. On the simulator at ragged N: within f32 rounding
+    of float64, as the register-tile backend's PTX of the same IR is (lowering=auto keeps it there,
+    with the measured reason: a reduction with no producer)."""
+    src = (EXAMPLES / "attention_bwd_prep.tk").read_text()
+    auto = tkjit.compile(src, cache=False, lowering="general", require_hopper=True, constants={"D": d})
+    rt = tkjit.compile(src, cache=False, constants={"D": d})
+    assert auto.metadata["lowering"] == "general" and "ld.global.v4.b32" in auto.asm["ptx"]
+    assert "register-tile" in rt.asm["ptx"].splitlines()[0]
+    assert "attention_bwd_prep's row sums through the general lowering 0.95-0.96x" in str(rt.explain())
+    torch.manual_seed(n)
+    o, do = (torch.randn(1, 2, n, d).bfloat16() for _ in range(2))
+    args = [o, do, torch.full((1, 2, n), float("nan"))]
+    (mine,), (theirs,) = _simulated(auto, args, [2]), _simulated(rt, args, [2])
+    assert not torch.isnan(mine).any()
+    exact = (o.double() * do.double()).sum(-1)
+    for got in (mine, theirs):  # (the column order sums each row's f32 partials in another order)
+        torch.testing.assert_close(got.double(), exact, rtol=1e-5, atol=1e-5)
 
 
 def test_a_mutation_of_the_simulated_kernel_is_caught():
@@ -255,16 +339,17 @@ def test_no_product_takes_a_producer_warp_and_no_setmaxnreg():
     """warp-spec gives a kernel with no product a producer *warp* (no setmaxnreg, no wgmma: nothing
     needs a whole warpgroup), reg-budget no setmaxnreg and a .maxnreg of the consumers' estimated
     need: 160 threads at about 88 registers instead of 256 at 248 (one CTA an SM, measured at
-    0.42-0.71x of the register-tile backend on an H200). The IR says so, and the PTX follows."""
+    0.42-0.71x of the register-tile backend on an H200), here lowered to 80, which holds the 5 CTAs
+    an SM 88 would not. The IR says so, and the PTX follows."""
     k = _general("rmsnorm")
     ir = k.asm["after:reg-budget"]
     assert "producer_warp = true" in ir and "threads = 160" in ir and "regs =" not in ir
     text = str(k.explain())
     assert "1 producer warp + 1 consumer warpgroup = 160 threads" in text
-    assert "no setmaxnreg; .maxnreg 88 for all 160 threads" in text
+    assert "no setmaxnreg; .maxnreg 80 for all 160 threads" in text
     assert "cdiv(R, 16) CTAs, one per tile" in text and "no matrix product: a memory-bound kernel" in text
     ptx = k.asm["ptx"]
-    assert "setmaxnreg" not in ptx and ".reqntid 160" in ptx and ".maxnreg 88" in ptx
+    assert "setmaxnreg" not in ptx and ".reqntid 160" in ptx and ".maxnreg 80" in ptx
     assert "setp.lt.u32" in ptx.split("$L_producer")[0]  # threads 0..31 branch to the producer
     gemm = tkjit.load(EXAMPLES / "gemm.tk", cache=False)  # with a product: a warpgroup, setmaxnreg
     assert "producer_warp" not in gemm.asm["opt"] and "setmaxnreg" in gemm.asm["ptx"]

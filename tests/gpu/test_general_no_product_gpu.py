@@ -70,9 +70,10 @@ def test_row_wise_example_through_the_general_lowering(name, d, r):
             torch.testing.assert_close(a.float(), b.float(), rtol=1e-2, atol=1e-2, equal_nan=True)  # NaN guards
 
 
+@pytest.mark.parametrize("lowering", ["general", "auto"])  # (auto takes the general lowering for it)
 @pytest.mark.parametrize("n", [4096, 1000, 37])
-def test_rotary_through_the_general_lowering(n):
-    k = tkjit.load(EXAMPLES / "rotary.tk", lowering="general", require_hopper=True)
+def test_rotary_through_the_general_lowering(n, lowering):
+    k = tkjit.load(EXAMPLES / "rotary.tk", lowering=lowering, require_hopper=True)
     assert k.metadata.get("lowering") == "general"
     g = torch.Generator(device="cuda").manual_seed(n)
     x = torch.randn(2, 3, n, 128, device="cuda", generator=g).bfloat16()
@@ -103,3 +104,23 @@ def test_stream_forms_through_the_general_lowering(name, form):
         g = torch.Generator(device="cuda").manual_seed(r)
         args, truth, fulls = _args(name, r, 1024, g)
         _check(k, args, truth, fulls)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("n", [4096, 1000, 37])
+def test_attention_backward_row_sums_through_the_general_lowering(n, d):
+    """examples/attention_bwd_prep.tk through the general lowering (consumers only, the contiguous
+    order; auto keeps it on the register-tile backend, measured faster): Di against float64,
+    nothing written past the output, at ragged N."""
+    k = tkjit.load(EXAMPLES / "attention_bwd_prep.tk", constants={"D": d}, lowering="general", require_hopper=True)
+    assert k.metadata.get("lowering") == "general"
+    g = torch.Generator(device="cuda").manual_seed(n + d)
+    o, do = (torch.randn(2, 3, n, d, device="cuda", generator=g).bfloat16() for _ in range(2))
+    full = torch.full((2 * 3 * n + 64,), float("nan"), device="cuda")
+    di = full[32:-32].view(2, 3, n)
+    k(o, do, di)
+    torch.cuda.synchronize()
+    assert torch.isnan(full[:32]).all() and torch.isnan(full[-32:]).all(), "written outside the output"
+    want = (o.double() * do.double()).sum(-1)
+    assert not torch.isnan(di).any()
+    assert ((di.double() - want).norm() / want.norm()).item() < 1e-4

@@ -238,6 +238,8 @@ class Epilogue(Pass):
     @staticmethod
     def registers_because(kernel: Kernel, op: Store, cols: int, ctx: PassContext) -> str:
         """Why ``op`` is stored from registers ('' when it is staged)."""
+        if op.attrs.get("unstaged") and not any(isinstance(o, MMA_OPS) for o in kernel.walk()):
+            return "smem-plan planned no staging for it (no matrix product: it stores from registers)"
         if op.attrs.get("unstaged"):
             return ("the pipeline pass planned no staging for it: in this persistent loop the "
                     "staging would cost a ring loop a stage")

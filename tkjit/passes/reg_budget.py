@@ -22,6 +22,35 @@ from .manager import Pass, PassContext, register_pass
 from .mbarrier import level2_needs
 
 PRODUCER_DEFAULT = 40
+SMEM_PER_SM = 233_472
+"""Shared memory an SM gives its CTAs (228 KB), each CTA also taking SMEM_RESERVED."""
+SMEM_RESERVED = 1024
+FRAGMENT_SLACK = 16
+"""Registers beside the live fragments a lowered ``.maxnreg`` must still leave (half the estimate's
+CONSUMER_OVERHEAD). Measured with ptxas on the no-product examples: RMSNorm's 49 live fragment
+registers fit 63 registers, LayerNorm's 66 fit 94 under a cap of 96 and spilled 20 B under 80."""
+OCCUPANCY_MEASURED = ("H200, session 15, general/auto same run at D = 1024 (benchmarks/results/"
+                      "2026-11-27-nvidia-h200-s15-noprod-1.json): LayerNorm .maxnreg 104 -> 96 (3 -> 4 CTAs an "
+                      "SM) 0.88 -> 0.93; RMSNorm 88 -> 64 (5 -> 6) 0.971 -> 0.978")
+
+
+def occupancy_cap(kernel: Kernel, threads: int, entry: int, peak: int):
+    """(.maxnreg, CTAs an SM, why) lowered so that registers hold as many CTAs an SM as shared
+    memory allows, or fewer but more than ``entry`` holds, where the cap still leaves the live
+    fragments FRAGMENT_SLACK registers; None where no such cap is below ``entry``."""
+    smem = kernel.attrs.get("smem")
+    if not isinstance(smem, int):
+        return None
+    warps = -(-threads // 32)
+    at_entry = REGISTER_FILE // (warps * 32 * entry)
+    by_smem = min(SMEM_PER_SM // (smem + SMEM_RESERVED), 2048 // (warps * 32), 32)
+    for k in range(by_smem, at_entry, -1):
+        cap = min(255, REGISTER_FILE // (k * warps * 32)) // 8 * 8
+        if peak + FRAGMENT_SLACK <= cap < entry:
+            return cap, k, (f"; lowered to {cap} so that registers hold {k} CTAs an SM (shared memory "
+                            f"holds {by_smem}: {smem:,} B each), still {cap - peak} beside the live fragments "
+                            f"(at least {FRAGMENT_SLACK}; {OCCUPANCY_MEASURED})")
+    return None
 
 
 def has_product(kernel: Kernel) -> bool:
@@ -42,6 +71,9 @@ class RegBudget(Pass):
     """Pin the producer's registers per thread (0: the kernel's pin, else decide); with consumer."""
     consumer: int = 0
     """Pin each consumer thread's registers (0: the kernel's pin, else decide)."""
+    maxnreg: int = 0
+    """Pin ``.maxnreg`` of a kernel with no matrix product (a multiple of 8, 32 to 248; 0: decide):
+    its threads all get the same count, no setmaxnreg (for same-run A/Bs of CTAs an SM)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         n = kernel.attrs.get("consumers")
@@ -50,6 +82,8 @@ class RegBudget(Pass):
         pressure = consumer_pressure(kernel, 1 if kernel.attrs.get("pingpong") else n)  # ping-pong: whole tiles
         need = pressure.peak + CONSUMER_OVERHEAD
         pin = self.pinned(kernel)
+        if self.maxnreg:
+            return self.pinned_entry(kernel, ctx, need)
         if not kernel.attrs.get("producer", True):
             return self.single_role(kernel, ctx, n, need, pressure, pin)
         if pin is None and not has_product(kernel):
@@ -119,14 +153,35 @@ class RegBudget(Pass):
         norms at 0.42-0.71x of the register-tile backend; benchmarks/no_product_ab.py)."""
         threads = kernel.attrs.get("threads", threads_for(n))  # (warp-spec: a producer warp)
         entry = min(entry_registers(threads), max(32, -(-need // 8) * 8))
-        kernel.attrs["maxnreg"] = entry
         ctas = REGISTER_FILE // (threads * entry)
+        lowered = occupancy_cap(kernel, threads, entry, pressure.peak)
+        why = ""
+        if lowered is not None:
+            entry, ctas, why = lowered
+        kernel.attrs["maxnreg"] = entry
         ctx.decide(f"@{kernel.name}", f"no setmaxnreg; .maxnreg {entry} for all {threads} threads",
                    f"no matrix product: no accumulator to give the consumers registers for, and a "
                    f"memory-bound kernel wants several CTAs an SM; a consumer thread needs about "
                    f"{need} = {pressure.peak} live fragment registers ({pressure.summary()}) + "
-                   f"{CONSUMER_OVERHEAD}, rounded up to a multiple of 8: {threads} threads x {entry} "
+                   f"{CONSUMER_OVERHEAD}, rounded up to a multiple of 8{why}: {threads} threads x {entry} "
                    f"leave room for {ctas} CTA(s) an SM by registers", maxnreg=entry, consumer_need=need)
+        return kernel
+
+    def pinned_entry(self, kernel: Kernel, ctx: PassContext, need: int) -> Kernel:
+        """``.maxnreg`` pinned by the pass option (kernels with no matrix product only)."""
+        if has_product(kernel):
+            raise PassError(f"@{kernel.name}: reg-budget{{maxnreg}} pins kernels with no matrix product; "
+                            "this one has one (pin its setmaxnreg split with producer and consumer)",
+                            kernel.span)
+        if self.maxnreg % 8 or not 32 <= self.maxnreg <= 248:
+            raise PassError(f"reg-budget: maxnreg must be a multiple of 8 from 32 to 248, got {self.maxnreg}")
+        threads = kernel.attrs.get("threads", threads_for(kernel.attrs["consumers"]))
+        kernel.attrs["maxnreg"] = self.maxnreg
+        ctas = REGISTER_FILE // (-(-threads // 32) * 32 * self.maxnreg)
+        ctx.decide(f"@{kernel.name}", f"no setmaxnreg; .maxnreg {self.maxnreg} for all {threads} threads",
+                   f"pinned by the pass option maxnreg (the estimate: about {need}); {threads} threads x "
+                   f"{self.maxnreg} leave room for {ctas} CTA(s) an SM by registers",
+                   maxnreg=self.maxnreg, consumer_need=need)
         return kernel
 
     def pinned(self, kernel: Kernel) -> tuple[int, int] | None:

@@ -32,6 +32,27 @@ from .smem_buffers import Buffer, buffers, fits_in, round_widths, slot_stride, s
 EPILOGUES = ("auto", "tile", "chunks")
 
 
+def has_product(kernel: Kernel) -> bool:
+    from ..ir.ops import MMA_OPS
+    return any(isinstance(op, MMA_OPS) for op in kernel.walk())
+
+
+def unstageable(store: Store, consumers: int, contiguous: bool) -> str:
+    """Why no staging can serve ``store`` wherever it is placed ('' when one can)."""
+    from ..ir.types import BF16, F16, F32
+    from .epilogue import PANEL_COLS
+    t, g = store.operands[1].type, store.operands[0].type
+    if contiguous:
+        return "its consumers hold it in the contiguous column order (16 bytes a lane straight to global memory)"
+    if g.dtype not in (BF16, F16) or t.dtype not in (BF16, F16, F32):
+        return f"a store of {t} to {g.dtype.name} (staging takes 16-bit tensors)"
+    if t.cols % PANEL_COLS:
+        return f"{t.cols} columns are not whole {PANEL_COLS}-column panels"
+    if t.rows % (64 * consumers):
+        return f"{t.rows} rows are not 64-row slabs of every one of {consumers} consumer(s)"
+    return ""
+
+
 @dataclass
 class Placement:
     """A buffer at its byte offset in shared memory."""
@@ -98,6 +119,7 @@ class SmemPlan(Pass):
                             missing[0].span)
         stages = {loop: loop.attrs["stages"] for loop in loops}
         consumers = kernel.attrs.get("consumers", 1)
+        self.no_staging(kernel, ctx, consumers)
         staging = self.staging_forms(kernel, stages, consumers)
         widths = self.chunk_widths(kernel, stages, staging, consumers)
         placed = place(buffers(kernel, stages, staging, consumers, widths), self.reuse)
@@ -108,6 +130,27 @@ class SmemPlan(Pass):
         kernel.attrs["smem"] = total
         self.record(kernel, ctx, placed, bars_at, total)
         return kernel
+
+    @staticmethod
+    def no_staging(kernel: Kernel, ctx: PassContext, consumers: int) -> None:
+        """In a kernel with no matrix product, a register-tile store that no staging can serve (its
+        rows not in 64-row slabs of every consumer, a tensor that is not 16-bit, columns not whole
+        64-column panels: ``epilogue.staging_columns``'s conditions) or whose consumers hold it in
+        the contiguous column order (16 bytes a lane straight to global memory) gets none: marked
+        ``unstaged``, it takes no shared memory, which in such a memory-bound kernel sets how many
+        CTAs an SM holds (RMSNorm at D = 1024: 8 KB of staging no store used, 5 CTAs an SM instead
+        of 6). Kernels with a product keep their plan (their PTX is unchanged)."""
+        if has_product(kernel):
+            return
+        from ..codegen.hopper.lower_layout import consumer_grid, consumer_warps
+        contiguous = consumer_grid(kernel, consumer_warps(kernel))[0].contiguous_cols
+        for store in stores_of_register_tiles(kernel):
+            why = unstageable(store, consumers, contiguous)
+            if why:
+                store.attrs["unstaged"] = True
+                ctx.decide(subject_of(store), "from registers: no staging tile",
+                           f"no matrix product, and {why}: the bytes would only cost CTAs an SM",
+                           staging="registers")
 
     def staging_forms(self, kernel: Kernel, stages: dict[For, int], consumers: int) -> dict[Store, str]:
         stores = stores_of_register_tiles(kernel)

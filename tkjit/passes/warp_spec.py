@@ -117,6 +117,8 @@ class WarpSpec(Pass):
         pressure = consumer_pressure(kernel, 1 if pingpong else n)
         if not producer:
             why += "; no shared-tile loads, so no producer warpgroup: consumers load for themselves"
+            if not accs:
+                why += self.straight_loads(kernel)
         if warp:
             why += ("; no matrix product, so no setmaxnreg (reg-budget) and no warpgroup-wide wgmma: the "
                     "producer is one warp (its elected thread issues the TMA loads), not an idle "
@@ -128,6 +130,18 @@ class WarpSpec(Pass):
                    consumers=n, producer=producer, threads=threads, peak_registers=pressure.peak,
                    pingpong=pingpong)
         return kernel
+
+    @staticmethod
+    def straight_loads(kernel: Kernel) -> str:
+        """A kernel with no product and no producer (rotary): its consumers load their register tiles
+        straight from global memory, which in the mma fragment's column order is one 2- or 4-byte
+        load per element pair (no cp.async staging in this lowering), in the contiguous order one
+        16-byte load a lane (``column_order = contiguous``, which ``layout.contiguous_columns``
+        still checks; the register-tile backend's IR is the one from before this pass)."""
+        kernel.attrs["column_order"] = "contiguous"
+        return ("; no matrix product and no producer: the consumers' register tiles take the contiguous "
+                "column order where it applies (16 bytes a lane, ld/st.global.v4), not the fragment order's "
+                "2- and 4-byte loads")
 
     @staticmethod
     def epilogue_text(kernel: Kernel, pingpong: bool) -> str:
