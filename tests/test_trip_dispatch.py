@@ -99,6 +99,26 @@ def test_the_dispatch_launches_the_persistent_binary_for_short_loops_and_the_var
     assert "one CTA per tile" in logged[2].decision and "32 trips (more than 16" in logged[2].reason
 
 
+def test_a_variant_that_does_not_compile_leaves_the_persistent_binary_running():
+    """The persistent binary is right at any N: a variant that fails to compile (never expected)
+    is logged once and the launches go on with it, never an error at launch."""
+    from tkjit.errors import TkError
+    owner = SimpleNamespace(name="attn", decisions=DecisionLog(), metadata={
+        "by_trips": {"trips": ["cdiv", ["dim", "N"], 128], "short": 8, "long": 16},
+        "params": [{"kind": "global", "dims": ["B", "N", "D"]}]})
+    own, tries = FakeKernel("own"), []
+
+    def broken():
+        tries.append(1)
+        raise TkError("no room")
+    dispatch = TripDispatch(owner, own, broken)
+    dispatch(SimpleNamespace(shape=(2, 4096, 128)))
+    dispatch(SimpleNamespace(shape=(2, 8192, 128)))
+    assert own.calls == 2 and tries == [1]
+    (entry,) = owner.decisions.for_pass("grid")
+    assert entry.decision == "the persistent binary" and "did not compile: no room" in entry.reason
+
+
 def test_arguments_the_dispatch_cannot_bind_go_to_the_persistent_kernel():
     """A wrong rank: the persistent kernel's own launcher names the problem."""
     dispatch, _, own, made = fake({"trips": ["cdiv", ["dim", "N"], 128], "short": 8, "long": 16})

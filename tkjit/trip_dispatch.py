@@ -28,9 +28,9 @@ in a dict keyed by the shapes, so later calls cost one lookup."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import TkError
-from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from .kernel import CompiledKernel
@@ -68,7 +68,8 @@ class TripDispatch:
                  make_variant: Callable[[], "CompiledKernel"]):
         self._kernel = kernel
         self._own = own
-        self._make_variant = make_variant
+        self._make_variant: "Callable[[], CompiledKernel] | None" = make_variant
+        """Compiles the one-CTA-per-tile variant (None once it failed: the persistent binary runs)."""
         self._variant: "CompiledKernel | None" = None
         self._by_shape: dict[tuple, "CompiledKernel"] = {}
 
@@ -101,7 +102,16 @@ class TripDispatch:
             self._log(shape, "the persistent binary", f"the longest loop runs {trips} trips ({grid})")
             return self._own
         if self._variant is None:
-            self._variant = self._make_variant()
+            if self._make_variant is None:  # it failed before: logged then
+                return self._own
+            try:
+                self._variant = self._make_variant()
+            except TkError as e:  # never expected; the persistent binary is right at any N
+                self._log(shape, "the persistent binary",
+                          f"the longest loop runs {trips} trips (more than {bound}), but the "
+                          f"one-CTA-per-tile variant did not compile: {e.message}")
+                self._make_variant = None
+                return self._own
         self._log(shape, "the binary compiled with one CTA per tile (grid{overlap=-1})",
                   f"the longest loop runs {trips} trips (more than {bound}, passes/grid.py "
                   "LONG_TRIPS): the hardware hands "
