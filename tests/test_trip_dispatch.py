@@ -13,7 +13,7 @@ import tkjit
 from tkjit.passes import DEFAULT_PIPELINE
 from tkjit.passes.decisions import DecisionLog
 from tkjit.passes.hopper import block_loop
-from tkjit.trip_dispatch import TripDispatch, long_trips, one_cta_per_tile
+from tkjit.trip_dispatch import TripDispatch, early_release, long_trips, one_cta_per_tile
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 _MADE: dict = {}
@@ -63,40 +63,53 @@ class FakeKernel:
         self.calls += 1
 
 
-def fake(by_trips: dict):
+def fake(by_trips: dict, short: bool = True):
     made: list = []
     owner = SimpleNamespace(name="attn", decisions=DecisionLog(), metadata={
         "by_trips": by_trips, "params": [{"kind": "global", "dims": ["B", "N", "D"]},
                                          {"kind": "global", "dims": ["B", "N", "D"]}, {"kind": "scalar"}]})
     own = FakeKernel("own")
 
-    def make():
-        made.append(1)
-        return FakeKernel("one CTA per tile")
-    return TripDispatch(owner, own, make), owner, own, made
+    def make(name):
+        def maker():
+            made.append(name)
+            return FakeKernel(name)
+        return maker
+    return TripDispatch(owner, own, make("long"), make("short") if short else None), owner, own, made
 
 
 def tensors(n: int):
     return SimpleNamespace(shape=(2, n, 128)), SimpleNamespace(shape=(2, n, 128)), 0.125
 
 
-def test_the_dispatch_launches_the_persistent_binary_for_short_loops_and_the_variant_past_them():
+def test_the_dispatch_launches_a_binary_per_regime_of_trips():
+    """At most ``short`` trips: the early-release persistent variant; up to ``long``: this
+    persistent binary; past ``long``: the one-CTA-per-tile variant. Each variant compiled once."""
     dispatch, owner, own, made = fake({"trips": ["cdiv", ["dim", "N"], 128], "short": 8, "long": 16})
     dispatch(*tensors(1024))
     dispatch(*tensors(1024))
+    dispatch(*tensors(700))
     dispatch(*tensors(2048))
-    assert own.calls == 3 and not made
+    assert own.calls == 1 and made == ["short"] and dispatch._made["short"].calls == 3
     dispatch(*tensors(4096))
     dispatch(*tensors(3000))
     dispatch(*tensors(4096))
-    assert own.calls == 3 and made == [1]  # the variant compiled once, for every long shape
-    assert dispatch._variant.calls == 3
+    assert own.calls == 1 and made == ["short", "long"] and dispatch._made["long"].calls == 3
     logged = owner.decisions.for_pass("grid")
-    assert [d.subject for d in logged] == ["@attn at B=2 N=1024 D=128", "@attn at B=2 N=2048 D=128",
-                                           "@attn at B=2 N=4096 D=128", "@attn at B=2 N=3000 D=128"]
-    assert logged[0].decision == "the persistent binary" and "8 trips (at most 8:" in logged[0].reason
-    assert logged[1].decision == "the persistent binary" and "16 trips (more than 8, at most 16" in logged[1].reason
-    assert "one CTA per tile" in logged[2].decision and "32 trips (more than 16" in logged[2].reason
+    assert [d.subject for d in logged] == [f"@attn at B=2 N={n} D=128" for n in (1024, 700, 2048, 4096, 3000)]
+    assert "released early" in logged[0].decision and "8 trips (at most 8)" in logged[0].reason
+    assert logged[2].decision == "the persistent binary" and "16 trips (more than 8, at most 16" in logged[2].reason
+    assert "one CTA per tile" in logged[3].decision and "32 trips (more than 16)" in logged[3].reason
+
+
+def test_a_pinned_release_keeps_the_persistent_binary_for_short_loops():
+    dispatch, owner, own, made = fake({"trips": ["cdiv", ["dim", "N"], 128], "short": 8, "long": 16}, short=False)
+    dispatch(*tensors(1024))
+    assert own.calls == 1 and not made
+    (entry,) = owner.decisions.for_pass("grid")
+    assert entry.decision == "the persistent binary" and "no variant for it" in entry.reason
+    assert early_release(DEFAULT_PIPELINE.replace("mbarrier,", "mbarrier{release=end},")) is None
+    assert early_release(None) == DEFAULT_PIPELINE.replace("mbarrier,", "mbarrier{release=early},")
 
 
 def test_a_variant_that_does_not_compile_leaves_the_persistent_binary_running():
@@ -115,8 +128,9 @@ def test_a_variant_that_does_not_compile_leaves_the_persistent_binary_running():
     dispatch(SimpleNamespace(shape=(2, 4096, 128)))
     dispatch(SimpleNamespace(shape=(2, 8192, 128)))
     assert own.calls == 2 and tries == [1]
-    (entry,) = owner.decisions.for_pass("grid")
-    assert entry.decision == "the persistent binary" and "did not compile: no room" in entry.reason
+    first, second = owner.decisions.for_pass("grid")
+    assert first.decision == "the persistent binary" and "did not compile: no room" in first.reason
+    assert "no variant for it" in second.reason
 
 
 def test_arguments_the_dispatch_cannot_bind_go_to_the_persistent_kernel():
@@ -135,7 +149,10 @@ def test_the_kernel_object_compiles_the_variant_under_its_own_pipeline(monkeypat
     kernel = nol(True, pipeline=pipeline)
     dispatch = kernel._trip_dispatch()
     assert isinstance(dispatch, TripDispatch)
-    variant = dispatch._make_variant()
+    variant = dispatch._makers["long"]()
     assert variant.options.pipeline == one_cta_per_tile(pipeline)
     assert variant.options.lowering == "general" and "by_trips" not in variant.metadata
+    early = dispatch._makers["short"]()
+    assert early.options.pipeline == early_release(pipeline) and early.metadata["by_trips"]
+    assert "released right after the last product reading it" in str(early.explain())
     assert nol(False)._trip_dispatch() is None

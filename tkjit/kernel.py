@@ -429,9 +429,11 @@ class CompiledKernel:
         other kernels)."""
         if not self.metadata.get("by_trips"):
             return None
-        from .trip_dispatch import TripDispatch, one_cta_per_tile
+        from .trip_dispatch import TripDispatch, early_release, one_cta_per_tile
         own = CompiledKernel(self._result, fill_sms=False)
-        return TripDispatch(self, own, lambda: self._recompiled(pipeline=one_cta_per_tile(self.options.pipeline)))
+        early = early_release(self.options.pipeline)
+        return TripDispatch(self, own, lambda: self._recompiled(pipeline=one_cta_per_tile(self.options.pipeline)),
+                            (lambda: self._recompiled(pipeline=early)) if early else None)
 
     def _choice_store(self):
         """Where @fill_sms keeps its per-shape choices across processes: the disk cache, under this

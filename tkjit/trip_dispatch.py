@@ -17,8 +17,11 @@ So the kernel object picks the binary, not only the grid: on the first call with
 argument shapes it evaluates the longest loop's trip count (the metadata's ``by_trips``: the
 grid pass's ``trips_bound`` expression and its bounds ``short`` and ``long``) and launches
 
-* this kernel where the trips are at most ``long`` (its grid expression: min(tiles, SMs)
-  persistent CTAs up to ``short`` trips, one CTA per tile past that), or
+* up to ``short`` trips, this kernel compiled with ``mbarrier{release=early}`` (min(tiles, SMs)
+  persistent CTAs; the next tile's Q loads under this tile's epilogue: ``EARLY_MEASURED``; not
+  where the pipeline pins a release of its own),
+* this kernel where the trips are at most ``long`` (its grid expression: one CTA per tile past
+  ``short``), or
 * the variant compiled under the same pipeline with ``grid{overlap=-1}`` past ``long`` (one CTA
   per tile: what the grid pass chooses for tiles loaded once per tile without the cross-tile
   overlap), compiled (or loaded from the disk cache) at the first launch that needs it.
@@ -41,10 +44,26 @@ PASS = "grid"
 def one_cta_per_tile(pipeline: str | None) -> str:
     """``pipeline`` (None: the default one) with the grid pass keeping one CTA per tile for tiles
     loaded once per tile (``grid{overlap=-1}``), as a canonical pipeline string."""
+    return _with_option(pipeline, "grid", overlap=-1)
+
+
+def early_release(pipeline: str | None) -> str | None:
+    """``pipeline`` with the mbarrier pass releasing a one-slot tile loaded once per tile right
+    after its last product (``mbarrier{release=early}``): the binary for loops of at most
+    ``short`` trips, which run persistent. None where the pipeline pins a release of its own."""
+    from .passes import DEFAULT_PIPELINE
+    from .passes.manager import Pipeline
+    mine = [p for p in Pipeline.parse(pipeline or DEFAULT_PIPELINE) if p.name == "mbarrier"]
+    if not mine or mine[0].release != "auto":
+        return None
+    return _with_option(pipeline, "mbarrier", release="early")
+
+
+def _with_option(pipeline: str | None, name: str, **option) -> str:
     from .passes import DEFAULT_PIPELINE
     from .passes.manager import Pipeline
     parsed = Pipeline.parse(pipeline or DEFAULT_PIPELINE)
-    passes = tuple(replace(p, overlap=-1) if p.name == "grid" else p for p in parsed)
+    passes = tuple(replace(p, **option) if p.name == name else p for p in parsed)
     return str(type(parsed)(passes))
 
 
@@ -61,16 +80,18 @@ def long_trips(by_trips: dict, dims: dict[str, int]) -> tuple[int, bool] | None:
 
 
 class TripDispatch:
-    """A ``by_trips`` kernel's GPU entry point: ``dispatch(*args, stream=None)`` launches the
-    persistent binary or the one-CTA-per-tile variant chosen for these argument shapes."""
+    """A ``by_trips`` kernel's GPU entry point: ``dispatch(*args, stream=None)`` launches, for these
+    argument shapes, the early-release persistent variant (at most ``short`` trips), this
+    persistent binary (up to ``long``) or the one-CTA-per-tile variant (past ``long``)."""
 
     def __init__(self, kernel: "CompiledKernel", own: "CompiledKernel",
-                 make_variant: Callable[[], "CompiledKernel"]):
+                 make_variant: Callable[[], "CompiledKernel"],
+                 make_short: "Callable[[], CompiledKernel] | None" = None):
         self._kernel = kernel
         self._own = own
-        self._make_variant: "Callable[[], CompiledKernel] | None" = make_variant
-        """Compiles the one-CTA-per-tile variant (None once it failed: the persistent binary runs)."""
-        self._variant: "CompiledKernel | None" = None
+        self._makers: dict[str, "Callable[[], CompiledKernel] | None"] = {"long": make_variant, "short": make_short}
+        """Compile each regime's variant (None: none, or it failed: this persistent binary runs)."""
+        self._made: dict[str, "CompiledKernel"] = {}
         self._by_shape: dict[tuple, "CompiledKernel"] = {}
 
     def __call__(self, *args: Any, stream: Any = None, **named: Any) -> None:
@@ -93,31 +114,52 @@ class TripDispatch:
         shape = " ".join(f"{name}={value}" for name, value in dims.items())
         short = meta["by_trips"]["short"]
         bound = meta["by_trips"].get("long", short)
-        if not long:
-            grid = (f"at most {short}: min(tiles, SMs) persistent CTAs, each short tile's start "
-                    "overlapping the previous tile's work" if trips <= short else
-                    f"more than {short}, at most {bound}: one CTA per tile, each running this "
-                    "binary's tile loop once (measured faster there than the binary without it: "
-                    "passes/grid.py LONG_TRIPS)")
-            self._log(shape, "the persistent binary", f"the longest loop runs {trips} trips ({grid})")
-            return self._own
-        if self._variant is None:
-            if self._make_variant is None:  # it failed before: logged then
-                return self._own
+        if long:
+            return self._variant("long", shape, f"the longest loop runs {trips} trips (more than {bound})",
+                                 "the binary compiled with one CTA per tile (grid{overlap=-1})",
+                                 "passes/grid.py LONG_TRIPS: the hardware hands CTAs to SMs as they free "
+                                 "up, which balances uneven tiles better, and the binary without a "
+                                 "persistent loop keeps the rings' full depth (tkjit/trip_dispatch.py)")
+        if trips <= short:
+            return self._variant("short", shape, f"the longest loop runs {trips} trips (at most {short})",
+                                 "the persistent binary with Q released early (mbarrier{release=early})",
+                                 "min(tiles, SMs) persistent CTAs, each short tile's start overlapping "
+                                 "the previous tile's work, the next tile's Q loaded under this one's "
+                                 f"epilogue; {EARLY_MEASURED}")
+        self._log(shape, "the persistent binary",
+                  f"the longest loop runs {trips} trips (more than {short}, at most {bound}): one CTA "
+                  "per tile, each running this binary's tile loop once (measured faster there than "
+                  "the binary without it: passes/grid.py LONG_TRIPS; and than Q released early, "
+                  f"{EARLY_MEASURED})")
+        return self._own
+
+    def _variant(self, regime: str, shape: str, trips: str, what: str, why: str) -> "CompiledKernel":
+        """This regime's variant (compiled on first use), or this persistent binary where there is
+        none: a pinned option asked otherwise, or it did not compile (never expected; the
+        persistent binary is right at any N)."""
+        made = self._made.get(regime)
+        if made is not None:
+            self._log(shape, what, f"{trips}: {why}")
+            return made
+        maker = self._makers.get(regime)
+        if maker is not None:
             try:
-                self._variant = self._make_variant()
-            except TkError as e:  # never expected; the persistent binary is right at any N
-                self._log(shape, "the persistent binary",
-                          f"the longest loop runs {trips} trips (more than {bound}), but the "
-                          f"one-CTA-per-tile variant did not compile: {e.message}")
-                self._make_variant = None
+                made = self._made[regime] = maker()
+            except TkError as e:
+                self._makers[regime] = None
+                self._log(shape, "the persistent binary", f"{trips}, but {what} did not compile: {e.message}")
                 return self._own
-        self._log(shape, "the binary compiled with one CTA per tile (grid{overlap=-1})",
-                  f"the longest loop runs {trips} trips (more than {bound}, passes/grid.py "
-                  "LONG_TRIPS): the hardware hands "
-                  "CTAs to SMs as they free up, which balances uneven tiles better, and the binary "
-                  "without a persistent loop keeps the rings' full depth (tkjit/trip_dispatch.py)")
-        return self._variant
+            self._log(shape, what, f"{trips}: {why}")
+            return made
+        self._log(shape, "the persistent binary", f"{trips}; no variant for it ({what}: a pinned "
+                  "option, or it did not compile)")
+        return self._own
 
     def _log(self, shape: str, what: str, why: str) -> None:
         self._kernel.decisions.record(PASS, f"@{self._kernel.name} at {shape}", what, why)
+
+
+EARLY_MEASURED = ("measured, H200, 2026-11-27, same run, causal examples/attention.tk, Q released "
+                  "early against at the tile's end: D = 128 N = 1024 (8 trips, persistent) +7.8% / "
+                  "+5.1%, N = 2048 (16 trips, one CTA per tile) -1.4% / -1.6%, D = 64 0.0% "
+                  "(benchmarks/results/2026-11-27-nvidia-h200-s15-early-bytrips.json)")

@@ -604,7 +604,9 @@ class Mbarrier(Pass):
                            "one tile and there is no next copy to load early (measured, H200, "
                            "2026-11-27, causal examples/attention.tk D = 128 against its template, "
                            "same run, N = 1k..16k: early 1.10/1.00/0.98/0.94/0.98, at the end "
-                           "1.04/1.03/1.00/0.96/1.01; option release=early)")
+                           "1.04/1.03/1.00/0.96/1.01; option release=early). Where the longest loop "
+                           "is short enough for a persistent grid, the launch takes this kernel "
+                           "compiled with release=early instead (tkjit/trip_dispatch.py)")
         for loop in builder.turn_loops:
             why = "mbarrier{turns=on}" if self.turns == "on" else (
                 f"two consumers share a level-2 loop whose trip count grows with a block index: "
