@@ -137,15 +137,21 @@ def check(kern, sets, causal: bool, scale: float, with_l: bool = True) -> dict:
     return errs
 
 
+def input_sets(b: int, n: int, d: int) -> list[tuple]:
+    """Fresh random (Q, K, V) and output (O, L) buffers, enough sets to exceed the L2 twice (the
+    timed launches rotate over them)."""
+    set_bytes = 2 * 4 * b * HEADS * n * d
+    return [tuple(torch.randn(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+            + (torch.empty(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda"),
+               torch.empty(b, HEADS, n, dtype=torch.float32, device="cuda"))
+            for _ in range(max(2, -(-2 * L2_BYTES // set_bytes)))]
+
+
 def row(shape: str, variants: dict, nol: bool = False) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     d, n, causal = parse(shape)
     b, scale = TOKENS // n, 1 / math.sqrt(d)
-    set_bytes = 2 * 4 * b * HEADS * n * d
-    sets = [tuple(torch.randn(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-            + (torch.empty(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda"),
-               torch.empty(b, HEADS, n, dtype=torch.float32, device="cuda"))
-            for _ in range(max(2, -(-2 * L2_BYTES // set_bytes)))]
+    sets = input_sets(b, n, d)
     ks = kernels(d, causal, variants, nol)
     out = {"D": d, "N": n, "B": b, "H": HEADS, "causal": causal,
            "backend": {name: f"{k.metadata.get('backend')}/{k.metadata.get('lowering', '-')}"

@@ -83,3 +83,25 @@ def bare_consumer(ir):
     lk.b(f"mov.u32 {lk.tid}, %tid.x;")
     lk.globals, lk.check_buffer, lk.strides, lk.scalars = {}, None, None, {}
     return lk, ConsumerRole(lk)
+
+
+def drop_steps(proto, pick):
+    """``proto`` (a sync_protocol.Protocol) without the consumer steps ``pick(step, index in its
+    block)`` selects, in every block: a broken protocol for the checker to catch."""
+    import dataclasses
+
+    from tkjit.passes import sync_protocol as sp
+
+    def walk(steps):
+        out = []
+        for i, st in enumerate(steps):
+            if pick(st, i):
+                continue
+            if isinstance(st, sp.BLOCKS):
+                fields = {"body": walk(st.body)}
+                if getattr(st, "orelse", ()):
+                    fields["orelse"] = walk(st.orelse)
+                st = dataclasses.replace(st, **fields)
+            out.append(st)
+        return tuple(out)
+    return dataclasses.replace(proto, consumer=walk(proto.consumer))

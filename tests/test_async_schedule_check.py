@@ -23,6 +23,7 @@ from tkjit.passes.mbarrier import schedule_of
 from tkjit.passes.sync_check import SyncError
 
 from general_corpus import CASES
+from support import drop_steps
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 RELEASE = '        not_first {\n          ring_release {ring = "k", which = "prev"};\n        }\n'
@@ -143,21 +144,6 @@ def test_the_mbarrier_ir_files_protocols_are_checked_as_the_async_schedule_pass_
     assert d.decision == f"sync protocol checked: {cases} trip-count case(s), every interleaving"
 
 
-def _without_releases(steps):
-    """Every ``Release`` dropped from a program, at any depth (loops, branches)."""
-    import dataclasses
-
-    from tkjit.passes.sync_protocol import Release
-    out = []
-    for st in steps:
-        if isinstance(st, Release):
-            continue
-        nested = {f.name: _without_releases(getattr(st, f.name)) for f in dataclasses.fields(st)
-                  if f.name in ("body", "orelse") and isinstance(getattr(st, f.name), tuple)}
-        out.append(dataclasses.replace(st, **nested) if nested else st)
-    return tuple(out)
-
-
 NO_ASYNC = DEFAULT_PIPELINE.replace(",async-schedule", "")
 
 
@@ -174,14 +160,12 @@ def test_a_pipeline_without_async_schedule_still_checks_what_the_emitter_follows
 def test_a_broken_protocol_without_async_schedule_stops_the_compile(monkeypatch):
     """The same protocol with its consumers' releases lost: a deadlock, found at compile time
     (before, such a pipeline emitted whatever the object said, unchecked)."""
-    import dataclasses
-
     from tkjit.passes import mbarrier
+    from tkjit.passes.sync_protocol import Release
     real = mbarrier.protocol_of
 
     def broken(kernel):
-        proto = real(kernel)
-        return dataclasses.replace(proto, consumer=_without_releases(proto.consumer))
+        return drop_steps(real(kernel), lambda st, i: isinstance(st, Release))
     monkeypatch.setattr(mbarrier, "protocol_of", broken)
     with pytest.raises(TkError, match="deadlock"):
         tkjit.compile(CASES[0].source, cache=False, pipeline=NO_ASYNC).asm["ptx"]

@@ -16,6 +16,8 @@ from tkjit.passes import default_pipeline, sync_protocol as sp
 from tkjit.passes.mbarrier import schedule_of
 from tkjit.passes.sync_check import SyncError, check_protocol, default_cases
 
+from support import drop_steps
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GEMM = (EXAMPLES / "gemm.tk").read_text()
 
@@ -48,23 +50,6 @@ def test_the_gemm_protocol_holds_its_deferred_epilogue():
     check_protocol(proto, default_cases(proto))
 
 
-def _drop(proto: sp.Protocol, pick) -> sp.Protocol:
-    """``proto`` without the steps ``pick(step, index in its block)`` selects, in every block."""
-    def walk(steps):
-        out = []
-        for i, st in enumerate(steps):
-            if pick(st, i):
-                continue
-            if isinstance(st, sp.BLOCKS):
-                fields = {"body": walk(st.body)}
-                if getattr(st, "orelse", ()):
-                    fields["orelse"] = walk(st.orelse)
-                st = dataclasses.replace(st, **fields)
-            out.append(st)
-        return tuple(out)
-    return dataclasses.replace(proto, consumer=walk(proto.consumer))
-
-
 @pytest.mark.parametrize("what, pick, kind", [
     ("the meeting after the writes", lambda st, i: isinstance(st, sp.StagingSync) and i % 5 == 3, "early-read"),
     ("the meeting after the wait", lambda st, i: isinstance(st, sp.StagingSync) and i % 5 == 1, "overwrite"),
@@ -77,7 +62,7 @@ def test_a_protocol_missing_an_epilogue_barrier_is_caught(what, pick, kind, defe
     proto = _proto(**options)
     assert bool(_steps(proto.consumer, sp.HoldStore)) == deferred
     with pytest.raises(SyncError) as info:
-        check_protocol(_drop(proto, pick), default_cases(proto))
+        check_protocol(drop_steps(proto, pick), default_cases(proto))
     assert kind in str(info.value), what
 
 

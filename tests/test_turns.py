@@ -12,7 +12,7 @@ import tkjit
 from tkjit.errors import TkError
 from tkjit.interpreter.roles import run_roles
 from tkjit.passes import DEFAULT_PIPELINE
-from tkjit.passes.sync_protocol import TurnPass, TurnWait
+from tkjit.passes.sync_protocol import TurnPass, TurnWait, all_steps
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TURNS = DEFAULT_PIPELINE.replace("mbarrier,", "mbarrier{turns=on},")
@@ -23,13 +23,6 @@ def nol(d: int, causal: bool = False, lowering: str = "auto", pipeline: str = TU
                          constants={"D": d, "CAUSAL": causal}, lowering=lowering, pipeline=pipeline, cache=False)
 
 
-def _steps(steps):
-    for st in steps:
-        yield st
-        for field in ("body", "orelse"):
-            yield from _steps(getattr(st, field, ()))
-
-
 @pytest.mark.parametrize("d,lowering", [(128, "auto"), (128, "general"), (64, "auto")])
 def test_each_trip_takes_its_turn_and_the_chain_opens_and_closes_once(d, lowering):
     from tkjit.passes.mbarrier import schedule_of
@@ -38,7 +31,7 @@ def test_each_trip_takes_its_turn_and_the_chain_opens_and_closes_once(d, lowerin
     assert proto.turns
     first, *_, last = proto.consumer
     assert first == TurnPass("last") and last == TurnWait("first")
-    steps = list(_steps(proto.consumer))
+    steps = list(all_steps(proto.consumer))
     assert steps.count(TurnWait()) == steps.count(TurnPass()) == 1  # in the loop body
     (d_,) = [x for x in k.decisions.for_pass("mbarrier") if x.decision == "ping-pong turns on the tensor cores"]
     assert "consumer 0 closes it" in d_.reason

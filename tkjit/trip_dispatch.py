@@ -44,27 +44,29 @@ PASS = "grid"
 def one_cta_per_tile(pipeline: str | None) -> str:
     """``pipeline`` (None: the default one) with the grid pass keeping one CTA per tile for tiles
     loaded once per tile (``grid{overlap=-1}``), as a canonical pipeline string."""
-    return _with_option(pipeline, "grid", overlap=-1)
+    return _with_option(_parsed(pipeline), "grid", overlap=-1)
 
 
 def early_release(pipeline: str | None) -> str | None:
     """``pipeline`` with the mbarrier pass releasing a one-slot tile loaded once per tile right
     after its last product (``mbarrier{release=early}``): the binary for loops of at most
     ``short`` trips, which run persistent. None where the pipeline pins a release of its own."""
-    from .passes import DEFAULT_PIPELINE
-    from .passes.manager import Pipeline
-    mine = [p for p in Pipeline.parse(pipeline or DEFAULT_PIPELINE) if p.name == "mbarrier"]
+    parsed = _parsed(pipeline)
+    mine = [p for p in parsed if p.name == "mbarrier"]
     if not mine or mine[0].release != "auto":
         return None
-    return _with_option(pipeline, "mbarrier", release="early")
+    return _with_option(parsed, "mbarrier", release="early")
 
 
-def _with_option(pipeline: str | None, name: str, **option) -> str:
+def _parsed(pipeline: str | None):
     from .passes import DEFAULT_PIPELINE
     from .passes.manager import Pipeline
-    parsed = Pipeline.parse(pipeline or DEFAULT_PIPELINE)
-    passes = tuple(replace(p, **option) if p.name == name else p for p in parsed)
-    return str(type(parsed)(passes))
+    return Pipeline.parse(pipeline or DEFAULT_PIPELINE)
+
+
+def _with_option(parsed, name: str, **option) -> str:
+    """The parsed pipeline with the pass ``name``'s ``option`` set, as a canonical string."""
+    return str(type(parsed)(tuple(replace(p, **option) if p.name == name else p for p in parsed)))
 
 
 def long_trips(by_trips: dict, dims: dict[str, int]) -> tuple[int, bool] | None:

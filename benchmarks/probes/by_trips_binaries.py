@@ -29,7 +29,7 @@ from tkjit.passes import DEFAULT_PIPELINE
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from attention_general import L2_BYTES, TOKENS, HEADS, check, interleaved_ms  # noqa: E402
+from attention_general import HEADS, TOKENS, check, input_sets, interleaved_ms  # noqa: E402
 
 GRID = DEFAULT_PIPELINE.replace("grid,", "grid{overlap=-1},")
 PIPES = {"grid": GRID, "grid2": GRID.replace("pipeline,", "pipeline{stages=2},")}
@@ -50,11 +50,7 @@ def made(name: str, d: int) -> dict:
 def row(d: int, n: int) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     b, scale = TOKENS // n, 1 / math.sqrt(d)
-    set_bytes = 2 * 4 * b * HEADS * n * d
-    sets = [tuple(torch.randn(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-            + (torch.empty(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda"),
-               torch.empty(b, HEADS, n, dtype=torch.float32, device="cuda"))
-            for _ in range(max(2, -(-2 * L2_BYTES // set_bytes)))]
+    sets = input_sets(b, n, d)
     fns, errs, smem = {}, {}, {}
     for name in ("attention", "attention_nol"):
         short = "L" if name == "attention" else "nol"

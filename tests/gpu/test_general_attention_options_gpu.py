@@ -17,21 +17,14 @@ import tkjit
 from tkjit.codegen.hopper import lower_consumer
 from tkjit.passes import DEFAULT_PIPELINE
 
+from attention_reference import exact
+
 pytestmark = pytest.mark.gpu
 SOURCE = (Path(__file__).resolve().parents[2] / "examples" / "attention.tk").read_text()
 PREVIOUS = DEFAULT_PIPELINE.replace("row-sums,", "").replace("branch-tail,", "")
 OPTIONS = {"default": (None, False, True), "previous": (PREVIOUS, False, False),
            "no-regions": (None, False, False), "pairwise": (None, True, True)}
 """name -> (pass pipeline, TREE_REDUCTIONS, EDGE_REGIONS)"""
-
-
-def _exact(q, k, v, scale, causal):
-    kr, vr = (t.double().repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-    s = scale * q.double() @ kr.transpose(-1, -2)
-    if causal:
-        n = q.shape[2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ vr, torch.logsumexp(s, -1)
 
 
 _MADE: dict = {}
@@ -65,7 +58,7 @@ def test_attention_options_against_float64(option, d, causal, n, scale_sign, mon
     scale = scale_sign * d ** -0.5
     kernel(q, k, v, o, lse, scale)
     torch.cuda.synchronize()
-    ref_o, ref_l = _exact(q, k, v, scale, causal)
+    ref_o, ref_l = exact(q, k, v, scale, causal)
     assert not torch.isnan(o).any() and not torch.isnan(lse).any(), "an output was never written"
     err = ((o.double() - ref_o).norm() / ref_o.norm()).item()
     assert err < 1e-2, f"{option} D={d} causal={causal} N={n}: relative error {err:.3g}"

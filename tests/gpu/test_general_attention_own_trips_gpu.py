@@ -17,6 +17,8 @@ import tkjit
 from tkjit.passes import DEFAULT_PIPELINE
 from tkjit.passes.mbarrier import protocol_of
 
+from attention_reference import exact, run
+
 pytestmark = pytest.mark.gpu
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WITHOUT = DEFAULT_PIPELINE.replace("own-trips,", "")
@@ -35,26 +37,6 @@ def _kernel(name: str, own: bool):
     return _MADE[(name, own)]
 
 
-def _exact(q, k, v, scale):
-    rep = q.shape[1] // k.shape[1]
-    kr, vr = (t.double().repeat_interleave(rep, dim=1) for t in (k, v))
-    s = scale * q.double() @ kr.transpose(-1, -2)
-    n = q.shape[2]
-    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ vr, torch.logsumexp(s, -1)
-
-
-def _run(kernel, name, q, k, v, scale):
-    o = torch.full_like(q, float("nan"))
-    lse = torch.full(q.shape[:3], float("nan"), device="cuda")
-    if name == "attention":
-        kernel(q, k, v, o, lse, scale)
-    else:
-        kernel(q, k, v, o, scale)
-    torch.cuda.synchronize()
-    return o, lse
-
-
 @pytest.mark.parametrize("sign", [1, -1])
 @pytest.mark.parametrize("n", [8192 - 37, 1000, 192, 50])
 @pytest.mark.parametrize("name", ["attention", "attention_nol"])
@@ -63,15 +45,15 @@ def test_own_trips_match_every_trip_bit_for_bit_and_float64(name, n, sign):
     q = torch.randn(2, 2, n, 64, dtype=torch.bfloat16, device="cuda")
     k, v = (torch.randn(2, 1, n, 64, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     scale = sign * 64 ** -0.5
-    o, lse = _run(_kernel(name, True), name, q, k, v, scale)
-    o_all, lse_all = _run(_kernel(name, False), name, q, k, v, scale)
+    o, lse = run(_kernel(name, True), name, q, k, v, scale)
+    o_all, lse_all = run(_kernel(name, False), name, q, k, v, scale)
     assert not o.isnan().any(), "an output element was never written"
     assert torch.equal(o, o_all)
     if name == "attention":
         assert not lse.isnan().any() and torch.equal(lse, lse_all)
-    again, _ = _run(_kernel(name, True), name, q, k, v, scale)
+    again, _ = run(_kernel(name, True), name, q, k, v, scale)
     assert torch.equal(again, o)
-    ref_o, ref_l = _exact(q, k, v, scale)
+    ref_o, ref_l = exact(q, k, v, scale, True)
     err = ((o.double() - ref_o).norm() / ref_o.norm()).item()
     assert err < 1e-2, f"{name} N={n}: relative error {err:.3g}"
     if name == "attention":

@@ -18,6 +18,8 @@ import tkjit
 from tkjit.passes import DEFAULT_PIPELINE
 from tkjit.passes.own_trips import own_loops
 
+from attention_reference import exact, run
+
 pytestmark = pytest.mark.gpu
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PIPELINES = {"auto": None, "off": DEFAULT_PIPELINE.replace("own-trips,", "own-trips{past_end=off},"),
@@ -38,27 +40,6 @@ def _kernel(name: str, d: int, causal: bool, past_end: str):
     return _MADE[key]
 
 
-def _exact(q, k, v, scale, causal):
-    rep = q.shape[1] // k.shape[1]
-    kr, vr = (t.double().repeat_interleave(rep, dim=1) for t in (k, v))
-    s = scale * q.double() @ kr.transpose(-1, -2)
-    n = q.shape[2]
-    if causal:
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ vr, torch.logsumexp(s, -1)
-
-
-def _run(kernel, name, q, k, v, scale):
-    o = torch.full_like(q, float("nan"))
-    lse = torch.full(q.shape[:3], float("nan"), device="cuda")
-    if name == "attention":
-        kernel(q, k, v, o, lse, scale)
-    else:
-        kernel(q, k, v, o, scale)
-    torch.cuda.synchronize()
-    return o, lse
-
-
 CASES = [(name, 64, True, "auto") for name in ("attention", "attention_nol")] + \
         [("attention", 96, True, "auto"), ("attention", 64, False, "on"), ("attention_nol", 64, False, "on")]
 
@@ -71,15 +52,15 @@ def test_idle_consumers_past_the_end_match_every_trip_and_float64(name, d, causa
     q = torch.randn(2, 2, n, d, dtype=torch.bfloat16, device="cuda")
     k, v = (torch.randn(2, hkv, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     scale = d ** -0.5
-    o, lse = _run(_kernel(name, d, causal, past_end), name, q, k, v, scale)
-    o_off, lse_off = _run(_kernel(name, d, causal, "off"), name, q, k, v, scale)
+    o, lse = run(_kernel(name, d, causal, past_end), name, q, k, v, scale)
+    o_off, lse_off = run(_kernel(name, d, causal, "off"), name, q, k, v, scale)
     assert not o.isnan().any(), "an output element was never written, or an idle consumer's NaN leaked"
     assert torch.equal(o, o_off)
     if name == "attention":
         assert not lse.isnan().any() and torch.equal(lse, lse_off)
-    again, _ = _run(_kernel(name, d, causal, past_end), name, q, k, v, scale)
+    again, _ = run(_kernel(name, d, causal, past_end), name, q, k, v, scale)
     assert torch.equal(again, o)
-    ref_o, ref_l = _exact(q, k, v, scale, causal)
+    ref_o, ref_l = exact(q, k, v, scale, causal)
     err = ((o.double() - ref_o).norm() / ref_o.norm()).item()
     assert err < 1e-2, f"{name} D={d} N={n}: relative error {err:.3g}"
     if name == "attention":

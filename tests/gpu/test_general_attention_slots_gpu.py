@@ -19,6 +19,8 @@ import torch
 import tkjit
 from tkjit.passes import DEFAULT_PIPELINE
 
+from attention_reference import exact
+
 pytestmark = pytest.mark.gpu
 SOURCE = (Path(__file__).resolve().parents[2] / "examples" / "attention.tk").read_text()
 GRID = DEFAULT_PIPELINE.replace("grid,", "grid{schedule=grid},")
@@ -26,15 +28,6 @@ ONE_SLOT = DEFAULT_PIPELINE.replace("pipeline,", "pipeline{slots=1},")
 END = DEFAULT_PIPELINE.replace("mbarrier", "mbarrier{release=end}")
 EARLY = DEFAULT_PIPELINE.replace("mbarrier", "mbarrier{release=early}")
 DROP = DEFAULT_PIPELINE.replace("pipeline,", "pipeline{staging=drop},")
-
-
-def _exact(q, k, v, scale, causal):
-    kr, vr = (t.double().repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-    s = scale * q.double() @ kr.transpose(-1, -2)
-    if causal:
-        n = q.shape[2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ vr, torch.logsumexp(s, -1)
 
 
 _MADE: dict = {}
@@ -74,7 +67,7 @@ def test_overlapped_tiles_equal_one_tile_per_cta(pipeline, b, n, d, causal):
     assert not o.isnan().any() and not lse.isnan().any()
     assert torch.equal(o, o0) and torch.equal(lse, lse0), "the overlapped schedule changed the result"
     for i, j in ((0, 0), (b - 1, h - 1)):
-        ref_o, ref_l = _exact(q[i:i + 1, j:j + 1], k[i:i + 1, j // 2:j // 2 + 1], v[i:i + 1, j // 2:j // 2 + 1],
+        ref_o, ref_l = exact(q[i:i + 1, j:j + 1], k[i:i + 1, j // 2:j // 2 + 1], v[i:i + 1, j // 2:j // 2 + 1],
                               scale, causal)
         err = ((o[i, j].double() - ref_o[0, 0]).norm() / ref_o.norm()).item()
         assert err < 1e-2, err

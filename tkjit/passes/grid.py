@@ -124,19 +124,19 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
                         "tiles loaded once per tile is measured on attention only")
     once = one_shot_loads(kernel)
     if once and not overlap:
-        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        names = _names(once)
         return "grid", (f"{names} is loaded once per tile: in a persistent loop its buffer stays "
                         "taken all tile long (smem-plan cannot lend it to the epilogue), which "
                         "costs shared memory the rings could use; write schedule(persistent) to "
                         "choose it")
     tight = once and tight_registers(kernel)
     if tight:
-        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        names = _names(once)
         return "grid", (f"{names} is loaded once per tile, but {tight}: one CTA per tile (write "
                         "schedule(persistent) to choose it)")
     slot = once and slot_bound(kernel)
     if slot:
-        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        names = _names(once)
         return "grid", (f"{names} is loaded once per tile, but in a persistent loop {slot}: the "
                         "next tile's copy would then load only once this tile's stores have read "
                         "the staging, so the next tile's start overlaps nothing but the ring's "
@@ -146,7 +146,7 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
                         f"its loop (write schedule(persistent) to choose it). {SLOT_MEASURED}")
     uneven = uneven_work(kernel)
     if uneven and once and trips_bound(kernel) is not None:
-        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        names = _names(once)
         return "persistent", (f"{uneven}, and {names} is loaded once per tile: compiled persistent, "
                               f"the launch picks the binary (``by_trips``, tkjit/trip_dispatch.py): "
                               f"this one, min(tiles, SMs) CTAs, where the longest loop has at most "
@@ -164,7 +164,7 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
                         "balances uneven tiles better than a fixed stride")
     loops = len(pipelined_loops(kernel))
     if once:
-        names = ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
+        names = _names(once)
         return "persistent", (f"every tile does the same work; {names} is loaded once per tile, so "
                               "its buffer stays taken all tile long (the pipeline pass gives it a "
                               "second slot where the rings keep their stages, and the next tile's "
@@ -177,6 +177,11 @@ def auto_schedule(kernel: Kernel, overlap: bool = True) -> tuple[str, str]:
     return "persistent", (f"every tile does the same work and {loops} ring loop(s) fill the "
                           "SM's shared memory (one CTA per SM either way): a persistent CTA "
                           "overlaps a tile's start with the previous tile's work")
+
+
+def _names(once: list) -> str:
+    """The tiles loaded once per tile, as the log names them."""
+    return ", ".join(f"%{op.result.hint}" for op in once if op.result.hint) or "a tile"
 
 
 PERSISTENT_STATE = 8

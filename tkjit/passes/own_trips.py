@@ -71,7 +71,7 @@ from ..errors import PassError
 from .decisions import subject_of
 from .hopper import block_loop, depends_on, shared_loads
 from .manager import Pass, PassContext, register_pass
-from .past_end import NotPastEnd, PastEnd, past_end_of
+from .past_end import NotPastEnd, PastEnd, past_end_of, same_expr
 
 SAMPLE_BLOCKS = 64
 SAMPLE_DIM = 1 << 16
@@ -156,17 +156,6 @@ def _chain(v: Value, loop: For, out: list) -> None:
     for x in op.operands:
         _chain(x, loop, out)
     out.append(op)
-
-
-def _same(a: Value, b: Value) -> bool:
-    """Structurally the same scalar expression (ops, attributes, operands)."""
-    if a is b:
-        return True
-    oa, ob = a.owner, b.owner
-    if not isinstance(oa, Op) or not isinstance(ob, Op) or type(oa) is not type(ob) or oa.regions:
-        return False
-    return (oa.attrs == ob.attrs and len(oa.operands) == len(ob.operands)
-            and all(_same(x, y) for x, y in zip(oa.operands, ob.operands)))
 
 
 def _key_scale(k0: Value, j: Value) -> int:
@@ -318,7 +307,7 @@ def _mask_plan(loop: For, consumers: int, step: int) -> OwnPlan:
         raise NotOwn(f"the masked tile's {R} rows are not whole 64-row slabs per consumer")
     first = masks[0]
     for m in masks[1:]:
-        if not (_same(m.operands[1], first.operands[1]) and _same(m.operands[2], first.operands[2])):
+        if not (same_expr(m.operands[1], first.operands[1]) and same_expr(m.operands[2], first.operands[2])):
             raise NotOwn("the masks' offsets differ")
     q0, k0 = first.operands[1], first.operands[2]
     if depends_on(q0, set(body.args)):

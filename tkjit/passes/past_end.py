@@ -128,15 +128,15 @@ def _rows(t) -> int:
     return t.rows if isinstance(t, TileType) else t.length
 
 
-def _same(a: Value, b: Value) -> bool:
-    """Structurally the same scalar expression."""
+def same_expr(a: Value, b: Value) -> bool:
+    """Structurally the same scalar expression (ops, attributes, operands; own-trips uses it too)."""
     if a is b:
         return True
     oa, ob = a.owner, b.owner
     if not isinstance(oa, Op) or not isinstance(ob, Op) or type(oa) is not type(ob) or oa.regions:
         return False
     return (oa.attrs == ob.attrs and len(oa.operands) == len(ob.operands)
-            and all(_same(x, y) for x, y in zip(oa.operands, ob.operands)))
+            and all(same_expr(x, y) for x, y in zip(oa.operands, ob.operands)))
 
 
 def _is_offset(q0: Value, row0: Value, rows: int) -> bool:
@@ -146,7 +146,7 @@ def _is_offset(q0: Value, row0: Value, rows: int) -> bool:
         return False
     x, y = op.operands
     for v, c in ((x, y), (y, x)):
-        if _same(v, row0) and isinstance(c.owner, Const) and c.owner.attrs["value"] == rows:
+        if same_expr(v, row0) and isinstance(c.owner, Const) and c.owner.attrs["value"] == rows:
             return True
     return False
 
@@ -205,7 +205,7 @@ def past_end_of(loop: For, q0: Value | None) -> PastEnd:
         coord, dim = _row_coord(st)
         if row0 is None:
             row0 = coord
-        elif not _same(coord, row0):
+        elif not same_expr(coord, row0):
             raise NotPastEnd(f"{subject_of(st)} stores at another row coordinate than {subject_of(stores[0])}")
         if not isinstance(dim, str) or dim not in dims:
             raise NotPastEnd(f"{subject_of(st)}'s row dimension ({dim}) is not a dim the kernel reads")

@@ -115,7 +115,9 @@ class Machine:
         self.consumers = proto.consumers
         self.programs: list[list[Action]] = [unroll(proto, proto.producer, case, self.layout)]
         self.pingpong = proto.pingpong
-        if self.pingpong or proto.turns or any(not isinstance(entry, int) for entry in case):  # per consumer
+        self.turn_bars = proto.pingpong or proto.turns
+        """Named turn barriers (ping-pong tiles or in-loop turns): each consumer runs its own program."""
+        if self.turn_bars or any(not isinstance(entry, int) for entry in case):  # per consumer
             self.programs += [unroll(proto, proto.consumer, case, self.layout, c)
                               for c in range(self.consumers)]
         else:
@@ -165,7 +167,7 @@ class Machine:
             ring = self.rings[g]
             bars += [0, ring.full_arrivals, 0, 0, ring.empty_arrivals, 0]
         bars += [0, self.consumers, 0]  # the consumers' named barrier
-        if self.pingpong or self.proto.turns:
+        if self.turn_bars:
             bars += [0, 2, 0] * self.consumers  # turn barriers: pending roles, arrived-role mask
         return State(tuple(0 for _ in self.programs), tuple(bars), (0,) * (4 * n), (),
                      (0,) * (2 * n * self.consumers), tuple(() for _ in range(self.consumers)),
@@ -526,7 +528,7 @@ class Machine:
 
     # -- end states -----------------------------------------------------------------------
     def check_end(self, st: State) -> None:
-        if self.pingpong or self.proto.turns:  # a named barrier left mid-phase at exit
+        if self.turn_bars:  # a named barrier left mid-phase at exit
             for c in range(self.consumers):
                 bar = self.layout.turn_bar(c)
                 if st.bars[3 * bar + 2]:

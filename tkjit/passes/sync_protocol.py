@@ -594,6 +594,14 @@ Step = Union[Event, Block]
 BLOCKS = (Tiles, Loop, IfTrips, NotFirst, First, IfPrevTile, IfNextTile, StagedStore, IfHeld)
 
 
+def all_steps(steps: tuple[Step, ...]):
+    """Every step of a program, the steps of its blocks (``body``, ``orelse``) included, in order."""
+    for st in steps:
+        yield st
+        yield from all_steps(getattr(st, "body", ()))
+        yield from all_steps(getattr(st, "orelse", ()))
+
+
 def program_lines(steps: tuple[Step, ...], depth: int = 1) -> list[str]:
     lines: list[str] = []
     for step in steps:
@@ -628,18 +636,12 @@ class Protocol(Frozen):
     @property
     def turns(self) -> bool:
         """Consumers take turns on the tensor cores (named barriers), alternate tiles or in-loop."""
-        def walk(steps) -> bool:
-            return any(isinstance(st, (TurnWait, TurnPass)) or walk(getattr(st, "body", ())) or
-                       walk(getattr(st, "orelse", ())) for st in steps)
-        return walk(self.consumer)
+        return any(isinstance(st, (TurnWait, TurnPass)) for st in all_steps(self.consumer))
 
     @property
     def own_trips(self) -> bool:
         """Consumers run loops over their own trips (``Loop.part``): trip counts differ between them."""
-        def walk(steps) -> bool:
-            return any(getattr(st, "part", "all") != "all" or walk(getattr(st, "body", ())) or
-                       walk(getattr(st, "orelse", ())) for st in steps)
-        return walk(self.consumer)
+        return any(getattr(st, "part", "all") != "all" for st in all_steps(self.consumer))
 
     def ring(self, name: str) -> Ring:
         for r in self.rings:

@@ -104,7 +104,7 @@ class ConsumerRole(RoleEmitter):
         self.epilogue_step: dict = {}  # IR store -> its StagedStore/HoldStore, while it is emitted
 
     def run(self) -> None:
-        k, b, ctx = self.k, self.b, self.ctx
+        k, b = self.k, self.b
         if k.regs is not None:
             b(f"setmaxnreg.inc.sync.aligned.u32 {k.regs[1]};")
         ctid, self.index = b.reg(), b.reg()
