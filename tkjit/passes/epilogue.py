@@ -238,6 +238,9 @@ class Epilogue(Pass):
     @staticmethod
     def registers_because(kernel: Kernel, op: Store, cols: int, ctx: PassContext) -> str:
         """Why ``op`` is stored from registers ('' when it is staged)."""
+        if op.attrs.get("unstaged") and op.operands[0].type.dtype not in (BF16, F16):
+            return (f"it stores to {op.operands[0].type.dtype.name}: the staging takes 16-bit tensors "
+                    "(stmatrix), so the pipeline pass planned none")
         if op.attrs.get("unstaged") and not any(isinstance(o, MMA_OPS) for o in kernel.walk()):
             return "smem-plan planned no staging for it (no matrix product: it stores from registers)"
         if op.attrs.get("unstaged"):
