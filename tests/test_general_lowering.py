@@ -130,10 +130,12 @@ def test_an_f32_residual_of_a_16_bit_tensor_is_budgeted_packed():
     accumulator's 128 registers + the residual's 64 + 32), where counting it at 32 bits (128)
     sent the kernel to the mma.sync backend."""
     import warnings
+    from tkjit.passes import default_pipeline
     src = BY_NAME["residual_wide"].source
+    whole = default_pipeline("sm_90a").replace("tile-split", "tile-split{mode=off}")  # 128 x 256 as written
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        k = tkjit.compile(src, cache=False)
+        k = tkjit.compile(src, cache=False, pipeline=whole)
         assert k.metadata["backend"] == "wgmma"
     assert "%acc 128, %r 64" in k.explain()
 
