@@ -36,6 +36,7 @@ import torch
 from epilogue_variants import ACTS, kernel_of, schedule_of
 from gemm_variants import L2_BYTES, timed_flushed, timed_together
 
+
 class Sampler:
     """nvidia-smi's SM clock (MHz) and power (W), sampled every 50 ms on a thread, each sample
     stamped with time.time() when it arrived."""
