@@ -18,12 +18,11 @@ addresses a tied dimension by another coordinate, a reduction across it, a produ
 an index used in arithmetic or an op the pass does not know refuses the split (logged). ``@fill_sms``
 kernels are left to the launch's own half-width variant (tkjit/fill_sms.py).
 
-Measured (H200, 2026-11-27, benchmarks/epilogue_variants.py, cuBLAS plain matmul / kernel,
-128 x 256 cooperative -> 128 x 128 ping-pong, 4096^3 / 8192^3): bias + gelu 0.946 -> 0.991 /
-1.020 -> 1.063, silu 0.978 -> 1.022 / 1.032 -> 1.067, relu 1.018 -> 1.055 / 1.061 -> 1.092
-(benchmarks/results/2026-11-27-nvidia-h200-s12-epilogue-run1.json); the plain GEMM (epilogue
-PLAIN) is not split, nor one under MIN_CYCLES or with several stores (measured: they lose or
-gain under 2%). Option ``mode``: auto, off.
+Measured (H200, 2026-11-27, benchmarks/probes/unseen_kernels.py, the kernel kept whole / split,
+same run, …-s16-tile-split-1.json): a batched GEMM + bias + erf gelu written at 128 x 256 ran
+7.3% faster split (the other consumer's wgmmas hide part of the epilogue: docs/hopper-codegen.md,
+"Where 4096^3's time goes"). The plain GEMM (epilogue PLAIN) is not split, nor one under
+MIN_CYCLES or with several stores (measured: they gain under 2% or lose). Option ``mode``: auto, off.
 """
 from __future__ import annotations
 
@@ -341,11 +340,11 @@ class TileSplit(Pass):
         name = index.hint or str(pos)
         ctx.decide(where, f"tiles of {width // 2} columns: %{name} walks cdiv(.., {width // 2})",
                    f"{why}; at {width // 2} columns one consumer holds a whole tile ({need} registers), so "
-                   f"warp-spec can give them ping-pong consumers, each one's epilogue under the other's "
-                   f"wgmmas; every tile and vector dimension %{name} addresses takes {width // 2}: the same "
-                   "values, computed tile by tile (measured, H200, 2026-11-27, 128x256 cooperative -> 128x128 "
-                   "ping-pong, cuBLAS plain / kernel at 4096^3, 8192^3: bias + gelu 0.946 -> 0.991, 1.020 -> "
-                   "1.063; silu 0.978 -> 1.022, 1.032 -> 1.067; relu 1.018 -> 1.055, 1.061 -> 1.092)",
+                   f"warp-spec can give them ping-pong consumers, one's epilogue beside the other's wgmmas "
+                   f"(which hide part of it); every tile and vector dimension %{name} addresses takes {width // 2}: the same "
+                   "values, computed tile by tile (measured, H200, 2026-11-27, whole / split, same run: "
+                   "bmm 8x2048^3 + bias + erf gelu 0.932, i.e. the split 7.3% faster, "
+                   "benchmarks/results/2026-11-27-nvidia-h200-s16-tile-split-1.json)",
                    width=width // 2, index=name)
         return trial
 
