@@ -32,6 +32,13 @@ template with level 2, 0.69-0.75x without (``benchmarks/results/2026-11-27-nvidi
 Below 3 stages the pass gives the second product's tiles a ring of their own instead (``split``)."""
 
 
+PACK_MEASURED = ("ptxas keeps the order: packed first, it alternated the 32 F2FP packs with the "
+                 "64 FMULs of the rescale in causal attention_nol D = 128 and dropped the FMULs' operand "
+                 "reuse; ncu, H200, N = 2048: dispatch stalls in the loop 1,523 -> 2,429 samples and "
+                 "SM-active cycles +2.8% against attention.tk, whose L store had left ptxas grouping "
+                 "them, nol 0.974x of it (benchmarks/results/2026-11-27-nvidia-h200-s16-nol-*); packed "
+                 "after, both loops are the same instructions in the same order but for 2 ULDC and the "
+                 "diagonal block's FSEL/FMNMX order (benchmarks/probes/sass_loop_diff.py)")
 TURNS_MEASURED = (
     "measured (H200, 2026-11-27, same run, turns against none, benchmarks/results/2026-11-27-"
     "nvidia-h200-s15-turns-*.json): examples/attention.tk D = 128 causal, N = 1k..16k, "
@@ -540,7 +547,15 @@ class Mbarrier(Pass):
     next tile's copy under this tile's epilogue), end (of the tile), or auto (early where the tiles
     do equal work, end where the launch picks the grid (``by_trips``: measured slower there))."""
 
+    pack: str = "auto"
+    """Where a level-2 trip packs its second product's register A (cvt<bf16>(p)): auto, after the
+    ops that rescale the carried tile (mul_row(o, alpha)), or first, before them (as until session
+    16). The two are independent, and ptxas keeps the order it is given: packed first, it
+    alternated the packs with the rescale's FMULs (``PACK_MEASURED``)."""
+
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.pack not in ("auto", "first"):
+            raise PassError(f"mbarrier: pack must be auto or first, got '{self.pack}'")
         if self.release not in ("auto", "end", "early"):
             raise PassError(f"mbarrier: release must be auto, end or early, got '{self.release}'")
         by_trips = "by_trips" in block_loop(kernel).attrs  # the launch may give a CTA one tile
@@ -617,11 +632,16 @@ class Mbarrier(Pass):
                        f"consumer's softmax runs under another's wgmmas; the last of the "
                        f"{builder.consumers} consumers opens the chain, consumer 0 closes it")
         for loop in builder.level2:
+            if self.pack == "first":
+                loop.attrs["pack"] = "first"  # codegen/hopper/interleave.level2_parts
+            where = ("mbarrier{pack=first}: packed before the carried tile's rescale" if self.pack == "first"
+                     else f"after the carried tile's rescale ({PACK_MEASURED})")
             ctx.decide(f"loop at {_where(loop)}", "level 2: the second product runs one trip behind",
                        "the trip's second product reads registers made from the first's result and "
                        "accumulates into a carried tile: trip j issues its first product, then trip "
                        "j-1's second, and runs its register work while the second one computes "
-                       "(FlashAttention-3's overlap); the previous stage is released once both are done")
+                       "(FlashAttention-3's overlap); the previous stage is released once both are "
+                       f"done. Its register A is packed for the next trip {where}")
         for ring, loop in builder.own.items():
             ctx.decide(f"loop at {_where(loop)}", "per-consumer trip counts in the protocol",
                        f"the own-trips pass marked it: each consumer loops over its own trips of ring "

@@ -159,8 +159,19 @@ def level2_parts(loop: For):
     maker = second.operands[0].owner
     if maker in work:
         work.remove(maker)
-        rescale.insert(0, maker)
+        rescale.insert(0 if loop.attrs.get("pack") == "first" else pack_at(maker, rescale), maker)
     return before, first, work, rescale, second
+
+
+def pack_at(maker: Op, rescale: list) -> int:
+    """Where the op making the second product's register A goes among the ops that read the
+    carried tile: after every one of them that does not read its result (the rescale of the
+    accumulator, mul_row(o, alpha), then the pack, cvt<bf16>(p)). The two are independent and
+    ptxas keeps the order it is given; packed first (``mbarrier{pack=first}``, the loop's attr
+    ``pack``), it alternated the packs with the rescale's FMULs in causal attention_nol D = 128
+    and lost their operand reuse (passes/mbarrier.PACK_MEASURED)."""
+    made = set(maker.results)
+    return next((i for i, op in enumerate(rescale) if made & set(op.operands)), len(rescale))
 
 
 def pipelined_trip(loop: For, steps) -> list[tuple]:
