@@ -98,3 +98,15 @@ def test_pack_first_keeps_the_old_order_and_says_so():
         tkjit.compile((EXAMPLES / "attention_nol.tk").read_text(), filename="attention_nol.tk",
                       lowering="general", pipeline=DEFAULT_PIPELINE.replace("mbarrier,", "mbarrier{pack=last},"),
                       cache=False).asm["ptx"]
+
+
+@pytest.mark.parametrize("d, causal, first", [(64, False, True), (64, True, False), (128, False, False),
+                                              (128, True, False)])
+def test_auto_packs_first_where_the_carried_tile_is_narrow_and_the_trips_uniform(d, causal, first):
+    """pack=auto packs first where the carried tile is at most 64 columns and every tile runs the
+    same trips (measured faster at D = 64 non-causal: mbarrier.PACK_FIRST_MEASURED), after elsewhere."""
+    k = compiled("attention_nol", d, causal)
+    (loop,) = [op for op in k.ir.walk() if op.NAME == "for" and "pack" in op.attrs] or [None]
+    assert (loop is not None) == first
+    (level2,) = [x for x in k.decisions.for_pass("mbarrier") if x.decision.startswith("level 2")]
+    assert ("before the carried tile's rescale: its carried tile is at most 64 columns" in level2.reason) == first

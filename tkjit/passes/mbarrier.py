@@ -39,6 +39,24 @@ PACK_MEASURED = ("ptxas keeps the order: packed first, it alternated the 32 F2FP
                  "them, nol 0.974x of it (benchmarks/results/2026-11-27-nvidia-h200-s16-nol-*); packed "
                  "after, both loops are the same instructions in the same order but for 2 ULDC and the "
                  "diagonal block's FSEL/FMNMX order (benchmarks/probes/sass_loop_diff.py)")
+PACK_FIRST_MEASURED = (
+    "its carried tile is at most 64 columns wide and every tile runs the same trips, where packing "
+    "first measured faster (H200, 2026-11-27, same run, time packed after over packed first: "
+    "attention_nol D = 64 non-causal N = 4096 1.021 in both scripts, attention.tk 1.010; D = 64 "
+    "causal 0.99-1.00, D = 96 non-causal 0.98, D = 128 0.97-1.01, so those pack after; "
+    "benchmarks/results/2026-11-27-nvidia-h200-s16-nol-pack.json, -s16-pack-family.json)")
+
+
+def narrow_uniform(kernel: Kernel, loop: For) -> bool:
+    """Whether a level-2 loop packs first under ``pack=auto``: its carried tile at most 64 columns
+    wide and its trip count the same for every tile (PACK_FIRST_MEASURED)."""
+    from ..ir.types import TileType
+    carried = [v.type for v in loop.results if isinstance(v.type, TileType)]
+    indices = set(block_loop(kernel).regions[0].args)
+    return bool(carried) and max(t.cols for t in carried) <= 64 and \
+        not any(depends_on(v, indices) for v in loop.operands[:3])
+
+
 TURNS_MEASURED = (
     "measured (H200, 2026-11-27, same run, turns against none, benchmarks/results/2026-11-27-"
     "nvidia-h200-s15-turns-*.json): examples/attention.tk D = 128 causal, N = 1k..16k, "
@@ -549,8 +567,9 @@ class Mbarrier(Pass):
 
     pack: str = "auto"
     """Where a level-2 trip packs its second product's register A (cvt<bf16>(p)): auto, after the
-    ops that rescale the carried tile (mul_row(o, alpha)), or first, before them (as until session
-    16). The two are independent, and ptxas keeps the order it is given: packed first, it
+    ops that rescale the carried tile (mul_row(o, alpha)) but first where that tile is at most 64
+    columns wide and the trips are the same for every tile (``narrow_uniform``), or first, before
+    them (as until session 16). The two are independent, and ptxas keeps the order it is given: packed first, it
     alternated the packs with the rescale's FMULs (``PACK_MEASURED``)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
@@ -632,9 +651,11 @@ class Mbarrier(Pass):
                        f"consumer's softmax runs under another's wgmmas; the last of the "
                        f"{builder.consumers} consumers opens the chain, consumer 0 closes it")
         for loop in builder.level2:
-            if self.pack == "first":
+            first = self.pack == "first" or (self.pack == "auto" and narrow_uniform(kernel, loop))
+            if first:
                 loop.attrs["pack"] = "first"  # codegen/hopper/interleave.level2_parts
             where = ("mbarrier{pack=first}: packed before the carried tile's rescale" if self.pack == "first"
+                     else f"before the carried tile's rescale: {PACK_FIRST_MEASURED}" if first
                      else f"after the carried tile's rescale ({PACK_MEASURED})")
             ctx.decide(f"loop at {_where(loop)}", "level 2: the second product runs one trip behind",
                        "the trip's second product reads registers made from the first's result and "
