@@ -20,7 +20,7 @@ from .hopper import (block_loop, check_supported_loads, depends_on, is_shared, n
                      pipelined_loops, shared_loads)
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_host, staging_sizes
-from .sync_protocol import (Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce, StagingReuse,
+from .sync_protocol import (FillUse, Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce, StagingReuse,
                             StoreItem, StreamKUnits, TileProduct, own_trips_consumer, standard_protocol, with_turns)
 from .sync_protocol import Load as RingLoad
 
@@ -150,7 +150,9 @@ class _Builder:
         check_supported_loads(self.kernel)
         scratch = self.scratch_uses(blocks)
         for op in blocks.regions[0].ops:
-            if isinstance(op, Load) and is_shared(op.result):
+            if isinstance(op, Load) and is_shared(op.result) and op.attrs.get("fill") == "cp.async":
+                self.items.append(FillUse(self.unique(op.result.hint, "tile")))  # no ring: the consumers'
+            elif isinstance(op, Load) and is_shared(op.result):
                 self.one_shot(op)
             elif isinstance(op, For) and shared_loads(op.regions[0]):
                 self.loop(op)
