@@ -109,6 +109,7 @@ class ProducerRole(RoleEmitter):
         b(f"setp.ne.u32 {leader}, {k.tid_wg}, 0;", f"@{leader} bra {done};")
         self.walk()
         b.place(done)
+        self.emit(self.apart())  # a cluster split: the wait of the leading arrival, every producer thread
 
     def walk(self) -> None:
         """The elected thread's program: prefetch the tensor maps, then the protocol."""
@@ -127,17 +128,29 @@ class ProducerRole(RoleEmitter):
             self.rings[ring.name] = RingRegs(ring, full, empty, s, ph, b.mov(1))
         self.tile, self.tile_count = b.reg(), b.reg()
         self.counts = None
-        self.emit(k.proto.producer[len(self.together()):])
+        steps = k.proto.producer
+        self.emit(steps[len(self.together()):len(steps) - len(self.apart())])
 
     def together(self) -> tuple:
-        """The producer program's leading ``ClusterSync`` steps: all 128 producer threads run
-        them (``barrier.cluster`` ``.aligned``), before one is elected for the rest."""
-        from ...passes.sync_protocol import ClusterSync
+        """The producer program's leading ``ClusterSync`` (``ClusterArrive``) steps: all the
+        producer's threads run them (``barrier.cluster`` ``.aligned``), before one is elected for
+        the rest."""
+        from ...passes.sync_protocol import ClusterArrive, ClusterSync
         steps = self.k.proto.producer
         n = 0
-        while n < len(steps) and isinstance(steps[n], ClusterSync):
+        while n < len(steps) and isinstance(steps[n], (ClusterSync, ClusterArrive)):
             n += 1
         return tuple(steps[:n])
+
+    def apart(self) -> tuple:
+        """The producer program's trailing ``ClusterWait`` steps: all its threads run them, after
+        the elected thread's program (the others wait there)."""
+        from ...passes.sync_protocol import ClusterWait
+        steps = self.k.proto.producer
+        n = 0
+        while n < len(steps) and isinstance(steps[len(steps) - 1 - n], ClusterWait):
+            n += 1
+        return tuple(steps[len(steps) - n:])
 
     def maps(self):
         return [self.k.tensor_map(op) for op in self.loads.values()]
@@ -304,7 +317,8 @@ def tile_walk_begin(role) -> None:
     hoist_invariants(role)
     # split-K: a cluster of S CTAs per tile (grid.launch_grid), so the tile is the cluster's index;
     # multicast: a cluster of 2 per unit (lower.pair_grid)
-    b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 or k.pair > 1 else '%ctaid.x'};")
+    # a row block split over a cluster (lower_cluster.py): a cluster of k CTAs per tile
+    b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 or k.pair > 1 or k.cluster > 1 else '%ctaid.x'};")
     role.sk_walk = None
     if k.stream_k is not None:  # the last wave's trips over every CTA (lower_stream_k.py)
         from .lower_stream_k import Walk
