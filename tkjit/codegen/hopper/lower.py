@@ -263,11 +263,13 @@ class LoweredKernel:
             self.decisions.append(layout_decision)
         if self.cluster > 1:
             from .lower_cluster import decision
-            self.decisions.append(decision(kernel))
-        if self.scratch.scratch:
+            self.decisions.append(decision(kernel, self.scratch))
+        from ..emit_cluster import pinned_scratch
+        users = [op for op in self.blocks.walk() if id(op) in self.scratch.scratch and not pinned_scratch(op)]
+        if users:  # (a cluster exchange's own region: the cluster decision)
             ops = ", ".join(dict.fromkeys(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
-                                          for op in self.blocks.walk() if id(op) in self.scratch.scratch))
-            region = next(iter(self.scratch.scratch.values()))
+                                          for op in users))
+            region = self.scratch.of_op(users[0])
             self.decisions.append({"decision": "consumer scratch", "value": region.size,
                                    "why": f"{ops}: partials of several warp columns combined through "
                                           f"{region.size} B of shared memory at {region.offset}, after "

@@ -118,14 +118,17 @@ def launch(kernel) -> dict:
     return {"cluster": [k, 1, 1]}
 
 
-def decision(kernel) -> dict:
+def decision(kernel, plan) -> dict:
     k = cluster_ctas(kernel)
+    regions = "; ".join(f"{what} at {region.offset} ({region.size} B)" for what, region, _ in plan.items
+                        if what.startswith("exchange of"))
     return {"decision": "cluster", "value": k,
             "why": f"{k} CTAs per block (.reqnctapercluster {k}, 1, 1, the grid {k} x the blocks): the CTAs of a "
                    "cluster run the same block (%clusterid.x), each on its own columns, and push their row "
                    "reductions' partials into each other's shared memory (st.async, one mbarrier per exchange); "
                    "protocol steps ClusterArrive / ClusterExchange / ClusterWait, the exchanges checked over every "
-                   "interleaving of the cluster's CTAs (codegen/cluster_protocol.py)"}
+                   "interleaving of the cluster's CTAs (codegen/cluster_protocol.py); shared memory: "
+                   f"{regions or 'no exchange'}"}
 
 
 class ExchangeSteps:
