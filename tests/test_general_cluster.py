@@ -178,3 +178,53 @@ def test_auto_keeps_the_cluster_split_on_the_register_tile_backend_and_says_why(
     assert cluster_auto_refusal(k.ir, {"lowering": "general"}) is None
     auto = tkjit.load(EXAMPLES / "rmsnorm.tk", constants={"D": 4096}, cache=False)
     assert auto.metadata.get("backend") == "mma.sync" and auto.metadata["cluster"] == [4, 1, 1]
+
+
+def _sim_case(name, r, d):
+    from test_general_no_product import _norm_case
+    return _norm_case(name, r, d)
+
+
+def _simulated(k, args, outs):
+    from test_general_no_product import _simulated as run
+    return run(k, args, outs)
+
+
+@pytest.mark.parametrize("name, r, d", [("rmsnorm", 20, 4096), ("softmax", 9, 8192), ("layernorm", 17, 4096),
+                                        ("residual_layernorm", 20, 4096)])
+def test_the_cluster_split_agrees_on_the_ptx_simulator(name, r, d):
+    """The general lowering's PTX on the simulator, each cluster's CTAs run together
+    (tests/ptxsim.py: mapa, st.async into a peer's shared memory completing its mbarrier's bytes,
+    the cluster barrier over every thread of the cluster), at row counts that are not multiples of
+    the 16-row blocks: bit for bit the register-tile backend's PTX of the same IR, within a bf16
+    unit of the interpreter, nothing written outside the outputs."""
+    import torch
+    src = (EXAMPLES / f"{name}.tk").read_text()
+    constants = {"C" if name == "softmax" else "D": d}
+    general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, constants=constants)
+    auto = tkjit.compile(src, cache=False, constants=constants)
+    assert ".reqnctapercluster" in general.asm["ptx"] and "register-tile" in auto.asm["ptx"].splitlines()[0]
+    args, outs = _sim_case(name, r, d)
+    mine, theirs = _simulated(general, args, outs), _simulated(auto, args, outs)
+    want = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    auto(*want)  # the interpreter
+    for got, ref, i in zip(mine, theirs, outs):
+        assert torch.equal(got.view(torch.int16), ref.view(torch.int16))
+        torch.testing.assert_close(got.float(), want[i].float(), rtol=1e-2, atol=1e-2)
+
+
+def test_a_remote_store_before_the_peers_init_is_caught_on_the_simulator():
+    """Without the first exchange's cluster barrier wait a CTA pushes into a peer whose exchange
+    mbarrier is not initialised yet: the simulator says so."""
+    import dataclasses
+
+    from ptxsim import SimError
+    k = _general("rmsnorm", 4096)
+    ptx = k.asm["ptx"]
+    assert ptx.count("barrier.cluster.wait.acquire.aligned;") == 1
+    broken = ptx.replace("barrier.cluster.wait.acquire.aligned;", "", 1)
+    args, outs = _sim_case("rmsnorm", 20, 4096)
+    fake = dataclasses.make_dataclass("K", ["asm", "metadata", "_result"])(
+        {"ptx": broken}, k.metadata, k._result)
+    with pytest.raises(SimError, match="used before its init"):
+        _simulated(fake, args, outs)

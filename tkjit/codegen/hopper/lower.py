@@ -346,8 +346,10 @@ class LoweredKernel:
         ConsumerRole(self).run()
         b(f"bra.uni {done};")
         b.place(producer_label)
-        ProducerRole(self).run()
+        role = ProducerRole(self)
+        role.run()
         b.place(done)
+        role.finish(producer)  # (a cluster split's ClusterWait: every producer thread, at the exit)
         b("ret;")
         return self.module_text(), self.metadata()
 

@@ -109,7 +109,6 @@ class ProducerRole(RoleEmitter):
         b(f"setp.ne.u32 {leader}, {k.tid_wg}, 0;", f"@{leader} bra {done};")
         self.walk()
         b.place(done)
-        self.emit(self.apart())  # a cluster split: the wait of the leading arrival, every producer thread
 
     def walk(self) -> None:
         """The elected thread's program: prefetch the tensor maps, then the protocol."""
@@ -142,9 +141,21 @@ class ProducerRole(RoleEmitter):
             n += 1
         return tuple(steps[:n])
 
+    def finish(self, guard: str) -> None:
+        """The producer program's trailing steps (``apart``) at the kernel's exit, where every
+        thread meets, predicated on ``guard`` (the producer's threads)."""
+        self.guard = guard
+        self.emit(self.apart())
+
+    guard: str | None = None
+    """``finish``: the predicate of the producer's threads at the kernel's exit."""
+
+    def cluster_wait(self, step) -> None:
+        self.b(f"@{self.guard} barrier.cluster.wait.acquire;" if self.guard else "barrier.cluster.wait.acquire;")
+
     def apart(self) -> tuple:
         """The producer program's trailing ``ClusterWait`` steps: all its threads run them, after
-        the elected thread's program (the others wait there)."""
+        the elected thread's program, at the kernel's exit (``finish``)."""
         from ...passes.sync_protocol import ClusterWait
         steps = self.k.proto.producer
         n = 0
