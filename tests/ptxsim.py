@@ -10,6 +10,12 @@ barrier epoch, and an access that conflicts with another thread's access in the 
 *in flight* from the copy to the ``cp.async.wait_group``/``wait_all`` that covers its group: any
 access to in-flight bytes is a race, and the data lands (as a write) at the wait.
 
+A kernel with ``.reqnctapercluster k`` runs each cluster's k CTAs together (``Cluster``): each
+runs until every role of it waits on something only a peer can complete, then the next one
+runs; ``mapa`` addresses a peer's shared memory (rank + 1 in bits 24..), ``st.async`` lands
+there at once and completes its bytes on the peer's mbarrier, and ``barrier.cluster.wait``
+passes once every non-exited thread of the cluster arrived as often.
+
 Semantics follow the PTX ISA for ldmatrix, mma.sync.m16n8k16 (bf16/f16), shfl.sync.bfly and the
 scalar instructions; approximate math (ex2.approx, ...) is computed exactly in f32.
 """

@@ -13,7 +13,8 @@ lowering's own:
   kernel, after the consumers' cross-warp scratch (``exchange_regions``);
 * **protocol steps** (passes/sync_protocol.py): both programs start with ``ClusterArrive`` (every
   thread arrives, relaxed, on the cluster barrier that publishes the exchanges' mbarrier inits;
-  the consumers' first initialise and arm them), the producer ends with ``ClusterWait``, and a
+  the consumers' first initialise and arm them), the producer ends with ``ClusterWait`` (printed
+  at the kernel's exit, predicated on the producer's threads: ``ProducerRole.finish``), and a
   ``ClusterExchange`` step stands for each exchange (the first one waits on that cluster barrier).
   The emitter records the cross-CTA steps as it writes them and ``emit_cluster.finish_exchanges``
   checks them over every interleaving of the cluster's CTAs (cluster_protocol.py), as for the

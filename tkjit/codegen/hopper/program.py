@@ -143,7 +143,7 @@ class RoleEmitter:
 
     def cluster_wait(self, step: ClusterWait) -> None:
         """The wait of that arrival (every thread that arrived; not ``.aligned``: the producer
-        warp's threads reach it from the elected thread's program and from the others' exit)."""
+        prints it predicated at the kernel's exit, ``ProducerRole.finish``)."""
         self.b("barrier.cluster.wait.acquire;")
 
     def stage_before(self, r: RingRegs) -> str:
