@@ -116,6 +116,36 @@ def timed_together(fns: dict, sets, batches=15) -> dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+FLUSHED_ROUNDS = 8
+
+
+def timed_flushed(fns: dict, sets, rep_ms: float = 200.0) -> dict[str, float]:
+    """The generality harness's method (benchmarks/tkbench/timing.py, ``measure_pair``) over
+    several functions: ``triton.testing.do_bench`` times every call with its own events after
+    zeroing a 256 MB buffer (the L2 flush), in FLUSHED_ROUNDS rounds of rep_ms / FLUSHED_ROUNDS
+    per function, the order of the functions reversed every other round, the inputs rotating over
+    ``sets``; the median of each function's calls, in us."""
+    from triton.testing import do_bench
+    names = list(fns)
+    turn = {"i": 0}
+
+    def rotating(fn):
+        def call():
+            fn(*sets[turn["i"] % len(sets)])
+            turn["i"] += 1
+        return call
+
+    calls = {n: rotating(fns[n]) for n in names}
+    for n in names:
+        do_bench(calls[n], warmup=25, rep=1, return_mode="all")
+    times = {n: [] for n in names}
+    share = rep_ms / FLUSHED_ROUNDS
+    for r in range(FLUSHED_ROUNDS):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            times[n].extend(float(t) for t in do_bench(calls[n], warmup=0, rep=share, return_mode="all"))
+    return {n: statistics.median(t) * 1e3 for n, t in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("shapes", nargs="+")

@@ -88,6 +88,61 @@ def test_activations_on_the_simulated_ptx():
     _check(dict(zip(["G", "GT", "S", "SG", "V", "Out"], outs)), args[0], args[6])
 
 
+def test_gelu_with_its_reciprocal_on_the_fma_pipe_on_the_simulated_ptx():
+    """The epilogue pass's option rcp=fma (``epilogue_rcp = "fma"``): gelu's reciprocal runs
+    on the FMA pipe (no rcp.approx left in the PTX) within the same bound, tails, +-30, zeros and
+    tiny values included."""
+    from tkjit.codegen import emit_ptx
+    kernel = lower(SRC)
+    kernel.attrs["epilogue_rcp"] = "fma"
+    ptx, _ = emit_ptx(kernel)
+    assert "rcp.approx" not in ptx and "ex2.approx" in ptx
+    assert "rcp.approx" in emit_ptx(lower(SRC))[0]
+    args = _inputs(n=20)
+    outs = simulate(kernel, args, [1, 2, 3, 4, 5, 7])
+    _check(dict(zip(["G", "GT", "S", "SG", "V", "Out"], outs)), args[0], args[6])
+
+
+GELU_ONLY = """
+kernel g(X: gl<f32>[N, 64], G: gl<f32>[N, 64]) {
+  for i in blocks(N / 16) {
+    x: rt<f32>[16, 64] = X.tile(i, 0)
+    G.tile(i, 0) = gelu(x)
+  }
+}"""
+
+
+def test_reciprocals_pinned_to_mufu_on_the_simulated_ptx():
+    """The epilogue pass's option rcp=mufu (``epilogue_rcp = "mufu"``): the sigmoid's (silu's,
+    gelu_tanh's) reciprocal is rcp.approx instead of the FMA pipe's seven instructions, within the
+    same bound."""
+    from tkjit.codegen import emit_ptx
+    kernel = lower(SRC)
+    kernel.attrs["epilogue_rcp"] = "mufu"
+    pinned, own = emit_ptx(kernel)[0], emit_ptx(lower(SRC))[0]
+    assert pinned.count("rcp.approx") > own.count("rcp.approx") and pinned.count("fma.rn") < own.count("fma.rn")
+    args = _inputs(n=20)
+    outs = simulate(kernel, args, [1, 2, 3, 4, 5, 7])
+    _check(dict(zip(["G", "GT", "S", "SG", "V", "Out"], outs)), args[0], args[6])
+
+
+def test_gelu_fma_reciprocal_keeps_inf_and_nan():
+    """+inf stays +inf, NaN stays NaN, -inf gives what the MUFU form gives (NaN: -inf·0), and
+    |x| past the clamp (64) gives x or -0 as erfc's underflow says."""
+    src = GELU_ONLY
+    x = torch.full((16, 64), 1.0)
+    x[0, :6] = torch.tensor([float("inf"), float("nan"), float("-inf"), 100.0, -100.0, 1e30])
+    got = {}
+    for rcp in ("fma", "mufu"):
+        kernel = lower(src)
+        kernel.attrs["epilogue_rcp"] = rcp
+        got[rcp] = simulate(kernel, [x, torch.full((16, 64), 7.0)], [1])[0]
+    row = got["fma"][0, :6]
+    assert row[0] == float("inf") and math.isnan(row[1]) and row[3] == 100.0 and row[5] == 1e30
+    assert row[4] == 0.0 and math.isnan(row[2])  # -inf: -inf·0, as on MUFU
+    torch.testing.assert_close(got["fma"], got["mufu"], rtol=2e-6, atol=0, equal_nan=True)
+
+
 @needs_cuda_tools
 def test_activations_assemble_for_sm90a_without_spills():
     fn = assemble(lower(SRC))

@@ -1,7 +1,7 @@
 """The epilogue cost model (passes/epilogue_cost.py), where warp-spec logs it, the launch
 metadata carries it, and @fill_sms weighs it: a GEMM whose tile does costly work after its K loop
-(bias + gelu / silu) launches the half-width tile with ping-pong consumers, which hides that work
-under the other consumer's K loop, at K where the plain GEMM keeps its wide cooperative tile."""
+(bias + gelu / silu) launches the half-width tile with ping-pong consumers, which runs that work
+beside the other consumer's K loop (hiding part of it), at K where the plain GEMM keeps its wide cooperative tile."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,7 +48,7 @@ def test_warp_spec_logs_the_epilogue_and_what_hides_it():
     assert "the tensor cores wait for it" in entry.reason
     half = tkjit.compile(source("gemm_bias_gelu"), constants={"BN": 128}, cache=False)
     (entry,) = half.decisions.for_pass("warp-spec")
-    assert entry.decision.startswith("1 producer + 2 consumer") and "runs under the other consumer's wgmmas" in entry.reason
+    assert entry.decision.startswith("1 producer + 2 consumer") and "runs beside the other consumer's wgmmas, which hide only part of it" in entry.reason
     plain = tkjit.compile(source("gemm"), cache=False)
     assert "epilogue ~" not in plain.decisions.for_pass("warp-spec")[0].reason
 
@@ -91,7 +91,7 @@ def test_fill_sms_takes_the_half_width_ping_pong_tile_for_a_costly_epilogue(gpu,
     if half:
         assert chosen.options.constants == (("BM", 128), ("BN", 128))
         assert chosen.metadata["gemm"]["pingpong"] is True
-        assert "its epilogue (~" in entry.reason and "hides it under the other consumer's K loop" in entry.reason
+        assert "its epilogue (~" in entry.reason and "runs it beside the other consumer's K loop" in entry.reason
     else:
         assert chosen._result is kernel._result
         assert entry.reason.startswith("the default tiles fill the GPU")

@@ -130,10 +130,12 @@ def test_an_f32_residual_of_a_16_bit_tensor_is_budgeted_packed():
     accumulator's 128 registers + the residual's 64 + 32), where counting it at 32 bits (128)
     sent the kernel to the mma.sync backend."""
     import warnings
+    from tkjit.passes import default_pipeline
     src = BY_NAME["residual_wide"].source
+    whole = default_pipeline("sm_90a").replace("tile-split", "tile-split{mode=off}")  # 128 x 256 as written
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        k = tkjit.compile(src, cache=False)
+        k = tkjit.compile(src, cache=False, pipeline=whole)
         assert k.metadata["backend"] == "wgmma"
     assert "%acc 128, %r 64" in k.explain()
 
@@ -429,3 +431,30 @@ def test_tiles_loaded_once_keep_one_cta_per_tile_where_the_registers_are_tight()
     except NotAvailableError as e:
         pytest.skip(str(e))
     assert not re.search(r"\b(LDL|STL)\b", sass)
+
+
+F32_OUT = """
+kernel gemm_f32(A: gl<bf16>[M, K], B: gl<bf16>[N, K], C: gl<f32>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[128, 64] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    C.tile(m, n) = acc
+  }
+}
+"""
+
+
+def test_an_f32_output_takes_no_staging_and_its_bytes_go_to_the_ring():
+    """The staging is written with stmatrix (16-bit pairs), so a store to an f32 tensor goes from
+    the accumulator fragments: no staging tile is planned for it (before, 32 KB were planned and
+    never used, and explain() listed them), and the ring takes the bytes (7 stages, not 6)."""
+    k = tkjit.compile(F32_OUT, cache=False)
+    text = k.explain()
+    assert "it stores to f32: the staging is written with stmatrix" in text
+    assert "staging tile of store" not in text
+    assert "7 stage(s) of 32,768 B" in text
+    assert k.metadata["backend"] == "wgmma"

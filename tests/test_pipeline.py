@@ -64,7 +64,7 @@ def test_passes():
 def test_ir_text_enters_at_tkir_and_runs_the_default_pipeline():
     result = compile(IR, options(), filename="twice.tkir")
     assert list(result.asm) == ["tkir", *(f"after:{name}" for name in DEFAULT_PIPELINE.split(",")), "opt"]
-    assert DEFAULT_PIPELINE.startswith("canonicalize,stream-cols,mask-branch,scale-fold,layout,")
+    assert DEFAULT_PIPELINE.startswith("canonicalize,stream-cols,mask-branch,scale-fold,tile-split,layout,")
     assert result.done == ["tkir", "opt"]
     assert result.name == "twice"
     assert result.asm["tkir"] == print_kernel(parse_kernel(IR))

@@ -321,7 +321,7 @@ class ShapeDispatch:
                            f"GEMM's {PLAIN_EPILOGUE:g}: the warp-spec log) is as large a share of each tile as "
                            f"a plain GEMM's at {SHORT_K_TRIPS} trips or fewer ({default.gemm['trips']} <= "
                            f"{SHORT_K_TRIPS} x {epilogue:g} = {limit:g} trips), so the {bm}x{bn // 2} tile "
-                           f"with ping-pong consumers hides it under the other consumer's K loop (measured "
+                           f"with ping-pong consumers runs it beside the other consumer's K loop (measured "
                            f"bias + gelu 4096^3 0.95 -> 0.99x, 8192^3 1.02 -> 1.06x cuBLAS's plain matmul "
                            f"on the H200; fill_sms.SHORT_K_TRIPS)")
             if short:

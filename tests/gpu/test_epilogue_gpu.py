@@ -42,3 +42,31 @@ def test_a_costly_epilogue_launches_the_ping_pong_tile(name, act, size):
 def test_a_bias_ending_inside_a_tile_through_the_general_lowering(n):
     _, err = _run("gemm_bias_gelu", 700, n, 320, F.gelu)
     assert err < 1e-2
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 1024), (1000, 3000, 520)])
+@pytest.mark.parametrize("act, fn, rcp", [("gelu", F.gelu, "fma"), ("silu", F.silu, "mufu")])
+def test_the_epilogue_reciprocal_on_either_pipe(shape, act, fn, rcp):
+    """The ping-pong tile's epilogue with its map's reciprocal on its own pipe (auto) and pinned to
+    the other (the epilogue pass's option rcp): both correct against float32 torch, output
+    poisoned, and within bf16 rounding of each other. (Session 16's GPU run passed this for gelu
+    with rcp=fma and a since-dropped ex2=fma, benchmarks/results/...-s16-gelu-rcp-gpu-tests.log.)"""
+    from tkjit.passes import default_pipeline
+    m, n, k = shape
+    src = (EXAMPLES / "gemm_bias_gelu.tk").read_text().replace("gelu(add_col", f"{act}(add_col")
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.bfloat16, device="cuda")
+    bias = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    ref = fn(a.float() @ b.float() + bias.float())
+    outs = {}
+    for pin in ("auto", rcp):
+        pipeline = ",".join(f"epilogue{{rcp={pin}}}" if p.split("{")[0] == "epilogue" else p
+                            for p in default_pipeline("sm_90a").split(","))
+        kernel = tkjit.compile(src, constants={"BN": 128}, pipeline=pipeline, require_hopper=True)
+        c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        kernel(a, b, bias, c)
+        torch.cuda.synchronize()
+        assert ((c.float() - ref).norm() / ref.norm()).item() < 1e-2, pin
+        outs[pin] = c.float()
+    assert ("rcp.approx" in kernel.asm["ptx"]) == (rcp == "mufu")
+    torch.testing.assert_close(outs[rcp], outs["auto"], rtol=1e-2, atol=1e-2)

@@ -98,14 +98,19 @@ def emit_sigmoid(ctx, x: str, out: list[str]) -> str:
     from u itself, so relatively accurate until u flushes to zero below 2^-126). One MUFU (the
     ex2); the reciprocal of 1 + u in (1, 2] runs on the FMA pipe (``_rcp_fma``): an epilogue of
     sigmoids over a GEMM tile was bound by MUFU's 16 lanes a clock with rcp.approx as a second
-    MUFU. 1 for +inf, 0 for -inf, NaN for NaN."""
+    MUFU. Where the kernel pins reciprocals to MUFU (``reciprocal_pipe``), ``rcp.approx``: one
+    instruction instead of seven. 1 for +inf, 0 for -inf, NaN for NaN."""
     ax, t, u, d, ur, r = (ctx.new("f32") for _ in range(6))
     neg = ctx.new("pred")
     out.append(f"abs.f32 {ax}, {x};")
     out.append(f"mul.f32 {t}, {ax}, {f32_imm(-LOG2E)};")
     out.append(f"ex2.approx.ftz.f32 {u}, {t};")
     out.append(f"add.f32 {d}, {u}, 0f3F800000;")
-    rcp = _rcp_fma(ctx, d, out)
+    if reciprocal_pipe(ctx, "fma") == "mufu":
+        rcp = ctx.new("f32")
+        out.append(f"rcp.approx.ftz.f32 {rcp}, {d};")
+    else:
+        rcp = _rcp_fma(ctx, d, out)
     out.append(f"mul.f32 {ur}, {u}, {rcp};")
     out.append(f"setp.lt.f32 {neg}, {x}, 0f00000000;")
     out.append(f"selp.f32 {r}, {ur}, {rcp}, {neg};")
@@ -141,16 +146,42 @@ GELU_FIT = tuple(c * LOG2E - (1.0 if i == 0 else 0.0) for i, c in enumerate(ERFC
 and the ½ costs nothing."""
 
 
+RCP_OPS = frozenset({"gelu", "sigmoid", "silu", "gelu_tanh"})
+"""Maps whose emitter takes a reciprocal: gelu's on MUFU (``rcp.approx``), the sigmoid's (silu's,
+gelu_tanh's) on the FMA pipe (``_rcp_fma``), unless the kernel pins the pipe (the attribute
+``epilogue_rcp``, the epilogue pass's option ``rcp=fma|mufu``: ``reciprocal_pipe``)."""
+RCP_CLAMP = 64.0
+"""|x| above which gelu's FMA-pipe reciprocal sees 64: there h = ½·erfc(|x|/√2) is 0 in f32
+(from |x| ~ 13.2) whatever t is, and 1 + 64/(2√2) keeps the seed's argument a small normal
+number (+-inf and NaN included: ``min`` returns 64 for NaN, whose NaN still reaches the ex2)."""
+
+
+def reciprocal_pipe(ctx, default: str) -> str:
+    """"fma" or "mufu": the pipe of a RCP_OPS map's reciprocal in the kernel being emitted (its
+    attribute ``epilogue_rcp``, else the map's ``default``)."""
+    kernel = getattr(ctx, "kernel", None)
+    pinned = getattr(kernel, "attrs", {}).get("epilogue_rcp") if kernel is not None else None
+    return pinned if pinned in ("fma", "mufu") else default
+
+
 def emit_gelu(ctx, x: str, out: list[str]) -> str:
     """x·Φ(x). With a = |x|/√2, h = ½·erfc(a) is Φ(x) for x <= 0 and 1 - Φ(x) for x > 0, so the
     small tail is computed directly, never as a difference: Φ(x) = |[x > 0] - h| (h <= ½).
     h = t·2^(log2 e·(P(t) - a²) - 1), t = 1/(1 + a/2): log2 e and the ½ folded into the fit's
     coefficients (GELU_FIT), a²·log2 e as one multiply of x by a constant and one FMA, so per
-    element 2 MUFU (rcp, ex2) and 15 FMA-pipe instructions."""
+    element 2 MUFU (rcp, ex2) and 15 FMA-pipe instructions; where the kernel pins reciprocals to
+    the FMA pipe (``reciprocal_pipe``), 1 MUFU (ex2) and 22 (the reciprocal of 1 + min(|x|, 64)/(2√2)
+    by ``_rcp_fma``, relative error 1.7e-8)."""
     ax, den, t, p, k, y, e, h, step, d, phi, r = (ctx.new("f32") for _ in range(12))
     out.append(f"abs.f32 {ax}, {x};")
-    out.append(f"fma.rn.f32 {den}, {ax}, {f32_imm(0.5 / math.sqrt(2.0))}, 0f3F800000;")
-    out.append(f"rcp.approx.ftz.f32 {t}, {den};")
+    if reciprocal_pipe(ctx, "mufu") == "fma":
+        c = ctx.new("f32")
+        out.append(f"min.f32 {c}, {ax}, {f32_imm(RCP_CLAMP)};")
+        out.append(f"fma.rn.f32 {den}, {c}, {f32_imm(0.5 / math.sqrt(2.0))}, 0f3F800000;")
+        t = _rcp_fma(ctx, den, out)
+    else:
+        out.append(f"fma.rn.f32 {den}, {ax}, {f32_imm(0.5 / math.sqrt(2.0))}, 0f3F800000;")
+        out.append(f"rcp.approx.ftz.f32 {t}, {den};")
     out.append(f"fma.rn.f32 {p}, {f32_imm(GELU_FIT[-1])}, {t}, {f32_imm(GELU_FIT[-2])};")
     for c in reversed(GELU_FIT[:-2]):
         out.append(f"fma.rn.f32 {p}, {p}, {t}, {f32_imm(c)};")

@@ -20,6 +20,10 @@ For every ``store`` of a register tile the pass decides, and logs why:
   (the option ``unaligned_rows``), or a store the protocol cannot place (inside an ``if``, a loop
   without a ring, or a level-2 loop).
 
+Option ``rcp`` (``rcp_choice``, the kernel attribute ``epilogue_rcp``) pins the pipe of the
+reciprocals of the maps that take one (``mathfn.RCP_OPS``) for same-run A/Bs: fma (``_rcp_fma``)
+or mufu (``rcp.approx``); auto leaves each map its own (gelu MUFU, the sigmoid's FMA).
+
 It runs after reg-budget (the deferral must fit the consumers' registers) and before mbarrier
 (the protocol holds the epilogue's steps). Option ``defer`` (auto/off/on: on defers wherever the tile fits, for same-run A/Bs).
 """
@@ -176,6 +180,28 @@ def row_may_be_unaligned(param) -> bool:
     return isinstance(last, str) or (last * param.type.dtype.nbytes) % 16 != 0
 
 
+RCP_MEASURED = (
+    "H200, 2026-11-27, 128x128 ping-pong bias + gelu at 4096^3, same run: its reciprocal on the "
+    "FMA pipe (768 SASS instructions a thread more, one MUFU an element fewer) took 308 K SM "
+    "cycles against 298 K on MUFU (ncu; the plain GEMM 280 K), 0.911 against 0.942x cuBLAS (the "
+    "generality table's timing); with its exponential on the FMA pipe too (a variant measured and "
+    "dropped), 321 K and 0.875x. The other consumer's wgmmas do not hide the epilogue: it costs "
+    "about a cycle a warp instruction, a MUFU one no dearer than an FMA one "
+    "(benchmarks/results/2026-11-27-nvidia-h200-s16-gelu-rcp.json)")
+"""Why ``auto`` moves no reciprocal: what the FMA-pipe reciprocal measured where MUFU was
+thought to be the cost."""
+
+
+def rcp_choice(kernel: Kernel, asked: str) -> tuple[str, str]:
+    """(the pinned pipe, why) of the reciprocals of the maps that take one (``mathfn.RCP_OPS``),
+    or ("", "") where ``auto`` leaves each map its own or the kernel has none."""
+    from ..codegen.mathfn import RCP_OPS
+    names = sorted({op.NAME for op in block_loop(kernel).walk() if op.NAME in RCP_OPS})
+    if not names or asked == "auto":
+        return "", ""
+    return asked, f"{', '.join(names)}: asked for by the pass option rcp={asked}"
+
+
 @register_pass
 @dataclass(frozen=True)
 class Epilogue(Pass):
@@ -187,10 +213,15 @@ class Epilogue(Pass):
     defer: str = "auto"
     """auto: defer a tile's staged store under the next tile's first wgmma group where it fits (past
     a loop at level 2, with LEVEL2_SLACK registers to spare); on: wherever it fits; off."""
+    rcp: str = "auto"
+    """fma / mufu: pin the epilogue's reciprocals to that pipe (``rcp_choice``); auto: each map's own
+    (RCP_MEASURED says why auto moves none)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.defer not in ("auto", "off", "on"):
             raise PassError(f"epilogue: defer must be auto, on or off, got '{self.defer}'")
+        if self.rcp not in ("auto", "fma", "mufu"):
+            raise PassError(f"epilogue: rcp must be auto, fma or mufu, got '{self.rcp}'")
         consumers = kernel.attrs.get("consumers")
         if not isinstance(consumers, int):
             raise PassError("epilogue: the kernel has no consumer count; run warp-spec first")
@@ -233,11 +264,20 @@ class Epilogue(Pass):
                        rounds=len(rounds), cols=cols, deferred=deferred)
             if reason and not deferred:
                 ctx.decide(where, "epilogue overlap: none", reason)
+        kernel.attrs.pop("epilogue_rcp", None)
+        pipe, why = rcp_choice(kernel, self.rcp)
+        if pipe:
+            kernel.attrs["epilogue_rcp"] = pipe
+            ctx.decide(f"@{kernel.name}", f"epilogue reciprocals on {'the FMA pipe' if pipe == 'fma' else 'MUFU'}",
+                       why, epilogue_rcp=pipe)
         return kernel
 
     @staticmethod
     def registers_because(kernel: Kernel, op: Store, cols: int, ctx: PassContext) -> str:
         """Why ``op`` is stored from registers ('' when it is staged)."""
+        if op.attrs.get("unstaged") and op.operands[0].type.dtype not in (BF16, F16):
+            return (f"it stores to {op.operands[0].type.dtype.name}: the staging takes 16-bit tensors "
+                    "(stmatrix), so the pipeline pass planned none")
         if op.attrs.get("unstaged") and not any(isinstance(o, MMA_OPS) for o in kernel.walk()):
             return "smem-plan planned no staging for it (no matrix product: it stores from registers)"
         if op.attrs.get("unstaged"):

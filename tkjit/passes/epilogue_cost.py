@@ -17,6 +17,12 @@ cuBLAS's plain matmul, 128x256 cooperative -> 128x128 ping-pong at 4096^3 / 8192
 0.946 -> 0.991 / 1.020 -> 1.063, silu 0.978 -> 1.022 / 1.032 -> 1.067, relu 1.018 -> 1.055 /
 1.061 -> 1.092, the plain GEMM 1.023 -> 1.037 / 1.083 -> 1.073
 (benchmarks/results/2026-11-27-nvidia-h200-s12-epilogue-run1.json).
+
+Under ping-pong the other consumer's wgmmas hide only part of it (H200, 2026-11-27, ncu at
+4096^3, 128x128: bias + gelu 298 K SM cycles against the plain GEMM's 280 K, its epilogue 2,456
+SASS instructions a thread more: about a cycle a warp instruction, MUFU ones no dearer than FMA
+ones; benchmarks/results/2026-11-27-nvidia-h200-s16-gelu-rcp.json); the model's number is
+unchanged (what @fill_sms scales by).
 """
 from __future__ import annotations
 

@@ -91,6 +91,7 @@ class PipelineStages(Pass):
         check_supported_loads(kernel)
         loops = pipelined_loops(kernel)
         decided = {loop: self.stages or loop.attrs.get("stages", 1) for loop in loops}
+        self.no_wide_staging(kernel, ctx)
         self.choose_slots(kernel, ctx, loops, decided)
         self.choose_staging(kernel, ctx, loops, decided)
         for loop in loops:
@@ -146,6 +147,22 @@ class PipelineStages(Pass):
                    f"at least {SLOT_MIN_STAGES} stages beside them (measured, H200, 2026-11-27, "
                    "examples/attention.tk D = 64 against its template, same run, N = 1k..16k: one "
                    "slot 0.92/0.98/1.01/1.03/1.04, two 1.04/1.04/1.04/1.04/1.05)", slots=2)
+
+    @staticmethod
+    def no_wide_staging(kernel: Kernel, ctx: PassContext) -> None:
+        """A register-tile store to a tensor that is not 16-bit (an f32 output) is never staged:
+        the staging is written with stmatrix, which moves 16-bit pairs, so the epilogue stores it
+        from the accumulator fragments whatever is planned. Marked ``unstaged`` here, before the
+        rings are sized, its bytes go to the rings instead of an unused staging tile."""
+        from ..ir.types import BF16, F16
+        for st in stores_of_register_tiles(kernel):
+            g = st.operands[0].type
+            if g.dtype not in (BF16, F16):
+                st.attrs["unstaged"] = True
+                ctx.decide(subject_of(st), "from registers: no staging tile",
+                           f"it stores to {g.dtype.name}: the staging is written with stmatrix, which "
+                           "moves 16-bit pairs, so the epilogue stores from the accumulator fragments "
+                           "and the bytes a staging tile would take go to the rings", staging="registers")
 
     def choose_staging(self, kernel: Kernel, ctx: PassContext, loops: list[For],
                        decided: dict[For, int]) -> None:

@@ -151,7 +151,11 @@ class WarpSpec(Pass):
         cost = epilogue_cost(kernel, loops[0]) if len(loops) == 1 else None
         if cost is None or cost.cycles <= PLAIN:
             return ""
-        hidden = ("it runs under the other consumer's wgmmas" if pingpong else
+        hidden = ("it runs beside the other consumer's wgmmas, which hide only part of it (H200, "
+                  "2026-11-27, ncu, 128x128 ping-pong at 4096^3: bias + gelu 298 K SM cycles against "
+                  "the plain GEMM's 280 K, about a cycle a warp instruction of the epilogue, MUFU "
+                  "ones no dearer than FMA ones; benchmarks/results/2026-11-27-nvidia-h200-s16-gelu-"
+                  "rcp.json)" if pingpong else
                   "with cooperative consumers the tensor cores wait for it at every tile; @fill_sms "
                   "launches a half-width tile with ping-pong consumers where it is a large share of the tile "
                   "(fill_sms.SHORT_K_TRIPS scaled by it)")

@@ -1,0 +1,254 @@
+"""Unseen kernels through the default compile on the GPU (probe): the .tk files of
+benchmarks/probes/unseen/, written as a new user would (SwiGLU's two products, a per-row bias with
+relu and a residual, two outputs of one accumulator, an f32 output, a batched GEMM with a
+per-batch bias and GELU, residual + RMSNorm, a scaled softmax with f32 output). For each: the
+backend it took, the relative error against float64/float32 torch at a tile multiple and at a
+ragged shape (outputs NaN-poisoned; NaN left in the output counts), and the time against
+``torch.compile`` of the same expression and (GEMMs) cuBLAS's plain product of the same shape,
+timed in interleaved rounds (benchmarks/attention_general.interleaved_ms).
+
+    python3 benchmarks/probes/unseen_kernels.py [--json OUT] [--only NAME,...] [--variant NAME=EDIT ...]
+
+A variant (timed beside the kernel as written, same rounds, and checked) is NAME=EDIT with EDIT
+constants ``BN=128`` or a pass's options ``pass:pipeline{stages=6}``, several joined by ``;``; a
+kernel without that constant skips the variant.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import tkjit
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from attention_general import interleaved_ms  # noqa: E402
+
+BF = dict(dtype=torch.bfloat16, device="cuda")
+
+
+def rnd(*shape, scale=1.0):
+    return (torch.randn(*shape, **BF) * scale).to(torch.bfloat16)
+
+
+def out(*shape, dtype=torch.bfloat16):
+    return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+
+def gemm_case(m, n, k):
+    """A GEMM-shaped probe's inputs (K-scaled so the products stay O(1))."""
+    return rnd(m, k, scale=k ** -0.25), rnd(k, n, scale=k ** -0.25)
+
+
+def swiglu(shape):
+    m, n, k = shape
+    a, w1 = gemm_case(m, n, k)
+    w3 = rnd(k, n, scale=k ** -0.25)
+    args = [a, w1, w3, out(m, n)]
+    expr = lambda a, w1, w3: F.silu(a @ w1) * (a @ w3)  # noqa: E731
+    return args, (a, w1, w3), expr, 3, [2 * m * n * k] * 2
+
+
+def rowbias_res(shape):
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    bias, r = rnd(m), rnd(m, n)
+    args = [a, b, bias, r, out(m, n)]
+    expr = lambda a, b, bias, r: torch.relu(a @ b + bias[:, None]) + r  # noqa: E731
+    return args, (a, b, bias, r), expr, 4, [2 * m * n * k]
+
+
+def two_out(shape):
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    bias = rnd(n)
+    args = [a, b, bias, out(m, n), out(m, n)]
+
+    def expr(a, b, bias):
+        pre = a @ b + bias
+        return pre, F.gelu(pre, approximate="tanh")
+    return args, (a, b, bias), expr, (3, 4), [2 * m * n * k]
+
+
+def abt_f32(shape):
+    m, n, k = shape
+    a = rnd(m, k, scale=k ** -0.25)
+    b = rnd(n, k, scale=k ** -0.25)
+    args = [a, b, out(m, n, dtype=torch.float32)]
+    expr = lambda a, b: (a @ b.t()).float()  # noqa: E731
+    return args, (a, b), expr, 2, [2 * m * n * k]
+
+
+def bmm_bias_gelu(shape):
+    bt, m, n, k = shape
+    a = rnd(bt, m, k, scale=k ** -0.25)
+    b = rnd(bt, k, n, scale=k ** -0.25)
+    bias = rnd(bt, n)
+    args = [a, b, bias, out(bt, m, n)]
+    expr = lambda a, b, bias: F.gelu(torch.bmm(a, b) + bias[:, None, :])  # noqa: E731
+    return args, (a, b, bias), expr, 3, [2 * bt * m * n * k]
+
+
+def rms_res(shape):
+    r, d = shape
+    x, res, w = rnd(r, d), rnd(r, d), rnd(d)
+    args = [x, res, w, out(r, d), out(r, d), 1e-5]
+
+    def expr(x, res, w):
+        h = x.float() + res.float()
+        return h.to(torch.bfloat16), (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float())
+    return args, (x, res, w), expr, (3, 4), None
+
+
+def alpha_beta(shape):
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    c = rnd(m, n)
+    args = [a, b, c, 0.8, -0.5]
+    expr = lambda a, b, c: 0.8 * (a @ b) - 0.5 * c  # noqa: E731
+    return args, (a, b, c), expr, 2, [2 * m * n * k]
+
+
+def fp8(shape):
+    m, n, k = shape
+    a = (torch.randn(m, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    sa, sb = 0.7, 1.3
+    args = [a, b, out(m, n), sa, sb]
+    one = torch.ones((), device="cuda")
+
+    def expr(a, b):
+        if a.dtype == torch.float64:
+            return (a @ b.t()) * (sa * sb)
+        return torch._scaled_mm(a, b.t(), one * sa, one * sb, out_dtype=torch.bfloat16)
+    return args, (a, b), expr, 2, None
+
+
+def softmax_scaled(shape):
+    r, c = shape
+    x = rnd(r, c)
+    args = [x, out(r, c, dtype=torch.float32), 0.7]
+    expr = lambda x: torch.softmax(x.float() * 0.7, -1)  # noqa: E731
+    return args, (x,), expr, 1, None
+
+
+PROBES = {
+    # name: (file, case builder, timed shape, ragged shape, constants)
+    "swiglu": ("swiglu.tk", swiglu, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_rowbias_relu_res": ("gemm_rowbias_relu_res.tk", rowbias_res, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_bias_gelu_two_out": ("gemm_bias_gelu_two_out.tk", two_out, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_abt_f32": ("gemm_abt_f32.tk", abt_f32, (4096, 4096, 4096), (1000, 3000, 520)),
+    "bmm_bias_gelu": ("bmm_bias_gelu.tk", bmm_bias_gelu, (8, 2048, 2048, 2048), (3, 1000, 600, 520)),
+    "rmsnorm_residual": ("rmsnorm_residual.tk", rms_res, (32768, 2048), (1000, 2048)),
+    "softmax_scaled_f32": ("softmax_scaled_f32.tk", softmax_scaled, (16384, 4096), (1000, 4096)),
+    "gemm_alpha_beta": ("../../../examples/gemm_alpha_beta.tk", alpha_beta, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_fp8": ("../../../examples/gemm_fp8.tk", fp8, (8192, 8192, 8192), (1000, 3000, 1024)),
+}
+
+
+def outputs_of(args, where):
+    return [args[i] for i in (where if isinstance(where, tuple) else (where,))]
+
+
+def check(kern, build, shape) -> float:
+    """The worst relative error of the kernel's outputs against the expression in float64."""
+    args, ins, expr, where, _ = build(shape)
+    want = expr(*[t.double() for t in ins])  # first: an output may be an input (C of alpha-beta)
+    want = want if isinstance(want, tuple) else (want,)
+    kern(*args)
+    torch.cuda.synchronize()
+    worst = 0.0
+    for got, w in zip(outputs_of(args, where), want):
+        if got.isnan().any():
+            return float("nan")
+        worst = max(worst, ((got.double() - w.double()).norm() / w.double().norm()).item())
+    return worst
+
+
+def variant_of(file: str, edit: str):
+    """The probe compiled with ``edit`` (constants K=V, pass options pass:NAME{...}), or None."""
+    from tkjit.passes import default_pipeline
+    text = (HERE / "unseen" / file).read_text()
+    consts, pipeline = {}, default_pipeline("sm_90a")
+    for part in edit.split(";"):
+        if part.startswith("pass:"):
+            pipeline = pipeline.replace(part[5:part.index("{")], part[5:], 1)
+        else:
+            key, value = part.split("=")
+            if f" {key} = " not in text[:text.find(">(")]:
+                return None
+            consts[key] = int(value)
+    return tkjit.compile(text, filename=file, constants=consts or None, pipeline=pipeline, cache=False)
+
+
+def run(name: str, variants: dict) -> dict:
+    file, build, shape, ragged = PROBES[name]
+    kern = tkjit.load(HERE / "unseen" / file)
+    row = {"kernel": name, "backend": f"{kern.metadata.get('backend')}/{kern.metadata.get('lowering')}",
+           "shape": list(shape), "err": check(kern, build, shape), "ragged": list(ragged),
+           "err_ragged": check(kern, build, ragged)}
+    sets, flops = [], None
+    for _ in range(2):
+        args, ins, expr, where, flops = build(shape)
+        sets.append((args, ins))
+    compiled = torch.compile(expr)
+    fns = {"tkjit": lambda args, ins: kern(*args), "compile": lambda args, ins: compiled(*ins)}
+    if flops:  # cuBLAS's plain product of the same shape (the first two inputs)
+        fns["cublas"] = (lambda args, ins: torch.bmm(ins[0], ins[1])) if len(shape) == 4 else \
+            (lambda args, ins: ins[0] @ (ins[1].t() if name == "gemm_abt_f32" else ins[1]))
+    if name == "gemm_abt_f32":  # cuBLAS with the same f32 output, where torch has out_dtype
+        try:
+            torch.mm(sets[0][1][0], sets[0][1][1].t(), out_dtype=torch.float32)
+            fns["cublas_f32out"] = lambda args, ins: torch.mm(ins[0], ins[1].t(), out_dtype=torch.float32)
+        except (TypeError, RuntimeError):
+            pass
+    for vname, edit in variants.items():
+        try:
+            vk = variant_of(file, edit)
+        except Exception as e:  # noqa: BLE001 - a variant the kernel cannot take is recorded
+            row[f"err_{vname}"], vk = f"{type(e).__name__}: {str(e)[:200]}", None
+        if vk is not None:
+            row[f"err_{vname}"] = check(vk, build, shape)
+            fns[vname] = (lambda vk: lambda args, ins: vk(*args))(vk)
+    med = interleaved_ms(fns, [tuple(s) for s in sets])
+    row.update({f"{k}_ms": round(v, 5) for k, v in med.items()})
+    row["compile_vs_tkjit"] = round(med["compile"] / med["tkjit"], 4)
+    for vname in variants:
+        if vname in med:
+            row[f"{vname}_vs_tkjit"] = round(med["tkjit"] / med[vname], 4)  # above 1: the variant is faster
+    if "cublas" in med:
+        row["cublas_plain_vs_tkjit"] = round(med["cublas"] / med["tkjit"], 4)
+        row["tflops"] = round(sum(flops) / med["tkjit"] / 1e9, 1)
+    if "cublas_f32out" in med:
+        row["cublas_f32out_vs_tkjit"] = round(med["cublas_f32out"] / med["tkjit"], 4)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--variant", action="append", default=[])
+    args = ap.parse_args()
+    names = [n for n in PROBES if not args.only or n in args.only.split(",")]
+    rows = []
+    for name in names:
+        try:
+            row = run(name, dict(v.split("=", 1) for v in args.variant))
+        except Exception as e:  # noqa: BLE001 - the probe records what happened
+            row = {"kernel": name, "error": f"{type(e).__name__}: {str(e)[:500]}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    print(info)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""tile-split (tkjit/passes/tile_split.py) on whole kernels: which tiles it halves and why, what
+warp-spec then gives them, and that the halved program means what the written one does (the
+roles interpreter on the rewritten IR against the source-level interpreter, at ragged shapes).
+Its IR in/out tests are tests/ir/tile-split/*.tkir."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import tkjit
+from tkjit.interpreter.roles import run_roles
+from tkjit.passes import default_pipeline
+
+from test_async_schedule import SEEDS, _async, _copy, _same
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+WHOLE = default_pipeline("sm_90a").replace("tile-split", "tile-split{mode=off}")
+
+BMM_BIAS_GELU = """
+kernel bmm_bias_gelu<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[BATCH, M, K], B: gl<bf16>[BATCH, K, N],
+                                                  Bias: gl<bf16>[BATCH, N], C: gl<bf16>[BATCH, M, N]) {
+  for (b, m, n) in blocks(BATCH, M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(b, m, k)
+      w: st<bf16>[BK, BN] = B.tile(b, k, n)
+      acc = mma_AB(a, w, acc)
+    }
+    bias: rv<f32>[BN] = Bias.tile(b, n)
+    C.tile(b, m, n) = cvt<bf16>(gelu(add_col(acc, bias)))
+  }
+}
+"""
+"""An unseen user kernel (benchmarks/probes/unseen/bmm_bias_gelu.tk): 128 x 256 tiles, erf gelu."""
+
+TWO_OUT = """
+kernel two_out(A: gl<bf16>[M, K], B: gl<bf16>[K, N], Bias: gl<bf16>[N], Pre: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 256) {
+    acc: rt<f32>[128, 256] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[64, 256] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    bias: rv<f32>[256] = Bias.tile(n)
+    pre = add_col(acc, bias)
+    Pre.tile(m, n) = cvt<bf16>(pre)
+    C.tile(m, n) = cvt<bf16>(gelu_tanh(pre))
+  }
+}
+"""
+
+
+def _decision(k, pass_name: str):
+    (d,) = k.decisions.for_pass(pass_name)
+    return d
+
+
+def test_a_wide_tile_with_a_costly_epilogue_is_halved_and_gets_ping_pong():
+    k = tkjit.compile(BMM_BIAS_GELU, cache=False)
+    d = _decision(k, "tile-split")
+    assert d.decision == "tiles of 128 columns: %n walks cdiv(.., 128)"
+    assert "epilogue ~17.5 warp cycles" in d.reason and "needs about 296 registers" in d.reason
+    ir = k.asm["after:tile-split"]
+    assert "cdiv %N, %c128" in ir and "rt<f32>[128, 128]" in ir and "rv<f32>[128]" in ir
+    assert "st<bf16>[64, 128]" in ir and "st<bf16>[128, 64]" in ir  # B halved, A as written
+    assert "[128, 256]" not in ir
+    assert "ping-pong: 2 consumers, each computing whole 128x128 tiles" in _decision(k, "warp-spec").reason
+    sass = k.asm["sass"]
+    assert "HGMMA" in sass and not re.search(r"\b(LDL|STL)\b", sass)
+
+
+def test_tile_split_off_keeps_the_tile_as_written():
+    k = tkjit.compile(BMM_BIAS_GELU, cache=False, pipeline=WHOLE)
+    assert not k.decisions.for_pass("tile-split")
+    assert "rt<f32>[128, 256]" in k.asm["after:tile-split"]
+    assert "cooperative, not ping-pong" in _decision(k, "warp-spec").reason
+
+
+@pytest.mark.parametrize("source, consts", [(BMM_BIAS_GELU, None), (BMM_BIAS_GELU, {"BN": 128})],
+                         ids=["split", "written-at-128"])
+def test_the_halved_program_computes_what_the_written_one_does(source, consts):
+    """The rewritten IR, parsed back and run as its roles in several interleavings, against the
+    source-level interpreter of the kernel as written, at a batch of 2 and N = 300 (a half-width
+    tile past N's end, and one that N ends inside)."""
+    k = tkjit.compile(source, constants=consts, cache=False)
+    parsed = _async(k)
+    torch.manual_seed(0)
+    bt, m, n, kk = 2, 130, 300, 96
+    args = [torch.randn(bt, m, kk).bfloat16(), (torch.randn(bt, kk, n) / 4).bfloat16(),
+            torch.randn(bt, n).bfloat16(), torch.full((bt, m, n), float("nan")).bfloat16()]
+    ref = _copy(args)
+    tkjit.compile(BMM_BIAS_GELU, cache=False, pipeline=WHOLE)(*ref)  # the program as written
+    want = torch.nn.functional.gelu(ref[0].float() @ ref[1].float() + ref[2].float()[:, None, :])
+    assert ((ref[3].float() - want).norm() / want.norm()).item() < 1e-2
+    for seed in SEEDS:
+        mine = _copy(args)
+        run_roles(parsed, mine, seed=seed)
+        assert _same((3,), mine, ref), f"schedule {seed} of the halved tile differs from the written one"
+
+
+def test_two_stored_tiles_keep_the_tile_whole_and_say_why():
+    d = _decision(tkjit.compile(TWO_OUT, cache=False), "tile-split")
+    assert d.decision == "tile kept whole" and "it stores 2 tiles" in d.reason
+
+
+@pytest.mark.parametrize("name, why", [("gemm_bias_gelu", "@fill_sms launches its own half-width variant"),
+                                       ("gemm_fp8", "an epilogue under 8 cycles an element"),
+                                       ("gemm_alpha_beta", "an epilogue under 8 cycles an element")])
+def test_the_examples_keep_their_tiles(name, why):
+    """@fill_sms picks the example's tile at launch; the fp8 scale and alpha-beta are below the
+    measured threshold: none of the examples' programs change."""
+    d = _decision(tkjit.load(EXAMPLES / f"{name}.tk", cache=False), "tile-split")
+    assert d.decision == "tile kept whole" and why in d.reason
+
+
+def test_a_bad_mode_is_an_error():
+    with pytest.raises(tkjit.TkError, match="tile-split: mode must be auto, off"):
+        tkjit.compile(BMM_BIAS_GELU, cache=False,
+                      pipeline=default_pipeline("sm_90a").replace("tile-split", "tile-split{mode=on}"))

@@ -1,0 +1,352 @@
+"""The ``tile-split`` pass: a block tile too wide for ping-pong consumers, whose epilogue is worth
+hiding, runs as two tiles of half its width.
+
+Ping-pong consumers (warp-spec) each hold a whole tile's accumulator, so that one consumer's
+epilogue runs while the other's wgmmas keep the tensor cores busy. A 128 x 256 f32 accumulator
+needs about 290-350 registers a thread there, over the 240 two consumers can get, so such a tile
+runs cooperative, and at every tile the tensor cores wait for its epilogue. Where that epilogue
+does more than convert and store (epilogue_cost.py: a bias, an activation, a residual tile read,
+a second output), this pass rewrites the block loop to walk tiles of half the width: the grid
+count of the split block index becomes ``cdiv(X, W / 2)`` and every tile and vector dimension that
+index addresses takes W / 2 -- the kernel computes the same values, tile by tile, and warp-spec then
+gives the half-width tiles ping-pong consumers.
+
+Which dimensions the index addresses is found by dataflow, not by shape: a load or store whose
+coordinate at a tile dimension is the index seeds it; elementwise ops, broadcasts, reductions,
+products and loop-carried values tie dimensions together (union-find); a load or store that
+addresses a tied dimension by another coordinate, a reduction across it, a product's K along it,
+an index used in arithmetic or an op the pass does not know refuses the split (logged). ``@fill_sms``
+kernels are left to the launch's own half-width variant (tkjit/fill_sms.py).
+
+Measured (H200, 2026-11-27, benchmarks/probes/unseen_kernels.py, the kernel kept whole / split,
+same run, …-s16-tile-split-1.json): a batched GEMM + bias + erf gelu written at 128 x 256 ran
+7.3% faster split (the other consumer's wgmmas hide part of the epilogue: docs/hopper-codegen.md,
+"Where 4096^3's time goes"). The plain GEMM (epilogue PLAIN) is not split, nor one under
+MIN_CYCLES or with several stores (measured: they gain under 2% or lose). Option ``mode``: auto, off.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import PassError
+from ..ir.core import Kernel, Op, Value
+from ..ir.ops import MMA_OPS, Blocks, Const, Cvt, For, Load, Store, Yield
+from ..ir.ops.elementwise import Binary, CmpSelect, Fill, Select, Unary, Zeros
+from ..ir.ops.reduce import Broadcast, Reduce
+from ..ir.types import I32, ScalarType, TileType, VectorType
+from .epilogue_cost import PLAIN, epilogue_cost
+from .hopper import SETMAXNREG_MIN, block_loop, consumer_registers, pipelined_loops
+from .liveness import CONSUMER_OVERHEAD, consumer_pressure
+from .manager import Pass, PassContext, register_pass
+from .rewrite import clone_kernel, erase, use_counts
+
+MODES = ("auto", "off")
+PINGPONG_CONSUMERS = 2
+SPLIT_ROWS = 128
+"""The accumulator rows the split is for: two 64-row slabs, one consumer's whole tile."""
+MIN_HALF = 128
+"""The narrowest half the split makes (warp-spec's ping-pong is measured at 128 columns)."""
+ROWS = "'s rows would be split (only columns are)"
+"""Why an index that addresses the product's rows (not a candidate: not reported) is not split."""
+MIN_CYCLES = 8.0
+"""The epilogue cost (epilogue_cost.py, warp cycles per accumulator element) from which a split
+pays. Measured (H200, 2026-11-27, benchmarks/probes/unseen_kernels.py, whole / split tile, same
+run, benchmarks/results/2026-11-27-nvidia-h200-s16-tile-split-1.json): bmm + bias + erf gelu
+(17.5) 0.932, i.e. the split 7.3% faster; relu(A·B + row bias) + residual (5.5) 0.995; the fp8
+GEMM's scale (2.0) 0.984 at 8192^3 -- below this, within 2%, so those stay whole (their cooperative
+consumers already defer the TMA store under the next tile's first wgmmas); the activation is what
+ping-pong hides."""
+
+
+class _Dims:
+    """Union-find over (value, dimension) nodes with a mark per class: split or kept."""
+
+    def __init__(self):
+        self.parent: dict = {}
+        self.mark: dict = {}
+
+    def find(self, x):
+        root = self.parent.setdefault(x, x)
+        while root != self.parent[root]:
+            root = self.parent[root]
+        while x != root:
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def tie(self, a, b) -> str:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return ""
+        ma, mb = self.mark.get(ra), self.mark.get(rb)
+        if ma is not None and mb is not None and ma[0] != mb[0]:
+            return ma[1] if not ma[0] else mb[1]
+        self.parent[rb] = ra
+        if ma is None and mb is not None:
+            self.mark[ra] = mb
+        return ""
+
+    def set(self, node, split: bool, why: str) -> str:
+        r = self.find(node)
+        m = self.mark.get(r)
+        if m is not None and m[0] != split:
+            return m[1] if not m[0] else why
+        if m is None:
+            self.mark[r] = (split, why)
+        return ""
+
+    def is_split(self, node) -> bool:
+        m = self.mark.get(self.find(node))
+        return bool(m and m[0])
+
+
+def _rank(t) -> int:
+    return 2 if isinstance(t, TileType) else 1 if isinstance(t, VectorType) else 0
+
+
+def _where(op: Op) -> str:
+    return f"{op.NAME} at line {op.span.line}" if getattr(op, "span", None) else op.NAME
+
+
+def split_dims(kernel: Kernel, index: Value) -> tuple[_Dims | None, str]:
+    """The tile and vector dimensions ``index`` (a block index) addresses, tied through the
+    block body; (None, why) where the split cannot keep the kernel's meaning."""
+    dims = _Dims()
+    body = block_loop(kernel).regions[0]
+
+    def coords(op: Op, value: Value, tensor) -> str:
+        cs = op.variadic()
+        lead = tensor.rank - _rank(value.type)
+        for p, c in enumerate(cs):
+            if c is index and p < lead:
+                return f"{_where(op)} indexes a leading dimension with it"
+        for d in range(_rank(value.type)):
+            by = cs[lead + d]
+            why = dims.set((value, d), by is index, f"{_where(op)} addresses that dimension by "
+                                                    f"another coordinate")
+            if why:
+                return why
+        return ""
+
+    def tie_all(values) -> str:
+        regs = [v for v in values if _rank(v.type)]
+        for v in regs[1:]:
+            for d in range(min(_rank(v.type), _rank(regs[0].type))):
+                why = dims.tie((regs[0], d), (v, d))
+                if why:
+                    return why
+        return ""
+
+    def visit(block) -> str:
+        for op in block.ops:
+            why = one(op)
+            if why:
+                return why
+        return ""
+
+    def one(op: Op) -> str:
+        if any(v is index for v in op.operands) and not isinstance(op, (Load, Store)):
+            return f"{_where(op)} computes with the block index (only tile coordinates are split)"
+        if isinstance(op, For):
+            return loop(op)
+        if op.regions:
+            return f"{_where(op)} has a region the split does not follow"
+        if isinstance(op, Load):
+            return coords(op, op.result, op.operands[0].type)
+        if isinstance(op, Store):
+            return coords(op, op.operands[1], op.operands[0].type)
+        if isinstance(op, MMA_OPS):
+            a, b = op.operands[0], op.operands[1]
+            r = op.result
+            m_a, k_a = (1, 0) if op.TA else (0, 1)
+            k_b, n_b = (1, 0) if op.TB else (0, 1)
+            for why in (dims.tie((r, 0), (a, m_a)), dims.tie((r, 1), (b, n_b)),
+                        dims.tie((a, k_a), (b, k_b)),
+                        dims.set((a, k_a), False, f"{_where(op)}'s K would be split"),
+                        dims.set((r, 0), False, f"{_where(op)}{ROWS}")):
+                if why:
+                    return why
+            acc = op.operand("acc")
+            return tie_all([r, acc]) if acc is not None else ""
+        if isinstance(op, Reduce):
+            x, r = op.operands[0], op.result
+            along, keep = (1, 0) if op.AXIS == "row" else (0, 1)
+            return dims.tie((r, 0), (x, keep)) or dims.set((x, along), False, f"{_where(op)} reduces across it")
+        if isinstance(op, Broadcast):
+            x, v, r = op.operands[0], op.operands[1], op.result
+            return tie_all([x, r]) or dims.tie((v, 0), (x, 0 if op.AXIS == "row" else 1))
+        if isinstance(op, (Binary, Unary, Cvt, Select, CmpSelect)):
+            return tie_all([*op.operands, *op.results])
+        if isinstance(op, (Zeros, Fill, Const, Yield)) or \
+                not any(_rank(v.type) for v in (*op.operands, *op.results)):
+            return ""
+        return f"{_where(op)} is not an op the split knows how to halve"
+
+    def loop(op: For) -> str:
+        region = op.regions[0]
+        inits, args = op.variadic(), region.args[1:]
+        for i, res in enumerate(op.results):
+            why = tie_all([inits[i], args[i], res])
+            if why:
+                return why
+        why = visit(region)
+        if why:
+            return why
+        term = region.terminator
+        if isinstance(term, Yield):
+            for i, y in enumerate(term.operands):
+                why = tie_all([y, op.results[i]])
+                if why:
+                    return why
+        return ""
+
+    why = visit(body)
+    return (None, why) if why else (dims, "")
+
+
+def _count_of(blocks: Blocks, i: int, width: int):
+    """The grid count of block index ``i`` as (X, the cdiv op) when it is cdiv(X, width)."""
+    count = blocks.variadic()[i]
+    op = count.owner if isinstance(count.owner, Op) else None
+    if op is None or op.NAME != "cdiv":
+        return None
+    c = op.operands[1].owner
+    if isinstance(c, Const) and c.attrs["value"] == width:
+        return op
+    return None
+
+
+def _halve(kernel: Kernel, dims: _Dims, width: int, index_pos: int) -> None:
+    blocks = block_loop(kernel)
+    for op in blocks.walk():
+        values = list(op.results) + [a for r in op.regions for a in r.args]
+        for v in values:
+            t = v.type
+            if isinstance(t, TileType):
+                rows = t.rows // 2 if dims.is_split((v, 0)) else t.rows
+                cols = t.cols // 2 if dims.is_split((v, 1)) else t.cols
+                v.type = TileType(t.space, t.dtype, rows, cols, t.attrs)
+            elif isinstance(t, VectorType) and dims.is_split((v, 0)):
+                v.type = VectorType(t.kind, t.dtype, t.length // 2, t.attrs)
+    cdiv = _count_of(blocks, index_pos, width)
+    old = blocks.operands[index_pos]
+    half = Const(attrs={"value": width // 2}, result_types=[ScalarType(I32)], result_hints=[f"c{width // 2}"])
+    new = type(cdiv)([cdiv.operands[0], half.result], result_types=[ScalarType(I32)], span=cdiv.span)
+    parent = blocks.parent
+    at = parent.ops.index(blocks)
+    for o in (half, new):
+        o.parent = parent
+    parent.ops[at:at] = [half, new]
+    blocks.operands[index_pos] = new.result
+    uses = use_counts(kernel)
+    if uses.get(old, 0) == 0:
+        erase(cdiv)
+        width_const = cdiv.operands[1]
+        if use_counts(kernel).get(width_const, 0) == 0:
+            erase(width_const.owner)
+
+
+def split_plan(kernel: Kernel) -> tuple[tuple[int, int] | None, str]:
+    """(block index position, tile width) to split, or (None, why not: '' where the kernel is not
+    a candidate at all, so nothing is logged)."""
+    from ..ir.ops import MMA_OPS as PRODUCTS
+    try:
+        blocks = block_loop(kernel)
+    except Exception:  # noqa: BLE001 - no block loop: not a candidate
+        return None, ""
+    if sum(isinstance(op, PRODUCTS) for op in kernel.walk()) != 1:
+        return None, ""
+    loops = pipelined_loops(kernel)
+    if len(loops) != 1 or not any(op is loops[0] for op in blocks.regions[0].ops):
+        return None, ""
+    loop = loops[0]
+    accs = [v for v in loop.results if isinstance(v.type, TileType)]
+    if len(accs) != 1:
+        return None, ""
+    t = accs[0].type
+    if t.rows != SPLIT_ROWS or t.cols < 2 * MIN_HALF or t.cols % 128:
+        return None, ""
+    cost = epilogue_cost(kernel, loop)
+    if cost.cycles <= PLAIN:
+        return None, ""
+    stores = [op for op in blocks.walk() if isinstance(op, Store) and isinstance(op.operands[1].type, TileType)]
+    need = consumer_pressure(kernel, 1).peak + CONSUMER_OVERHEAD
+    room = consumer_registers(PINGPONG_CONSUMERS, SETMAXNREG_MIN)
+    if need <= room:
+        return None, ""  # ping-pong runs at this width: warp-spec decides
+    head = (f"{cost.text()}, and a whole {t.rows}x{t.cols} accumulator needs about {need} registers "
+            f"per consumer thread, over the {room} ping-pong consumers can get")
+    if cost.cycles < MIN_CYCLES:
+        return None, (f"{head}; an epilogue under {MIN_CYCLES:g} cycles an element costs the cooperative "
+                      "tile less than the split (tile_split.MIN_CYCLES, measured)")
+    if len(stores) > 1:
+        return None, (f"{head}; it stores {len(stores)} tiles: each would take a staging of its own beside "
+                      "the half-width rings (a bias + gelu_tanh GEMM with two outputs measured 2.9% slower "
+                      "split, H200, 2026-11-27, …-s16-tile-split-1.json)")
+    if "fill_sms" in kernel.attrs:
+        return None, f"{head}; @fill_sms launches its own half-width variant (tkjit/fill_sms.py)"
+    if blocks.attrs.get("schedule") == "grid":
+        return None, f"{head}; the kernel asks for schedule(grid): no ping-pong without a persistent loop"
+    if int(blocks.attrs.get("split", 1)) > 1 or int(blocks.attrs.get("cluster", 1)) > 1:
+        return None, f"{head}; split-K or a cluster gives each tile CTAs of its own"
+    reasons = []
+    for pos, index in enumerate(blocks.regions[0].args):
+        dims, why = split_dims(kernel, index)
+        if dims is None:
+            if not why.endswith(ROWS):
+                reasons.append(f"%{index.hint or pos}: {why}")
+            continue
+        if not dims.is_split((accs[0], 1)):
+            continue
+        if _count_of(blocks, pos, t.cols) is None:
+            reasons.append(f"%{index.hint or pos}: its grid count is not cdiv(X, {t.cols})")
+            continue
+        return (pos, t.cols), head
+    return None, f"{head}; no block index addresses the accumulator's columns alone ({'; '.join(reasons) or 'none does'})"
+
+
+@register_pass
+@dataclass(frozen=True)
+class TileSplit(Pass):
+    """The ``tile-split`` pass: a tile too wide for ping-pong consumers, with an epilogue worth
+    hiding, runs as two half-width tiles."""
+
+    name = "tile-split"
+    summary = "a tile too wide for ping-pong consumers, with an epilogue worth hiding, runs as two half-width tiles"
+    target_specific = True
+    mode: str = "auto"
+    """auto (split where the epilogue costs more than a plain GEMM's), off."""
+
+    def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.mode not in MODES:
+            raise PassError(f"tile-split: mode must be {', '.join(MODES)}, got '{self.mode}'")
+        if self.mode == "off":
+            return kernel
+        plan, why = split_plan(kernel)
+        where = f"@{kernel.name}"
+        if plan is None:
+            if why:
+                ctx.decide(where, "tile kept whole", why)
+            return kernel
+        pos, width = plan
+        trial = clone_kernel(kernel)
+        index = block_loop(trial).regions[0].args[pos]
+        dims, _ = split_dims(trial, index)
+        _halve(trial, dims, width, pos)
+        need = consumer_pressure(trial, 1).peak + CONSUMER_OVERHEAD
+        room = consumer_registers(PINGPONG_CONSUMERS, SETMAXNREG_MIN)
+        if need > room:
+            ctx.decide(where, "tile kept whole", f"{why}; the half-width tile needs about {need} (> {room}) too")
+            return kernel
+        name = index.hint or str(pos)
+        ctx.decide(where, f"tiles of {width // 2} columns: %{name} walks cdiv(.., {width // 2})",
+                   f"{why}; at {width // 2} columns one consumer holds a whole tile ({need} registers), so "
+                   f"warp-spec can give them ping-pong consumers, one's epilogue beside the other's wgmmas "
+                   f"(which hide part of it); every tile and vector dimension %{name} addresses takes {width // 2}: the same "
+                   "values, computed tile by tile (measured, H200, 2026-11-27, whole / split, same run: "
+                   "bmm 8x2048^3 + bias + erf gelu 0.932, i.e. the split 7.3% faster, "
+                   "benchmarks/results/2026-11-27-nvidia-h200-s16-tile-split-1.json)",
+                   width=width // 2, index=name)
+        return trial
+
+
+__all__ = ["TileSplit", "split_dims", "split_plan"]
