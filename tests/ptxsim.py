@@ -792,7 +792,7 @@ class CTA:
         else:
             self.waits[active] += 1
 
-    def _remote(self, addrs: np.ndarray) -> tuple["CTA", np.ndarray]:
+    def _remote(self, addrs: np.ndarray) -> tuple[CTA, np.ndarray]:
         """The CTA and its shared offsets of ``.shared::cluster`` addresses (``mapa``'s: rank + 1
         in bits 24.., below that this CTA's own)."""
         ranks = addrs >> 24

@@ -152,7 +152,7 @@ def test_each_exchange_has_shared_memory_of_its_own():
     assert len(set(regions)) >= 3  # the shared cross-warp scratch, and one region per exchange
     exchanges = [(what, r) for what, r, _ in lk.scratch.items if what.startswith("exchange of")]
     assert [w for w, _ in exchanges] == ["exchange of cluster_max (whole kernel)", "exchange of cluster_sum (whole kernel)"]
-    (a, ra), (b, rb) = exchanges
+    (_, ra), (_, rb) = exchanges
     assert not ra.overlaps(rb) and ra.offset % 16 == 0 and rb.offset % 16 == 0
     assert lk.smem_bytes >= rb.offset + rb.size
 

@@ -33,11 +33,11 @@ from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, Tile
 from ...passes.hopper import block_loop, depends_on, is_shared, pipelined_loops, swizzle_bytes
 from ...passes.mbarrier import Schedule, schedule_of
 from ..abi import Pointers, launch_params, map_only, param_entries, stride_registers
+from ..kernel import PUSH_PTX_VERSION
 from . import mbarrier, tma
 from .builder import Builder
-from .lower_layout import SCRATCH_BARRIER, has_product
-from ..kernel import PUSH_PTX_VERSION
 from .lower_cluster import launch as cluster_launch
+from .lower_layout import SCRATCH_BARRIER, has_product
 from .program import ARCH, SMEM_SYMBOL, module_text
 
 MMA_DTYPES = (BF16, F16, E4M3, E5M2)

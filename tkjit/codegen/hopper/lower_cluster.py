@@ -84,8 +84,8 @@ def cluster_auto_refusal(kernel, options: dict):
     (``lowering=general`` lowers it): CLUSTER_MEASURED. Residual + LayerNorm holds 2 CTAs an SM
     there against 3 (80 registers x 288 threads, reg-budget's .maxnreg 168 from a liveness estimate
     of 130; ptxas fits it in 72 without spilling: ``reg-budget{maxnreg=72}``, not measured yet)."""
-    from .lower import Refusal
     from ...passes.hopper import block_loop
+    from .lower import Refusal
     asked = options.get("asked", options.get("lowering", "auto"))  # (checked mode forces 'general')
     if asked != "auto" or cluster_ctas(kernel) == 1:
         return None
@@ -177,5 +177,13 @@ class ExchangeSteps:
         return True
 
 
-__all__ = ["cluster_ctas", "cluster_refusal", "cluster_auto_refusal", "exchange_regions", "launch", "decision",
-           "ExchangeSteps", "CLUSTER_OPS"]
+__all__ = [
+    "CLUSTER_OPS",
+    "ExchangeSteps",
+    "cluster_auto_refusal",
+    "cluster_ctas",
+    "cluster_refusal",
+    "decision",
+    "exchange_regions",
+    "launch",
+]
