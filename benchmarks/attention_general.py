@@ -4,8 +4,9 @@
         [--variant NAME[@D]=PIPELINE]   # also the general lowering under this pass pipeline
         [--variant NAME[@D]=pin:MODULE:ATTR=VALUE[+PIPELINE]]   # ... with a module constant pinned
                                                                # (and under PIPELINE)
-        [--profile D:N[:causal]]   # three launches, for ncu to look at
+        [--profile D:N[:causal]]   # three launches of each kernel (with --nol: nol too), for ncu
         [--nol]   # also examples/attention_nol.tk (no L output)
+        [--nol-variant NAME[@D]=PIPELINE]   # also attention_nol.tk under this pass pipeline
         [--jobs N]   # compile every row's kernels first, N at a time (the disk cache serves the rows)
 
 Rows: D 64 and 128, causal and not, N 1024 .. 16384 (issue 18's "Done when"), with B·N = 16384
@@ -16,7 +17,9 @@ timing, every kernel runs on NaN-poisoned outputs and its O and L are checked ag
 torch on two heads. ``general_vs_cudnn`` is cuDNN ms / general ms; ``NAME_vs_general`` general ms
 / variant ms. With ``--nol`` the row also times attention_nol.tk (the same kernel without its L
 store; O checked the same way): ``nol_vs_general`` is general ms / nol ms (issue 18: dropping the
-L store never makes a kernel slower, so >= 1), ``nol_vs_cudnn`` cuDNN ms / nol ms. Until
+L store never makes a kernel slower, so >= 1), ``nol_vs_cudnn`` cuDNN ms / nol ms. Each
+``--nol-variant NAME=PIPELINE`` adds attention_nol.tk under that pipeline: ``NAME_vs_nol`` is nol ms
+/ NAME ms, ``NAME_vs_general`` general ms / NAME ms. Until
 2026-11-27 each row also timed the attention template, deleted that day once the general lowering
 was within 2% of it on every row (``benchmarks/results/2026-11-27-nvidia-h200-s14-*``).
 """
@@ -68,14 +71,19 @@ def parse(shape: str) -> tuple[int, int, bool]:
     return int(parts[0]), int(parts[1]), parts[2:] == ["causal"]
 
 
-def kernels(d: int, causal: bool, variants: dict | None = None, nol: bool = False) -> dict:
-    """general (the default compile), each variant (under its pass pipeline), and with ``nol``
-    attention_nol.tk."""
+def kernels(d: int, causal: bool, variants: dict | None = None, nol: bool = False,
+            nol_variants: dict | None = None) -> dict:
+    """general (the default compile), each variant (under its pass pipeline), with ``nol``
+    attention_nol.tk, and each of ``nol_variants`` (attention_nol.tk under its pipeline)."""
     consts = {"D": d, "CAUSAL": causal}
     out = {"general": tkjit.compile(SOURCE, filename="attention.tk", constants=consts)}
     if nol:
         out["nol"] = tkjit.compile(NOL_SOURCE, filename="attention_nol.tk", constants=consts,
                                    lowering="general")
+    for name, (only_d, pipeline) in (nol_variants or {}).items():
+        if only_d in (None, d):
+            out[name] = tkjit.compile(NOL_SOURCE, filename="attention_nol.tk", constants=consts,
+                                      lowering="general", pipeline=pipeline)
     for name, (only_d, pipeline) in (variants or {}).items():
         if only_d in (None, d) and pipeline.startswith("pin:"):
             out[name] = pinned(pipeline[4:], consts)
@@ -147,20 +155,21 @@ def input_sets(b: int, n: int, d: int) -> list[tuple]:
             for _ in range(max(2, -(-2 * L2_BYTES // set_bytes)))]
 
 
-def row(shape: str, variants: dict, nol: bool = False) -> dict:
+def row(shape: str, variants: dict, nol: bool = False, nol_variants: dict | None = None) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     d, n, causal = parse(shape)
     b, scale = TOKENS // n, 1 / math.sqrt(d)
     sets = input_sets(b, n, d)
-    ks = kernels(d, causal, variants, nol)
+    ks = kernels(d, causal, variants, nol, nol_variants)
+    no_l = {"nol", *(nol_variants or {})}
     out = {"D": d, "N": n, "B": b, "H": HEADS, "causal": causal,
            "backend": {name: f"{k.metadata.get('backend')}/{k.metadata.get('lowering', '-')}"
                        for name, k in ks.items()}}
     for name, k in ks.items():
-        out[f"{name}_err"] = check(k, sets, causal, scale, with_l=name != "nol")
+        out[f"{name}_err"] = check(k, sets, causal, scale, with_l=name not in no_l)
     fns = {name: (lambda kk: lambda q, k_, v, o, l: kk(q, k_, v, o, l, scale))(k) for name, k in ks.items()}
-    if "nol" in ks:
-        fns["nol"] = (lambda kk: lambda q, k_, v, o, l: kk(q, k_, v, o, scale))(ks["nol"])
+    for name in no_l & set(ks):
+        fns[name] = (lambda kk: lambda q, k_, v, o, l: kk(q, k_, v, o, scale))(ks[name])
     fns["cudnn"] = lambda q, k_, v, o, l: torch.nn.functional.scaled_dot_product_attention(
         q, k_, v, is_causal=causal, scale=scale)
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -170,6 +179,8 @@ def row(shape: str, variants: dict, nol: bool = False) -> dict:
     for name in ks:
         if name not in ("general", "nol"):
             out[f"{name}_vs_general"] = round(med["general"] / med[name], 4)
+        if name in no_l and name != "nol" and "nol" in ks:
+            out[f"{name}_vs_nol"] = round(med["nol"] / med[name], 4)
     if "nol" in ks:
         out["nol_vs_general"] = round(med["general"] / med["nol"], 4)
         out["nol_vs_cudnn"] = round(med["cudnn"] / med["nol"], 4)
@@ -178,22 +189,23 @@ def row(shape: str, variants: dict, nol: bool = False) -> dict:
 
 def warm(job: tuple) -> str:
     """Compile one row's kernels into the disk cache (ptxas included), in a worker process."""
-    shape, variants, nol = job
+    shape, variants, nol, nol_variants = job
     d, _, causal = parse(shape)
     variants = {k: v for k, v in variants.items() if not v[1].startswith("pin:")}  # not cached
-    for k in kernels(d, causal, variants, nol).values():
+    for k in kernels(d, causal, variants, nol, nol_variants).values():
         k.binary  # noqa: B018 - assemble now
     return shape
 
 
-def profile(shape: str) -> None:
+def profile(shape: str, nol: bool = False) -> None:
+    """Three launches of each kernel of the row (with ``nol`` also attention_nol.tk), for ncu."""
     d, n, causal = parse(shape)
     b = TOKENS // n
     q, k, v = (torch.randn(b, HEADS, n, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     o, lse = torch.empty_like(q), torch.empty(b, HEADS, n, device="cuda")
-    for kern in kernels(d, causal).values():
+    for name, kern in kernels(d, causal, nol=nol).items():
         for _ in range(3):
-            kern(q, k, v, o, lse, d ** -0.5)
+            kern(q, k, v, o, d ** -0.5) if name == "nol" else kern(q, k, v, o, lse, d ** -0.5)
     torch.cuda.synchronize()
 
 
@@ -204,28 +216,30 @@ def main() -> None:
     ap.add_argument("--profile")
     ap.add_argument("--variant", action="append", default=[])
     ap.add_argument("--nol", action="store_true")
+    ap.add_argument("--nol-variant", action="append", default=[])
     ap.add_argument("--jobs", type=int, default=1)
     args = ap.parse_args()
     if args.profile:
-        return profile(args.profile)
-    variants = {}
-    for v in args.variant:
-        name, pipeline = v.split("=", 1)
-        name, _, only = name.partition("@")
-        variants[name] = (int(only) if only else None, pipeline)
+        return profile(args.profile, args.nol)
+    variants, nol_variants = {}, {}
+    for given, into in ((args.variant, variants), (args.nol_variant, nol_variants)):
+        for v in given:
+            name, pipeline = v.split("=", 1)
+            name, _, only = name.partition("@")
+            into[name] = (int(only) if only else None, pipeline)
     if args.jobs > 1:  # before CUDA is initialized in this process: the workers are forked
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(args.jobs) as pool:
-            list(pool.map(warm, [(s, variants, args.nol) for s in args.shapes.split(",")]))
+            list(pool.map(warm, [(s, variants, args.nol, nol_variants) for s in args.shapes.split(",")]))
     rows = []
     for shape in args.shapes.split(","):
-        r = row(shape, variants, args.nol)
+        r = row(shape, variants, args.nol, nol_variants)
         print(json.dumps(r), flush=True)
         rows.append(r)
     print("shape".ljust(20) + "gen/cudnn")
     for r in rows:
         label = f"D{r['D']} N{r['N']}" + (" causal" if r["causal"] else "")
-        extra = "  ".join(f"{k}={v}" for k, v in r.items() if k.endswith("_vs_general")
+        extra = "  ".join(f"{k}={v}" for k, v in r.items() if k.endswith(("_vs_general", "_vs_nol"))
                           or k.startswith("nol_vs"))
         print(label.ljust(20) + f"{r['general_vs_cudnn']:9.3f}  {extra}")
     if args.json:

@@ -40,7 +40,7 @@ def summarize(path: str, top: int = 40) -> str:
             if not c.endswith("(Not Issued)"):
                 by_reason[c] += _num(r[i])
     out = [f"instructions {len(body)}, total stall samples {total:.0f}",
-           "by reason: " + ", ".join(f"{k} {100 * v / max(total, 1):.1f}%" for k, v in by_reason.most_common(12)),
+           "by reason: " + ", ".join(f"{k} {100 * v / max(total, 1):.1f}%" for k, v in by_reason.most_common()),
            "by opcode:"]
     out += [f"  {k:<10} {v:9.0f} {100 * v / max(total, 1):5.1f}%" for k, v in by_op.most_common(25)]
     out.append(f"top {top} instructions (samples | executed | SASS | reasons):")

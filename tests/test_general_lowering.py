@@ -253,7 +253,8 @@ def test_a_trip_that_reads_its_product_drains_it():
 
 
 SYNC = re.compile(r"\b(mbarrier\.|bar\.sync|bar\.arrive|barrier\.|wgmma\.wait_group|wgmma\.commit_group|"
-                  r"cp\.async\.bulk\.wait_group|cp\.async\.bulk\.commit_group)"
+                  r"cp\.async\.bulk\.wait_group|cp\.async\.bulk\.commit_group|"
+                  r"cp\.async\.wait_all|cp\.async\.wait_group|cp\.async\.commit_group)"
                   r"|\.(release|acquire)\.gpu\b|\bfence\.acq_rel\b")  # stream-K's flags between CTAs too
 
 

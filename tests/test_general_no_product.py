@@ -1,6 +1,7 @@
 """Kernels with no matrix product (norms, softmax, rotary) through the general sm_90a lowering,
-on the CPU: ``lowering='general'`` takes them -- a TMA producer for the row block stream-cols keeps
-in shared memory and copy_cols of its swizzled panels (lower_copy_cols.py), consumers only where
+on the CPU: ``lowering='general'`` takes them -- pinned to warp-spec{fill=tma}, a TMA producer for
+the row block stream-cols keeps in shared memory and copy_cols of its swizzled panels
+(lower_copy_cols.py; fill=auto's consumer cp.async fill: test_general_copy_fill.py), consumers only where
 warp-spec gave no producer, the register-tile backend's warp grid for their consumers
 (lower_layout.py) -- with ptxas clean, no spills, the decisions logged; the consumer-only rotary
 agrees with the interpreter on the PTX simulator at ragged shapes, and the TMA-fed norms and
@@ -31,6 +32,25 @@ def _one_cta_pipeline():
 
 ONE_CTA = _one_cta_pipeline()
 """Wide rows on one CTA each (stream-cols' cluster split, the default at D = 4096: test_general_cluster.py)."""
+
+
+def _tma_pipeline():
+    from tkjit.passes import DEFAULT_PIPELINE
+    return DEFAULT_PIPELINE.replace("warp-spec", "warp-spec{fill=tma}", 1)
+
+
+TMA = _tma_pipeline()
+"""The row block filled by the producer's TMA (warp-spec{fill=tma}); fill=auto lets the consumers
+fill it with cp.async (tests/test_general_copy_fill.py)."""
+
+
+REGISTER_TILE = "canonicalize,stream-cols,mask-branch,scale-fold"
+"""The passes before the first target-specific one: the register-tile backend's IR (its PTX is what
+auto gave the norms before the consumers' fill took D = 1024 to the general lowering)."""
+
+
+def _tma(name, **extra):
+    return _general(name, pipeline=TMA, **extra)
 
 
 def test_what_is_not_lowered_yet_is_refused_at_its_op():
@@ -64,7 +84,10 @@ def test_no_product_kernels_take_the_general_lowering(name, d):
     md = k.metadata
     assert md["lowering"] == "general" and "tile program" in k.asm["ptx"].splitlines()[0]
     assert not re.search(r"\b[HQ]GMMA", sass)  # nothing to multiply
-    assert ("UTMALDG" in sass) == (name != "rotary")  # the row block by TMA; rotary: no producer
+    assert "UTMALDG" not in sass  # the row block by the consumers' cp.async (LDGSTS); rotary: none
+    assert ("LDGSTS" in sass) == (name != "rotary")
+    if name != "rotary":  # pinned to the producer's TMA: the same kernel with a TMA load
+        assert "UTMALDG" in _sass(_tma(name, constants=constants))
     assert not re.search(r"\b(LDL|STL)\b", sass), "the general lowering spilled"
     report = md["ptxas"]
     assert not [m for m in report["messages"] if m["level"] == "warning"], report["log"]
@@ -76,23 +99,33 @@ def test_no_product_kernels_take_the_general_lowering(name, d):
 def test_the_row_block_chunks_are_16_byte_reads_of_the_tma_panels():
     """copy_cols of the TMA-loaded row block: one ld.shared.v4 per row and 32-column group, at the
     swizzled unit (XOR with the row's key), the panel from the unit's high bits."""
-    ptx = _general("rmsnorm").asm["ptx"]
+    ptx = _tma("rmsnorm").asm["ptx"]
     assert ptx.count("ld.shared.v4.b32") == 8  # 2 passes x 2 groups of 32 of a warp's 64 columns x 2 rows
     assert "cp.async.bulk.tensor" in ptx
-    text = str(_general("rmsnorm").explain())
+    text = str(_tma("rmsnorm").explain())
     assert "consumer layout: 1x4 warps, contiguous columns" in text
     assert "consumer scratch" in text
 
 
-def test_auto_keeps_the_tma_fed_row_blocks_on_the_register_tile_backend_and_says_why():
-    """The norms and softmax (a row block kept in shared memory by the TMA producer) stay on the
-    register-tile backend under auto, with the measured reason at their copy_cols."""
+def test_auto_takes_the_consumer_filled_row_blocks_of_2_kb_rows_and_keeps_wider_ones():
+    """Under auto, the norms and softmax (a row block kept in shared memory, which warp-spec lets the
+    consumers fill with cp.async) take the general lowering with rows of 2,048 B (D = 1024: every
+    family measured at least 0.99x the register-tile backend) -- the very PTX of lowering=general --
+    and keep the register-tile backend with wider rows, with the measured reason at their copy_cols;
+    pinned to the producer's TMA fill they keep it too."""
     for name in NORMS:
         k = tkjit.load(EXAMPLES / f"{name}.tk", cache=False)
+        assert k.metadata["lowering"] == "general"
+        assert k.asm["ptx"] == _general(name).asm["ptx"]
+    for name in ("rmsnorm", "layernorm", "softmax"):
+        k = tkjit.load(EXAMPLES / f"{name}.tk", cache=False, constants={"C" if name == "softmax" else "D": 2048})
         assert "register-tile" in k.asm["ptx"].splitlines()[0]
         text = str(k.explain())
-        assert "lowering=auto keeps such kernels on the register-tile backend" in text
-        assert "0.88-0.98x on the norm and softmax rows" in text
+        assert "a column chunk of a row block of 4,096-byte rows that the consumers fill with cp.async" in text
+        assert "LayerNorm 0.961/0.964/0.959" in text
+    k = tkjit.load(EXAMPLES / "rmsnorm.tk", cache=False, pipeline=TMA)
+    assert "register-tile" in k.asm["ptx"].splitlines()[0]
+    assert "0.88-0.98x on the norm and softmax rows" in str(k.explain())
 
 
 def test_auto_takes_the_general_lowering_for_consumers_only_in_the_contiguous_order():
@@ -129,8 +162,10 @@ def test_auto_keeps_consumers_only_in_the_fragment_order_on_the_register_tile_ba
 def test_smem_plan_gives_a_norm_no_staging_its_store_cannot_use():
     """RMSNorm's output tile is held in the contiguous column order (and its 16 rows are no 64-row
     slab either): smem-plan plans no staging, so its shared memory is the row block, the scratch and
-    the barriers (34,176 B: 6 CTAs an SM, not 5 with the 8 KB staging it never used)."""
-    k = _general("rmsnorm")
+    the barriers (34,176 B: 6 CTAs an SM, not 5 with the 8 KB staging it never used); filled by the
+    consumers, no barriers (34,048 B)."""
+    assert _general("rmsnorm").metadata["smem_bytes"] == 34048
+    k = _tma("rmsnorm")
     assert k.metadata["smem_bytes"] == 34176
     text = str(k.explain())
     assert "staging tile of store" not in text
@@ -142,10 +177,10 @@ def test_reg_budget_lowers_maxnreg_to_the_ctas_shared_memory_holds():
     """LayerNorm D = 1024: shared memory holds 6 CTAs an SM, the estimate's .maxnreg 104 only 3;
     96 holds 4 and still leaves 16 beside the 66 live fragment registers (80 would not: 5 CTAs,
     ptxas spilled there). RMSNorm D = 2048: shared memory holds 3, which 88 already does."""
-    k = _general("layernorm")
+    k = _tma("layernorm")
     assert ".maxnreg 96" in k.asm["ptx"]
     assert "lowered to 96 so that registers hold 4 CTAs an SM (shared memory holds 6" in str(k.explain())
-    k = _general("rmsnorm", constants={"D": 2048})
+    k = _tma("rmsnorm", constants={"D": 2048})
     assert ".maxnreg 88" in k.asm["ptx"] and "lowered to" not in str(k.explain())
 
 
@@ -189,7 +224,7 @@ def test_the_scratch_step_is_read_from_the_ir_and_checked_as_a_meeting():
     from tkjit.codegen.hopper.lower import lower_kernel
     from tkjit.passes.async_schedule import protocol_from_ir
     from tkjit.passes.sync_unroll import unroll
-    k = _general("rmsnorm")
+    k = _tma("rmsnorm")
     proto = protocol_from_ir(k.async_ir)
     (tiles,) = proto.consumer
     assert [type(st).__name__ for st in tiles.body][:2] == ["Wait", "ScratchSync"]
@@ -302,8 +337,9 @@ def test_the_tma_fed_kernels_agree_on_the_ptx_simulator(name, r, d):
     written outside the outputs."""
     constants = None if d == 1024 else {"C" if name == "softmax" else "D": d}
     src = (EXAMPLES / f"{name}.tk").read_text()
-    general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, constants=constants)
-    auto = tkjit.compile(src, cache=False, constants=constants)
+    general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, constants=constants,
+                            pipeline=TMA)
+    auto = tkjit.compile(src, cache=False, constants=constants, pipeline=REGISTER_TILE)
     assert "cp.async.bulk.tensor" in general.asm["ptx"] and "tile program" in general.asm["ptx"]
     assert "register-tile" in auto.asm["ptx"].splitlines()[0]
     args, outs = _norm_case(name, r, d)
@@ -324,10 +360,10 @@ def test_a_wrong_swizzle_key_is_caught_on_the_simulator(monkeypatch):
         return [line.replace(", 7;", ", 3;") if line.startswith("and.b32") else line for line in real(ctx, op)]
     monkeypatch.setattr(lower_copy_cols, "emit_copy_cols", broken)
     src = (EXAMPLES / "rmsnorm.tk").read_text()
-    general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False)
+    general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, pipeline=TMA)
     args, outs = _norm_case("rmsnorm", 20, 1024)
     (got,) = _simulated(general, args, outs)
-    (ref,) = _simulated(tkjit.compile(src, cache=False), args, outs)
+    (ref,) = _simulated(tkjit.compile(src, cache=False, pipeline=REGISTER_TILE), args, outs)
     assert not torch.equal(got.view(torch.int16), ref.view(torch.int16))
 
 
@@ -337,7 +373,7 @@ def test_no_product_takes_a_producer_warp_and_no_setmaxnreg():
     need: 160 threads at about 88 registers instead of 256 at 248 (one CTA an SM, measured at
     0.42-0.71x of the register-tile backend on an H200), here lowered to 80, which holds the 5 CTAs
     an SM 88 would not. The IR says so, and the PTX follows."""
-    k = _general("rmsnorm")
+    k = _tma("rmsnorm")
     ir = k.asm["after:reg-budget"]
     assert "producer_warp = true" in ir and "threads = 160" in ir and "regs =" not in ir
     text = str(k.explain())
@@ -386,7 +422,8 @@ def test_every_stream_form_takes_the_general_lowering_and_agrees_on_the_simulato
     sass = _sass(general)
     assert not re.search(r"\b(LDL|STL)\b", sass), "spilled"
     assert not [m for m in general.metadata["ptxas"]["messages"] if m["level"] == "warning"]
-    auto = tkjit.compile(src, cache=False, pipeline=pipe)
+    auto = tkjit.compile(src, cache=False, pipeline=REGISTER_TILE.replace("stream-cols", f"stream-cols{{{form}}}", 1))
+    assert "register-tile" in auto.asm["ptx"].splitlines()[0]
     args, outs = _norm_case(name, 20, 1024)
     for got, ref in zip(_simulated(general, args, outs), _simulated(auto, args, outs)):
         assert torch.equal(got.view(torch.int16), ref.view(torch.int16))

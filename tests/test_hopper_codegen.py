@@ -225,12 +225,12 @@ def test_aligned_rows_are_assumed_and_the_variant_with_the_fallback_is_made_on_d
     assert "LDG" in constant_k.asm["sass"]  # a constant row length of 100 needs the copy: kept
 
 
-@pytest.mark.parametrize("example, reason", [
-    ("softmax.tk", "the general lowering cannot take 'copy_cols'"),
-    ("layernorm.tk", "the general lowering cannot take 'copy_cols'")])
-def test_other_kernels_fall_back_with_a_reason(example, reason):
+@pytest.mark.parametrize("example, constants, reason", [  # (rows of 4,096 B: auto keeps the register-tile backend)
+    ("softmax.tk", {"C": 2048}, "the general lowering cannot take 'copy_cols'"),
+    ("layernorm.tk", {"D": 2048}, "the general lowering cannot take 'copy_cols'")])
+def test_other_kernels_fall_back_with_a_reason(example, constants, reason):
     decisions: list = []
-    ir = tkjit.load(EXAMPLES / example, cache=False).ir
+    ir = tkjit.load(EXAMPLES / example, cache=False, constants=constants).ir
     assert emit_hopper_ptx(ir, {}, decisions) is None
     assert decisions[0]["value"] == "mma.sync" and reason in decisions[0]["why"]
     assert "template" not in decisions[0]["why"]  # one route: the general lowering's reason alone

@@ -21,6 +21,13 @@ from .values import RegTile, SharedTile
 
 
 def emit_copy_cols(ctx, op: CopyCols) -> list[str]:
+    return read_chunk(ctx, op)
+
+
+def read_chunk(ctx, op: CopyCols, hazards: bool = True) -> list[str]:
+    """``op``'s chunk of its shared tile into registers; ``hazards``: a barrier where the hazard
+    tracker (``ctx.sync``) sees an earlier write of the tile (False: the caller's protocol ordered
+    every write before: the general lowering's ``CopyFill`` step, hopper/lower_copy_fill.py)."""
     out: list[str] = []
     src: SharedTile = ctx.get(op.operands[0])
     t = op.result.type
@@ -35,7 +42,8 @@ def emit_copy_cols(ctx, op: CopyCols) -> list[str]:
     out.append(f"mul.lo.u32 {dyn}, {chunk}, {width};")
     if src.dyn:
         out.append(f"add.u32 {dyn}, {dyn}, {src.dyn};")
-    out += ctx.sync.read_(src.region)
+    if hazards:
+        out += ctx.sync.read_(src.region)
     view = SharedTile(src.type, geo, src.offset, dyn, src.span)
     if ctx.grid.contiguous_cols:
         ctx.bind(op.result, _read_contiguous(ctx, view, t, out))

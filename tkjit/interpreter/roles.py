@@ -488,6 +488,9 @@ class Consumer(Role):
         elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync)):
             yield from self.run((step,))
             self.exec(op)
+        elif isinstance(step, sp.CopyFill):  # the consumers fill the tile themselves, then meet
+            self.exec(op)
+            yield from self.run((sp.ConsumerSync(),))
         elif isinstance(step, (sp.StagedStore, sp.HoldStore)):  # a staged store: the tile is final here
             self.exec(op)
         elif isinstance(step, sp.ClusterReduce):

@@ -20,7 +20,8 @@ from .hopper import (block_loop, check_supported_loads, depends_on, is_shared, n
                      pipelined_loops, shared_loads)
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_host, staging_sizes
-from .sync_protocol import (ExchangeUse, Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce, StagingReuse,
+from .sync_protocol import (ExchangeUse, FillUse, Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce,
+                            StagingReuse,
                             StoreItem, StreamKUnits, TileProduct, own_trips_consumer, standard_protocol, with_turns)
 from .sync_protocol import Load as RingLoad
 
@@ -30,6 +31,31 @@ it about half a trip ahead of its use; with 2 stages that starves the ring. Meas
 2026-11-27, examples/attention.tk D=128, 176-key blocks, 2 stages, same run): 0.51-0.58x of the
 template with level 2, 0.69-0.75x without (``benchmarks/results/2026-11-27-nvidia-h200-s10-attn-2.json``).
 Below 3 stages the pass gives the second product's tiles a ring of their own instead (``split``)."""
+
+
+PACK_MEASURED = ("ptxas keeps the order: packed first, it alternated the 32 F2FP packs with the "
+                 "64 FMULs of the rescale in causal attention_nol D = 128 and dropped the FMULs' operand "
+                 "reuse; ncu, H200, N = 2048: dispatch stalls in the loop 1,523 -> 2,429 samples and "
+                 "SM-active cycles +2.8% against attention.tk, whose L store had left ptxas grouping "
+                 "them, nol 0.974x of it (benchmarks/results/2026-11-27-nvidia-h200-s16-nol-*); packed "
+                 "after, both loops are the same instructions in the same order but for 2 ULDC and the "
+                 "diagonal block's FSEL/FMNMX order (benchmarks/probes/sass_loop_diff.py)")
+PACK_FIRST_MEASURED = (
+    "its carried tile is at most 64 columns wide and every tile runs the same trips, where packing "
+    "first measured faster (H200, 2026-11-27, same run, time packed after over packed first: "
+    "attention_nol D = 64 non-causal N = 4096 1.021 in both scripts, attention.tk 1.010; D = 64 "
+    "causal 0.99-1.00, D = 96 non-causal 0.98, D = 128 0.97-1.01, so those pack after; "
+    "benchmarks/results/2026-11-27-nvidia-h200-s16-nol-pack.json, -s16-pack-family.json)")
+
+
+def narrow_uniform(kernel: Kernel, loop: For) -> bool:
+    """Whether a level-2 loop packs first under ``pack=auto``: its carried tile at most 64 columns
+    wide and its trip count the same for every tile (PACK_FIRST_MEASURED)."""
+    from ..ir.types import TileType
+    carried = [v.type for v in loop.results if isinstance(v.type, TileType)]
+    indices = set(block_loop(kernel).regions[0].args)
+    return bool(carried) and max(t.cols for t in carried) <= 64 and \
+        not any(depends_on(v, indices) for v in loop.operands[:3])
 
 
 TURNS_MEASURED = (
@@ -125,7 +151,9 @@ class _Builder:
         check_supported_loads(self.kernel)
         scratch = self.scratch_uses(blocks)
         for op in blocks.regions[0].ops:
-            if isinstance(op, Load) and is_shared(op.result):
+            if isinstance(op, Load) and is_shared(op.result) and op.attrs.get("fill") == "cp.async":
+                self.items.append(FillUse(self.unique(op.result.hint, "tile")))  # no ring: the consumers'
+            elif isinstance(op, Load) and is_shared(op.result):
                 self.one_shot(op)
             elif isinstance(op, For) and shared_loads(op.regions[0]):
                 self.loop(op)
@@ -551,7 +579,16 @@ class Mbarrier(Pass):
     next tile's copy under this tile's epilogue), end (of the tile), or auto (early where the tiles
     do equal work, end where the launch picks the grid (``by_trips``: measured slower there))."""
 
+    pack: str = "auto"
+    """Where a level-2 trip packs its second product's register A (cvt<bf16>(p)): auto, after the
+    ops that rescale the carried tile (mul_row(o, alpha)) but first where that tile is at most 64
+    columns wide and the trips are the same for every tile (``narrow_uniform``), or first, before
+    them (as until session 16). The two are independent, and ptxas keeps the order it is given: packed first, it
+    alternated the packs with the rescale's FMULs (``PACK_MEASURED``)."""
+
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.pack not in ("auto", "first"):
+            raise PassError(f"mbarrier: pack must be auto or first, got '{self.pack}'")
         if self.release not in ("auto", "end", "early"):
             raise PassError(f"mbarrier: release must be auto, end or early, got '{self.release}'")
         by_trips = "by_trips" in block_loop(kernel).attrs  # the launch may give a CTA one tile
@@ -628,11 +665,18 @@ class Mbarrier(Pass):
                        f"consumer's softmax runs under another's wgmmas; the last of the "
                        f"{builder.consumers} consumers opens the chain, consumer 0 closes it")
         for loop in builder.level2:
+            first = self.pack == "first" or (self.pack == "auto" and narrow_uniform(kernel, loop))
+            if first:
+                loop.attrs["pack"] = "first"  # codegen/hopper/interleave.level2_parts
+            where = ("mbarrier{pack=first}: packed before the carried tile's rescale" if self.pack == "first"
+                     else f"before the carried tile's rescale: {PACK_FIRST_MEASURED}" if first
+                     else f"after the carried tile's rescale ({PACK_MEASURED})")
             ctx.decide(f"loop at {_where(loop)}", "level 2: the second product runs one trip behind",
                        "the trip's second product reads registers made from the first's result and "
                        "accumulates into a carried tile: trip j issues its first product, then trip "
                        "j-1's second, and runs its register work while the second one computes "
-                       "(FlashAttention-3's overlap); the previous stage is released once both are done")
+                       "(FlashAttention-3's overlap); the previous stage is released once both are "
+                       f"done. Its register A is packed for the next trip {where}")
         for ring, loop in builder.own.items():
             ctx.decide(f"loop at {_where(loop)}", "per-consumer trip counts in the protocol",
                        f"the own-trips pass marked it: each consumer loops over its own trips of ring "

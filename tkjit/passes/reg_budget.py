@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import PassError
 from ..ir.core import Kernel
+from ..ir.ops import Load
 from .hopper import (REGISTER_FILE, SETMAXNREG_MAX, SETMAXNREG_MIN, WARPGROUP, consumer_registers,
                      entry_registers, register_pool, threads_for)
 from .liveness import CONSUMER_OVERHEAD, PRODUCER_NEED, consumer_pressure
@@ -84,7 +85,8 @@ class RegBudget(Pass):
         pin = self.pinned(kernel)
         if self.maxnreg:
             return self.pinned_entry(kernel, ctx, need)
-        if not kernel.attrs.get("producer", True):
+        filled = any(op.attrs.get("fill") == "cp.async" for op in kernel.walk() if isinstance(op, Load))
+        if not kernel.attrs.get("producer", True) and not (filled and pin is None):
             return self.single_role(kernel, ctx, n, need, pressure, pin)
         if pin is None and not has_product(kernel):
             return self.no_product(kernel, ctx, n, need, pressure)
@@ -145,7 +147,8 @@ class RegBudget(Pass):
         return kernel
 
     def no_product(self, kernel: Kernel, ctx: PassContext, n: int, need: int, pressure) -> Kernel:
-        """A producer but no matrix product (a norm's row block by TMA): no accumulator for
+        """A row block in shared memory but no matrix product (filled by a producer's TMA, or by
+        the consumers themselves: warp-spec's ``fill``): no accumulator for
         setmaxnreg to feed, and the kernel is bound by memory bandwidth, which wants several CTAs
         on an SM: no setmaxnreg, and ``.maxnreg`` the consumers' estimated need (a multiple of 8,
         at least 32) for every thread, instead of the register file split over one CTA's threads

@@ -209,7 +209,7 @@ class SmemPlan(Pass):
         for loop in pipelined_loops(kernel):
             loop.attrs["bars"] = at
             at += MBARRIER_BYTES * 2 * loop.attrs["stages"]
-        for ld in one_shot_loads(kernel):
+        for ld in ringed(one_shot_loads(kernel)):
             ld.attrs["bars"] = at
             at += MBARRIER_BYTES * 2 * ld.attrs.get("slots", 1)
 
@@ -252,9 +252,15 @@ class SmemPlan(Pass):
                          "smaller tiles", kernel.span)
 
 
+def ringed(loads: list) -> list:
+    """The loads of ``loads`` a ring's mbarriers guard: not those the consumers fill themselves
+    (warp-spec's ``fill = "cp.async"``: no producer, no mbarrier)."""
+    return [ld for ld in loads if ld.attrs.get("fill") != "cp.async"]
+
+
 def _footprint(kernel: Kernel, placed: list[Placement]) -> tuple[int, int]:
     """(where the mbarrier words start, total bytes)."""
     bars_at = ceil_to(max((p.end for p in placed), default=0), MBARRIER_BYTES)
     words = 2 * (sum(loop.attrs["stages"] for loop in pipelined_loops(kernel))
-                 + sum(ld.attrs.get("slots", 1) for ld in one_shot_loads(kernel)))
+                 + sum(ld.attrs.get("slots", 1) for ld in ringed(one_shot_loads(kernel))))
     return bars_at, bars_at + MBARRIER_BYTES * words

@@ -47,6 +47,12 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            async proxy; ``ConsumerSync`` steps around it order it after every
                            wgmma that read the tile's previous contents and before any that
                            reads the new ones (``tile_write``)
+    CopyFill(tile)         the consumers fill a shared tile no producer loads (a no-product
+                           kernel's row block, warp-spec's ``fill``): each thread cp.async-copies
+                           its 16-byte pieces, waits for them (cp.async.wait_all), and the
+                           consumers meet on their named barrier; checked as a write of the tile
+                           by every consumer, then a meeting (nothing refills it within a CTA:
+                           one tile per CTA)
     SkipTrips(ring)        advance the ring past the previous tile's trips (ping-pong: the
                            stages the other consumer reads)
     TurnWait()             ping-pong: bar.sync on this consumer's turn barrier (its turn on the
@@ -299,6 +305,17 @@ class TileWrite(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class CopyFill(Frozen):
+    """The consumers fill ``tile`` (no producer loads it) with cp.async, wait for their copies and
+    meet on their named barrier: every thread's pieces have landed and all may read the tile."""
+
+    tile: str
+
+    def text(self) -> str:
+        return f"fill tile {self.tile} by cp.async; cp.async.wait_all; bar.sync: all consumer warpgroups meet"
+
+
+@dataclass(unsafe_hash=True)
 class StagingBegin(Frozen):
     """The epilogue writes its staging tile over every stage of the ring."""
 
@@ -524,7 +541,7 @@ def with_turns(consumer: tuple) -> tuple:
     return (TurnPass("last"), *consumer, TurnWait("first"))
 
 
-Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, ScratchSync, TileWrite,
+Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, ScratchSync, TileWrite, CopyFill,
               StagingBegin, StagingEnd, StagingRead, ClusterReduce, StreamKFixup, ClusterSync, ClusterArrive, ClusterWait,
               ClusterExchange, SkipTrips, TurnWait, TurnPass,
               StoreWait, StagingSync, StagingWrite, TmaStore, StoreDrain, HoldStore]
@@ -760,6 +777,13 @@ class OneShotUse(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class FillUse(Frozen):
+    """A shared tile the consumers fill themselves (``CopyFill``), at this point of the tile."""
+
+    tile: str
+
+
+@dataclass(unsafe_hash=True)
 class StagingReuse(Frozen):
     """An epilogue whose staging tile reuses the bytes of these rings (``read``: the one slot of a
     tile loaded once per tile in a persistent loop, refilled for the next tile once released: the
@@ -822,7 +846,7 @@ class ExchangeUse(Frozen):
 
 
 Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem, TileProduct, ScratchUse,
-             ExchangeUse]
+             FillUse, ExchangeUse]
 
 
 def staged_store(item: StoreItem) -> StagedStore:
@@ -1101,6 +1125,8 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             cons += [Mma(item.rings), MmaWait(0)]
         elif isinstance(item, ScratchUse):
             cons.append(ScratchSync(item.ops))
+        elif isinstance(item, FillUse):
+            cons.append(CopyFill(item.tile))
         elif isinstance(item, ExchangeUse):
             first = not any(isinstance(st, ClusterExchange) for st in cons)
             cons.append(ClusterExchange(item.op, item.ctas, first))

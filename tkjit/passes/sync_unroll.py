@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from .sync_protocol import (BLOCKS, Advance, ClusterArrive, ClusterExchange, ClusterReduce, ClusterSync, ClusterWait, ConsumerSync, ExpectTx, HoldStore, IfHeld,
                             IfNextTile, IfPrevTile, IfTrips, Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset,
                             SkipTrips, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync, StagingWrite, Step, StoreDrain,
-                            StoreWait, StreamKFixup, Tiles, TileWrite, TmaLoad, TmaStore, TurnPass, TurnWait, Wait, turn_applies)
+                            StoreWait, StreamKFixup, Tiles, TileWrite, CopyFill, TmaLoad, TmaStore, TurnPass, TurnWait, Wait, turn_applies)
 
 # concrete opcodes
 (WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE, TILE_WRITE, ACC_READ,
@@ -109,7 +109,7 @@ def written_tiles(steps) -> tuple[str, ...]:
     read, in order of first appearance."""
     out: list[str] = []
     for st in steps:
-        names = (st.tile,) if isinstance(st, TileWrite) else st.tiles if isinstance(st, Mma) else ()
+        names = (st.tile,) if isinstance(st, (TileWrite, CopyFill)) else st.tiles if isinstance(st, Mma) else ()
         out += [t for t in names if t not in out]
         if isinstance(st, BLOCKS):
             for t in written_tiles(st.body) + written_tiles(getattr(st, "orelse", ())):
@@ -239,6 +239,14 @@ class _Unroller:
     def _TileWrite(self, st: TileWrite) -> None:
         self.emit(TILE_WRITE, self.layout.tiles.index(st.tile),
                   label=f"write tile {st.tile} from registers; fence.proxy.async")
+
+    def _CopyFill(self, st: CopyFill) -> None:
+        """The consumers fill a tile no producer loads: each writes its pieces (cp.async, waited
+        for by its own threads), then they meet -- a write of the tile, checked as a consumer-written
+        tile's (no wgmma reading it may be in flight), and a meeting that publishes it."""
+        self.emit(TILE_WRITE, self.layout.tiles.index(st.tile),
+                  label=f"fill tile {st.tile} by cp.async; cp.async.wait_all")
+        self._ConsumerSync(ConsumerSync())
 
     def _MmaWait(self, st: MmaWait) -> None:
         self.emit(MMA_WAIT, st.pending, label=f"wait_group {st.pending}")

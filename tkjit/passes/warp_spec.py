@@ -16,6 +16,13 @@ so one's epilogue runs under the other's wgmmas; it needs the whole accumulator 
 consumer's registers, one accumulator (the GEMM pattern), a persistent block loop and no
 split-K, and where one of these fails the kernel stays cooperative and the log says why.
 ``auto`` picks by ``pingpong_by_default``.
+
+``fill``: who fills a row block kept in shared memory in a kernel with no matrix product (the
+stream-cols cache read by ``copy_cols``). ``tma``: the producer warp's TMA load, a one-shot ring.
+``cp.async``: the consumers themselves, each thread copying its 16-byte pieces with cp.async, then
+meeting on their named barrier (the protocol's ``CopyFill`` step): no producer, no mbarrier, no
+tensor map, as the register-tile backend fills it. ``auto`` picks by ``fill_by_default``; a kernel
+``consumer_fill`` refuses keeps the producer (the log says why).
 """
 from __future__ import annotations
 
@@ -28,12 +35,13 @@ from ..ir.types import TileType
 from .decisions import subject_of
 from .epilogue_cost import PLAIN, epilogue_cost
 from .hopper import (MAX_THREADS, SETMAXNREG_MIN, WARPGROUP, block_loop, consumer_registers, is_shared,
-                     depends_on, has_producer, pipelined_loops, threads_for)
+                     depends_on, has_producer, one_shot_loads, pipelined_loops, threads_for)
 from .liveness import CONSUMER_OVERHEAD, consumer_pressure
 from .manager import Pass, PassContext, register_pass
 
 MAX_CONSUMERS = MAX_THREADS // WARPGROUP - 1
 MODES = ("auto", "cooperative", "pingpong")
+FILLS = ("auto", "tma", "cp.async")
 PINGPONG_CONSUMERS = 2
 PINGPONG_MIN_COLS = 128
 
@@ -74,10 +82,16 @@ class WarpSpec(Pass):
     """Pin the number of consumer warpgroups (0: the kernel's pin, else decide)."""
     mode: str = "auto"
     """auto, cooperative (consumers share each tile's rows) or pingpong (alternate whole tiles)."""
+    fill: str = "auto"
+    """Who fills a no-product kernel's row block in shared memory: auto, tma (the producer) or
+    cp.async (the consumers; module docstring)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.mode not in MODES:
             raise PassError(f"warp-spec: mode must be {', '.join(MODES)}, got '{self.mode}'")
+        if self.fill not in FILLS:
+            raise PassError(f"warp-spec: fill must be {', '.join(FILLS)}, got '{self.fill}'")
+        fill_why = self.choose_fill(kernel, ctx)
         accs = [op.result for op in kernel.walk() if isinstance(op, MMA_OPS)]
         tallest = max(accs, key=lambda v: v.type.rows, default=None)
         slabs = tallest.type.rows // 64 if tallest is not None else 1
@@ -99,7 +113,11 @@ class WarpSpec(Pass):
         if not pingpong and why_pp:
             why += f"; cooperative, not ping-pong: {why_pp}"
         why += self.epilogue_text(kernel, pingpong)
-        producer = has_producer(kernel)
+        once = one_shot_loads(kernel)
+        if once and all(ld.attrs.get("fill") == "cp.async" for ld in once) and not pipelined_loops(kernel):
+            producer = False  # the consumers fill every shared tile themselves
+        else:
+            producer = has_producer(kernel)
         threads = threads_for(n, producer)
         warp = producer and not accs  # no product: no setmaxnreg, so the producer needs one warp only
         if warp:
@@ -115,7 +133,9 @@ class WarpSpec(Pass):
         else:
             kernel.attrs.pop("pingpong", None)
         pressure = consumer_pressure(kernel, 1 if pingpong else n)
-        if not producer:
+        if fill_why:
+            why += f"; {fill_why}"
+        elif not producer:
             why += "; no shared-tile loads, so no producer warpgroup: consumers load for themselves"
             if not accs:
                 why += self.straight_loads(kernel)
@@ -130,6 +150,43 @@ class WarpSpec(Pass):
                    consumers=n, producer=producer, threads=threads, peak_registers=pressure.peak,
                    pingpong=pingpong)
         return kernel
+
+    def choose_fill(self, kernel: Kernel, ctx: PassContext) -> str:
+        """Mark the row blocks the consumers fill (``fill = "cp.async"`` on each load) where
+        ``fill`` asks for it or ``auto`` chooses it; log the decision; the words for the roles'
+        decision ('' where the kernel has no such row block)."""
+        for op in one_shot_loads(kernel):
+            op.attrs.pop("fill", None)
+        loads, blocker = consumer_fill(kernel)
+        if not loads and not blocker:
+            return ""
+        where = ", ".join(f"%{ld.result.hint}" for ld in loads) or "the row block"
+        if self.fill == "tma" or blocker:
+            why = ("warp-spec{fill=tma}" if self.fill == "tma" and not blocker else
+                   f"the consumers cannot fill it: {blocker}")
+            ctx.decide(f"@{kernel.name}", f"row block {where}: filled by the producer's TMA", why, fill="tma")
+            return ""
+        if self.fill == "auto":
+            take, why = fill_by_default(kernel)
+            if not take:
+                ctx.decide(f"@{kernel.name}", f"row block {where}: filled by the producer's TMA", why, fill="tma")
+                return ""
+        else:
+            why = "warp-spec{fill=cp.async}"
+        for ld in loads:
+            ld.attrs["fill"] = "cp.async"
+        deferred = [f"%{ld.result.hint}" for ld in loads if ld.attrs.get("wait") == "deferred"]
+        if deferred:  # (stream-cols' wait = deferred is the register-tile backend's)
+            why += (f"; {', '.join(deferred)} (wait = deferred) is waited for at its own copy_fill step here, "
+                    "not left in flight beside the next block's copies")
+        ctx.decide(f"@{kernel.name}", f"row block {where}: filled by the consumers with cp.async",
+                   f"{why}. Each consumer thread copies its 16-byte pieces of the block (cp.async.cg, "
+                   "zero-filled past the tensor) in the register-tile backend's row-XOR layout, not the "
+                   "layout pass's TMA swizzle, commits and waits for them, and the consumers meet on their "
+                   "named barrier (the protocol's copy_fill step); copy_cols then reads the block with "
+                   "the register-tile backend's emitter, with no barrier of its own", fill="cp.async")
+        return ("the row block is filled by the consumers (cp.async), so no producer: no TMA, no "
+                "mbarrier, no tensor map")
 
     @staticmethod
     def straight_loads(kernel: Kernel) -> str:
@@ -247,6 +304,46 @@ class WarpSpec(Pass):
         return (f"the tallest accumulator {subject_of(tallest)} is {t.rows} rows = "
                 f"{t.rows // 64} slab(s) of 64, so each of {n} consumers owns "
                 f"{t.rows // n} rows of every {t.rows}-row register tile")
+
+
+FILL_MEASURED = ("; measured (H200, 2026-11-27, session 16, three same runs of benchmarks/no_product_ab.py, "
+                 "benchmarks/results/2026-11-27-nvidia-h200-s16-cpfill-{1,2,3}.json), over the register-tile "
+                 "backend: the consumers' cp.async fill 0.959-1.052x on RMSNorm, residual + LayerNorm, LayerNorm "
+                 "and softmax at D = 1024 and 2048, the producer's TMA fill 0.919-0.978x on the same rows")
+"""What ``fill_by_default`` rests on (the A/B of benchmarks/no_product_ab.py's ``--variant``)."""
+
+
+def fill_by_default(kernel: Kernel) -> tuple[bool, str]:
+    """Whether ``fill=auto`` lets the consumers fill a row block they can fill (``consumer_fill``):
+    always, by the measurements of ``FILL_MEASURED`` (faster than the TMA fill on every row measured)."""
+    return True, ("auto: the consumers fill the block themselves, as the register-tile backend does "
+                  "(with the producer's TMA fill the consumers waited twice as long for the block: "
+                  "ncu, H200, session 15, 34% against 17% of the stall samples)" + FILL_MEASURED)
+
+
+def consumer_fill(kernel: Kernel) -> tuple[list[Load], str]:
+    """The row blocks the consumers can fill themselves with cp.async (``fill``), and '' -- or
+    [] and why not, for a kernel with a shared tile loaded once per tile and no matrix product
+    ([] and '' for any other kernel). They can where the kernel has no product, no ring loop, a
+    block loop of one tile per CTA on one CTA (the fill step ends in one meeting; nothing refills
+    the block within a CTA), and every shared tile is a 16-bit one loaded once per tile that only
+    ``copy_cols`` reads (the register-tile backend's reader of its own layout)."""
+    from ..ir.ops import CopyCols
+    loads = one_shot_loads(kernel)
+    if not loads or any(isinstance(op, MMA_OPS) for op in kernel.walk()):
+        return [], ""
+    if pipelined_loops(kernel):
+        return [], "a ring loop streams shared tiles (the producer fills its stages)"
+    blocks = block_loop(kernel)
+    if blocks.attrs.get("schedule", "grid") == "persistent" or int(blocks.attrs.get("cluster", 1)) > 1:
+        return [], ("a persistent or clustered block loop (a CTA refills the block tile after tile: "
+                    "not built for consumer fills)")
+    for ld in loads:
+        readers = [op for op in kernel.walk() if ld.result in op.operands]
+        if ld.result.type.dtype.nbytes != 2 or not readers or \
+                not all(isinstance(op, CopyCols) for op in readers):
+            return [], f"%{ld.result.hint} is not a 16-bit row block read by copy_cols only"
+    return loads, ""
 
 
 def consumer_fit(kernel: Kernel, n: int) -> tuple[int, int]:

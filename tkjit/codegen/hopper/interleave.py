@@ -5,7 +5,7 @@ follow, so that what the CPU checks is what the GPU runs.
     for kind, step, op in interleave(ops, steps, anchor): ...
 
 ``anchor(step, ops)`` gives the index of the IR op a step stands for (a one-shot tile's full
-``Wait``, a ring loop's ``IfTrips``, a trip's ``Mma`` or a product of one-shot tiles, the ``ConsumerSync`` before a store staged
+``Wait``, the ``CopyFill`` of a tile the consumers fill (its load), a ring loop's ``IfTrips``, a trip's ``Mma`` or a product of one-shot tiles, the ``ConsumerSync`` before a store staged
 over a ring, split-K's ``ClusterReduce`` before the first op reading the loop's results) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
 (``"anchored"``); a step with no op of its own comes where it stands among the anchored ones (a
 wait right after its wgmma), or, after the last of them, once every pending op has run (the
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
-from ...passes.sync_protocol import (ClusterExchange, ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma, MmaWait,
-                                     ScratchSync, StagedStore, StreamKFixup, TileWrite, Wait)
+from ...passes.sync_protocol import (ClusterExchange, ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma,
+                                     MmaWait, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, Wait)
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -74,6 +74,13 @@ class _TileAnchor:
 
     def start(self) -> None:
         self.syncs, self.products, self.scratch = iter(self.staged), None, iter(self.scratch_ops)
+        self.filled = None
+
+    def fills(self, ops: list[Op]):
+        """The loads of ``ops`` the consumers fill (warp-spec's ``fill``), one per ``CopyFill``."""
+        if self.filled is None:
+            self.filled = iter([op for op in ops if isinstance(op, Load) and op.attrs.get("fill") == "cp.async"])
+        return self.filled
 
     def __call__(self, step, ops: list[Op]) -> int | None:
         if isinstance(step, (StagedStore, HoldStore)):
@@ -86,6 +93,8 @@ class _TileAnchor:
             for i, op in enumerate(ops):
                 if isinstance(op, Load) and self.ring_of_load.get(op) == step.ring:
                     return i
+        if isinstance(step, CopyFill):  # the k-th for the k-th load the consumers fill
+            return ops.index(next(self.fills(ops)))
         if isinstance(step, IfTrips):
             return ops.index(self.loop_of[step.ring])
         if isinstance(step, ConsumerSync):
@@ -159,8 +168,19 @@ def level2_parts(loop: For):
     maker = second.operands[0].owner
     if maker in work:
         work.remove(maker)
-        rescale.insert(0, maker)
+        rescale.insert(0 if loop.attrs.get("pack") == "first" else pack_at(maker, rescale), maker)
     return before, first, work, rescale, second
+
+
+def pack_at(maker: Op, rescale: list) -> int:
+    """Where the op making the second product's register A goes among the ops that read the
+    carried tile: after every one of them that does not read its result (the rescale of the
+    accumulator, mul_row(o, alpha), then the pack, cvt<bf16>(p)). The two are independent and
+    ptxas keeps the order it is given; packed first (``mbarrier{pack=first}``, the loop's attr
+    ``pack``), it alternated the packs with the rescale's FMULs in causal attention_nol D = 128
+    and lost their operand reuse (passes/mbarrier.PACK_MEASURED)."""
+    made = set(maker.results)
+    return next((i for i, op in enumerate(rescale) if made & set(op.operands)), len(rescale))
 
 
 def pipelined_trip(loop: For, steps) -> list[tuple]:

@@ -113,7 +113,9 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     loops = set(pipelined_loops(kernel))
     users = users_of(kernel)
     for op in blocks.regions[0].ops:
-        if isinstance(op, Load) and is_shared(op.result):
+        if isinstance(op, Load) and op.attrs.get("fill") == "cp.async":
+            why = _fill_load(op)
+        elif isinstance(op, Load) and is_shared(op.result):
             why = _tma_load(op)
         elif op in loops:
             why = _loop_body(op, consumers, users)
@@ -133,6 +135,14 @@ def _loop_body(loop: For, consumers: int, users) -> Refusal | None:
             why = consumer_refusal(op, consumers, True, users)
         if why is not None:
             return why
+    return None
+
+
+def _fill_load(op: Load) -> Refusal | None:
+    """A row block the consumers fill (lower_copy_fill.py): the register-tile backend's copy takes
+    any tile of a 1-, 2- or 4-byte tensor; its readers are copy_cols (warp-spec's consumer_fill)."""
+    if op.operands[0].type.dtype.nbytes not in (1, 2, 4):
+        return Refusal(op, f"a consumer fill of a {op.operands[0].type.dtype} tensor")
     return None
 
 
@@ -248,7 +258,18 @@ class LoweredKernel:
         """Multicast: the CTAs of a pair sharing the loads ``schedule.pair.loads`` (1: none)."""
         if self.schedule.pair.asked:
             self.decisions.append({"decision": "multicast", "value": self.pair, "why": self.schedule.pair.why})
-        if not self.producer:
+        if not self.producer and any(op.attrs.get("fill") == "cp.async" for op in self.blocks.walk()
+                                     if isinstance(op, Load)):
+            from .lower_layout import FILL_ROW_BYTES
+            self.decisions[0] = {"decision": "backend", "value": "general",
+                                 "why": "the general sm_90a lowering without a producer: warp-spec let the "
+                                        "consumers fill the row block themselves (cp.async, the protocol's "
+                                        "copy_fill step: lower_copy_fill.py), and they load their other tiles "
+                                        "straight from global memory; every IR op by its emitter, the stores "
+                                        "as the epilogue pass chose; lowering=auto takes it for row blocks of rows "
+                                        f"up to {FILL_ROW_BYTES:,} B, measured at least 0.99x the register-tile "
+                                        "backend there (lower_layout.FILL_MEASURED)"}
+        elif not self.producer:
             self.decisions[0] = {"decision": "backend", "value": "general",
                                  "why": "the general sm_90a lowering without a producer: warp-spec gave the "
                                         "kernel none (it loads no shared tile), so the consumer warpgroups "

@@ -22,7 +22,8 @@ from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
-from ...passes.sync_protocol import (ClusterArrive, ClusterExchange, ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Loop, Mma,
+from ...passes.sync_protocol import (ClusterArrive, ClusterExchange, ClusterReduce, ConsumerSync, CopyFill, HoldStore,
+                                     IfHeld, IfTrips, Loop, Mma,
                                      ScratchSync, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync,
                                      StagingWrite, StoreDrain,
                                      StoreWait, StreamKFixup, TileWrite, TmaStore, Wait)
@@ -303,6 +304,9 @@ class ConsumerRole(RoleEmitter):
             self.b(*emit_tile_write(self, op))
             self.b("// end step")
             self.shared[id(op.result)] = op
+        elif isinstance(step, CopyFill):  # a row block the consumers fill (lower_copy_fill)
+            from .lower_copy_fill import emit_copy_fill
+            self.b(*emit_copy_fill(self, step, op))
         elif isinstance(step, Mma):
             self.b(f"// step: {step.text()}")
             self.wgmma(op)

@@ -27,6 +27,13 @@ def copy_cols_refusal(op):
     if not (is_shared(src) and isinstance(src.owner, Load)):
         return Refusal(op, "copy_cols of a shared tile the producer does not load")
     st = src.type
+    if src.owner.attrs.get("fill") == "cp.async":  # the register-tile backend's layout and reader
+        from ..smem import Geometry
+        geo = Geometry.of_tile(st)
+        if st.dtype.nbytes != 2 or (t.cols * 2) % (16 * (geo.mask + 1)):
+            return Refusal(op, f"copy_cols of {t.cols}-column chunks of {st} the consumers fill: the "
+                               "register-tile backend's reader takes 16-bit tiles in whole swizzle groups")
+        return None
     span = swizzle_bytes(st)
     if st.dtype.nbytes != 2 or not span:
         return Refusal(op, f"copy_cols of {st}: the general lowering reads 16-bit swizzled row blocks")
@@ -37,6 +44,9 @@ def copy_cols_refusal(op):
 
 
 def emit_copy_cols(ctx, op) -> list[str]:
+    from .lower_copy_fill import emit_filled_copy_cols, is_filled
+    if is_filled(ctx, op):  # a block the consumers filled with cp.async (lower_copy_fill.py)
+        return emit_filled_copy_cols(ctx, op)
     if not ctx.grid.contiguous_cols:
         raise NotAvailableError("copy_cols: the general lowering reads row-block chunks in the "
                                 "contiguous column order only", op.span)

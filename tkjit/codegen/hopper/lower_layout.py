@@ -124,7 +124,9 @@ __all__ = ["consumer_grid", "consumer_warps", "has_product", "ConsumerSharedSync
 
 
 NO_PRODUCT_MEASURED = ("H200, 2026-11-27 session 15, general / register-tile same run "
-                       "(benchmarks/no_product_ab.py, benchmarks/results/2026-11-27-nvidia-h200-s15-noprod-*.json)")
+                       "(benchmarks/no_product_ab.py, benchmarks/results/2026-11-27-nvidia-h200-s15-noprod-*.json; "
+                       "session 16, benchmarks/results/2026-11-27-nvidia-h200-s16-cpfill-1.json: rotary 1.067, "
+                       "attention_bwd_prep 0.954)")
 
 
 def auto_refusal(kernel, options: dict):
@@ -137,14 +139,19 @@ def auto_refusal(kernel, options: dict):
       the general lowering, measured at 1.06x the register-tile backend on rotary; in the mma
       fragment's order (2- and 4-byte loads: rotary 0.92x) or with a reduction
       (attention_bwd_prep's row sums: 0.95-0.96x), the register-tile backend;
-    * a row block kept in shared memory (stream-cols' cache: ``copy_cols``), filled by the TMA
-      producer: the register-tile backend, whose consumers fill it themselves with cp.async; the
-      general lowering measured 0.88-0.98x on the norm and softmax rows, at the same CTAs an SM
-      as well (RMSNorm D = 2048 0.94-0.96x, ncu: 3.07 against 3.39 TB/s)."""
+    * a row block kept in shared memory (stream-cols' cache: ``copy_cols``) that the consumers
+      fill themselves with cp.async (warp-spec's ``fill``): ``fill_refusal`` (the general lowering
+      for rows up to FILL_ROW_BYTES, measured 0.99-1.02x; wider, the register-tile backend);
+    * such a block filled by the TMA producer (``warp-spec{fill=tma}``): the register-tile backend;
+      the general lowering measured 0.88-0.98x on the norm and softmax rows, at the same CTAs an SM
+      as well (RMSNorm D = 2048 0.94-0.96x, ncu: 3.07 against 3.39 TB/s; session 16: 0.92-0.98x)."""
     from .lower import Refusal
     asked = options.get("asked", options.get("lowering", "auto"))  # (checked mode forces 'general')
     if asked != "auto" or has_product(kernel):
         return None
+    filled = next((op for op in kernel.walk() if isinstance(op, Load) and op.attrs.get("fill") == "cp.async"), None)
+    if filled is not None:
+        return fill_refusal(kernel)
     if not kernel.attrs.get("producer"):
         from ...ir.ops import Reduce
         grid, _ = consumer_grid(kernel, consumer_warps(kernel))
@@ -166,8 +173,41 @@ def auto_refusal(kernel, options: dict):
                               "kernel with no matrix product: lowering=auto keeps such kernels on the "
                               "register-tile backend (its consumers fill the block with cp.async), measured "
                               "faster than the general lowering's TMA producer (0.88-0.98x on the norm and "
-                              f"softmax rows; {NO_PRODUCT_MEASURED})")
+                              f"softmax rows; {NO_PRODUCT_MEASURED}; the consumers' cp.async fill, warp-spec's "
+                              "fill=auto, is measured at least as fast: docs/hopper-codegen.md)")
     return None
+
+
+FILL_MEASURED = ("H200, 2026-11-27 session 16, three same-run A/Bs of general with the consumers' cp.async fill / "
+                 "register-tile (benchmarks/no_product_ab.py, benchmarks/results/2026-11-27-nvidia-h200-s16-cpfill-"
+                 "{1,2,3}.json): rows of 2,048 B (D = 1024): RMSNorm 1.009/0.997/0.997, residual + LayerNorm "
+                 "0.996/0.994/0.998, LayerNorm 1.017/1.019/1.015, softmax 1.002/0.997/1.005; rows of 4,096 B "
+                 "(D = 2048): RMSNorm 1.001/0.994/0.992, softmax 1.051/1.052/1.049, LayerNorm 0.961/0.964/0.959 "
+                 "(.maxnreg 96 instead of 104: 0.967)")
+"""The same-run figures ``fill_refusal`` rests on."""
+FILL_ROW_BYTES = 2048
+"""The widest row (bytes) of a consumer-filled row block that ``lowering=auto`` takes the general
+lowering for: at 2,048 B every family measured at least 0.99x the register-tile backend; at 4,096 B
+one did not (LayerNorm 0.96x; FILL_MEASURED)."""
+
+
+def fill_refusal(kernel):
+    """Under ``lowering=auto``, a row block the consumers fill with cp.async (warp-spec's
+    ``fill``): the general lowering where every such block's rows are at most FILL_ROW_BYTES
+    wide (measured at least as fast on every family), the register-tile backend for wider ones."""
+    from .lower import Refusal
+    blocks = [op for op in kernel.walk() if isinstance(op, Load) and op.attrs.get("fill") == "cp.async"]
+    wide = next((op for op in blocks if op.result.type.cols * op.result.type.dtype.nbytes > FILL_ROW_BYTES), None)
+    if wide is None:
+        return None
+    cache = next((op for op in kernel.walk() if op.NAME == "copy_cols" and op.operands[0] is wide.result), wide)
+    t = wide.result.type
+    return Refusal(cache, f"a column chunk of a row block of {t.cols * t.dtype.nbytes:,}-byte rows that the "
+                          "consumers fill with cp.async, in a kernel with no matrix product: lowering=auto takes "
+                          f"the general lowering for rows of at most {FILL_ROW_BYTES:,} B (measured at least 0.99x "
+                          "the register-tile backend on every family there) and keeps wider ones on the "
+                          "register-tile backend, where one family measured slower "
+                          f"({FILL_MEASURED})")
 
 
 def copy_cols_order_refusal(kernel):

@@ -93,19 +93,23 @@ class For(Op):
     ``partial_sums`` (the carried row sums each thread keeps as its own share, combined across
     the threads of a row once after the loop: the row-sums pass), ``own_trips`` ([rows per
     consumer, key scale]: each consumer runs the trips its own rows see; key scale 0: no mask, the
-    tile's trips) and ``past_end`` (true: a consumer whose rows all lie past the end of every store
-    runs none of them; the own-trips pass)."""
+    tile's trips), ``past_end`` (true: a consumer whose rows all lie past the end of every store
+    runs none of them; the own-trips pass) and ``pack`` ("first": a level-2 trip packs its second
+    product's register A before the ops that rescale the carried tile, not after them;
+    ``mbarrier{pack=first}``)."""
 
     NAME = "for"
     OPERANDS = ("lo", "hi", "step", "inits*")
     ATTRS = {"stages": int, "unroll": int, "stage_bytes": int, "stage_stride": int, "bars": int,
-             "partial_sums": tuple, "own_trips": tuple, "past_end": bool}
+             "partial_sums": tuple, "own_trips": tuple, "past_end": bool, "pack": str}
     OPTIONAL_ATTRS = frozenset(ATTRS)
     NUM_RESULTS = None
     NUM_REGIONS = 1
 
     def infer(self):
         _need_i32(self, self.operands[:3], "a loop bound")
+        if self.attrs.get("pack", "first") != "first":
+            raise self.error(f"pack must be \"first\", got {self.attrs['pack']!r}")
         if "stages" in self.attrs and not 1 <= self.attrs["stages"] <= 8:
             raise self.error(f"stages must be 1 to 8, got {self.attrs['stages']}")
         return [v.type for v in self.variadic()]

@@ -39,12 +39,13 @@ class Load(Op):
     reads the tile or holds a region) waits for them, so that several row blocks loaded one after
     another are in flight together. Set by async-schedule on a shared tile's load: ``ring`` and
     ``box`` (the ring stage it reads, the name the producer's ``tma_load`` issues it by) and, for a
-    load a multicast pair shares, ``halves`` ("panels" or "rows": how the pair splits the box)."""
+    load a multicast pair shares, ``halves`` ("panels" or "rows": how the pair splits the box). Set by
+    warp-spec on a row block the consumers fill themselves (no producer): ``fill = "cp.async"``."""
 
     NAME = "load"
     OPERANDS = ("src", "coords*")
     ATTRS = {"smem": int, "bars": int, "slots": int, "slot_stride": int, "wait": str, "ring": str, "box": str,
-             "halves": str}
+             "halves": str, "fill": str}
     OPTIONAL_ATTRS = frozenset(ATTRS)
 
     def infer(self):
@@ -56,6 +57,10 @@ class Load(Op):
                                      or t.space != "st"):
             raise self.error(f"wait = \"deferred\" is the only wait a load takes, on a shared tile; "
                              f"got {self.attrs['wait']!r} on {describe(t)}")
+        if "fill" in self.attrs and (self.attrs["fill"] != "cp.async" or not isinstance(t, TileType)
+                                     or t.space != "st"):
+            raise self.error(f"fill = \"cp.async\" is the only fill a load takes, on a shared tile; "
+                             f"got {self.attrs['fill']!r} on {describe(t)}")
         return [t]
 
 
