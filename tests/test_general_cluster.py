@@ -190,18 +190,27 @@ def _simulated(k, args, outs):
     return run(k, args, outs)
 
 
+def _fill_pipeline():
+    from tkjit.passes import DEFAULT_PIPELINE
+    return DEFAULT_PIPELINE.replace("warp-spec", "warp-spec{fill=cp.async}", 1)
+
+
+@pytest.mark.parametrize("fill", ["auto", "cp.async"])
 @pytest.mark.parametrize("name, r, d", [("rmsnorm", 20, 4096), ("softmax", 9, 8192), ("layernorm", 17, 4096),
                                         ("residual_layernorm", 20, 4096)])
-def test_the_cluster_split_agrees_on_the_ptx_simulator(name, r, d):
+def test_the_cluster_split_agrees_on_the_ptx_simulator(name, r, d, fill):
     """The general lowering's PTX on the simulator, each cluster's CTAs run together
     (tests/ptxsim.py: mapa, st.async into a peer's shared memory completing its mbarrier's bytes,
     the cluster barrier over every thread of the cluster), at row counts that are not multiples of
-    the 16-row blocks: bit for bit the register-tile backend's PTX of the same IR, within a bf16
-    unit of the interpreter, nothing written outside the outputs."""
+    the 16-row blocks, the row block filled by the producer's TMA (auto) or by the consumers
+    (``warp-spec{fill=cp.async}``): bit for bit the register-tile backend's PTX of the same IR,
+    within a bf16 unit of the interpreter, nothing written outside the outputs."""
     import torch
     src = (EXAMPLES / f"{name}.tk").read_text()
     constants = {"C" if name == "softmax" else "D": d}
-    general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, constants=constants)
+    general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, constants=constants,
+                            pipeline=_fill_pipeline() if fill == "cp.async" else None)
+    assert ("cp.async.bulk.tensor" in general.asm["ptx"]) == (fill == "auto")
     auto = tkjit.compile(src, cache=False, constants=constants)
     assert ".reqnctapercluster" in general.asm["ptx"] and "register-tile" in auto.asm["ptx"].splitlines()[0]
     args, outs = _sim_case(name, r, d)
@@ -228,3 +237,25 @@ def test_a_remote_store_before_the_peers_init_is_caught_on_the_simulator():
         {"ptx": broken}, k.metadata, k._result)
     with pytest.raises(SimError, match="used before its init"):
         _simulated(fake, args, outs)
+
+
+def test_the_consumers_fill_a_split_row_block_when_pinned_and_auto_keeps_the_measured_tma_fill():
+    """warp-spec{fill=auto} keeps the producer's TMA fill over a cluster (the one measured there)
+    and says why; {fill=cp.async} lets the consumers fill their slice: no producer, so neither the
+    producer's cluster steps nor its threads, the consumers' arrival and exchanges as before."""
+    from test_general_lowering import protocol_lint
+    from tkjit.passes import sync_protocol as sp
+    from tkjit.passes.async_schedule import protocol_from_ir
+    auto = _general("rmsnorm", 4096)
+    assert auto.metadata["block"] == [288, 1, 1]
+    assert "keeps the producer's TMA fill, the one measured there" in str(auto.explain())
+    k = _general("rmsnorm", 4096, pipeline=_fill_pipeline())
+    assert k.metadata["block"] == [256, 1, 1] and k.metadata["cluster"] == [4, 1, 1]
+    proto = protocol_from_ir(k.async_ir)
+    assert not any(isinstance(st, (sp.ClusterArrive, sp.ClusterWait)) for st in proto.producer)
+    assert proto.consumer[0] == sp.ClusterArrive(1)
+    assert protocol_lint(k) == []
+    ptx = k.asm["ptx"]
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.bulk.tensor" not in ptx
+    sass = _sass(k)
+    assert "LDGSTS" in sass and "UTMALDG" not in sass and not re.search(r"\b(LDL|STL)\b", sass)

@@ -76,8 +76,9 @@ def _sass(k):
 @pytest.mark.parametrize("name", NORMS + ["rotary"])
 @pytest.mark.parametrize("d", [None, 2048])
 def test_no_product_kernels_take_the_general_lowering(name, d):
-    if d is not None and name == "rotary":
-        pytest.skip("rotary has one width")
+    if d is not None and name in ("rotary", "residual_layernorm"):
+        pytest.skip("rotary has one width; residual + LayerNorm at 2048 takes stream-cols' cluster split, "
+                    "filled by the producer's TMA (test_general_cluster.py)")
     constants = None if d is None else {"C" if name == "softmax" else "D": d}
     k = _general(name, constants=constants)
     sass = _sass(k)

@@ -183,7 +183,7 @@ class _Builder:
         early = self.early = self.early_rings() if persistent else ()
         proto = standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
                                   tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas,
-                                  early=early)
+                                  early=early, producer=bool(self.kernel.attrs.get("producer", True)))
         for ring in self.own:
             proto = replace(proto, consumer=own_trips_consumer(proto.consumer, ring))
         if self.turn_loops:  # the chain of turns opened and closed once per CTA

@@ -1079,7 +1079,7 @@ def release_early(cons: list[Step], ring: str) -> bool:
 
 def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tuple[Ring, ...],
                       items: tuple[Item, ...], pingpong: bool = False, cluster: int = 1,
-                      early: tuple[str, ...] = ()) -> Protocol:
+                      early: tuple[str, ...] = (), producer: bool = True) -> Protocol:
     """The producer/consumer programs for one tile's ``items``, in program order.
 
     One-shot rings are filled at their place and released at the end of the tile (after the
@@ -1154,7 +1154,8 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
         cons_prog = (ClusterSync("start"), *cons_prog, ClusterSync("exit"))
     exchanges = sum(isinstance(item, ExchangeUse) for item in items)
     if exchanges:  # the exchanges' mbarriers, published by a cluster barrier (ClusterArrive)
-        prod_prog = (ClusterArrive(), *prod_prog, ClusterWait())
+        if producer:  # (``producer`` False: warp-spec gave the kernel none, no thread runs its program)
+            prod_prog = (ClusterArrive(), *prod_prog, ClusterWait())
         cons_prog = (ClusterArrive(exchanges), *cons_prog)
     for item in stores:
         if item.deferred:
