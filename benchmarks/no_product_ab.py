@@ -6,9 +6,10 @@ same run, for issue 17 (one lowering for every tile program).
                                         [--variant LABEL=PIPELINE ...]
     python3 benchmarks/no_product_ab.py --profile "rmsnorm D=2048:general"   (for ncu: 3 launches)
 
-Rows: the norm_schedules.py example rows the general lowering takes (RMSNorm, residual +
-LayerNorm, LayerNorm and softmax at D = 1024 and 2048; rotary and the attention backward's row sums (attention_bwd_prep) at D = 128; at D = 4096 and 8192
-stream-cols splits the row block over a cluster, which it refuses: those rows report the refusal). Each row: the three kernels compiled,
+Rows: the norm_schedules.py example rows (RMSNorm, residual + LayerNorm, LayerNorm and softmax at
+D = 1024, 2048, 4096 and 8192 -- at 4096 and 8192 stream-cols splits the row block over a cluster,
+codegen/hopper/lower_cluster.py; rotary and the attention backward's row sums (attention_bwd_prep)
+at D = 128). Each row: the three kernels compiled,
 each checked against float64 torch on fresh random inputs with its outputs poisoned (NaN), then
 timed with CUDA events (warm-up, median of many calls) alternating general / auto / register-tile / a
 device-to-device copy of the same bytes, in rounds whose order flips. Since auto takes the general
@@ -54,7 +55,7 @@ FAMILIES = {**NORM_FAMILIES, "attention_bwd_prep": (_bwd_prep_args, _bwd_prep_tr
 def rows() -> list[dict]:
     out = []
     for fam in ("rmsnorm", "residual_layernorm", "layernorm", "softmax"):
-        for d in (1024, 2048, 4096):
+        for d in (1024, 2048, 4096, 8192):
             dim = "C" if fam == "softmax" else "D"
             out.append(dict(label=f"{fam} D={d}", family=fam, D=d, R=ROWS_OF_D.get(d, 32768),
                             constants={} if d == 1024 else {dim: d}))

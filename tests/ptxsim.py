@@ -10,6 +10,12 @@ barrier epoch, and an access that conflicts with another thread's access in the 
 *in flight* from the copy to the ``cp.async.wait_group``/``wait_all`` that covers its group: any
 access to in-flight bytes is a race, and the data lands (as a write) at the wait.
 
+A kernel with ``.reqnctapercluster k`` runs each cluster's k CTAs together (``Cluster``): each
+runs until every role of it waits on something only a peer can complete, then the next one
+runs; ``mapa`` addresses a peer's shared memory (rank + 1 in bits 24..), ``st.async`` lands
+there at once and completes its bytes on the peer's mbarrier, and ``barrier.cluster.wait``
+passes once every non-exited thread of the cluster arrived as often.
+
 Semantics follow the PTX ISA for ldmatrix, mma.sync.m16n8k16 (bf16/f16), shfl.sync.bfly and the
 scalar instructions; approximate math (ex2.approx, ...) is computed exactly in f32.
 """
@@ -175,6 +181,9 @@ class Kernel:
             raise SimError("no .entry found")
         self.name = m.group(1)
         self.params = re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?(\.\w+)\s+(\w+)", m.group(2))
+        c = re.search(r"\.reqnctapercluster\s+(\d+)", m.group(3))
+        self.cluster = int(c.group(1)) if c else 1
+        """CTAs per cluster (``.reqnctapercluster``; 1: none): ``launch`` runs each cluster's CTAs together."""
         body = m.group(4)
         self.instrs: list[tuple] = []
         self.labels: dict[str, int] = {}
@@ -210,6 +219,11 @@ class CTA:
         self.steps = 0
         self.barriers: dict[int, dict] = {}  # shared address -> mbarrier state (count, pending, tx, phase)
         self.tensor_maps: dict = {}          # fake handle -> tensor map (launch's ``maps``)
+        self.cluster: Cluster | None = None  # the CTAs run together with this one (``Cluster``)
+        self.rank = 0
+        self.exited = np.zeros(threads, dtype=bool)
+        self.arrivals = np.zeros(threads, dtype=np.int64)  # barrier.cluster arrivals of each thread
+        self.waits = np.zeros(threads, dtype=np.int64)     # ... and its completed waits
 
     # -- operands --------------------------------------------------------------------------
     def val(self, tok: str, kind: str = "u32") -> np.ndarray:
@@ -221,6 +235,10 @@ class CTA:
             return np.full(self.T, self.ctaid, dtype=np.uint32)
         if tok == "%nctaid.x":
             return np.full(self.T, self.nctaid, dtype=np.uint32)
+        if tok in ("%cluster_ctarank", "%clusterid.x", "%nclusterid.x"):
+            k = self.k.cluster
+            value = {"%cluster_ctarank": self.rank, "%clusterid.x": self.ctaid // k, "%nclusterid.x": self.nctaid // k}[tok]
+            return np.full(self.T, value, dtype=np.uint32)
         if tok == "tk_smem":
             return np.zeros(self.T, dtype=np.uint32)
         if tok in self.params:  # a parameter's address (a tensor map's: its handle)
@@ -284,7 +302,14 @@ class CTA:
         the PTX ISA requires) parks the threads that do not go first where the others will
         reconverge -- at a forward branch's target, or after a backward branch -- and
         collective instructions (barriers, shuffles, ldmatrix, mma) need every thread live."""
-        pc = 0
+        for pc in self.walk(max_steps):
+            raise SimError(f"deadlock: the instruction at {pc} waits on another CTA of a cluster, and none runs")
+
+    def walk(self, max_steps: int = 10_000_000):
+        """``run`` as a generator: in a cluster (``Cluster``) it yields the pc where its threads
+        wait on something only another CTA can complete (an mbarrier phase its peers' stores
+        complete, the cluster barrier), so that the cluster's other CTAs run."""
+        pc = stuck = 0  # stuck: waits in a row that failed (in a cluster: all roles wait, yield)
         instrs = self.k.instrs
         live = np.ones(self.T, dtype=bool)
         parked: dict[int, np.ndarray] = {}
@@ -324,6 +349,7 @@ class CTA:
                     pc = target
                 continue
             if opcode == "ret":
+                self.exited |= live
                 if not parked:
                     return
                 pc = min(parked)  # these threads are done; the parked ones go on (a role that waits)
@@ -332,12 +358,33 @@ class CTA:
             if opcode.startswith("bar.") and len(ops) == 2:  # a named barrier of a given thread count
                 if int(live.sum()) != int(ops[1]):
                     raise SimError(f"{opcode} {ops} at instruction {pc} with {int(live.sum())} threads live")
+            elif opcode.startswith("barrier.cluster"):  # every thread of the cluster, by its warps where .aligned
+                if ".aligned" in opcode and not (live.reshape(-1, 32).all(1) | ~live.reshape(-1, 32).any(1)).all():
+                    raise SimError(f"{opcode} at instruction {pc} with only some threads of a warp live")
             elif not live.all() and opcode.split(".")[0] in ("bar", "barrier", "shfl", "ldmatrix", "mma", "stmatrix"):
                 warps = live.reshape(-1, 32) if self.T % 32 == 0 else live[None]
                 if opcode.split(".")[0] in ("bar", "barrier") or not (warps.all(1) | ~warps.any(1)).all():
                     raise SimError(f"{opcode} at instruction {pc} with only some threads live")  # (of a warp)
-            self.execute(opcode, ops, active)
-            if opcode.startswith("mbarrier.try_wait") and not self.pred(ops[0])[active].all():
+            if opcode.startswith("barrier.cluster.wait") and not self._cluster_ready(active):
+                blocked = True  # (not executed: retried once the cluster's threads arrived)
+            else:
+                self.execute(opcode, ops, active)
+                blocked = opcode.startswith("mbarrier.try_wait") and not self.pred(ops[0])[active].all()
+            stuck = stuck + 1 if blocked else 0
+            if blocked and self.cluster is not None and (not parked or stuck > len(parked) + 1):
+                # every role of this CTA waits: the cluster's other CTAs may complete it (a CTA runs
+                # as far as it can first, so a peer that is late to initialise is late)
+                stuck = 0
+                yield pc
+                self.cluster_yields = getattr(self, "cluster_yields", 0) + 1
+                if self.cluster_yields > 100_000:
+                    raise SimError("deadlock: the cluster's CTAs keep waiting on each other")
+                if not parked:
+                    if not opcode.startswith("mbarrier.try_wait"):
+                        continue  # retry the wait
+                    pc += 1  # (the spin loop's branch comes back to the try_wait)
+                    continue
+            if blocked:
                 # the phase has not completed: run another role (warp specialization) until it has
                 if not parked:
                     raise SimError(f"deadlock: {opcode} at instruction {pc} waits and no other threads can run")
@@ -660,6 +707,8 @@ class CTA:
             self.set(d, reg_val, active)
 
     def op_st(self, parts, ops, active):
+        if parts[1] == "async":
+            return self._st_async(ops, active)
         space = parts[1]
         vec = int(parts[2][1:]) if parts[2].startswith("v") else 1
         kind = parts[-1]
@@ -726,6 +775,58 @@ class CTA:
         if (int(active.sum()) != int(ops[1])) if len(ops) == 2 else not active.all():
             raise SimError("bar.sync under a predicate")
         self.shared.barrier()
+
+    # -- clusters (distributed shared memory, the cluster barrier) -------------------------------
+    def _cluster_ready(self, active) -> bool:
+        """A barrier.cluster.wait passes once every non-exited thread of the cluster arrived as
+        often as the waiting threads' next wait needs."""
+        need = int(self.waits[active].max()) + 1 if active.any() else 0
+        ctas = self.cluster.ctas if self.cluster is not None else [self]
+        return all(bool((cta.arrivals[~cta.exited] >= need).all()) for cta in ctas)
+
+    def op_barrier(self, parts, ops, active):
+        if parts[1] != "cluster" or parts[2] not in ("arrive", "wait"):
+            raise SimError(f"unsupported {'.'.join(parts)}")
+        if parts[2] == "arrive":
+            self.arrivals[active] += 1
+        else:
+            self.waits[active] += 1
+
+    def _remote(self, addrs: np.ndarray) -> tuple[CTA, np.ndarray]:
+        """The CTA and its shared offsets of ``.shared::cluster`` addresses (``mapa``'s: rank + 1
+        in bits 24.., below that this CTA's own)."""
+        ranks = addrs >> 24
+        if len(set(ranks.tolist())) != 1:
+            raise SimError("one instruction addressing the shared memory of several CTAs")
+        r = int(ranks[0]) if ranks.size else 0
+        if r == 0:
+            return self, addrs
+        if self.cluster is None or r - 1 >= len(self.cluster.ctas):
+            raise SimError(f"a shared::cluster address of rank {r - 1}, outside the cluster")
+        return self.cluster.ctas[r - 1], addrs & 0xFFFFFF
+
+    def op_mapa(self, parts, ops, active):
+        """``mapa.shared::cluster.u32 d, a, r``: a's offset in rank r's shared memory, encoded
+        as (r + 1) << 24 | offset (``_remote``)."""
+        a, r = self.u32(ops[1]), self.u32(ops[2])
+        if (a[active] >= 1 << 24).any():
+            raise SimError("mapa of an address that is not this CTA's own")
+        # (a rank outside the cluster is mapped too; only an access through it is an error)
+        self.set(ops[0], ((np.minimum(r, 254).astype(np.uint32) + 1) << 24) | (a & 0xFFFFFF), active)
+
+    def _st_async(self, ops, active) -> None:
+        """``st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [a], v, [mbar]``: v lands in
+        the target CTA's shared memory (the async proxy: ordered by that CTA's mbarrier, not by
+        race epochs) and completes 4 bytes on its mbarrier at once."""
+        for t in np.nonzero(active)[0]:
+            cta, (addr,) = self._remote(self.address(ops[0], "shared")[t:t + 1])
+            mcta, (bar,) = self._remote(self.address(ops[2], "shared")[t:t + 1])
+            if mcta is not cta:
+                raise SimError("st.async completing an mbarrier of another CTA than it writes")
+            idx = cta.shared._bytes(np.array([addr]), 4).ravel()
+            cta.shared.data[idx] = np.array([self.u32(ops[1])[t]], dtype=np.uint32).view(np.uint8)
+            cta.shared.w_epoch[idx] = -1
+            cta._arrive(int(bar), tx=-4)
 
     def op_fence(self, parts, ops, active):
         """``fence.proxy.async``: orders this thread's generic-proxy shared writes before later
@@ -917,7 +1018,35 @@ def launch(ptx: str, meta: dict, args: list, dims: dict, num_sms: int = 4, mem: 
     total = grid[0] * grid[1] * grid[2]
     if total > max_ctas:
         raise SimError(f"grid of {total} CTAs is too large for the simulator")
-    for cta in range(total):
-        block = CTA(kernel, mem, params, cta, total, meta["block"][0], meta["smem_bytes"])
-        block.tensor_maps = maps
-        block.run()
+    k = kernel.cluster
+    if total % k:
+        raise SimError(f"a grid of {total} CTAs is not whole clusters of {k}")
+    for first in range(0, total, k):
+        blocks = [CTA(kernel, mem, params, cta, total, meta["block"][0], meta["smem_bytes"])
+                  for cta in range(first, first + k)]
+        for rank, block in enumerate(blocks):
+            block.tensor_maps = maps
+            block.rank = rank
+        if k == 1:
+            blocks[0].run()
+        else:
+            Cluster(blocks).run()
+
+
+class Cluster:
+    """The CTAs of one cluster, run together: each runs until it waits on the others (its
+    ``walk`` yields), in turn, until all have returned."""
+
+    def __init__(self, ctas: list[CTA]):
+        self.ctas = ctas
+        for cta in ctas:
+            cta.cluster = self
+
+    def run(self) -> None:
+        running = {cta.rank: cta.walk() for cta in self.ctas}
+        while running:
+            for rank in list(running):
+                try:
+                    next(running[rank])
+                except StopIteration:
+                    del running[rank]

@@ -58,7 +58,7 @@ def test_fill_tma_pins_the_producer_and_a_persistent_grid_keeps_it():
     resident = _general("rmsnorm", pipeline=DEFAULT_PIPELINE.replace(
         "stream-cols", "stream-cols{resident=2 stages=4}", 1))
     text = str(resident.explain())
-    assert "filled by the producer's TMA" in text and "a persistent or clustered block loop" in text
+    assert "filled by the producer's TMA" in text and "a persistent block loop" in text
     with pytest.raises(tkjit.errors.TkError, match="fill must be auto, tma, cp.async"):
         _general("rmsnorm", pipeline=DEFAULT_PIPELINE.replace("warp-spec", "warp-spec{fill=yes}", 1)).asm["ptx"]
 

@@ -31,7 +31,7 @@ def _one_cta_pipeline():
 
 
 ONE_CTA = _one_cta_pipeline()
-"""Wide rows on one CTA each: the general lowering does not take stream-cols' cluster split yet."""
+"""Wide rows on one CTA each (stream-cols' cluster split, the default at D = 4096: test_general_cluster.py)."""
 
 
 def _tma_pipeline():
@@ -54,12 +54,8 @@ def _tma(name, **extra):
 
 
 def test_what_is_not_lowered_yet_is_refused_at_its_op():
-    """Wide rows: stream-cols' cluster split (the default at D = 4096) and, on one CTA, its
-    streamed chunks through a ring with no product -- each refused with the op and why."""
-    with pytest.raises(NotAvailableError, match="cluster"):
-        _general("rmsnorm", constants={"D": 4096}).asm["ptx"]
-    with pytest.raises(NotAvailableError, match="cluster_rank"):
-        _general("residual_layernorm", constants={"D": 2048}).asm["ptx"]
+    """Wide rows on one CTA: the streamed chunks through a ring with no product are refused with
+    the op and why (the cluster split is lowered: test_general_cluster.py)."""
     with pytest.raises(NotAvailableError, match="ring loop with no matrix product"):
         _general("rmsnorm", constants={"D": 4096}, pipeline=ONE_CTA).asm["ptx"]
 
@@ -81,7 +77,8 @@ def _sass(k):
 @pytest.mark.parametrize("d", [None, 2048])
 def test_no_product_kernels_take_the_general_lowering(name, d):
     if d is not None and name in ("rotary", "residual_layernorm"):
-        pytest.skip("rotary has one width; residual + LayerNorm at 2048 takes stream-cols' cluster split")
+        pytest.skip("rotary has one width; residual + LayerNorm at 2048 takes stream-cols' cluster split, "
+                    "filled by the producer's TMA (test_general_cluster.py)")
     constants = None if d is None else {"C" if name == "softmax" else "D": d}
     k = _general(name, constants=constants)
     sass = _sass(k)

@@ -49,11 +49,9 @@ def _check(kernel, args, truth, fulls):
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm", "layernorm", "softmax"])
-@pytest.mark.parametrize("d", [1024, 2048])  # (wider rows: stream-cols' cluster split, not lowered yet)
+@pytest.mark.parametrize("d", [1024, 2048])  # (wider rows, split over a cluster: test_general_cluster_gpu.py)
 @pytest.mark.parametrize("r", [1000, 33, 7])
 def test_row_wise_example_through_the_general_lowering(name, d, r):
-    if (name, d) == ("residual_layernorm", 2048):
-        pytest.skip("stream-cols splits it over a cluster, which the general lowering refuses")
     constants = {"C" if name == "softmax" else "D": d}
     general = tkjit.load(EXAMPLES / f"{name}.tk", constants=constants, lowering="general", require_hopper=True)
     assert general.metadata.get("lowering") == "general"

@@ -59,7 +59,7 @@ def _enclosing(op) -> tuple[Blocks | None, tuple]:
     return None, tuple(reversed(where))
 
 
-def _pushes(op) -> int:
+def push_ctas(op) -> int:
     """k where ``op`` is a push exchange of a loop split over k > 1 CTAs, else 0."""
     if isinstance(op, ClusterMoments):
         pass  # always pushed
@@ -73,7 +73,7 @@ def _pushes(op) -> int:
 def pinned_scratch(op) -> bool:
     """A push exchange's mbarrier and slots live through the whole kernel: peers store into them
     whenever they reach the exchange."""
-    return _pushes(op) > 0
+    return push_ctas(op) > 0
 
 
 SLOTS_AT = 16
@@ -81,7 +81,7 @@ SLOTS_AT = 16
 
 
 def cluster_reduce_scratch_bytes(op, grid) -> int:
-    k = _pushes(op)
+    k = push_ctas(op)
     if k:  # cluster_moments: k slots for each of its two partials
         return SLOTS_AT + len(op.operands) * k * 4 * op.operands[0].type.length
     return 4 * op.operands[0].type.length

@@ -20,7 +20,8 @@ from .hopper import (block_loop, check_supported_loads, depends_on, is_shared, n
                      pipelined_loops, shared_loads)
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_host, staging_sizes
-from .sync_protocol import (FillUse, Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce, StagingReuse,
+from .sync_protocol import (ExchangeUse, FillUse, Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce,
+                            StagingReuse,
                             StoreItem, StreamKUnits, TileProduct, own_trips_consumer, standard_protocol, with_turns)
 from .sync_protocol import Load as RingLoad
 
@@ -172,13 +173,17 @@ class _Builder:
             if op in scratch:
                 self.items.append(ScratchUse(scratch[op]))
                 self.scratch_ops.append(op)
+            ctas = exchange_ctas(op)
+            if ctas:  # a row reduction the CTAs of a cluster exchange (its step stands for the op)
+                self.items.append(ExchangeUse(op.NAME, ctas))
+                self.scratch_ops.append(op)
         self.stream_k_units(blocks)
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1
         early = self.early = self.early_rings() if persistent else ()
         proto = standard_protocol(self.kernel.name, self.consumers, persistent, tuple(self.rings),
                                   tuple(self.items), pingpong=self.pingpong, cluster=self.pair.ctas,
-                                  early=early)
+                                  early=early, producer=bool(self.kernel.attrs.get("producer", True)))
         for ring in self.own:
             proto = replace(proto, consumer=own_trips_consumer(proto.consumer, ring))
         if self.turn_loops:  # the chain of turns opened and closed once per CTA
@@ -388,6 +393,13 @@ class _Builder:
             self.reused.append(op)
             if host is not None and persistent:
                 self.hosts[self.ring_of[host.result]] = op
+
+
+def exchange_ctas(op: Op) -> int:
+    """k where ``op`` is a row reduction whose partials the k > 1 CTAs of a cluster push to each
+    other (codegen/emit_cluster.py: a ``ClusterExchange`` step stands for it), else 0."""
+    from ..codegen.emit_cluster import push_ctas
+    return push_ctas(op)
 
 
 def is_tile_write(op: Op) -> bool:

@@ -106,6 +106,20 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            its peer's consumers may still arrive on its empty barriers). Checked
                            as a meeting: "start" precedes every role's first action, "exit" is a
                            meeting of the consumers (the peer is assumed to mirror this CTA)
+    ClusterArrive(exchanges)  a row block split over a cluster (stream-cols' ``cluster``): the first
+                           step of both programs. The consumers' (``exchanges`` > 0): one thread
+                           initialises and arms the mbarrier of each cluster exchange and fences
+                           the inits for the cluster; then every thread of the role arrives
+                           (relaxed) on the cluster barrier that publishes them
+    ClusterWait()          the producer's last step: its threads wait on that cluster barrier
+                           (every thread that arrived also waits)
+    ClusterExchange(op, ctas, first)  the consumers' exchange of a row reduction ``op``'s partials
+                           between the ``ctas`` CTAs of the cluster (codegen/emit_cluster.py):
+                           ``first``: wait on the cluster barrier first (the peers' inits are
+                           visible); st.async the partial into every CTA's slot, counted by its
+                           exchange mbarrier; wait on this CTA's; read the slots in rank order.
+                           Across CTAs: checked by codegen/cluster_protocol.py over every
+                           interleaving; in one CTA (peers mirroring it): a meeting of the consumers
 
 Every class is ``@dataclass(unsafe_hash=True)`` over ``Frozen`` (tkjit/frozen.py): protocols are
 compared, hashed (``mbarrier``'s cache of checks) and keyed by their repr (the verdicts kept on
@@ -377,6 +391,45 @@ class ClusterSync(Frozen):
 
 
 @dataclass(unsafe_hash=True)
+class ClusterArrive(Frozen):
+    """A row block split over a cluster: the cluster barrier that publishes the exchanges'
+    mbarrier inits, arrived on (relaxed) by every thread of the role at its start; the consumers'
+    (``exchanges`` > 0) first initialise and arm those mbarriers (one thread) and fence them."""
+
+    exchanges: int = 0
+
+    def text(self) -> str:
+        if self.exchanges:
+            return (f"init and arm the mbarriers of {self.exchanges} cluster exchange(s) (one thread; "
+                    "fence.mbarrier_init.release.cluster); barrier.cluster.arrive.relaxed (every consumer thread)")
+        return "barrier.cluster.arrive.relaxed (every producer thread)"
+
+
+@dataclass(unsafe_hash=True)
+class ClusterWait(Frozen):
+    """The producer's last step: its threads wait on the cluster barrier they arrived on."""
+
+    def text(self) -> str:
+        return "barrier.cluster.wait.acquire (every producer thread, after its loads)"
+
+
+@dataclass(unsafe_hash=True)
+class ClusterExchange(Frozen):
+    """The consumers' exchange of row reduction ``op``'s partials between the ``ctas`` CTAs of a
+    cluster through distributed shared memory (the push exchange, codegen/emit_cluster.py)."""
+
+    op: str
+    ctas: int
+    first: bool = False
+
+    def text(self) -> str:
+        wait = "barrier.cluster.wait.acquire (the peers' exchange mbarriers are initialised); " if self.first else ""
+        return (f"cluster exchange of {self.op} over {self.ctas} CTAs: {wait}st.async the partial into every "
+                "CTA's slot (complete_tx on its exchange mbarrier); mbarrier.try_wait.parity.acquire.cluster on "
+                f"this CTA's; read the {self.ctas} slots in rank order")
+
+
+@dataclass(unsafe_hash=True)
 class StoreWait(Frozen):
     """Staged epilogue: the consumer's one TMA-issuing thread waits until at most ``pending`` of
     its committed bulk-store groups still read their staging (``cp.async.bulk.wait_group.read``)."""
@@ -489,7 +542,8 @@ def with_turns(consumer: tuple) -> tuple:
 
 
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, ScratchSync, TileWrite, CopyFill,
-              StagingBegin, StagingEnd, StagingRead, ClusterReduce, StreamKFixup, ClusterSync, SkipTrips, TurnWait, TurnPass,
+              StagingBegin, StagingEnd, StagingRead, ClusterReduce, StreamKFixup, ClusterSync, ClusterArrive, ClusterWait,
+              ClusterExchange, SkipTrips, TurnWait, TurnPass,
               StoreWait, StagingSync, StagingWrite, TmaStore, StoreDrain, HoldStore]
 
 
@@ -783,8 +837,16 @@ class ScratchUse(Frozen):
     ops: tuple[str, ...]
 
 
+@dataclass(unsafe_hash=True)
+class ExchangeUse(Frozen):
+    """A row reduction whose partials the CTAs of a cluster exchange (``ClusterExchange``)."""
+
+    op: str
+    ctas: int
+
+
 Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem, TileProduct, ScratchUse,
-             FillUse]
+             FillUse, ExchangeUse]
 
 
 def staged_store(item: StoreItem) -> StagedStore:
@@ -1017,7 +1079,7 @@ def release_early(cons: list[Step], ring: str) -> bool:
 
 def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tuple[Ring, ...],
                       items: tuple[Item, ...], pingpong: bool = False, cluster: int = 1,
-                      early: tuple[str, ...] = ()) -> Protocol:
+                      early: tuple[str, ...] = (), producer: bool = True) -> Protocol:
     """The producer/consumer programs for one tile's ``items``, in program order.
 
     One-shot rings are filled at their place and released at the end of the tile (after the
@@ -1065,6 +1127,9 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
             cons.append(ScratchSync(item.ops))
         elif isinstance(item, FillUse):
             cons.append(CopyFill(item.tile))
+        elif isinstance(item, ExchangeUse):
+            first = not any(isinstance(st, ClusterExchange) for st in cons)
+            cons.append(ClusterExchange(item.op, item.ctas, first))
         elif isinstance(item, StoreItem):
             if not (n and isinstance(items[n - 1], StagingReuse)):
                 cons.append(staged_store(item))
@@ -1087,6 +1152,11 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
     if cluster > 1:
         prod_prog = (ClusterSync("start"), *prod_prog)
         cons_prog = (ClusterSync("start"), *cons_prog, ClusterSync("exit"))
+    exchanges = sum(isinstance(item, ExchangeUse) for item in items)
+    if exchanges:  # the exchanges' mbarriers, published by a cluster barrier (ClusterArrive)
+        if producer:  # (``producer`` False: warp-spec gave the kernel none, no thread runs its program)
+            prod_prog = (ClusterArrive(), *prod_prog, ClusterWait())
+        cons_prog = (ClusterArrive(exchanges), *cons_prog)
     for item in stores:
         if item.deferred:
             cons_prog = defer_store(cons_prog, item)

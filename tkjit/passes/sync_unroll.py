@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sync_protocol import (BLOCKS, Advance, ClusterReduce, ClusterSync, ConsumerSync, ExpectTx, HoldStore, IfHeld,
+from .sync_protocol import (BLOCKS, Advance, ClusterArrive, ClusterExchange, ClusterReduce, ClusterSync, ClusterWait, ConsumerSync, ExpectTx, HoldStore, IfHeld,
                             IfNextTile, IfPrevTile, IfTrips, Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset,
                             SkipTrips, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync, StagingWrite, Step, StoreDrain,
                             StoreWait, StreamKFixup, Tiles, TileWrite, CopyFill, TmaLoad, TmaStore, TurnPass, TurnWait, Wait, turn_applies)
@@ -317,6 +317,22 @@ class _Unroller:
             self._ConsumerSync(ConsumerSync())
         elif self.out:
             raise ValueError("ClusterSync('start') must come before every other step of a program")
+
+    def _ClusterArrive(self, st: ClusterArrive) -> None:
+        """A cluster split's arrival on the barrier that publishes the exchanges' mbarrier inits:
+        first in every role's program (as ``ClusterSync("start")``); no action in one CTA."""
+        if self.out:
+            raise ValueError("ClusterArrive must come before every other step of a program")
+
+    def _ClusterWait(self, st: ClusterWait) -> None:
+        """The producer's wait on that barrier: every thread of the cluster arrived at its start,
+        so in one CTA it orders nothing and never blocks (no action)."""
+
+    def _ClusterExchange(self, st: ClusterExchange) -> None:
+        """A cluster exchange of a row reduction's partials: across CTAs codegen/cluster_protocol.py
+        checks it; in this one-CTA model (the peers mirror this CTA: each waits for the partials its
+        consumers push) it is a meeting of the consumers, as split-K's cluster barriers are."""
+        self._ConsumerSync(ConsumerSync())
 
     # -- the staged epilogue (one consumer's own staging; its warps meet on its own barrier) -----
     def _StagedStore(self, st: StagedStore) -> None:

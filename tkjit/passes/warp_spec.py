@@ -315,7 +315,13 @@ FILL_MEASURED = ("; measured (H200, 2026-11-27, session 16, three same runs of b
 
 def fill_by_default(kernel: Kernel) -> tuple[bool, str]:
     """Whether ``fill=auto`` lets the consumers fill a row block they can fill (``consumer_fill``):
-    always, by the measurements of ``FILL_MEASURED`` (faster than the TMA fill on every row measured)."""
+    always, by the measurements of ``FILL_MEASURED`` (faster than the TMA fill on every row measured),
+    but for a row block split over a cluster (stream-cols' ``cluster``), where the consumers' fill
+    is not measured yet (``warp-spec{fill=cp.async}`` takes it there)."""
+    if int(block_loop(kernel).attrs.get("cluster", 1)) > 1:
+        return False, ("auto: a row block split over a cluster keeps the producer's TMA fill, the one measured "
+                       "there (benchmarks/results/2026-11-27-nvidia-h200-s16-cluster-ab.json); the consumers' "
+                       "cp.async fill over a cluster is not measured yet (warp-spec{fill=cp.async} takes it)")
     return True, ("auto: the consumers fill the block themselves, as the register-tile backend does "
                   "(with the producer's TMA fill the consumers waited twice as long for the block: "
                   "ncu, H200, session 15, 34% against 17% of the stall samples)" + FILL_MEASURED)
@@ -335,8 +341,8 @@ def consumer_fill(kernel: Kernel) -> tuple[list[Load], str]:
     if pipelined_loops(kernel):
         return [], "a ring loop streams shared tiles (the producer fills its stages)"
     blocks = block_loop(kernel)
-    if blocks.attrs.get("schedule", "grid") == "persistent" or int(blocks.attrs.get("cluster", 1)) > 1:
-        return [], ("a persistent or clustered block loop (a CTA refills the block tile after tile: "
+    if blocks.attrs.get("schedule", "grid") == "persistent":  # (a cluster split: one tile per CTA too)
+        return [], ("a persistent block loop (a CTA refills the block tile after tile: "
                     "not built for consumer fills)")
     for ld in loads:
         readers = [op for op in kernel.walk() if ld.result in op.operands]

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
-from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma, MmaWait,
-                                     ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, Wait)
+from ...passes.sync_protocol import (ClusterExchange, ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma,
+                                     MmaWait, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, Wait)
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -99,7 +99,7 @@ class _TileAnchor:
             return ops.index(self.loop_of[step.ring])
         if isinstance(step, ConsumerSync):
             return ops.index(next(self.syncs))
-        if isinstance(step, ScratchSync):
+        if isinstance(step, (ScratchSync, ClusterExchange)):  # (the exchange's op: mbarrier.Schedule.scratch_ops)
             return ops.index(next(self.scratch))
         if isinstance(step, (ClusterReduce, StreamKFixup)):
             return first_reader(ops, self.loop_of[step.ring])

@@ -33,8 +33,10 @@ from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, Tile
 from ...passes.hopper import block_loop, depends_on, is_shared, pipelined_loops, swizzle_bytes
 from ...passes.mbarrier import Schedule, schedule_of
 from ..abi import Pointers, launch_params, map_only, param_entries, stride_registers
+from ..kernel import PUSH_PTX_VERSION
 from . import mbarrier, tma
 from .builder import Builder
+from .lower_cluster import launch as cluster_launch
 from .lower_layout import SCRATCH_BARRIER, has_product
 from .program import ARCH, SMEM_SYMBOL, module_text
 
@@ -64,9 +66,10 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     if "consumers" not in kernel.attrs or "smem" not in kernel.attrs or "maxnreg" not in kernel.attrs:
         return Refusal(None, "a kernel the Hopper scheduling passes did not schedule (warp-spec, smem-plan, "
                              "reg-budget)")
-    from .lower_layout import auto_refusal, cluster_refusal, copy_cols_order_refusal, ring_loop_refusal
-    why = (auto_refusal(kernel, options) or cluster_refusal(kernel) or ring_loop_refusal(kernel)
-           or copy_cols_order_refusal(kernel))
+    from .lower_cluster import cluster_auto_refusal, cluster_refusal
+    from .lower_layout import auto_refusal, copy_cols_order_refusal, ring_loop_refusal
+    why = (auto_refusal(kernel, options) or cluster_auto_refusal(kernel, options) or cluster_refusal(kernel, options)
+           or ring_loop_refusal(kernel) or copy_cols_order_refusal(kernel))
     if why is not None:
         return why
     blocks = block_loop(kernel)
@@ -219,6 +222,12 @@ class LoweredKernel:
         self.scratch, extra = scratch_plan(kernel, self.blocks.walk(), consumer_table(), self.grid, self.smem_bytes)
         """Shared scratch of the consumers' cross-warp reductions, after everything smem-plan placed."""
         self.smem_bytes += extra
+        from .lower_cluster import cluster_ctas, exchange_regions
+        self.smem_bytes += exchange_regions(self.scratch, self.blocks.walk(), self.smem_bytes)
+        self.cluster = cluster_ctas(kernel)
+        """A row block split over a cluster: the CTAs sharing each block (1: none; lower_cluster.py)."""
+        self.pushes = False
+        """Whether the consumers emitted push exchanges (st.async: PTX ISA 8.1)."""
         self.copying = bool(self.options.get("unaligned_rows"))
         """Rows TMA cannot address may reach this kernel (the compile option ``unaligned_rows``):
         the producer then copies every stage where they do (lower_copy.py) and stores of tensors
@@ -273,10 +282,15 @@ class LoweredKernel:
                                         "planned, the consumers run every IR op by its emitter"}
         if layout_decision is not None:
             self.decisions.append(layout_decision)
-        if self.scratch.scratch:
+        if self.cluster > 1:
+            from .lower_cluster import decision
+            self.decisions.append(decision(kernel, self.scratch))
+        from ..emit_cluster import pinned_scratch
+        users = [op for op in self.blocks.walk() if id(op) in self.scratch.scratch and not pinned_scratch(op)]
+        if users:  # (a cluster exchange's own region: the cluster decision)
             ops = ", ".join(dict.fromkeys(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
-                                          for op in self.blocks.walk() if id(op) in self.scratch.scratch))
-            region = next(iter(self.scratch.scratch.values()))
+                                          for op in users))
+            region = self.scratch.of_op(users[0])
             self.decisions.append({"decision": "consumer scratch", "value": region.size,
                                    "why": f"{ops}: partials of several warp columns combined through "
                                           f"{region.size} B of shared memory at {region.offset}, after "
@@ -353,8 +367,10 @@ class LoweredKernel:
         ConsumerRole(self).run()
         b(f"bra.uni {done};")
         b.place(producer_label)
-        ProducerRole(self).run()
+        role = ProducerRole(self)
+        role.run()
         b.place(done)
+        role.finish(producer)  # (a cluster split's ClusterWait: every producer thread, at the exit)
         b("ret;")
         return self.module_text(), self.metadata()
 
@@ -434,7 +450,8 @@ class LoweredKernel:
             from .lower_stream_k import declarations
             decls = declarations(self)
         return module_text("tile program", self.kernel.name, entries, self.maps.values(), self,
-                           self.b.body(), cluster=max(self.split, self.pair), globals_=decls)
+                           self.b.body(), cluster=max(self.split, self.pair, self.cluster), globals_=decls,
+                           **({"version": PUSH_PTX_VERSION} if self.pushes else {}))
 
     def metadata(self) -> dict:
         from ...passes.grid import launch_grid
@@ -445,7 +462,8 @@ class LoweredKernel:
         params += maps
         return {"name": self.kernel.name, "entry": self.kernel.name, "arch": ARCH, "backend": "wgmma",
                 "lowering": "general", "params": params, "dims": self.kernel.named_dims(),
-                "grid": [pair_grid(self.kernel) if self.pair > 1 else launch_grid(self.kernel)],
+                "grid": [pair_grid(self.kernel) if self.pair > 1 else launch_grid(self.kernel) if self.cluster == 1
+                         else ["mul", launch_grid(self.kernel), self.cluster]],
                 "block": [self.threads, 1, 1],
                 "smem_bytes": self.smem_bytes + 1024, "num_warps": self.threads // 32,
                 "registers": list(self.regs or ()), "protocol": self.proto.text(),
@@ -454,7 +472,7 @@ class LoweredKernel:
                 "strided_variant": True,  # the option ``strided``: views' strides as parameters
                 "decisions": list(self.decisions)} | reduction_shape(self.kernel, self.schedule) \
             | ({"serial_launches": True} if self.stream_k is not None else {}) \
-            | launch_picks_binary(self.kernel)  # the module's workspace; by_trips
+            | launch_picks_binary(self.kernel) | cluster_launch(self.kernel)  # the module's workspace; by_trips
 
 
 def launch_picks_binary(kernel: Kernel) -> dict:

@@ -22,7 +22,8 @@ from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
-from ...passes.sync_protocol import (ClusterReduce, ConsumerSync, CopyFill, HoldStore, IfHeld, IfTrips, Loop, Mma,
+from ...passes.sync_protocol import (ClusterArrive, ClusterExchange, ClusterReduce, ConsumerSync, CopyFill, HoldStore,
+                                     IfHeld, IfTrips, Loop, Mma,
                                      ScratchSync, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync,
                                      StagingWrite, StoreDrain,
                                      StoreWait, StreamKFixup, TileWrite, TmaStore, Wait)
@@ -100,6 +101,9 @@ class ConsumerRole(RoleEmitter):
         self.table.update({StoreWait: self.store_wait, StagingSync: self.staging_sync,
                            StagingWrite: self.staging_write, TmaStore: self.tma_store,
                            StoreDrain: self.store_drain, IfHeld: self.if_held})
+        from .lower_cluster import ExchangeSteps
+        self.exchanges = ExchangeSteps(self)  # a cluster split's steps (lower_cluster.py)
+        self.table[ClusterArrive] = self.exchanges.arrive
         self.epi = None  # the staged store being printed (lower_epilogue.EpilogueWalk)
         self.epilogue_step: dict = {}  # IR store -> its StagedStore/HoldStore, while it is emitted
 
@@ -144,6 +148,7 @@ class ConsumerRole(RoleEmitter):
         self.stagings = self.plan_stagings()
         self.deferred = self.deferral()
         self.emit(k.proto.consumer)
+        k.pushes = self.exchanges.finish()
         b.lines[start:start] = ctx.prologue
         if ctx.reduced:
             where = ", ".join(f"{op.NAME} at {op.span.location()}" if op.span else op.NAME
@@ -308,6 +313,8 @@ class ConsumerRole(RoleEmitter):
             self.b("// end step")
         elif isinstance(step, ScratchSync):  # its cross-warp reductions' barriers are this step's
             self.scratch_step(step, op)
+        elif isinstance(step, ClusterExchange):  # a cluster split's exchange (lower_cluster.py)
+            self.exchanges.exchange(step, op)
         elif isinstance(step, (StagedStore, HoldStore)):  # a staged store (lower_fragments.emit_store)
             self.epilogue_step[op] = step
             self.ops([op])

@@ -68,10 +68,12 @@ class ConsumerSharedSync(SharedSync):
 
 def scratch_needs(ops, table, grid) -> list[tuple]:
     """(op, bytes) of every consumer op among ``ops`` that needs shared scratch with ``grid``. Loads
-    and stores go through the general lowering's own emitters, which need none."""
+    and stores go through the general lowering's own emitters, which need none; a cluster
+    exchange's mbarrier and slots are its own (lower_cluster.exchange_regions)."""
+    from ..emit_cluster import pinned_scratch
     out = []
     for op in ops:
-        if isinstance(op, (Load, Store)):
+        if isinstance(op, (Load, Store)) or pinned_scratch(op):  # (a cluster exchange's: lower_cluster.py)
             continue
         n = table.scratch_bytes(op, grid)
         if n:
@@ -219,23 +221,6 @@ def copy_cols_order_refusal(kernel):
     if not grid.contiguous_cols:
         return Refusal(cache, "a chunk of a shared row block read in the mma fragment's column order "
                               "(only the contiguous order's 16-byte reads are lowered)")
-    return None
-
-
-def cluster_refusal(kernel):
-    """A block loop split over a cluster (stream-cols{cluster}: a row block's columns over k CTAs,
-    row reductions exchanged through distributed shared memory) is not lowered here yet."""
-    from ...ir.ops import ClusterRank
-    from ...ir.ops import CLUSTER_REDUCE_OPS
-    from ...passes.hopper import block_loop
-    from .lower import Refusal
-    op = next((op for op in kernel.walk() if isinstance(op, (ClusterRank, *CLUSTER_REDUCE_OPS))), None)
-    if op is not None:
-        return Refusal(op, "a row reduction exchanged between the CTAs of a cluster (stream-cols' "
-                           "cluster) is not lowered by the general lowering yet")
-    if int(block_loop(kernel).attrs.get("cluster", 1)) > 1:
-        return Refusal(block_loop(kernel), "a block loop split over a cluster (stream-cols' cluster) is "
-                                           "not lowered by the general lowering yet")
     return None
 
 

@@ -127,17 +127,41 @@ class ProducerRole(RoleEmitter):
             self.rings[ring.name] = RingRegs(ring, full, empty, s, ph, b.mov(1))
         self.tile, self.tile_count = b.reg(), b.reg()
         self.counts = None
-        self.emit(k.proto.producer[len(self.together()):])
+        steps = k.proto.producer
+        self.emit(steps[len(self.together()):len(steps) - len(self.apart())])
 
     def together(self) -> tuple:
-        """The producer program's leading ``ClusterSync`` steps: all 128 producer threads run
-        them (``barrier.cluster`` ``.aligned``), before one is elected for the rest."""
-        from ...passes.sync_protocol import ClusterSync
+        """The producer program's leading ``ClusterSync`` (``ClusterArrive``) steps: all the
+        producer's threads run them (``barrier.cluster`` ``.aligned``), before one is elected for
+        the rest."""
+        from ...passes.sync_protocol import ClusterArrive, ClusterSync
         steps = self.k.proto.producer
         n = 0
-        while n < len(steps) and isinstance(steps[n], ClusterSync):
+        while n < len(steps) and isinstance(steps[n], (ClusterSync, ClusterArrive)):
             n += 1
         return tuple(steps[:n])
+
+    def finish(self, guard: str) -> None:
+        """The producer program's trailing steps (``apart``) at the kernel's exit, where every
+        thread meets, predicated on ``guard`` (the producer's threads)."""
+        self.guard = guard
+        self.emit(self.apart())
+
+    guard: str | None = None
+    """``finish``: the predicate of the producer's threads at the kernel's exit."""
+
+    def cluster_wait(self, step) -> None:
+        self.b(f"@{self.guard} barrier.cluster.wait.acquire;" if self.guard else "barrier.cluster.wait.acquire;")
+
+    def apart(self) -> tuple:
+        """The producer program's trailing ``ClusterWait`` steps: all its threads run them, after
+        the elected thread's program, at the kernel's exit (``finish``)."""
+        from ...passes.sync_protocol import ClusterWait
+        steps = self.k.proto.producer
+        n = 0
+        while n < len(steps) and isinstance(steps[len(steps) - 1 - n], ClusterWait):
+            n += 1
+        return tuple(steps[len(steps) - n:])
 
     def maps(self):
         return [self.k.tensor_map(op) for op in self.loads.values()]
@@ -304,7 +328,8 @@ def tile_walk_begin(role) -> None:
     hoist_invariants(role)
     # split-K: a cluster of S CTAs per tile (grid.launch_grid), so the tile is the cluster's index;
     # multicast: a cluster of 2 per unit (lower.pair_grid)
-    b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 or k.pair > 1 else '%ctaid.x'};")
+    # a row block split over a cluster (lower_cluster.py): a cluster of k CTAs per tile
+    b(f"mov.u32 {role.tile}, {'%clusterid.x' if role.k.split > 1 or k.pair > 1 or k.cluster > 1 else '%ctaid.x'};")
     role.sk_walk = None
     if k.stream_k is not None:  # the last wave's trips over every CTA (lower_stream_k.py)
         from .lower_stream_k import Walk

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...passes.sync_protocol import (Advance, ClusterSync, ExpectTx, First, IfNextTile, IfPrevTile, IfTrips, Loop, Mma,
+from ...passes.sync_protocol import (Advance, ClusterArrive, ClusterSync, ClusterWait, ExpectTx, First, IfNextTile, IfPrevTile, IfTrips, Loop, Mma,
                                      MmaWait, NotFirst, Protocol, Release, Reset, Ring, SkipTrips,
                                      TmaLoad, Tiles, TurnPass, TurnWait, Wait)
 from . import mbarrier, wgmma
@@ -59,7 +59,8 @@ class RoleEmitter:
                       Reset: self.reset, Tiles: self.tiles, Loop: self.loop, IfTrips: self.if_trips,
                       NotFirst: self.not_first, First: self.first_trip, IfPrevTile: self.if_prev_tile,
                       IfNextTile: self.if_next_tile, SkipTrips: self.skip_trips,
-                      TurnWait: self.turn_wait, TurnPass: self.turn_pass, ClusterSync: self.cluster_sync}
+                      TurnWait: self.turn_wait, TurnPass: self.turn_pass, ClusterSync: self.cluster_sync,
+                      ClusterArrive: self.cluster_arrive, ClusterWait: self.cluster_wait}
 
     marks = False
     """Bracket each event step's PTX with ``// step: <text>`` ... ``// end step`` comments (the
@@ -133,6 +134,17 @@ class RoleEmitter:
         """barrier.cluster (release/acquire): every non-exited thread of the cluster meets; the
         role's threads run it together (``.aligned``)."""
         self.b("barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;")
+
+    def cluster_arrive(self, step: ClusterArrive) -> None:
+        """A cluster split (lower_cluster.py): every thread of the role arrives, relaxed, on the
+        cluster barrier publishing the exchanges' mbarrier inits (the consumers' role prints its
+        inits with it)."""
+        self.b("barrier.cluster.arrive.relaxed.aligned;")
+
+    def cluster_wait(self, step: ClusterWait) -> None:
+        """The wait of that arrival (every thread that arrived; not ``.aligned``: the producer
+        prints it predicated at the kernel's exit, ``ProducerRole.finish``)."""
+        self.b("barrier.cluster.wait.acquire;")
 
     def stage_before(self, r: RingRegs) -> str:
         """A register holding the stage before ``r``'s current one (s - 1 mod stages)."""
@@ -284,14 +296,15 @@ class RoleEmitter:
 
 
 def module_text(what: str, name: str, entries, maps, plan, body: list[str], *, cluster: int = 1,
-                globals_: list[str] | tuple[str, ...] = ()) -> str:
+                globals_: list[str] | tuple[str, ...] = (), version: str = PTX_VERSION) -> str:
     """The PTX module of one Hopper kernel: header, ``.global`` declarations, the entry with its
     parameters (``entries``' launch ABI, then the tensor maps), thread and register bounds, a
-    cluster shape where the kernel forms clusters, and ``body``."""
+    cluster shape where the kernel forms clusters, and ``body`` (``version``: the PTX ISA, 8.1 where
+    the body stores with st.async)."""
     params = [f"  .param {t} {param}" for t, param, _ in entries]
     params += [f"  {m.declaration()}" for m in maps]
     lines = [f"// tkjit: kernel '{name}', Hopper warp-specialized {what} (TMA + wgmma)",
-             f".version {PTX_VERSION}", f".target {ARCH}", ".address_size 64", "",
+             f".version {version}", f".target {ARCH}", ".address_size 64", "",
              f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", *globals_, "",
              f".visible .entry {name}(", ",\n".join(params), ")",
              f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}"]

@@ -149,6 +149,13 @@ STEP_OPS: tuple[type[StepOp], ...] = (
     _step("stream_k_fixup", "StreamKFixup", "``stream_k_fixup {ring}``: stream-K's fix-up after the ring's loop.", RING),
     _step("cluster_sync", "ClusterSync", "``cluster_sync {at}``: barrier.cluster of a multicast pair (start or exit).",
           {"at": str}),
+    _step("cluster_arrive", "ClusterArrive", "``cluster_arrive {exchanges}``: barrier.cluster.arrive.relaxed of every "
+          "thread of the role (the consumers' first init the cluster exchanges' mbarriers).", {"exchanges": int},
+          ("exchanges",)),
+    _step("cluster_wait", "ClusterWait", "``cluster_wait``: the producer's barrier.cluster.wait.acquire, after its loads."),
+    _step("cluster_exchange", "ClusterExchange", "``cluster_exchange {op, ctas, first}``: the push exchange of a row "
+          "reduction's partials between the CTAs of a cluster (first: after the cluster barrier's wait).",
+          {"op": str, "ctas": int, "first": bool}, ("first",)),
     _step("store_wait", "StoreWait", "``store_wait {pending}``: cp.async.bulk.wait_group.read pending (one thread).",
           {"pending": int}),
     _step("staging_sync", "StagingSync", "``staging_sync``: bar.sync of this consumer's own 4 warps."),
