@@ -297,6 +297,11 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int] | None, str]:
             continue
         if not dims.is_split((accs[0], 1)):
             continue
+        odd = next(((v, d) for v, d in dims.parent if dims.is_split((v, d)) and v.type.shape[d] != t.cols), None)
+        if odd is not None:
+            reasons.append(f"%{index.hint or pos}: it also addresses {odd[0].type} along a dimension of "
+                           f"{odd[0].type.shape[odd[1]]}, not the tile's {t.cols}")
+            continue
         if _count_of(blocks, pos, t.cols) is None:
             reasons.append(f"%{index.hint or pos}: its grid count is not cdiv(X, {t.cols})")
             continue
