@@ -52,8 +52,8 @@ def test_the_kernel_object(kernel):
     assert repr(kernel) == "<tkjit kernel twice(A: gl<f32>[M, 64], B: gl<f32>[M, 64])>"
     assert isinstance(kernel.asm, Mapping)
     assert list(kernel.asm) == ["tkir", *AFTER_EACH_PASS, "opt"] and len(kernel.asm) == len(AFTER_EACH_PASS) + 2
-    assert AFTER_EACH_PASS[:5] == ["after:canonicalize", "after:stream-cols", "after:mask-branch", "after:scale-fold",
-                                  "after:layout"]
+    assert AFTER_EACH_PASS[:6] == ["after:canonicalize", "after:stream-cols", "after:mask-branch", "after:scale-fold",
+                                  "after:tile-split", "after:layout"]
     assert "tkir" in kernel.asm and "ptx" not in kernel.asm
     assert kernel.asm["tkir"].startswith("kernel @twice(")
     assert tkjit.ir.printer.print_kernel(kernel.async_ir) == kernel.asm["opt"]  # the pipeline ends with the schedule as IR
