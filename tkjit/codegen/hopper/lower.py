@@ -25,6 +25,8 @@ backend and says so (docs/hopper-codegen.md, "The general lowering").
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 from ...ir.core import Kernel, Op
@@ -449,7 +451,12 @@ class LoweredKernel:
         if self.stream_k is not None:  # the workspace and flags (tail_split.py)
             from .lower_stream_k import declarations
             decls = declarations(self)
-        return module_text("tile program", self.kernel.name, entries, self.maps.values(), self,
+        copies = any(re.search(r"(^|\s)cp\.async\.c[ag]\.", line) for line in self.b.body())
+        engines = [e for e, used in (("TMA", bool(self.maps)), ("cp.async", copies),
+                                     ("wgmma", has_product(self.kernel))) if used]
+        what = (("warp-specialized tile program" if self.kernel.attrs.get("producer", True) else "tile program")
+                + f" ({' + '.join(engines) or 'registers'})")
+        return module_text(what, self.kernel.name, entries, self.maps.values(), self,
                            self.b.body(), cluster=max(self.split, self.pair, self.cluster), globals_=decls,
                            **({"version": PUSH_PTX_VERSION} if self.pushes else {}))
 

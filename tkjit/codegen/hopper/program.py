@@ -297,13 +297,14 @@ class RoleEmitter:
 
 def module_text(what: str, name: str, entries, maps, plan, body: list[str], *, cluster: int = 1,
                 globals_: list[str] | tuple[str, ...] = (), version: str = PTX_VERSION) -> str:
-    """The PTX module of one Hopper kernel: header, ``.global`` declarations, the entry with its
+    """The PTX module of one Hopper kernel: header (``what``: the program and the engines it uses),
+    ``.global`` declarations, the entry with its
     parameters (``entries``' launch ABI, then the tensor maps), thread and register bounds, a
     cluster shape where the kernel forms clusters, and ``body`` (``version``: the PTX ISA, 8.1 where
     the body stores with st.async)."""
     params = [f"  .param {t} {param}" for t, param, _ in entries]
     params += [f"  {m.declaration()}" for m in maps]
-    lines = [f"// tkjit: kernel '{name}', Hopper warp-specialized {what} (TMA + wgmma)",
+    lines = [f"// tkjit: kernel '{name}', Hopper {what}",
              f".version {version}", f".target {ARCH}", ".address_size 64", "",
              f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", *globals_, "",
              f".visible .entry {name}(", ",\n".join(params), ")",
