@@ -17,7 +17,11 @@ Not taken (the reason is logged by the mbarrier pass): the variant for rows TMA 
 (the compile option ``unaligned_rows``, which the mbarrier pass records on the kernel as the
 attribute ``unaligned_rows``: its copying producer fills only its own CTA's stage; multicast is
 an optimization, so that variant simply runs unpaired), split-K (its tile is a cluster already),
-ping-pong consumers (their alternation and the pair's walk are not built together), the
+ping-pong consumers (their alternation and the pair's walk are not built together: with this
+refusal removed, session 16, the gelu example at 128 x 128 compiled, passed the compile-time sync
+check and ran in the roles interpreter bit for bit at three shapes, the off-edge CTA included, but
+hung on an H200 at 4096^3 -- the one-CTA check and the interpreter miss what pairs ping-pong
+consumers' alternation with the peer's; to be found before this is lifted), the
 heaviest-first order, a block loop of one index, ring loops whose bounds depend on the paired
 index (the pair's rings would be filled for different trip counts), no load the pair can share.
 Asked for together with stream-K (``grid{multicast=2,stream_k=1}``), the pair is taken and
