@@ -35,7 +35,6 @@ from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, Tile
 from ...passes.hopper import block_loop, depends_on, is_shared, pipelined_loops, swizzle_bytes
 from ...passes.mbarrier import Schedule, schedule_of
 from ..abi import Pointers, launch_params, map_only, param_entries, stride_registers
-from ..kernel import PUSH_PTX_VERSION
 from . import mbarrier, tma
 from .builder import Builder
 from .lower_cluster import launch as cluster_launch
@@ -456,9 +455,13 @@ class LoweredKernel:
                                      ("wgmma", has_product(self.kernel))) if used]
         what = (("warp-specialized tile program" if self.kernel.attrs.get("producer", True) else "tile program")
                 + f" ({' + '.join(engines) or 'registers'})")
+        pushes = {}
+        if self.pushes:  # st.async into a peer's shared memory (the register-tile backend's version)
+            from ..kernel import PUSH_PTX_VERSION
+            pushes = {"version": PUSH_PTX_VERSION}
         return module_text(what, self.kernel.name, entries, self.maps.values(), self,
                            self.b.body(), cluster=max(self.split, self.pair, self.cluster), globals_=decls,
-                           **({"version": PUSH_PTX_VERSION} if self.pushes else {}))
+                           **pushes)
 
     def metadata(self) -> dict:
         from ...passes.grid import launch_grid
