@@ -450,7 +450,8 @@ class LoweredKernel:
         if self.stream_k is not None:  # the workspace and flags (tail_split.py)
             from .lower_stream_k import declarations
             decls = declarations(self)
-        copies = any(re.search(r"(^|\s)cp\.async\.c[ag]\.", line) for line in self.b.body())
+        body = self.b.body()
+        copies = "cp.async.c" in "\n".join(body) and any(re.search(r"(^|\s)cp\.async\.c[ag]\.", line) for line in body)
         engines = [e for e, used in (("TMA", bool(self.maps)), ("cp.async", copies),
                                      ("wgmma", has_product(self.kernel))) if used]
         what = (("warp-specialized tile program" if self.kernel.attrs.get("producer", True) else "tile program")
@@ -460,7 +461,7 @@ class LoweredKernel:
             from ..kernel import PUSH_PTX_VERSION
             pushes = {"version": PUSH_PTX_VERSION}
         return module_text(what, self.kernel.name, entries, self.maps.values(), self,
-                           self.b.body(), cluster=max(self.split, self.pair, self.cluster), globals_=decls,
+                           body, cluster=max(self.split, self.pair, self.cluster), globals_=decls,
                            **pushes)
 
     def metadata(self) -> dict:
