@@ -295,3 +295,19 @@ def test_with_stream_k_the_pair_is_taken_and_stream_k_is_not():
     assert "the multicast pair walks tile pairs" in why
     strip = lambda ptx: [line for line in ptx.splitlines() if not line.strip().startswith("//")]
     assert strip(ptx) == strip(_compile(lowering="auto").asm["ptx"])
+
+
+def test_every_pair_protocol_starts_and_ends_with_the_cluster_syncs():
+    """A multicast pair's programs open with ClusterSync("start") (no peer writes or arrives before
+    the barriers are initialized) and the consumers' close with ClusterSync("exit"), ping-pong
+    consumers' included: their branch once returned before the syncs, and the pair hung on an
+    H200 (pairs.py)."""
+    from tkjit.passes import sync_protocol as sp
+    ring = sp.Ring("k", 4, (sp.Load("a", 16384), sp.Load("b", 16384)), 32768, 1, cluster=2)
+    plan = sp.LoopPlan("k", (("k",),))
+    for pingpong in (False, True):
+        proto = sp.standard_protocol("g", 2, True, (ring,), (plan,), pingpong=pingpong, cluster=2)
+        assert proto.producer[0] == sp.ClusterSync("start"), pingpong
+        assert proto.consumer[0] == sp.ClusterSync("start") and proto.consumer[-1] == sp.ClusterSync("exit"), pingpong
+        alone = sp.standard_protocol("g", 2, True, (ring,), (plan,), pingpong=pingpong, cluster=1)
+        assert not any(isinstance(st, sp.ClusterSync) for st in (*alone.producer, *alone.consumer))

@@ -17,11 +17,14 @@ Not taken (the reason is logged by the mbarrier pass): the variant for rows TMA 
 (the compile option ``unaligned_rows``, which the mbarrier pass records on the kernel as the
 attribute ``unaligned_rows``: its copying producer fills only its own CTA's stage; multicast is
 an optimization, so that variant simply runs unpaired), split-K (its tile is a cluster already),
-ping-pong consumers (their alternation and the pair's walk are not built together: with this
-refusal removed, session 16, the gelu example at 128 x 128 compiled, passed the compile-time sync
-check and ran in the roles interpreter bit for bit at three shapes, the off-edge CTA included, but
-hung on an H200 at 4096^3 -- the one-CTA check and the interpreter miss what pairs ping-pong
-consumers' alternation with the peer's; to be found before this is lifted), the
+ping-pong consumers (with this refusal removed, session 16, the gelu example at 128 x 128
+compiled, passed the compile-time sync check and ran in the roles interpreter bit for bit at
+three shapes, the off-edge CTA included, but hung on an H200 at 4096^3. The cause, found after:
+the ping-pong branch of ``sync_protocol.standard_protocol`` returned before the pair's
+``ClusterSync`` steps, so a CTA could multicast into its peer and arrive on the peer's barriers
+before the peer initialized them. ``sync_protocol.paired`` now gives that branch both syncs; the
+refusal stays until a GPU run confirms it -- and neither the one-CTA check nor the roles
+interpreter models a peer's barrier init, which is what let it through), the
 heaviest-first order, a block loop of one index, ring loops whose bounds depend on the paired
 index (the pair's rings would be filled for different trip counts), no load the pair can share.
 Asked for together with stream-K (``grid{multicast=2,stream_k=1}``), the pair is taken and

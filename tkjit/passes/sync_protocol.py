@@ -1103,8 +1103,9 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
         after = tuple(staged_store(item) for item in items[at + 1:])
         prev, if_trips = tiles.body
         tiles = Tiles((prev, *before, if_trips, *after), alternate=True)
-        return Protocol(kernel, consumers, persistent, rings, (Tiles((Loop(ring.name, producer_fill(ring)),)),),
-                        with_drain((tiles,), items))
+        return Protocol(kernel, consumers, persistent, rings,
+                        *paired((Tiles((Loop(ring.name, producer_fill(ring)),)),), with_drain((tiles,), items),
+                                cluster))
     prod: list[Step] = []
     cons: list[Step] = []
     for n, item in enumerate(items):
@@ -1147,11 +1148,7 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
         cons.append(MmaWait(0))
         for name in one_shots:
             cons += [Release(name), Advance(name)]
-    prod_prog: tuple[Step, ...] = (Tiles(tuple(prod)),)
-    cons_prog: tuple[Step, ...] = (Tiles(tuple(cons)),)
-    if cluster > 1:
-        prod_prog = (ClusterSync("start"), *prod_prog)
-        cons_prog = (ClusterSync("start"), *cons_prog, ClusterSync("exit"))
+    prod_prog, cons_prog = paired((Tiles(tuple(prod)),), (Tiles(tuple(cons)),), cluster)
     exchanges = sum(isinstance(item, ExchangeUse) for item in items)
     if exchanges:  # the exchanges' mbarriers, published by a cluster barrier (ClusterArrive)
         if producer:  # (``producer`` False: warp-spec gave the kernel none, no thread runs its program)
@@ -1161,6 +1158,17 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
         if item.deferred:
             cons_prog = defer_store(cons_prog, item)
     return Protocol(kernel, consumers, persistent, rings, prod_prog, with_drain(cons_prog, items))
+
+
+def paired(prod_prog: tuple[Step, ...], cons_prog: tuple[Step, ...], cluster: int):
+    """The programs of a multicast pair (``cluster`` 2): both start with ``ClusterSync("start")``
+    (no CTA multicasts into its peer or arrives on the peer's barriers before the peer initialized
+    them), the consumers' ends with ``ClusterSync("exit")`` (no CTA exits while its peer may still
+    do so); ping-pong consumers' programs too (until session 16 their branch returned before this,
+    and the pair ran without either sync: pairs.py)."""
+    if cluster > 1:
+        return (ClusterSync("start"), *prod_prog), (ClusterSync("start"), *cons_prog, ClusterSync("exit"))
+    return prod_prog, cons_prog
 
 
 def loop_stores(steps: tuple[Step, ...], plan: LoopPlan) -> tuple[Step, ...]:
