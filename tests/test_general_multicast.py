@@ -311,3 +311,28 @@ def test_every_pair_protocol_starts_and_ends_with_the_cluster_syncs():
         assert proto.consumer[0] == sp.ClusterSync("start") and proto.consumer[-1] == sp.ClusterSync("exit"), pingpong
         alone = sp.standard_protocol("g", 2, True, (ring,), (plan,), pingpong=pingpong, cluster=1)
         assert not any(isinstance(st, sp.ClusterSync) for st in (*alone.producer, *alone.consumer))
+
+
+def test_a_pair_without_its_start_sync_is_caught_by_the_roles_interpreter(monkeypatch):
+    """CTAs start at independent times and each initializes its own barriers: with the pair's
+    ClusterSync steps taken out, some schedule has a CTA release or multicast into its peer before
+    the peer started, which the roles interpreter reports (the hang ping-pong pairs had on an H200
+    came from exactly that gap, pairs.py). With them, every schedule runs."""
+    from tkjit.interpreter.roles import ScheduleError
+    from tkjit.passes import sync_protocol as sp
+    torch.manual_seed(0)
+    a, b = torch.randn(256, 256).bfloat16(), torch.randn(256, 128).bfloat16()
+    k, ref = _run(GEMM, {"BM": 64, "BN": 64}, a, b)
+    assert schedule_of(k.ir).pair.ctas == 2
+    for seed in range(4):
+        c = torch.full((256, 128), float("nan")).bfloat16()
+        run_roles(k.ir, [a, b, c], seed=seed)
+        assert torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0)), seed
+    monkeypatch.setattr(sp, "paired", lambda prod, cons, cluster: (prod, cons))
+    caught = []
+    for seed in range(8):
+        try:
+            run_roles(k.ir, [a, b, torch.full((256, 128), float("nan")).bfloat16()], seed=seed)
+        except ScheduleError as e:
+            caught.append(str(e))
+    assert caught and all("before that CTA initialized its barriers" in e for e in caught), caught

@@ -196,6 +196,17 @@ class Cta:
     staged: dict = field(default_factory=dict)
     """ring -> the consumers whose epilogue staging is over its current stage and whose TMA stores
     may still read it (``StagingBegin`` until ``StagingRead`` or ``StoreDrain``)."""
+    started: bool = False
+    """Whether the CTA has started: its barriers are initialized before any of its roles runs, and
+    a peer's arrival or multicast landing before that is an error (a pair's ``ClusterSync("start")``
+    orders them; CTAs start at independent times)."""
+
+
+def peer_ready(cta: Cta, by: Cta, what: str) -> None:
+    """``by`` arrives on or multicasts into ``cta``'s barriers: ``cta`` must have started."""
+    if cta is not by and not cta.started:
+        raise ScheduleError(f"CTA {by.rank} {what} in CTA {cta.rank} before that CTA initialized its "
+                            "barriers (no cluster barrier orders the pair's start)")
 
 
 BLOCKED = "blocked"
@@ -274,6 +285,7 @@ class Role:
         elif isinstance(step, sp.Release):
             stage = r.s if step.which == "cur" else (r.s - 1) % ring.stages
             for cta in self.cta.peers if self.rt.proto.ring(step.ring).cluster > 1 else [self.cta]:
+                peer_ready(cta, self.cta, f"arrives on empty[{stage}] of ring {step.ring}")
                 cta.rings[step.ring].empty[stage].arrive()
         elif isinstance(step, sp.SkipTrips):
             total = r.s + r.trips
@@ -412,6 +424,7 @@ class Producer(Role):
         nbytes = next(ld.nbytes for ld in self.rt.proto.ring(step.ring).loads if ld.name == step.load)
         if op in self.rt.pair.loads and self.cta.pair is not None:  # this CTA's half, into both CTAs
             for cta in self.cta.peers:
+                peer_ready(cta, self.cta, f"multicasts {step.load} into stage {r.s} of ring {step.ring}")
                 cta.landings.append((step.ring, r.s, (step.load, self.cta.rank), value, nbytes // 2))
         else:
             self.cta.landings.append((step.ring, r.s, step.load, value, nbytes))
@@ -854,6 +867,7 @@ class Roles:
                 stalled = 0
                 continue
             role, gen = running[pick]
+            role.cta.started = True  # (its barriers were initialized before any of its roles ran)
             try:
                 if next(gen) == BLOCKED:
                     stalled += 1
