@@ -336,3 +336,12 @@ def test_a_pair_without_its_start_sync_is_caught_by_the_roles_interpreter(monkey
         except ScheduleError as e:
             caught.append(str(e))
     assert caught and all("before that CTA initialized its barriers" in e for e in caught), caught
+
+
+def test_the_compile_time_check_refuses_a_pair_without_its_cluster_syncs(monkeypatch):
+    """The sync check explores one CTA with its peer mirroring it; a pair's start and exit syncs
+    are checked by structure (sync_check.pair_violation): taken out, the compile stops."""
+    from tkjit.passes import sync_protocol as sp
+    monkeypatch.setattr(sp, "paired", lambda prod, cons, cluster: (prod, cons))
+    with pytest.raises(tkjit.TkError, match="unordered-pair.*do not open with the pair's cluster barrier"):
+        tkjit.compile(GEMM, pipeline=MULTICAST, constants={"BM": 64, "BN": 64}, cache=False).asm["ptx"]

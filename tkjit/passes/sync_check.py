@@ -81,8 +81,33 @@ def find_violation(proto: Protocol, case: tuple[int, ...], max_states: int = MAX
     return found, CaseResult(case, states, exhaustive)
 
 
+def pair_violation(proto: Protocol) -> Violation | None:
+    """A multicast pair's programs (a ring shared by ``cluster`` CTAs) must open with
+    ``ClusterSync("start")`` -- each CTA initializes its own barriers and the peer arrives on them
+    and multicasts into them -- and the consumers' must meet on ``ClusterSync("exit")`` after their
+    tiles (drains of their own stores may follow it). The
+    search explores one CTA with its peer mirroring it, so it cannot see this; checked here, by
+    structure (session 16: a ping-pong pair without them hung on an H200, pairs.py)."""
+    from .sync_protocol import ClusterSync
+    shared = [r.name for r in proto.rings if r.cluster > 1]
+    if not shared:
+        return None
+    start, exit_ = ClusterSync("start"), ClusterSync("exit")
+    missing = [what for what, ok in (
+        ("the producer does not open with the pair's cluster barrier", proto.producer[:1] == (start,)),
+        ("the consumers do not open with the pair's cluster barrier", proto.consumer[:1] == (start,)),
+        ("the consumers do not close with the pair's cluster barrier", exit_ in proto.consumer[1:])) if not ok]
+    if not missing:
+        return None
+    return Violation("unordered-pair", shared[0], "", (), "; ".join(missing) + " (a CTA could arrive on or "
+                     "multicast into its peer's barriers before the peer initialized them, or after it exited)", ())
+
+
 def check_protocol(proto: Protocol, cases: list[tuple[int, ...]] | None = None,
                    max_states: int = MAX_STATES) -> CheckReport:
+    violation = pair_violation(proto)
+    if violation is not None:
+        raise SyncError(violation, proto)
     report = CheckReport(proto)
     for case in cases if cases is not None else default_cases(proto):
         violation, result = find_violation(proto, case, max_states)
