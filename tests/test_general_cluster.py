@@ -25,7 +25,16 @@ EXCHANGES = {"rmsnorm": ["cluster_sum"], "softmax": ["cluster_max", "cluster_sum
 """The exchanges stream-cols' default split gives each example (its ops, in program order)."""
 
 
+def _tma_fill():
+    from tkjit.passes import DEFAULT_PIPELINE
+    return DEFAULT_PIPELINE.replace("warp-spec", "warp-spec{fill=tma}", 1)
+
+
 def _general(name, d, **extra):
+    """The example through the general lowering, its row block filled by the producer's TMA unless
+    ``pipeline`` says otherwise (the path with a producer and its cluster steps; fill=auto's
+    consumer fill is tested below)."""
+    extra.setdefault("pipeline", _tma_fill())
     return tkjit.load(EXAMPLES / f"{name}.tk", constants={"C" if name == "softmax" else "D": d},
                       lowering="general", require_hopper=True, cache=False, **extra)
 
@@ -195,22 +204,22 @@ def _fill_pipeline():
     return DEFAULT_PIPELINE.replace("warp-spec", "warp-spec{fill=cp.async}", 1)
 
 
-@pytest.mark.parametrize("fill", ["auto", "cp.async"])
+@pytest.mark.parametrize("fill", ["tma", "auto"])
 @pytest.mark.parametrize("name, r, d", [("rmsnorm", 20, 4096), ("softmax", 9, 8192), ("layernorm", 17, 4096),
                                         ("residual_layernorm", 20, 4096)])
 def test_the_cluster_split_agrees_on_the_ptx_simulator(name, r, d, fill):
     """The general lowering's PTX on the simulator, each cluster's CTAs run together
     (tests/ptxsim.py: mapa, st.async into a peer's shared memory completing its mbarrier's bytes,
     the cluster barrier over every thread of the cluster), at row counts that are not multiples of
-    the 16-row blocks, the row block filled by the producer's TMA (auto) or by the consumers
-    (``warp-spec{fill=cp.async}``): bit for bit the register-tile backend's PTX of the same IR,
+    the 16-row blocks, the row block filled by the producer's TMA (``warp-spec{fill=tma}``) or by
+    the consumers (auto): bit for bit the register-tile backend's PTX of the same IR,
     within a bf16 unit of the interpreter, nothing written outside the outputs."""
     import torch
     src = (EXAMPLES / f"{name}.tk").read_text()
     constants = {"C" if name == "softmax" else "D": d}
     general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, constants=constants,
-                            pipeline=_fill_pipeline() if fill == "cp.async" else None)
-    assert ("cp.async.bulk.tensor" in general.asm["ptx"]) == (fill == "auto")
+                            pipeline=_tma_fill() if fill == "tma" else None)
+    assert ("cp.async.bulk.tensor" in general.asm["ptx"]) == (fill == "tma")
     auto = tkjit.compile(src, cache=False, constants=constants)
     assert ".reqnctapercluster" in general.asm["ptx"] and "register-tile" in auto.asm["ptx"].splitlines()[0]
     args, outs = _sim_case(name, r, d)
@@ -239,17 +248,19 @@ def test_a_remote_store_before_the_peers_init_is_caught_on_the_simulator():
         _simulated(fake, args, outs)
 
 
-def test_the_consumers_fill_a_split_row_block_when_pinned_and_auto_keeps_the_measured_tma_fill():
-    """warp-spec{fill=auto} keeps the producer's TMA fill over a cluster (the one measured there)
-    and says why; {fill=cp.async} lets the consumers fill their slice: no producer, so neither the
-    producer's cluster steps nor its threads, the consumers' arrival and exchanges as before."""
+def test_the_consumers_fill_a_split_row_block_by_default_and_the_tma_fill_when_pinned():
+    """warp-spec{fill=auto} lets the consumers fill their slice over a cluster too (measured faster
+    than the TMA fill there) and says why: no producer, so neither the producer's cluster steps
+    nor its threads, the consumers' arrival and exchanges as before; {fill=tma} keeps the
+    producer's 288 threads."""
     from test_general_lowering import protocol_lint
     from tkjit.passes import sync_protocol as sp
     from tkjit.passes.async_schedule import protocol_from_ir
-    auto = _general("rmsnorm", 4096)
-    assert auto.metadata["block"] == [288, 1, 1]
-    assert "keeps the producer's TMA fill, the one measured there" in str(auto.explain())
-    k = _general("rmsnorm", 4096, pipeline=_fill_pipeline())
+    pinned = _general("rmsnorm", 4096)
+    assert pinned.metadata["block"] == [288, 1, 1]
+    assert "warp-spec{fill=tma}" in str(pinned.explain())
+    k = _general("rmsnorm", 4096, pipeline=None)
+    assert "auto: the consumers fill their CTA's slice of the row block themselves" in str(k.explain())
     assert k.metadata["block"] == [256, 1, 1] and k.metadata["cluster"] == [4, 1, 1]
     proto = protocol_from_ir(k.async_ir)
     assert not any(isinstance(st, (sp.ClusterArrive, sp.ClusterWait)) for st in proto.producer)

@@ -1,8 +1,8 @@
 """On a GPU: a row block split over a cluster (stream-cols' ``cluster``: the norms and softmax at
 D = 4096 and 8192, and k = 2 / 8 pinned) through the general sm_90a lowering
 (codegen/hopper/lower_cluster.py: the cluster launch, the push exchanges through distributed
-shared memory as protocol steps; the row block filled by the producer's TMA or, pinned, by the
-consumers' cp.async), at row counts that are and are not multiples of the block rows,
+shared memory as protocol steps; the row block filled by the consumers' cp.async (auto) or, pinned,
+by the producer's TMA), at row counts that are and are not multiples of the block rows,
 outputs poisoned with NaN and surrounded by poison (nothing written outside them), against
 float64 torch, and at few rows against the register-tile backend running the same IR."""
 from __future__ import annotations
@@ -19,9 +19,9 @@ pytestmark = pytest.mark.gpu
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _fill_pipeline():
+def _tma_fill():
     from tkjit.passes import DEFAULT_PIPELINE
-    return DEFAULT_PIPELINE.replace("warp-spec", "warp-spec{fill=cp.async}", 1)
+    return DEFAULT_PIPELINE.replace("warp-spec", "warp-spec{fill=tma}", 1)
 
 
 def _load(name, d, lowering, pipeline=None):
@@ -29,12 +29,12 @@ def _load(name, d, lowering, pipeline=None):
                       lowering=lowering, pipeline=pipeline, **({"require_hopper": True} if lowering == "general" else {}))
 
 
-@pytest.mark.parametrize("fill", ["auto", "cp.async"])  # the row block by the producer's TMA, or the consumers
+@pytest.mark.parametrize("fill", ["tma", "auto"])  # the row block by the producer's TMA, or (auto) the consumers
 @pytest.mark.parametrize("name", ["rmsnorm", "residual_layernorm", "layernorm", "softmax"])
 @pytest.mark.parametrize("d", [4096, 8192])
 def test_the_cluster_split_through_the_general_lowering(name, d, fill):
-    k = _load(name, d, "general", _fill_pipeline() if fill == "cp.async" else None)
-    assert ("cp.async.bulk.tensor" in k.asm["ptx"]) == (fill == "auto")
+    k = _load(name, d, "general", _tma_fill() if fill == "tma" else None)
+    assert ("cp.async.bulk.tensor" in k.asm["ptx"]) == (fill == "tma")
     assert k.metadata.get("lowering") == "general" and k.metadata["cluster"] == [d // 1024, 1, 1]
     for r in (1000, 33, 7):
         g = torch.Generator(device="cuda").manual_seed(r + d)

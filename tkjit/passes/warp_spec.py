@@ -315,16 +315,26 @@ FILL_MEASURED = ("; measured (H200, 2026-11-27, session 16, three same runs of b
 
 def fill_by_default(kernel: Kernel) -> tuple[bool, str]:
     """Whether ``fill=auto`` lets the consumers fill a row block they can fill (``consumer_fill``):
-    always, by the measurements of ``FILL_MEASURED`` (faster than the TMA fill on every row measured),
-    but for a row block split over a cluster (stream-cols' ``cluster``), where the consumers' fill
-    is not measured yet (``warp-spec{fill=cp.async}`` takes it there)."""
+    always, by the measurements of ``FILL_MEASURED`` (faster than the TMA fill on every row
+    measured), a row block split over a cluster (stream-cols' ``cluster``) included
+    (``CLUSTER_FILL_MEASURED``)."""
     if int(block_loop(kernel).attrs.get("cluster", 1)) > 1:
-        return False, ("auto: a row block split over a cluster keeps the producer's TMA fill, the one measured "
-                       "there (benchmarks/results/2026-11-27-nvidia-h200-s16-cluster-ab.json); the consumers' "
-                       "cp.async fill over a cluster is not measured yet (warp-spec{fill=cp.async} takes it)")
+        return True, ("auto: the consumers fill their CTA's slice of the row block themselves"
+                      + CLUSTER_FILL_MEASURED)
     return True, ("auto: the consumers fill the block themselves, as the register-tile backend does "
                   "(with the producer's TMA fill the consumers waited twice as long for the block: "
                   "ncu, H200, session 15, 34% against 17% of the stall samples)" + FILL_MEASURED)
+
+
+CLUSTER_FILL_MEASURED = (
+    "; measured over a cluster (H200, 2026-11-27, session 16, same run, benchmarks/no_product_ab.py "
+    "--variant, benchmarks/results/2026-11-27-nvidia-h200-s16-cluster-cpfill.json), over the "
+    "register-tile backend at D = 4096 / 8192: the consumers' cp.async fill RMSNorm 0.993 / 0.993, "
+    "residual + LayerNorm 0.927 / 0.899, LayerNorm 0.972 / 0.932, softmax 0.963 / 0.971; the "
+    "producer's TMA fill 0.962 / 0.938, 0.868 / 0.845, 0.895 / 0.866, 0.937 / 0.929 (both below the "
+    "register-tile backend, which lowering=auto keeps there: lower_cluster.cluster_auto_refusal; "
+    "warp-spec{fill=tma} pins the producer)")
+"""What ``fill_by_default`` rests on for a row block split over a cluster."""
 
 
 def consumer_fill(kernel: Kernel) -> tuple[list[Load], str]:
