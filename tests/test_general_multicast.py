@@ -335,7 +335,8 @@ def test_a_pair_without_its_start_sync_is_caught_by_the_roles_interpreter(monkey
             run_roles(k.ir, [a, b, torch.full((256, 128), float("nan")).bfloat16()], seed=seed)
         except ScheduleError as e:
             caught.append(str(e))
-    assert caught and all("before that CTA initialized its barriers" in e for e in caught), caught
+    assert any("before that CTA initialized its barriers" in e for e in caught), caught
+    assert all("before that CTA initialized" in e or "after that CTA exited" in e for e in caught), caught
 
 
 def test_the_compile_time_check_refuses_a_pair_without_its_cluster_syncs(monkeypatch):
@@ -345,3 +346,22 @@ def test_the_compile_time_check_refuses_a_pair_without_its_cluster_syncs(monkeyp
     monkeypatch.setattr(sp, "paired", lambda prod, cons, cluster: (prod, cons))
     with pytest.raises(tkjit.TkError, match="unordered-pair.*do not open with the pair's cluster barrier"):
         tkjit.compile(GEMM, pipeline=MULTICAST, constants={"BM": 64, "BN": 64}, cache=False).asm["ptx"]
+
+
+def test_a_pair_without_its_exit_sync_is_caught_by_the_roles_interpreter(monkeypatch):
+    """With only the start sync, some schedule has a CTA exit while its peer's consumers still
+    release stages on its barriers: the roles interpreter reports it."""
+    from tkjit.interpreter.roles import ScheduleError
+    from tkjit.passes import sync_protocol as sp
+    torch.manual_seed(0)
+    a, b = torch.randn(256, 256).bfloat16(), torch.randn(256, 128).bfloat16()
+    k, _ = _run(GEMM, {"BM": 64, "BN": 64}, a, b)
+    start = sp.ClusterSync("start")
+    monkeypatch.setattr(sp, "paired", lambda prod, cons, cluster: ((start, *prod), (start, *cons)))
+    caught = []
+    for seed in range(12):
+        try:
+            run_roles(k.ir, [a, b, torch.full((256, 128), float("nan")).bfloat16()], seed=seed)
+        except ScheduleError as e:
+            caught.append(str(e))
+    assert caught and all("after that CTA exited" in e for e in caught), caught

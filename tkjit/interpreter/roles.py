@@ -200,13 +200,22 @@ class Cta:
     """Whether the CTA has started: its barriers are initialized before any of its roles runs, and
     a peer's arrival or multicast landing before that is an error (a pair's ``ClusterSync("start")``
     orders them; CTAs start at independent times)."""
+    running: int = 0
+    """Its roles still running; at 0 the CTA has exited, and a peer's arrival or multicast after
+    that is an error (the pair's ``ClusterSync("exit")`` orders them)."""
 
 
 def peer_ready(cta: Cta, by: Cta, what: str) -> None:
-    """``by`` arrives on or multicasts into ``cta``'s barriers: ``cta`` must have started."""
-    if cta is not by and not cta.started:
+    """``by`` arrives on or multicasts into ``cta``'s barriers: ``cta`` must have started, and not
+    exited."""
+    if cta is by:
+        return
+    if not cta.started:
         raise ScheduleError(f"CTA {by.rank} {what} in CTA {cta.rank} before that CTA initialized its "
                             "barriers (no cluster barrier orders the pair's start)")
+    if cta.running == 0:
+        raise ScheduleError(f"CTA {by.rank} {what} in CTA {cta.rank} after that CTA exited (no cluster "
+                            "barrier orders the pair's exit)")
 
 
 BLOCKED = "blocked"
@@ -851,6 +860,7 @@ class Roles:
             mine += [(Consumer(self, cta, tiles, c), self.proto.consumer) for c in range(self.proto.consumers)]
             for role, _ in mine:
                 role.units = units[rank] if units is not None else []
+            cta.running = len(mine)
             roles += mine
         running = {i: (role, role.run(program)) for i, (role, program) in enumerate(roles)}
         stalled = 0
@@ -875,6 +885,7 @@ class Roles:
                     stalled = 0
             except StopIteration:
                 del running[pick]
+                role.cta.running -= 1
                 stalled = 0
             if stalled > 50 * (len(running) + 1) and not any(c.landings for c in ctas):
                 raise ScheduleError("deadlock: every role waits and no copy is in flight "
