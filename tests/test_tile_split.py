@@ -121,3 +121,12 @@ def test_a_bad_mode_is_an_error():
     with pytest.raises(tkjit.TkError, match="tile-split: mode must be auto, off"):
         tkjit.compile(BMM_BIAS_GELU, cache=False,
                       pipeline=default_pipeline("sm_90a").replace("tile-split", "tile-split{mode=on}"))
+
+
+def test_cooperative_consumers_asked_for_keep_the_tile_whole():
+    """warp-spec{mode=cooperative} asks for the tile as written: no split to then run cooperative."""
+    pipeline = default_pipeline("sm_90a").replace("warp-spec", "warp-spec{mode=cooperative}")
+    k = tkjit.compile(BMM_BIAS_GELU, cache=False, pipeline=pipeline)
+    d = _decision(k, "tile-split")
+    assert d.decision == "tile kept whole" and "warp-spec{mode=cooperative}" in d.reason
+    assert "rt<f32>[128, 256]" in k.asm["after:tile-split"]

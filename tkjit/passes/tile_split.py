@@ -309,6 +309,15 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int] | None, str]:
     return None, f"{head}; no block index addresses the accumulator's columns alone ({'; '.join(reasons) or 'none does'})"
 
 
+def asked_mode(ctx: PassContext) -> str:
+    """The ``mode`` the compile's pipeline gives warp-spec ('auto' where it names none)."""
+    if not ctx.options.pipeline:
+        return "auto"
+    from .manager import Pipeline
+    from .warp_spec import WarpSpec
+    return next((p.mode for p in Pipeline.parse(ctx.options.pipeline) if isinstance(p, WarpSpec)), "auto")
+
+
 @register_pass
 @dataclass(frozen=True)
 class TileSplit(Pass):
@@ -333,6 +342,11 @@ class TileSplit(Pass):
                 ctx.decide(where, "tile kept whole", why)
             return kernel
         pos, width = plan
+        asked = asked_mode(ctx)
+        if asked == "cooperative":
+            ctx.decide(where, "tile kept whole", f"{why}; warp-spec{{mode=cooperative}} asks for cooperative "
+                       "consumers, which take the tile as written")
+            return kernel
         trial = clone_kernel(kernel)
         index = block_loop(trial).regions[0].args[pos]
         dims, _ = split_dims(trial, index)
