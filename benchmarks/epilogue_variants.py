@@ -115,6 +115,18 @@ def schedule_of(kernel) -> str:
     return f"{mode}, {stages} stages" + (f"; fill-sms launched {chosen[-1]}" if chosen else "")
 
 
+def input_sets(shape: str) -> list[tuple]:
+    """(A, B, bias, C) sets of an "MxNxK" shape, enough of them to exceed twice the L2 (fresh
+    random inputs, C left empty), for inputs rotating across timed calls."""
+    m, n, k = (int(x) for x in shape.split("x"))
+    set_bytes = 2 * (m * k + k * n + m * n + n)
+    count = max(2, -(-2 * L2_BYTES // set_bytes))
+    return [(torch.randn(m, k, dtype=torch.bfloat16, device="cuda"),
+             torch.randn(k, n, dtype=torch.bfloat16, device="cuda"),
+             torch.randn(n, dtype=torch.bfloat16, device="cuda"),
+             torch.empty(m, n, dtype=torch.bfloat16, device="cuda")) for _ in range(count)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("shapes", nargs="+")
@@ -142,13 +154,7 @@ def main() -> None:
         fn = ACTS[act]
         compiled = torch.compile(lambda a, b, bias, fn=fn: fn(a @ b + bias)) if args.torch_compile and fn else None
         for shape in args.shapes:
-            m, n, k = (int(x) for x in shape.split("x"))
-            set_bytes = 2 * (m * k + k * n + m * n + n)
-            count = max(2, -(-2 * L2_BYTES // set_bytes))
-            sets = [(torch.randn(m, k, dtype=torch.bfloat16, device="cuda"),
-                     torch.randn(k, n, dtype=torch.bfloat16, device="cuda"),
-                     torch.randn(n, dtype=torch.bfloat16, device="cuda"),
-                     torch.empty(m, n, dtype=torch.bfloat16, device="cuda")) for _ in range(count)]
+            sets = input_sets(shape)
             a, b, bias, c = sets[0]
             pre = a.float() @ b.float()
             ref = pre if fn is None else fn(pre + bias.float())

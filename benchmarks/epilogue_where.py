@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 import torch
-from epilogue_variants import ACTS, kernel_of, schedule_of
-from gemm_variants import L2_BYTES, timed_flushed, timed_together
+from epilogue_variants import ACTS, input_sets, kernel_of, schedule_of
+from gemm_variants import timed_flushed, timed_together
 
 
 class Sampler:
@@ -140,13 +140,7 @@ def main() -> None:
         if args.torch_compile and fn is not None:
             compiled = torch.compile(lambda a, b, bias, fn=fn: fn(a @ b + bias))
         for shape in args.shapes:
-            m, n, k = (int(x) for x in shape.split("x"))
-            set_bytes = 2 * (m * k + k * n + m * n + n)
-            count = max(2, -(-2 * L2_BYTES // set_bytes))
-            sets = [(torch.randn(m, k, dtype=torch.bfloat16, device="cuda"),
-                     torch.randn(k, n, dtype=torch.bfloat16, device="cuda"),
-                     torch.randn(n, dtype=torch.bfloat16, device="cuda"),
-                     torch.empty(m, n, dtype=torch.bfloat16, device="cuda")) for _ in range(count)]
+            sets = input_sets(shape)
             a, b, bias, c = sets[0]
             fns = {"cublas": lambda a, b, bias, c: torch.matmul(a, b, out=c)}
             if compiled is not None:

@@ -17,6 +17,8 @@ import pytest
 import tkjit
 from tkjit.errors import NotAvailableError
 
+from test_general_no_product import _norm_case, _sass, _simulated, assert_simulated_agree
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 NORMS = ["rmsnorm", "residual_layernorm", "layernorm", "softmax"]
@@ -37,15 +39,6 @@ def _general(name, d, **extra):
     extra.setdefault("pipeline", _tma_fill())
     return tkjit.load(EXAMPLES / f"{name}.tk", constants={"C" if name == "softmax" else "D": d},
                       lowering="general", require_hopper=True, cache=False, **extra)
-
-
-def _sass(k):
-    try:
-        return k.asm["sass"]
-    except NotAvailableError as e:
-        if any(tool in str(e) for tool in ("ptxas", "disassembler", "cuobjdump", "nvdisasm")):
-            pytest.skip(str(e))
-        raise
 
 
 @pytest.mark.parametrize("name", NORMS)
@@ -189,21 +182,6 @@ def test_auto_keeps_the_cluster_split_on_the_register_tile_backend_and_says_why(
     assert auto.metadata.get("backend") == "mma.sync" and auto.metadata["cluster"] == [4, 1, 1]
 
 
-def _sim_case(name, r, d):
-    from test_general_no_product import _norm_case
-    return _norm_case(name, r, d)
-
-
-def _simulated(k, args, outs):
-    from test_general_no_product import _simulated as run
-    return run(k, args, outs)
-
-
-def _fill_pipeline():
-    from tkjit.passes import DEFAULT_PIPELINE
-    return DEFAULT_PIPELINE.replace("warp-spec", "warp-spec{fill=cp.async}", 1)
-
-
 @pytest.mark.parametrize("fill", ["tma", "auto"])
 @pytest.mark.parametrize("name, r, d", [("rmsnorm", 20, 4096), ("softmax", 9, 8192), ("layernorm", 17, 4096),
                                         ("residual_layernorm", 20, 4096)])
@@ -214,7 +192,6 @@ def test_the_cluster_split_agrees_on_the_ptx_simulator(name, r, d, fill):
     the 16-row blocks, the row block filled by the producer's TMA (``warp-spec{fill=tma}``) or by
     the consumers (auto): bit for bit the register-tile backend's PTX of the same IR,
     within a bf16 unit of the interpreter, nothing written outside the outputs."""
-    import torch
     src = (EXAMPLES / f"{name}.tk").read_text()
     constants = {"C" if name == "softmax" else "D": d}
     general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, constants=constants,
@@ -222,13 +199,8 @@ def test_the_cluster_split_agrees_on_the_ptx_simulator(name, r, d, fill):
     assert ("cp.async.bulk.tensor" in general.asm["ptx"]) == (fill == "tma")
     auto = tkjit.compile(src, cache=False, constants=constants)
     assert ".reqnctapercluster" in general.asm["ptx"] and "register-tile" in auto.asm["ptx"].splitlines()[0]
-    args, outs = _sim_case(name, r, d)
-    mine, theirs = _simulated(general, args, outs), _simulated(auto, args, outs)
-    want = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-    auto(*want)  # the interpreter
-    for got, ref, i in zip(mine, theirs, outs):
-        assert torch.equal(got.view(torch.int16), ref.view(torch.int16))
-        torch.testing.assert_close(got.float(), want[i].float(), rtol=1e-2, atol=1e-2)
+    args, outs = _norm_case(name, r, d)
+    assert_simulated_agree(general, auto, args, outs)
 
 
 def test_a_remote_store_before_the_peers_init_is_caught_on_the_simulator():
@@ -241,7 +213,7 @@ def test_a_remote_store_before_the_peers_init_is_caught_on_the_simulator():
     ptx = k.asm["ptx"]
     assert ptx.count("barrier.cluster.wait.acquire.aligned;") == 1
     broken = ptx.replace("barrier.cluster.wait.acquire.aligned;", "", 1)
-    args, outs = _sim_case("rmsnorm", 20, 4096)
+    args, outs = _norm_case("rmsnorm", 20, 4096)
     fake = dataclasses.make_dataclass("K", ["asm", "metadata", "_result"])(
         {"ptx": broken}, k.metadata, k._result)
     with pytest.raises(SimError, match="used before its init"):

@@ -128,7 +128,7 @@ def test_the_filled_kernels_agree_on_the_ptx_simulator(name, r, d):
     """The PTX on the simulator at row counts that are not multiples of the 16-row blocks (the
     cp.async pieces past the tensor zero-filled, the stores clipped): bit for bit the register-tile
     backend's PTX of the same IR, within a bf16 unit of the interpreter, ptxas clean, no spills."""
-    from test_general_no_product import _norm_case, _sass, _simulated
+    from test_general_no_product import _norm_case, _sass, assert_simulated_agree
     constants = None if d == 1024 else {"C" if name == "softmax" else "D": d}
     src = (EXAMPLES / f"{name}.tk").read_text()
     general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False, constants=constants)
@@ -138,12 +138,7 @@ def test_the_filled_kernels_agree_on_the_ptx_simulator(name, r, d):
     assert not re.search(r"\b(LDL|STL)\b", _sass(general)), "spilled"
     assert not [m for m in general.metadata["ptxas"]["messages"] if m["level"] == "warning"]
     args, outs = _norm_case(name, r, d)
-    mine, theirs = _simulated(general, args, outs), _simulated(auto, args, outs)
-    want = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-    auto(*want)  # the interpreter
-    for got, ref, i in zip(mine, theirs, outs):
-        assert torch.equal(got.view(torch.int16), ref.view(torch.int16))
-        torch.testing.assert_close(got.float(), want[i].float(), rtol=1e-2, atol=1e-2)
+    assert_simulated_agree(general, auto, args, outs)
 
 
 def test_a_missing_fill_barrier_is_caught_on_the_simulator(monkeypatch):

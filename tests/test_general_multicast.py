@@ -313,12 +313,23 @@ def test_every_pair_protocol_starts_and_ends_with_the_cluster_syncs():
         assert not any(isinstance(st, sp.ClusterSync) for st in (*alone.producer, *alone.consumer))
 
 
+def _schedule_errors(k, args, seeds: int) -> list[str]:
+    """The ScheduleErrors the roles interpreter reports over ``seeds`` schedules of ``k``'s IR."""
+    from tkjit.interpreter.roles import ScheduleError
+    caught = []
+    for seed in range(seeds):
+        try:
+            run_roles(k.ir, [t.clone() if isinstance(t, torch.Tensor) else t for t in args], seed=seed)
+        except ScheduleError as e:
+            caught.append(str(e))
+    return caught
+
+
 def test_a_pair_without_its_start_sync_is_caught_by_the_roles_interpreter(monkeypatch):
     """CTAs start at independent times and each initializes its own barriers: with the pair's
     ClusterSync steps taken out, some schedule has a CTA release or multicast into its peer before
     the peer started, which the roles interpreter reports (the hang ping-pong pairs had on an H200
     came from exactly that gap, pairs.py). With them, every schedule runs."""
-    from tkjit.interpreter.roles import ScheduleError
     from tkjit.passes import sync_protocol as sp
     torch.manual_seed(0)
     a, b = torch.randn(256, 256).bfloat16(), torch.randn(256, 128).bfloat16()
@@ -329,12 +340,7 @@ def test_a_pair_without_its_start_sync_is_caught_by_the_roles_interpreter(monkey
         run_roles(k.ir, [a, b, c], seed=seed)
         assert torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0)), seed
     monkeypatch.setattr(sp, "paired", lambda prod, cons, cluster: (prod, cons))
-    caught = []
-    for seed in range(8):
-        try:
-            run_roles(k.ir, [a, b, torch.full((256, 128), float("nan")).bfloat16()], seed=seed)
-        except ScheduleError as e:
-            caught.append(str(e))
+    caught = _schedule_errors(k, [a, b, torch.full((256, 128), float("nan")).bfloat16()], 8)
     assert any("before that CTA initialized its barriers" in e for e in caught), caught
     assert all("before that CTA initialized" in e or "after that CTA exited" in e for e in caught), caught
 
@@ -351,17 +357,11 @@ def test_the_compile_time_check_refuses_a_pair_without_its_cluster_syncs(monkeyp
 def test_a_pair_without_its_exit_sync_is_caught_by_the_roles_interpreter(monkeypatch):
     """With only the start sync, some schedule has a CTA exit while its peer's consumers still
     release stages on its barriers: the roles interpreter reports it."""
-    from tkjit.interpreter.roles import ScheduleError
     from tkjit.passes import sync_protocol as sp
     torch.manual_seed(0)
     a, b = torch.randn(256, 256).bfloat16(), torch.randn(256, 128).bfloat16()
     k, _ = _run(GEMM, {"BM": 64, "BN": 64}, a, b)
     start = sp.ClusterSync("start")
     monkeypatch.setattr(sp, "paired", lambda prod, cons, cluster: ((start, *prod), (start, *cons)))
-    caught = []
-    for seed in range(12):
-        try:
-            run_roles(k.ir, [a, b, torch.full((256, 128), float("nan")).bfloat16()], seed=seed)
-        except ScheduleError as e:
-            caught.append(str(e))
+    caught = _schedule_errors(k, [a, b, torch.full((256, 128), float("nan")).bfloat16()], 12)
     assert caught and all("after that CTA exited" in e for e in caught), caught

@@ -326,6 +326,17 @@ def _simulated(k, args, outs):
     return simulate(k._result.tkir, args, outs, ptx_meta=(k.asm["ptx"], dict(k.metadata)))
 
 
+def assert_simulated_agree(general, auto, args, outs):
+    """``general``'s PTX on the simulator: bit for bit ``auto``'s (the register-tile backend's PTX of
+    the same IR) and within a bf16 unit of the interpreter (``auto`` called on CPU tensors)."""
+    mine, theirs = _simulated(general, args, outs), _simulated(auto, args, outs)
+    want = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    auto(*want)  # the interpreter
+    for got, ref, i in zip(mine, theirs, outs):
+        assert torch.equal(got.view(torch.int16), ref.view(torch.int16))
+        torch.testing.assert_close(got.float(), want[i].float(), rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.parametrize("name, r, d", [("rmsnorm", 20, 1024), ("softmax", 33, 1024), ("layernorm", 7, 1024),
                                         ("residual_layernorm", 20, 1024), ("rmsnorm", 17, 2048),
                                         ("softmax", 5, 2048)])
@@ -344,12 +355,7 @@ def test_the_tma_fed_kernels_agree_on_the_ptx_simulator(name, r, d):
     assert "cp.async.bulk.tensor" in general.asm["ptx"] and "tile program" in general.asm["ptx"]
     assert "register-tile" in auto.asm["ptx"].splitlines()[0]
     args, outs = _norm_case(name, r, d)
-    mine, theirs = _simulated(general, args, outs), _simulated(auto, args, outs)
-    want = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-    auto(*want)  # the interpreter
-    for got, ref, i in zip(mine, theirs, outs):
-        assert torch.equal(got.view(torch.int16), ref.view(torch.int16))
-        torch.testing.assert_close(got.float(), want[i].float(), rtol=1e-2, atol=1e-2)
+    assert_simulated_agree(general, auto, args, outs)
 
 
 def test_a_wrong_swizzle_key_is_caught_on_the_simulator(monkeypatch):

@@ -35,16 +35,15 @@ from ..ir.ops.elementwise import Binary, CmpSelect, Fill, Select, Unary, Zeros
 from ..ir.ops.reduce import Broadcast, Reduce
 from ..ir.types import I32, ScalarType, TileType, VectorType
 from .epilogue_cost import PLAIN, epilogue_cost
-from .hopper import SETMAXNREG_MIN, block_loop, consumer_registers, pipelined_loops
-from .liveness import CONSUMER_OVERHEAD, consumer_pressure
+from .hopper import block_loop, pipelined_loops
 from .manager import Pass, PassContext, register_pass
 from .rewrite import clone_kernel, erase, use_counts
+from .warp_spec import PINGPONG_MIN_COLS, WarpSpec, pingpong_fit
 
 MODES = ("auto", "off")
-PINGPONG_CONSUMERS = 2
 SPLIT_ROWS = 128
 """The accumulator rows the split is for: two 64-row slabs, one consumer's whole tile."""
-MIN_HALF = 128
+MIN_HALF = PINGPONG_MIN_COLS
 """The narrowest half the split makes (warp-spec's ping-pong is measured at 128 columns)."""
 ROWS = "'s rows would be split (only columns are)"
 """Why an index that addresses the product's rows (not a candidate: not reported) is not split."""
@@ -248,12 +247,10 @@ def _halve(kernel: Kernel, dims: _Dims, width: int, index_pos: int) -> None:
 def split_plan(kernel: Kernel) -> tuple[tuple[int, int] | None, str]:
     """(block index position, tile width) to split, or (None, why not: '' where the kernel is not
     a candidate at all, so nothing is logged)."""
-    from ..ir.ops import MMA_OPS as PRODUCTS
-    try:
-        blocks = block_loop(kernel)
-    except Exception:  # noqa: BLE001 - no block loop: not a candidate
-        return None, ""
-    if sum(isinstance(op, PRODUCTS) for op in kernel.walk()) != 1:
+    if not any(isinstance(op, Blocks) for op in kernel.body.ops):
+        return None, ""  # no block loop: not a candidate
+    blocks = block_loop(kernel)
+    if sum(isinstance(op, MMA_OPS) for op in kernel.walk()) != 1:
         return None, ""
     loops = pipelined_loops(kernel)
     if len(loops) != 1 or not any(op is loops[0] for op in blocks.regions[0].ops):
@@ -269,8 +266,7 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int] | None, str]:
     if cost.cycles <= PLAIN:
         return None, ""
     stores = [op for op in blocks.walk() if isinstance(op, Store) and isinstance(op.operands[1].type, TileType)]
-    need = consumer_pressure(kernel, 1).peak + CONSUMER_OVERHEAD
-    room = consumer_registers(PINGPONG_CONSUMERS, SETMAXNREG_MIN)
+    need, room = pingpong_fit(kernel)
     if need <= room:
         return None, ""  # ping-pong runs at this width: warp-spec decides
     head = (f"{cost.text()}, and a whole {t.rows}x{t.cols} accumulator needs about {need} registers "
@@ -314,7 +310,6 @@ def asked_mode(ctx: PassContext) -> str:
     if not ctx.options.pipeline:
         return "auto"
     from .manager import Pipeline
-    from .warp_spec import WarpSpec
     return next((p.mode for p in Pipeline.parse(ctx.options.pipeline) if isinstance(p, WarpSpec)), "auto")
 
 
@@ -351,8 +346,7 @@ class TileSplit(Pass):
         index = block_loop(trial).regions[0].args[pos]
         dims, _ = split_dims(trial, index)
         _halve(trial, dims, width, pos)
-        need = consumer_pressure(trial, 1).peak + CONSUMER_OVERHEAD
-        room = consumer_registers(PINGPONG_CONSUMERS, SETMAXNREG_MIN)
+        need, room = pingpong_fit(trial)
         if need > room:
             ctx.decide(where, "tile kept whole", f"{why}; the half-width tile needs about {need} (> {room}) too")
             return kernel

@@ -251,8 +251,7 @@ class WarpSpec(Pass):
             if any(depends_on(v, indices) for v in loop.operands[:3]):
                 return ("a streamed loop's trip count depends on the block indices (a consumer skips "
                         "the other's trips by its own count, so every tile must have the same)")
-        need = consumer_pressure(kernel, 1).peak + CONSUMER_OVERHEAD
-        room = consumer_registers(PINGPONG_CONSUMERS, SETMAXNREG_MIN)
+        need, room = pingpong_fit(kernel)
         if need > room:
             return (f"a whole {accs[0].type.rows}x{accs[0].type.cols} accumulator needs about {need} "
                     f"registers per consumer thread, over the {room} two consumers can get")
@@ -360,6 +359,13 @@ def consumer_fill(kernel: Kernel) -> tuple[list[Load], str]:
                 not all(isinstance(op, CopyCols) for op in readers):
             return [], f"%{ld.result.hint} is not a 16-bit row block read by copy_cols only"
     return loads, ""
+
+
+def pingpong_fit(kernel: Kernel) -> tuple[int, int]:
+    """(the registers a ping-pong consumer thread needs to hold a whole tile: live fragments +
+    CONSUMER_OVERHEAD, the registers each of the two can get beside the smallest producer)."""
+    return (consumer_pressure(kernel, 1).peak + CONSUMER_OVERHEAD,
+            consumer_registers(PINGPONG_CONSUMERS, SETMAXNREG_MIN))
 
 
 def consumer_fit(kernel: Kernel, n: int) -> tuple[int, int]:
