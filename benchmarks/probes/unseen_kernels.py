@@ -105,6 +105,17 @@ def rms_res(shape):
     return args, (x, res, w), expr, (3, 4), None
 
 
+def bgemm_offset(shape):
+    bt, m, n, k = shape
+    a = rnd(bt, m, k, scale=k ** -0.25)
+    b = rnd(bt, n, k, scale=k ** -0.25)
+    sc = rnd(bt, m)
+    k0 = 1  # the K loop starts at the second tile of 64
+    args = [a, b, sc, out(bt, m, n), k0]
+    expr = lambda a, b, sc: torch.tanh(torch.bmm(a[:, :, 64:], b[:, :, 64:].transpose(1, 2)) * sc[:, :, None])  # noqa: E731
+    return args, (a, b, sc), expr, 3, [2 * bt * m * n * (k - 64)]
+
+
 def alpha_beta(shape):
     m, n, k = shape
     a, b = gemm_case(m, n, k)
@@ -146,6 +157,7 @@ PROBES = {
     "bmm_bias_gelu": ("bmm_bias_gelu.tk", bmm_bias_gelu, (8, 2048, 2048, 2048), (3, 1000, 600, 520)),
     "rmsnorm_residual": ("rmsnorm_residual.tk", rms_res, (32768, 2048), (1000, 2048)),
     "softmax_scaled_f32": ("softmax_scaled_f32.tk", softmax_scaled, (16384, 4096), (1000, 4096)),
+    "bgemm_offset_tanh": ("bgemm_offset_tanh.tk", bgemm_offset, (8, 2048, 2048, 2048), (3, 1000, 600, 520)),
     "gemm_alpha_beta": ("../../../examples/gemm_alpha_beta.tk", alpha_beta, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_fp8": ("../../../examples/gemm_fp8.tk", fp8, (8192, 8192, 8192), (1000, 3000, 1024)),
 }
@@ -199,8 +211,9 @@ def run(name: str, variants: dict) -> dict:
     compiled = torch.compile(expr)
     fns = {"tkjit": lambda args, ins: kern(*args), "compile": lambda args, ins: compiled(*ins)}
     if flops:  # cuBLAS's plain product of the same shape (the first two inputs)
-        fns["cublas"] = (lambda args, ins: torch.bmm(ins[0], ins[1])) if len(shape) == 4 else \
-            (lambda args, ins: ins[0] @ (ins[1].t() if name == "gemm_abt_f32" else ins[1]))
+        bt = name in ("gemm_abt_f32", "bgemm_offset_tanh")  # B given as [N, K]
+        fns["cublas"] = (lambda args, ins: torch.bmm(ins[0], ins[1].transpose(1, 2) if bt else ins[1])) \
+            if len(shape) == 4 else (lambda args, ins: ins[0] @ (ins[1].t() if bt else ins[1]))
     if name == "gemm_abt_f32":  # cuBLAS with the same f32 output, where torch has out_dtype
         try:
             torch.mm(sets[0][1][0], sets[0][1][1].t(), out_dtype=torch.float32)
