@@ -45,6 +45,10 @@ def test_warp_spec_lets_the_consumers_fill_the_row_block_and_says_why(name):
     assert ".reqntid 128," in ptx and k.metadata["block"] == [128, 1, 1]
     assert "consumers fill the row block themselves" in text  # the backend's decision
     assert FILL_STEP in k.metadata["protocol"]
+    # explain() names the layout the fill writes and says there is no producer (not layout's
+    # TMA swizzle as the last word, nor a producer the async schedule does not have)
+    assert "%x_row: laid out in the register-tile backend's row-XOR layout, not the layout pass's swizzle" in text
+    assert "the schedule as IR: no producer and 1 consumer(s)" in text
     if name == "residual_layernorm":  # two row blocks: two steps, each waited for at its own
         assert FILL_STEP.replace("x_row", "res_row") in k.metadata["protocol"]
         assert "waited for at its own copy_fill step" in text
@@ -55,6 +59,7 @@ def test_fill_tma_pins_the_producer_and_a_persistent_grid_keeps_it():
     text = str(pinned.explain())
     assert "row block %x_row: filled by the producer's TMA" in text and "warp-spec{fill=tma}" in text
     assert "cp.async.bulk.tensor" in pinned.asm["ptx"] and "cp.async.cg" not in pinned.asm["ptx"]
+    assert "row-XOR layout" not in text and "the schedule as IR: a producer and 1 consumer(s)" in text
     resident = _general("rmsnorm", pipeline=DEFAULT_PIPELINE.replace(
         "stream-cols", "stream-cols{resident=2 stages=4}", 1))
     text = str(resident.explain())

@@ -411,7 +411,8 @@ class AsyncSchedule(Pass):
                                   "object (the schedule is not IR here; the emitter follows that object)")
             return kernel
         steps = sum(1 for op in out.walk() if isinstance(op, ao.StepOp))
-        ctx.decide(f"@{kernel.name}", f"the schedule as IR: a producer and {kernel.attrs['consumers']} "
+        who = "a producer" if kernel.attrs.get("producer", True) else "no producer"
+        ctx.decide(f"@{kernel.name}", f"the schedule as IR: {who} and {kernel.attrs['consumers']} "
                    f"consumer(s), {steps} protocol steps", "the mbarrier pass's protocol, its steps "
                    "placed among the tile ops as the emitter walks them (codegen/hopper/interleave.py)")
         sync_at_compile.check(protocol_from_ir(out), self.check, ctx, READ_BACK)

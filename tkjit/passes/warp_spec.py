@@ -175,6 +175,12 @@ class WarpSpec(Pass):
             why = "warp-spec{fill=cp.async}"
         for ld in loads:
             ld.attrs["fill"] = "cp.async"
+            swizzle = ld.result.type.attr("swizzle")
+            ctx.decide(f"%{ld.result.hint}", "laid out in the register-tile backend's row-XOR layout, "
+                       f"not the layout pass's swizzle {swizzle}",
+                       "the consumers fill it with cp.async and copy_cols reads it with the register-tile "
+                       "backend's emitter, both in that backend's layout (smem.Geometry); the swizzle on its "
+                       "type is a TMA's, and no TMA touches this tile", layout="row-xor")
         deferred = [f"%{ld.result.hint}" for ld in loads if ld.attrs.get("wait") == "deferred"]
         if deferred:  # (stream-cols' wait = deferred is the register-tile backend's)
             why += (f"; {', '.join(deferred)} (wait = deferred) is waited for at its own copy_fill step here, "
