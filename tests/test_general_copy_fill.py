@@ -49,6 +49,7 @@ def test_warp_spec_lets_the_consumers_fill_the_row_block_and_says_why(name):
     # TMA swizzle as the last word, nor a producer the async schedule does not have)
     assert "%x_row: laid out in the register-tile backend's row-XOR layout, not the layout pass's swizzle" in text
     assert "the schedule as IR: no producer and 1 consumer(s)" in text
+    assert re.search(r"named barrier 1, at the protocol's \d scratch_sync step", text)
     if name == "residual_layernorm":  # two row blocks: two steps, each waited for at its own
         assert FILL_STEP.replace("x_row", "res_row") in k.metadata["protocol"]
         assert "waited for at its own copy_fill step" in text

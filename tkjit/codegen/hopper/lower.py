@@ -296,8 +296,17 @@ class LoweredKernel:
                                    "why": f"{ops}: partials of several warp columns combined through "
                                           f"{region.size} B of shared memory at {region.offset}, after "
                                           f"smem-plan's map, between the consumers' named barrier "
-                                          f"{SCRATCH_BARRIER} (not a protocol step yet: docs/hopper-codegen.md)"})
+                                          f"{SCRATCH_BARRIER}{self._scratch_steps()}"})
         self._ring_offsets()
+
+    def _scratch_steps(self) -> str:
+        """Where the scratch's barriers come from: the protocol's scratch_sync steps (the PTX lint
+        holds every one inside a step's mark), or, where the protocol has none, nowhere checked."""
+        from ...passes.sync_protocol import ScratchSync, all_steps
+        steps = sum(1 for s in all_steps(self.proto.consumer) if isinstance(s, ScratchSync))
+        if steps:
+            return f", at the protocol's {steps} scratch_sync step(s)"
+        return " (no scratch_sync step in the protocol: docs/hopper-codegen.md)"
 
     def _ring_offsets(self) -> None:
         loops = {ring: loop for loop, ring in self.schedule.loop_of.items()}
