@@ -218,12 +218,14 @@ def test_crashes_and_invalid_ir_are_still_errors(test_passes):
 def test_the_fallback_warning_names_the_pass_that_declined_the_schedule():
     """A GEMM whose tiles do not fit the registers falls to mma.sync: the warning says which pass
     declined and why (with the kernel's line), not only that the schedule is missing. The residual
-    is an f32 tensor: a bf16 one is held packed (liveness.held_packed) and now fits."""
+    are f32 tensors (a bf16 one is held packed, liveness.held_packed), three of them, so that even
+    the half-width tile tile-split would make fits no consumer split (so it keeps the tile)."""
     import warnings
 
     import tkjit
     source = """
-kernel big(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<f32>[M, N], C: gl<bf16>[M, N]) {
+kernel big(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<f32>[M, N], P: gl<f32>[M, N], Q: gl<f32>[M, N],
+           C: gl<bf16>[M, N]) {
   for (m, n) in blocks(M / 128, N / 256) {
     acc: rt<f32>[128, 256] = zeros()
     for k in 0 .. K / 64 {
@@ -232,7 +234,9 @@ kernel big(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<f32>[M, N], C: gl<bf16>[M
       acc = mma_ABt(a, b, acc)
     }
     r: rt<f32>[128, 256] = R.tile(m, n)
-    C.tile(m, n) = cvt<bf16>(silu(acc) + r)
+    p: rt<f32>[128, 256] = P.tile(m, n)
+    q: rt<f32>[128, 256] = Q.tile(m, n)
+    C.tile(m, n) = cvt<bf16>(silu(acc) * r + p * q)
   }
 }
 """

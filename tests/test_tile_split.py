@@ -5,6 +5,7 @@ Its IR in/out tests are tests/ir/tile-split/*.tkir."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 import tkjit
 from tkjit.interpreter.roles import run_roles
+from tkjit.ir.printer import print_kernel
 from tkjit.passes import default_pipeline
 
 from test_async_schedule import SEEDS, _async, _copy, _same
@@ -130,3 +132,59 @@ def test_cooperative_consumers_asked_for_keep_the_tile_whole():
     d = _decision(k, "tile-split")
     assert d.decision == "tile kept whole" and "warp-spec{mode=cooperative}" in d.reason
     assert "rt<f32>[128, 256]" in k.asm["after:tile-split"]
+
+
+GATE = """
+kernel gemm_gate<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], S: gl<f32>[N],
+                                              G: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    s: rv<f32>[BN] = S.tile(n)
+    g: rt<f32>[BM, BN] = G.tile(m, n)
+    C.tile(m, n) = cvt<bf16>(mul_col(acc, s) * sigmoid(g))
+  }
+}
+"""
+"""A user kernel whose 128 x 256 tile fits no consumer split (a per-column scale and a sigmoid gate
+read as a second tile: about 288 registers a cooperative consumer thread): before this rule it
+fell back to the mma.sync backend (0.4x)."""
+
+
+def test_a_tile_no_consumer_split_holds_is_halved_not_sent_to_mma_sync():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning
+        k = tkjit.compile(GATE, cache=False)
+        sass = k.asm["sass"]
+    d = _decision(k, "tile-split")
+    assert d.decision == "tiles of 128 columns: %n walks cdiv(.., 128)" and d.data["split_for"] == "fit"
+    assert "no consumer split holds the whole 128x256 tile (2: 288 registers needed > 240" in d.reason
+    assert "rt<f32>[128, 128]" in k.asm["after:tile-split"] and "[128, 256]" not in k.asm["after:tile-split"]
+    assert "backend: wgmma" in str(k.explain())
+    assert "HGMMA" in sass and not re.search(r"\b(LDL|STL)\b", sass)
+    with pytest.raises(tkjit.TkError, match="do not fit any consumer split"):  # what it was: declined
+        tkjit.compile(GATE, cache=False, pipeline=WHOLE).asm["ptx"]
+
+
+def test_the_halved_gate_computes_what_the_written_one_does():
+    """The fit split's rewritten IR on the roles interpreter against the kernel as written (the
+    source-level interpreter), at a ragged N whose last half-width tile is cut."""
+    parsed = _async(tkjit.compile(GATE, cache=False))
+    torch.manual_seed(1)
+    m, n, kk = 130, 300, 96
+    args = [torch.randn(m, kk).bfloat16(), (torch.randn(kk, n) / 4).bfloat16(), torch.randn(n),
+            torch.randn(m, n).bfloat16(), torch.full((m, n), float("nan")).bfloat16()]
+    ref = _copy(args)
+    k = tkjit.compile(GATE, cache=False)
+    assert "[128, 256]" in print_kernel(k._result.portable_ir)  # what the interpreter runs: the tile as written
+    k(*ref)  # on CPU tensors: the interpreter runs the portable IR, the program as written
+    want = (ref[0].float() @ ref[1].float()) * ref[2] * torch.sigmoid(ref[3].float())
+    assert ((ref[4].float() - want).norm() / want.norm()).item() < 1e-2
+    for seed in SEEDS:
+        mine = _copy(args)
+        run_roles(parsed, mine, seed=seed)
+        assert _same((4,), mine, ref), f"schedule {seed} of the halved gate differs from the written one"

@@ -116,6 +116,40 @@ def bgemm_offset(shape):
     return args, (a, b, sc), expr, 3, [2 * bt * m * n * (k - 64)]
 
 
+def scale_gate(shape):
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    s = torch.rand(n, device="cuda") + 0.5
+    g = rnd(m, n)
+    args = [a, b, s, g, out(m, n)]
+    expr = lambda a, b, s, g: (a @ b) * s * torch.sigmoid(g)  # noqa: E731
+    return args, (a, b, s, g), expr, 4, [2 * m * n * k]
+
+
+def linear_silu(shape):
+    m, n, k = shape
+    x = rnd(m, k, scale=k ** -0.25)
+    w = rnd(n, k, scale=k ** -0.25)
+    bias = rnd(n)
+    args = [x, w, bias, out(m, n)]
+    expr = lambda x, w, bias: F.silu(x @ w.t() + bias)  # noqa: E731
+    return args, (x, w, bias), expr, 3, [2 * m * n * k]
+
+
+def attn_keybias(shape):
+    b, h, n, d = shape
+    q, k, v = rnd(b, h, n, d), rnd(b, h, n, d), rnd(b, h, n, d)
+    kb = torch.randn(b, n, device="cuda") * 0.5
+    kb[torch.rand(b, n, device="cuda") < 0.1] = float("-inf")  # padded keys
+    scale = d ** -0.5
+    args = [q, k, v, kb, out(b, h, n, d), scale]
+
+    def expr(q, k, v, kb):
+        mask = kb[:, None, None, :].to(q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return args, (q, k, v, kb), expr, 4, None
+
+
 def alpha_beta(shape):
     m, n, k = shape
     a, b = gemm_case(m, n, k)
@@ -158,6 +192,9 @@ PROBES = {
     "rmsnorm_residual": ("rmsnorm_residual.tk", rms_res, (32768, 2048), (1000, 2048)),
     "softmax_scaled_f32": ("softmax_scaled_f32.tk", softmax_scaled, (16384, 4096), (1000, 4096)),
     "bgemm_offset_tanh": ("bgemm_offset_tanh.tk", bgemm_offset, (8, 2048, 2048, 2048), (3, 1000, 600, 520)),
+    "gemm_scale_gate": ("gemm_scale_gate.tk", scale_gate, (4096, 4096, 4096), (1000, 3000, 520)),
+    "linear_bias_silu": ("linear_bias_silu.tk", linear_silu, (4096, 4096, 4096), (1000, 3000, 520)),
+    "attn_keybias": ("attn_keybias.tk", attn_keybias, (4, 16, 4096, 128), (3, 5, 640, 128)),
     "gemm_alpha_beta": ("../../../examples/gemm_alpha_beta.tk", alpha_beta, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_fp8": ("../../../examples/gemm_fp8.tk", fp8, (8192, 8192, 8192), (1000, 3000, 1024)),
 }
@@ -211,7 +248,7 @@ def run(name: str, variants: dict) -> dict:
     compiled = torch.compile(expr)
     fns = {"tkjit": lambda args, ins: kern(*args), "compile": lambda args, ins: compiled(*ins)}
     if flops:  # cuBLAS's plain product of the same shape (the first two inputs)
-        bt = name in ("gemm_abt_f32", "bgemm_offset_tanh")  # B given as [N, K]
+        bt = name in ("gemm_abt_f32", "bgemm_offset_tanh", "linear_bias_silu")  # B given as [N, K]
         fns["cublas"] = (lambda args, ins: torch.bmm(ins[0], ins[1].transpose(1, 2) if bt else ins[1])) \
             if len(shape) == 4 else (lambda args, ins: ins[0] @ (ins[1].t() if bt else ins[1]))
     if name == "gemm_abt_f32":  # cuBLAS with the same f32 output, where torch has out_dtype

@@ -23,6 +23,11 @@ same run, …-s16-tile-split-1.json): a batched GEMM + bias + erf gelu written a
 7.3% faster split (the other consumer's wgmmas hide part of the epilogue: docs/hopper-codegen.md,
 "Where 4096^3's time goes"). The plain GEMM (epilogue PLAIN) is not split, nor one under
 MIN_CYCLES or with several stores (measured: they gain under 2% or lose). Option ``mode``: auto, off.
+
+Second rule (``split_for = "fit"``): where no cooperative consumer split holds the whole 128-row
+tile (``warp_spec.fitting_split``), warp-spec would decline the kernel and it would run on the
+mma.sync backend (about 0.4x); the same rewrite then halves it whatever its epilogue, so the
+half-width tile keeps the wgmma lowering. A kernel that pins ``@consumers`` keeps its tile.
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ from .epilogue_cost import PLAIN, epilogue_cost
 from .hopper import block_loop, pipelined_loops
 from .manager import Pass, PassContext, register_pass
 from .rewrite import clone_kernel, erase, use_counts
-from .warp_spec import PINGPONG_MIN_COLS, WarpSpec, pingpong_fit
+from .warp_spec import PINGPONG_MIN_COLS, WarpSpec, fitting_split, pingpong_fit
 
 MODES = ("auto", "off")
 SPLIT_ROWS = 128
@@ -244,9 +249,10 @@ def _halve(kernel: Kernel, dims: _Dims, width: int, index_pos: int) -> None:
             erase(width_const.owner)
 
 
-def split_plan(kernel: Kernel) -> tuple[tuple[int, int] | None, str]:
-    """(block index position, tile width) to split, or (None, why not: '' where the kernel is not
-    a candidate at all, so nothing is logged)."""
+def split_plan(kernel: Kernel) -> tuple[tuple[int, int, str] | None, str]:
+    """(block index position, tile width, what for: "fit" where no consumer split holds the whole
+    tile, "pingpong" where the half-width tile gets ping-pong consumers) to split, or (None, why
+    not: '' where the kernel is not a candidate at all, so nothing is logged)."""
     if not any(isinstance(op, Blocks) for op in kernel.body.ops):
         return None, ""  # no block loop: not a candidate
     blocks = block_loop(kernel)
@@ -262,6 +268,16 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int] | None, str]:
     t = accs[0].type
     if t.rows != SPLIT_ROWS or t.cols < 2 * MIN_HALF or t.cols % 128:
         return None, ""
+    unfit = whole_unfit(kernel, accs[0])
+    if unfit:
+        head = (f"no consumer split holds the whole {t.rows}x{t.cols} tile ({unfit}), so warp-spec would "
+                "decline it and the kernel would run on the mma.sync backend")
+        if "fill_sms" in kernel.attrs:
+            return None, f"{head}; @fill_sms launches its own half-width variant (tkjit/fill_sms.py)"
+        if int(blocks.attrs.get("split", 1)) > 1 or int(blocks.attrs.get("cluster", 1)) > 1:
+            return None, f"{head}; split-K or a cluster gives each tile CTAs of its own"
+        plan, why = _index_plan(kernel, blocks, accs[0], head)
+        return (plan + ("fit",) if plan else None), why
     cost = epilogue_cost(kernel, loop)
     if cost.cycles <= PLAIN:
         return None, ""
@@ -284,6 +300,24 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int] | None, str]:
         return None, f"{head}; the kernel asks for schedule(grid): no ping-pong without a persistent loop"
     if int(blocks.attrs.get("split", 1)) > 1 or int(blocks.attrs.get("cluster", 1)) > 1:
         return None, f"{head}; split-K or a cluster gives each tile CTAs of its own"
+    plan, why = _index_plan(kernel, blocks, accs[0], head)
+    return (plan + ("pingpong",) if plan else None), why
+
+
+def whole_unfit(kernel: Kernel, acc: Value) -> str:
+    """Why no cooperative consumer split holds the whole tile ('' where one does: warp-spec's own
+    ``fitting_split``, by which it declines the kernel otherwise)."""
+    pinned = kernel.attrs.get("consumers")
+    if isinstance(pinned, int) and not isinstance(pinned, bool):
+        return ""  # @consumers pins the split, and warp-spec takes the pin as written (gemm_alpha_beta.tk)
+    n, tried, _, _ = fitting_split(kernel, acc.type.rows // 64)
+    return "" if n is not None else "; ".join(tried)
+
+
+def _index_plan(kernel: Kernel, blocks: Blocks, acc: Value, head: str) -> tuple[tuple[int, int] | None, str]:
+    """(the block index that addresses the accumulator's columns alone and its tile width, head), or
+    (None, head and why no index does)."""
+    t = acc.type
     reasons = []
     for pos, index in enumerate(blocks.regions[0].args):
         dims, why = split_dims(kernel, index)
@@ -291,7 +325,7 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int] | None, str]:
             if not why.endswith(ROWS):
                 reasons.append(f"%{index.hint or pos}: {why}")
             continue
-        if not dims.is_split((accs[0], 1)):
+        if not dims.is_split((acc, 1)):
             continue
         odd = next(((v, d) for v, d in dims.parent if dims.is_split((v, d)) and v.type.shape[d] != t.cols), None)
         if odd is not None:
@@ -336,9 +370,9 @@ class TileSplit(Pass):
             if why:
                 ctx.decide(where, "tile kept whole", why)
             return kernel
-        pos, width = plan
+        pos, width, what = plan
         asked = asked_mode(ctx)
-        if asked == "cooperative":
+        if asked == "cooperative" and what == "pingpong":
             ctx.decide(where, "tile kept whole", f"{why}; warp-spec{{mode=cooperative}} asks for cooperative "
                        "consumers, which take the tile as written")
             return kernel
@@ -346,11 +380,22 @@ class TileSplit(Pass):
         index = block_loop(trial).regions[0].args[pos]
         dims, _ = split_dims(trial, index)
         _halve(trial, dims, width, pos)
+        name = index.hint or str(pos)
+        if what == "fit":
+            unfit = whole_unfit(trial, next(op.result for op in trial.walk() if isinstance(op, MMA_OPS)))
+            if unfit:
+                ctx.decide(where, "tile kept whole", f"{why}; the half-width tile fits none either ({unfit})")
+                return kernel
+            ctx.decide(where, f"tiles of {width // 2} columns: %{name} walks cdiv(.., {width // 2})",
+                       f"{why}; at {width // 2} columns the consumers hold the tile, so the kernel keeps "
+                       f"the wgmma lowering; every tile and vector dimension %{name} addresses takes "
+                       f"{width // 2}: the same values, computed tile by tile", width=width // 2, index=name,
+                       split_for="fit")
+            return trial
         need, room = pingpong_fit(trial)
         if need > room:
             ctx.decide(where, "tile kept whole", f"{why}; the half-width tile needs about {need} (> {room}) too")
             return kernel
-        name = index.hint or str(pos)
         ctx.decide(where, f"tiles of {width // 2} columns: %{name} walks cdiv(.., {width // 2})",
                    f"{why}; at {width // 2} columns one consumer holds a whole tile ({need} registers), so "
                    f"warp-spec can give them ping-pong consumers, one's epilogue beside the other's wgmmas "
@@ -358,7 +403,7 @@ class TileSplit(Pass):
                    "values, computed tile by tile (measured, H200, 2026-11-27, whole / split, same run: "
                    "bmm 8x2048^3 + bias + erf gelu 0.932, i.e. the split 7.3% faster, "
                    "benchmarks/results/2026-11-27-nvidia-h200-s16-tile-split-1.json)",
-                   width=width // 2, index=name)
+                   width=width // 2, index=name, split_for="pingpong")
         return trial
 
 

@@ -286,17 +286,11 @@ class WarpSpec(Pass):
                                          f"backend's layout would take ({why[0]['why']}): "
                                          f"{grid.warps // 4} consumer warpgroups")
             return 1, "no tensor-core accumulator to split: one consumer warpgroup"
-        tried = []
-        for n in sorted((d for d in range(1, slabs + 1) if slabs % d == 0), reverse=True):
-            if n > MAX_CONSUMERS:
-                tried.append(f"{n} (more than {MAX_THREADS} threads)")
-                continue
-            need, room = consumer_fit(kernel, n)
-            if need <= room:
-                lowered = f" (not {', '.join(tried)})" if tried else ""
-                return n, (f"{self.split_text(tallest, n)}{lowered}; a consumer needs about "
-                           f"{need} registers per thread and can get {room}")
-            tried.append(f"{n}: {need} registers needed > {room}")
+        n, tried, need, room = fitting_split(kernel, slabs)
+        if n is not None:
+            lowered = f" (not {', '.join(tried)})" if tried else ""
+            return n, (f"{self.split_text(tallest, n)}{lowered}; a consumer needs about "
+                       f"{need} registers per thread and can get {room}")
         raise PassError(f"@{kernel.name}: the register tiles do not fit any consumer split of "
                         f"{subject_of(tallest)} ({tallest.type}): {'; '.join(tried)}; use "
                         "smaller tiles", kernel.span)
@@ -372,6 +366,22 @@ def pingpong_fit(kernel: Kernel) -> tuple[int, int]:
     CONSUMER_OVERHEAD, the registers each of the two can get beside the smallest producer)."""
     return (consumer_pressure(kernel, 1).peak + CONSUMER_OVERHEAD,
             consumer_registers(PINGPONG_CONSUMERS, SETMAXNREG_MIN))
+
+
+def fitting_split(kernel: Kernel, slabs: int) -> tuple[int | None, list[str], int, int]:
+    """(the most cooperative consumers, dividing ``slabs``, whose threads hold their share of the
+    register tiles, or None; the counts tried before it and why each did not fit; that split's
+    registers needed and available)."""
+    tried: list[str] = []
+    for n in sorted((d for d in range(1, slabs + 1) if slabs % d == 0), reverse=True):
+        if n > MAX_CONSUMERS:
+            tried.append(f"{n} (more than {MAX_THREADS} threads)")
+            continue
+        need, room = consumer_fit(kernel, n)
+        if need <= room:
+            return n, tried, need, room
+        tried.append(f"{n}: {need} registers needed > {room}")
+    return None, tried, 0, 0
 
 
 def consumer_fit(kernel: Kernel, n: int) -> tuple[int, int]:
