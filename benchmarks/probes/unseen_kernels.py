@@ -150,6 +150,67 @@ def attn_keybias(shape):
     return args, (q, k, v, kb), expr, 4, None
 
 
+def dual(shape):
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    d, e = gemm_case(m, n, k)
+    args = [a, b, d, e, out(m, n)]
+    expr = lambda a, b, d, e: a @ b + d @ e  # noqa: E731
+    return args, (a, b, d, e), expr, 4, None  # (two products: against torch.compile's two cuBLAS calls)
+
+
+def rowmax(shape):
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    nb = -(-n // 128)
+    args = [a, b, out(m, n), out(nb, m, dtype=torch.float32)]
+
+    def expr(a, b):
+        c = a @ b
+        # the kernel as written takes the max over its whole tile: columns past N hold 0 (zero-filled B)
+        pad = torch.zeros((m, nb * 128 - n), dtype=c.dtype, device=c.device)
+        return c, torch.cat([c, pad], 1).view(m, nb, 128).amax(-1).t().float()
+    return args, (a, b), expr, (2, 3), [2 * m * n * k]
+
+
+def atb_bias(shape):
+    m, n, k = shape
+    a = rnd(k, m, scale=k ** -0.25)
+    b = rnd(k, n, scale=k ** -0.25)
+    bias = rnd(n)
+    args = [a, b, bias, out(m, n)]
+    expr = lambda a, b, bias: torch.relu(a.t() @ b + bias)  # noqa: E731
+    return args, (a, b, bias), expr, 3, [2 * m * n * k]
+
+
+def attn_gqa64(shape):
+    b, h, n, d = shape
+    g = h // 4
+    q, k, v = rnd(b, h, n, d), rnd(b, g, n, d), rnd(b, g, n, d)
+    scale = d ** -0.5
+    args = [q, k, v, out(b, h, n, d), scale]
+
+    def expr(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+    return args, (q, k, v), expr, 3, None
+
+
+def fp8_bias_relu(shape):
+    m, n, k = shape
+    a = (torch.randn(m, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    bias = rnd(n)
+    s = 0.05
+    args = [a, b, bias, out(m, n), s]
+    one = torch.ones((), device="cuda")
+
+    def expr(a, b, bias):
+        if a.dtype == torch.float64:
+            return torch.relu((a @ b.t()) * s + bias)
+        return torch.relu(torch._scaled_mm(a, b.t(), one * s, one, out_dtype=torch.bfloat16) + bias)
+    return args, (a, b, bias), expr, 3, None
+
+
 def alpha_beta(shape):
     m, n, k = shape
     a, b = gemm_case(m, n, k)
@@ -195,6 +256,11 @@ PROBES = {
     "gemm_scale_gate": ("gemm_scale_gate.tk", scale_gate, (4096, 4096, 4096), (1000, 3000, 520)),
     "linear_bias_silu": ("linear_bias_silu.tk", linear_silu, (4096, 4096, 4096), (1000, 3000, 520)),
     "attn_keybias": ("attn_keybias.tk", attn_keybias, (4, 16, 4096, 128), (3, 5, 640, 128)),
+    "dual_gemm": ("dual_gemm.tk", dual, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_rowmax": ("gemm_rowmax.tk", rowmax, (4096, 4096, 4096), (1000, 3000, 520)),
+    "atb_bias": ("atb_bias.tk", atb_bias, (4096, 4096, 4096), (1000, 3000, 520)),
+    "attn_gqa64": ("attn_gqa64.tk", attn_gqa64, (4, 32, 4096, 64), (3, 8, 1000, 64)),
+    "fp8_bias_relu": ("fp8_bias_relu.tk", fp8_bias_relu, (8192, 8192, 8192), (1000, 3000, 1024)),
     "gemm_alpha_beta": ("../../../examples/gemm_alpha_beta.tk", alpha_beta, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_fp8": ("../../../examples/gemm_fp8.tk", fp8, (8192, 8192, 8192), (1000, 3000, 1024)),
 }
