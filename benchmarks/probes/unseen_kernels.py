@@ -211,6 +211,36 @@ def fp8_bias_relu(shape):
     return args, (a, b, bias), expr, 3, None
 
 
+def retention(shape):
+    b, h, n, d = shape
+    q, k, v = rnd(b, h, n, d, scale=d ** -0.25), rnd(b, h, n, d, scale=d ** -0.25), rnd(b, h, n, d)
+    lg, c = -0.05, 64
+    args = [q, k, v, out(b, h, n, d), lg]
+
+    def expr(q, k, v):
+        i = torch.arange(c, device=q.device, dtype=q.dtype)
+        decay = torch.where(i[None, :] > i[:, None], 0.0, torch.exp2((i[:, None] - i[None, :]) * lg))
+        state = torch.zeros(b, h, d, d, device=q.device, dtype=q.dtype)
+        outs = []
+        for s in range(0, n, c):
+            qc, kc, vc = q[:, :, s:s + c], k[:, :, s:s + c], v[:, :, s:s + c]
+            a = (qc @ kc.transpose(-1, -2)) * decay[:qc.shape[2], :kc.shape[2]]
+            outs.append(qc @ state + a @ vc)
+            state = state * 2.0 ** (lg * c) + kc.transpose(-1, -2) @ vc
+        return torch.cat(outs, 2)
+    return args, (q, k, v), expr, 3, None
+
+
+def logits_softcap(shape):
+    m, n, k = shape
+    x = rnd(m, k, scale=k ** -0.25)
+    w = rnd(n, k, scale=k ** -0.25)
+    cap = 2.0
+    args = [x, w, out(m, n, dtype=torch.float32), cap]
+    expr = lambda x, w: (torch.tanh((x @ w.t()).float() / cap) * cap)  # noqa: E731
+    return args, (x, w), expr, 2, [2 * m * n * k]
+
+
 def alpha_beta(shape):
     m, n, k = shape
     a, b = gemm_case(m, n, k)
@@ -261,6 +291,8 @@ PROBES = {
     "atb_bias": ("atb_bias.tk", atb_bias, (4096, 4096, 4096), (1000, 3000, 520)),
     "attn_gqa64": ("attn_gqa64.tk", attn_gqa64, (4, 32, 4096, 64), (3, 8, 1000, 64)),
     "fp8_bias_relu": ("fp8_bias_relu.tk", fp8_bias_relu, (8192, 8192, 8192), (1000, 3000, 1024)),
+    "retention": ("retention.tk", retention, (8, 16, 4096, 64), (3, 5, 1000, 64)),
+    "logits_softcap": ("logits_softcap.tk", logits_softcap, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_alpha_beta": ("../../../examples/gemm_alpha_beta.tk", alpha_beta, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_fp8": ("../../../examples/gemm_fp8.tk", fp8, (8192, 8192, 8192), (1000, 3000, 1024)),
 }
@@ -314,7 +346,7 @@ def run(name: str, variants: dict) -> dict:
     compiled = torch.compile(expr)
     fns = {"tkjit": lambda args, ins: kern(*args), "compile": lambda args, ins: compiled(*ins)}
     if flops:  # cuBLAS's plain product of the same shape (the first two inputs)
-        bt = name in ("gemm_abt_f32", "bgemm_offset_tanh", "linear_bias_silu")  # B given as [N, K]
+        bt = name in ("gemm_abt_f32", "bgemm_offset_tanh", "linear_bias_silu", "logits_softcap")  # B given as [N, K]
         fns["cublas"] = (lambda args, ins: torch.bmm(ins[0], ins[1].transpose(1, 2) if bt else ins[1])) \
             if len(shape) == 4 else (lambda args, ins: ins[0] @ (ins[1].t() if bt else ins[1]))
     if name == "gemm_abt_f32":  # cuBLAS with the same f32 output, where torch has out_dtype
