@@ -607,6 +607,25 @@ kernel bmm5<BM = 128, BN = 128, BK = 64>(A: gl<bf16>[B, H, G, M, K], W: gl<bf16>
 """
 """Five block counts: the leading three are one grid axis."""
 
+GEMM_SCALE_GATE = """
+kernel gemm_scale_gate<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], S: gl<f32>[N],
+                                                   G: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    s: rv<f32>[BN] = S.tile(n)
+    g: rt<f32>[BM, BN] = G.tile(m, n)
+    C.tile(m, n) = cvt<bf16>(mul_col(acc, s) * sigmoid(g))
+  }
+}
+"""
+"""Session 17: at 128 x 256 no cooperative consumer split holds it (288 registers a thread), so it
+fell to mma.sync; tile-split's fit rule now halves it (tests/test_tile_split.py)."""
+
 
 def _mk(m, n, k):
     return {"M": m, "N": n, "K": k}
@@ -866,6 +885,12 @@ CASES = [
     Case("gemm_clamp", GEMM_CLAMP,
          lambda s, d: _gemm_inputs(s, d) + [-20.0, 30.0],
          lambda a: [(a[0].float() @ a[1].float()).clamp(-20.0, 30.0)], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_scale_gate", GEMM_SCALE_GATE,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       torch.rand(s["N"], device=d) + 0.5, _randn(s["M"], s["N"], device=d),
+                       _nan(s["M"], s["N"], device=d)],
+         lambda a: [(a[0].float() @ a[1].float()) * a[2] * torch.sigmoid(a[3].float())], (4,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
     Case("bmm5", BMM5,
          lambda s, d: [_randn(s["B"], s["H"], s["G"], s["M"], s["K"], device=d),
