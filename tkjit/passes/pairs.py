@@ -22,9 +22,12 @@ compiled, passed the compile-time sync check and ran in the roles interpreter bi
 three shapes, the off-edge CTA included, but hung on an H200 at 4096^3. The cause, found after:
 the ping-pong branch of ``sync_protocol.standard_protocol`` returned before the pair's
 ``ClusterSync`` steps, so a CTA could multicast into its peer and arrive on the peer's barriers
-before the peer initialized them. ``sync_protocol.paired`` now gives that branch both syncs; the
-refusal stays until a GPU run confirms it -- and neither the one-CTA check nor the roles
-interpreter models a peer's barrier init, which is what let it through), the
+before the peer initialized them. ``sync_protocol.paired`` now gives that branch both syncs.
+Session 17, lifted again on an H200: correct while each pair had one unit, a hang at the first
+shape with more units than pairs -- the consumers' alternating walk strode by %nctaid.x, the
+producer's by %nclusterid.x (now both ``lower_producer.walk_stride``), which the PTX simulator
+shows (tests/test_general_multicast.py) and the roles interpreter, walking the protocol's tiles,
+cannot. The refusal stays until a GPU run confirms it), the
 heaviest-first order, a block loop of one index, ring loops whose bounds depend on the paired
 index (the pair's rings would be filled for different trip counts), no load the pair can share.
 Asked for together with stream-K (``grid{multicast=2,stream_k=1}``), the pair is taken and
