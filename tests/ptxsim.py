@@ -14,7 +14,17 @@ A kernel with ``.reqnctapercluster k`` runs each cluster's k CTAs together (``Cl
 runs until every role of it waits on something only a peer can complete, then the next one
 runs; ``mapa`` addresses a peer's shared memory (rank + 1 in bits 24..), ``st.async`` lands
 there at once and completes its bytes on the peer's mbarrier, and ``barrier.cluster.wait``
-passes once every non-exited thread of the cluster arrived as often.
+passes once every non-exited thread of the cluster arrived as often. A TMA load with
+``.multicast::cluster`` lands in every CTA its mask names, completing its bytes on each one's
+mbarrier; ``mbarrier.arrive.shared::cluster`` on a mapa'd address arrives on the peer's barrier.
+A round in which no CTA of a cluster does anything but wait is a deadlock (``SimError``, with
+where each CTA's threads wait).
+
+Named barriers (``bar.sync``/``bar.arrive b, n``) count their arrivals: threads whose barrier
+has not completed wait at it while the CTA's other roles run (warp specialization, ping-pong
+consumers handing their turn on), a role's waiting threads are retried in turn. TMA stores
+(``cp.async.bulk.tensor...global.shared::cta``) and ``stmatrix`` are simulated; ``wgmma`` is not,
+unless ``SKIP_WGMMA`` skips it (a run that checks a kernel's synchronization and tile walk).
 
 Semantics follow the PTX ISA for ldmatrix, mma.sync.m16n8k16 (bf16/f16), shfl.sync.bfly and the
 scalar instructions; approximate math (ex2.approx, ...) is computed exactly in f32.
@@ -36,6 +46,13 @@ bits: a stand-in for the GPU's MUFU results, which differ from exact f32 in the 
 GPU_APPROX_ERROR = {"tanh": 2.0 ** -11, "ex2": 2.0 ** -22, "lg2": 2.0 ** -22, "rcp": 2.0 ** -23,
                     "rsqrt": 2.0 ** -22, "sqrt": 2.0 ** -22, "sin": 2.0 ** -20, "cos": 2.0 ** -20}
 """The PTX ISA's stated maximum errors of the approximate instructions (relative, roughly)."""
+
+
+SKIP_WGMMA = False
+"""Off by default (the simulator has no wgmma). Set, every ``wgmma`` instruction is skipped (the
+accumulators keep the values they had: a product adds nothing): for runs that check a
+warp-specialized kernel's synchronization and tile walk -- its mbarriers, TMA loads and stores,
+named and cluster barriers, which tiles it stores -- and not its products."""
 
 
 def _nudged(out: np.ndarray, x: np.ndarray, rel: float) -> np.ndarray:
@@ -313,9 +330,11 @@ class CTA:
         instrs = self.k.instrs
         live = np.ones(self.T, dtype=bool)
         parked: dict[int, np.ndarray] = {}
+        waiting: set[int] = set()  # pcs in ``parked`` whose threads wait there (not only reconverge)
         while pc < len(instrs):
             if pc in parked:
                 live = live | parked.pop(pc)
+                waiting.discard(pc)
             guard, opcode, ops = instrs[pc]
             active = live.copy()
             if guard is not None:
@@ -327,7 +346,7 @@ class CTA:
             if opcode.startswith("bra"):
                 target = self.k.labels[ops[0]]
                 if np.array_equal(active, live):
-                    if parked and any(pc < p < target for p in parked):
+                    if parked and any(pc < p < target for p in parked if p not in waiting):
                         raise SimError(f"branch at instruction {pc} jumps over threads parked at {sorted(parked)}")
                     pc = target
                     continue
@@ -350,14 +369,32 @@ class CTA:
                 continue
             if opcode == "ret":
                 self.exited |= live
+                self.moved = True
                 if not parked:
                     return
                 pc = min(parked)  # these threads are done; the parked ones go on (a role that waits)
                 live = parked.pop(pc)
+                waiting.discard(pc)
                 continue
-            if opcode.startswith("bar.") and len(ops) == 2:  # a named barrier of a given thread count
-                if int(live.sum()) != int(ops[1]):
-                    raise SimError(f"{opcode} {ops} at instruction {pc} with {int(live.sum())} threads live")
+            named = opcode.startswith("bar.") and len(ops) == 2  # a named barrier of a given thread count
+            if named and guard is not None and not np.array_equal(active, live):
+                raise SimError(f"{opcode} {ops} at instruction {pc} under a predicate")
+            if named and not (opcode == "bar.sync" and int(live.sum()) == int(ops[1])
+                              and np.unique(self.u32(ops[0])[live]).size == 1):
+                # fewer threads than its count, several barriers, or bar.arrive: the threads that
+                # complete their barrier go on, the others wait at it until other threads arrive
+                done = self._named(opcode, ops, live)
+                if done.any():
+                    if not np.array_equal(done, live):
+                        parked[pc] = parked.get(pc, np.zeros_like(live)) | (live & ~done)
+                        waiting.add(pc)
+                        live = done
+                    pc += 1
+                    stuck = 0
+                    continue
+                blocked = True
+            elif named:
+                pass
             elif opcode.startswith("barrier.cluster"):  # every thread of the cluster, by its warps where .aligned
                 if ".aligned" in opcode and not (live.reshape(-1, 32).all(1) | ~live.reshape(-1, 32).any(1)).all():
                     raise SimError(f"{opcode} at instruction {pc} with only some threads of a warp live")
@@ -365,16 +402,21 @@ class CTA:
                 warps = live.reshape(-1, 32) if self.T % 32 == 0 else live[None]
                 if opcode.split(".")[0] in ("bar", "barrier") or not (warps.all(1) | ~warps.any(1)).all():
                     raise SimError(f"{opcode} at instruction {pc} with only some threads live")  # (of a warp)
-            if opcode.startswith("barrier.cluster.wait") and not self._cluster_ready(active):
+            if named and blocked:
+                pass  # (every live thread waits at its named barrier)
+            elif opcode.startswith("barrier.cluster.wait") and not self._cluster_ready(active):
                 blocked = True  # (not executed: retried once the cluster's threads arrived)
             else:
                 self.execute(opcode, ops, active)
                 blocked = opcode.startswith("mbarrier.try_wait") and not self.pred(ops[0])[active].all()
+                if not blocked and not opcode.startswith("bra"):
+                    self.moved = True  # (what a peer's deadlock check asks: did anything happen)
             stuck = stuck + 1 if blocked else 0
             if blocked and self.cluster is not None and (not parked or stuck > len(parked) + 1):
                 # every role of this CTA waits: the cluster's other CTAs may complete it (a CTA runs
                 # as far as it can first, so a peer that is late to initialise is late)
                 stuck = 0
+                self.waiting_at = sorted(waiting | {pc})  # (where its threads wait: a deadlock's report)
                 yield pc
                 self.cluster_yields = getattr(self, "cluster_yields", 0) + 1
                 if self.cluster_yields > 100_000:
@@ -391,11 +433,14 @@ class CTA:
                 self.yields = getattr(self, "yields", 0) + 1
                 if self.yields > 10_000:
                     raise SimError("deadlock: the roles keep waiting on each other")
-                other = max(p for p in parked if p != pc) if any(p != pc for p in parked) else None
+                others = sorted(p for p in parked if p != pc)  # each waiting role in turn (after pc, round)
+                other = next((p for p in others if p > pc), others[0]) if others else None
                 if other is None:
                     raise SimError(f"deadlock: every role waits at instruction {pc}")
                 parked[pc] = parked.get(pc, np.zeros_like(live)) | live
+                waiting.add(pc)
                 live = parked.pop(other)
+                waiting.discard(other)
                 pc = other
                 continue
             pc += 1
@@ -661,6 +706,8 @@ class CTA:
             self.set(ops[0], np.rint(self.f32(ops[1])), active)
         elif dst_t == "s64" and src_t == "s32":
             self.set(ops[0], self.s32(ops[1]).astype(np.int64).view(np.uint64), active)
+        elif dst_t == "u64" and src_t == "u32":       # (zero-extended: a wgmma descriptor's address bits)
+            self.set(ops[0], self.u32(ops[1]).astype(np.uint64), active)
         elif dst_t == "u32" and src_t == "u64":       # the low word
             self.set(ops[0], (self.val(ops[1]).astype(np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32), active)
         else:
@@ -747,6 +794,10 @@ class CTA:
     def op_cp(self, parts, ops, active):
         if parts[1:4] == ["async", "bulk", "tensor"] and "global" in parts[5:7] and parts[5] != "global":
             return self._tma_load(ops, active)
+        if parts[1:4] == ["async", "bulk", "tensor"] and parts[5] == "global":
+            return self._tma_store(ops, active)
+        if parts[1:4] in (["async", "bulk", "commit_group"], ["async", "bulk", "wait_group"]):
+            return  # (a TMA store is written at once: no bulk group is ever in flight)
         if parts[1:3] == ["async", "commit_group"]:
             self.groups.append(self.pending)
             self.pending = []
@@ -770,6 +821,37 @@ class CTA:
             data[row, :k] = self.mem.data[g:g + k]
         self.shared.start_async(self.tid[idx].astype(np.int64), saddr, 16)
         self.pending.append((self.tid[idx].astype(np.int64), saddr, data))
+
+    def _named(self, opcode: str, ops: list[str], live: np.ndarray) -> np.ndarray:
+        """``bar.sync``/``bar.arrive b, n`` by the ``live`` threads (b may differ between warps):
+        each barrier counts its arrivals; the n-th completes it (a bar.arrive never waits). Returns
+        the threads whose barrier has completed since they arrived (a thread arrives once: a
+        retried bar.sync does not arrive again)."""
+        if not hasattr(self, "named_bars"):
+            self.named_bars: dict[int, list[int]] = {}         # barrier -> [arrivals, completions]
+            self.named_gen = np.full(self.T, -1, dtype=np.int64)  # the completions seen when it arrived
+        ids, count = self.u32(ops[0]), int(ops[1])
+        sync = opcode.startswith("bar.sync")
+        new = live & (self.named_gen < 0) if sync else live
+        self.moved = getattr(self, "moved", False) or bool(new.any())
+        for b in np.unique(ids[new]).tolist():
+            mine = new & (ids == b)
+            bar = self.named_bars.setdefault(b, [0, 0])
+            if sync:
+                self.named_gen[mine] = bar[1]
+            bar[0] += int(mine.sum())
+            if bar[0] > count:
+                raise SimError(f"named barrier {b}: {bar[0]} threads arrived, its count is {count}")
+            if bar[0] == count:
+                bar[0], bar[1] = 0, bar[1] + 1
+                self.shared.barrier()
+        if not sync:
+            return live.copy()
+        gens = np.array([self.named_bars.get(int(b), [0, 0])[1] for b in ids.tolist()], dtype=np.int64)
+        done = live & (self.named_gen >= 0) & (gens > self.named_gen)
+        self.named_gen[done] = -1
+        self.moved = self.moved or bool(done.any())
+        return done
 
     def op_bar(self, parts, ops, active):
         if (int(active.sum()) != int(ops[1])) if len(ops) == 2 else not active.all():
@@ -843,8 +925,9 @@ class CTA:
             raise SimError(f"unsupported prefetch {'.'.join(parts)}")
 
     def op_wgmma(self, parts, ops, active):
-        """Only ``wait_group`` with no group in flight (kernels with no product)."""
-        if parts[1] != "wait_group":
+        """Only ``wait_group`` with no group in flight (kernels with no product), or, with
+        ``SKIP_WGMMA``, every wgmma instruction, skipped."""
+        if parts[1] != "wait_group" and not SKIP_WGMMA:
             raise SimError(f"unsupported {'.'.join(parts)} (the simulator has no wgmma)")
 
     # -- mbarriers and TMA loads (the general lowering's protocol) ------------------------------
@@ -873,9 +956,10 @@ class CTA:
         elif what == "arrive" and "expect_tx" in parts:
             for a, n in zip(self.address(ops[1], "shared")[idx], self.u32(ops[2])[idx]):
                 self._arrive(int(a), arrivals=1, tx=int(n))
-        elif what == "arrive":
+        elif what == "arrive":  # on this CTA's barrier or (.shared::cluster, mapa's address) a peer's
             for a in self.address(ops[1], "shared")[idx]:
-                self._arrive(int(a), arrivals=1)
+                cta, (b,) = self._remote(np.array([a]))
+                cta._arrive(int(b), arrivals=1)
         elif what == "try_wait" and "parity" in parts:
             addrs, parity = self.address(ops[1], "shared"), self.u32(ops[2])
             done = np.zeros(self.T, dtype=bool)
@@ -885,45 +969,99 @@ class CTA:
         else:
             raise SimError(f"unsupported {'.'.join(parts)}")
 
+    def _box(self, tensor_tok: str, t: int):
+        """Thread ``t``'s box of a TMA operand ``[map, {c0, ...}]``: (the map, the box's byte count,
+        the global address of each of its bytes, -1 outside the tensor)."""
+        handle_tok, coords = tensor_tok.strip("[]").split(",", 1)
+        coord_toks = [c.strip() for c in coords.strip().strip("{}").split(",")]
+        m = self.tensor_maps[int(self.u64(handle_tok.strip())[t])]
+        c = [int(self.s32(tok)[t]) for tok in coord_toks]
+        es, box, dims = m["elem_bytes"], m["box"], m["dims"]  # innermost first
+        where = np.full((int(np.prod(box[1:])), box[0] * es), -1, dtype=np.int64)
+        for r in range(where.shape[0]):
+            idx, rem = [], r
+            for k in range(1, len(box)):
+                idx.append(c[k] + rem % box[k])
+                rem //= box[k]
+            if any(i < 0 or i >= d for i, d in zip(idx, dims[1:])):
+                continue
+            offset = sum(i * st for i, st in zip(idx, m["strides"][1:]))
+            for e in range(box[0]):
+                col = c[0] + e
+                if 0 <= col < dims[0]:
+                    g = m["base"] + (offset + col) * es
+                    where[r, e * es:(e + 1) * es] = np.arange(g, g + es)
+        return m, where.size, where.ravel()
+
+    @staticmethod
+    def _swizzled(m: dict, dst: int, n: int) -> np.ndarray:
+        """The shared addresses of a box's ``n`` bytes from ``dst``, its rows swizzled as the map
+        says (16-byte unit u of an address XOR (bits 7.. & mask))."""
+        addrs = dst + np.arange(n)
+        if m["swizzle"]:
+            mask = m["swizzle"] // 16 - 1
+            addrs = addrs ^ (((addrs >> 7) & mask) << 4)
+        return addrs
+
     def _tma_load(self, ops, active) -> None:
         """``cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes
         [dst], [map, {c0, ...}], [mbar]``: the box at the coordinates (zeros outside the tensor),
-        its rows swizzled as the map says (16-byte unit u of an address XOR (bits 7.. & mask)),
-        written at once (the async proxy: ordered by the mbarrier, not by this simulator's race
-        epochs), then complete_tx of its bytes on the mbarrier."""
-        inner = ops[1].strip("[]")
-        handle_tok, coords = inner.split(",", 1)
-        coord_toks = [c.strip() for c in coords.strip().strip("{}").split(",")]
+        its rows swizzled, written at once (the async proxy: ordered by the mbarrier, not by this
+        simulator's race epochs), then complete_tx of its bytes on the mbarrier. With
+        ``.multicast::cluster`` and a CTA mask (4th operand), the box lands at the same offsets in
+        every CTA of the cluster the mask names, completing its bytes on each one's mbarrier."""
         dsts, mbars = self.address(ops[0], "shared"), self.address(ops[2], "shared")
+        masks = self.u32(ops[3]) if len(ops) > 3 else None
         for t in np.nonzero(active)[0]:
-            m = self.tensor_maps[int(self.u64(handle_tok.strip())[t])]
-            c = [int(self.s32(tok)[t]) for tok in coord_toks]
-            es, box, dims = m["elem_bytes"], m["box"], m["dims"]  # innermost first
-            out = np.zeros(int(np.prod(box)) * es, dtype=np.uint8)
-            view = out.reshape(-1, box[0] * es)
-            rows = int(np.prod(box[1:]))
-            for r in range(rows):
-                idx, rem = [], r
-                for k in range(1, len(box)):
-                    idx.append(c[k] + rem % box[k])
-                    rem //= box[k]
-                if any(i < 0 or i >= d for i, d in zip(idx, dims[1:])):
-                    continue
-                offset = sum(i * st for i, st in zip(idx, m["strides"][1:]))
-                for e in range(box[0]):
-                    col = c[0] + e
-                    if 0 <= col < dims[0]:
-                        g = m["base"] + (offset + col) * es
-                        view[r, e * es:(e + 1) * es] = self.mem.data[g:g + es]
-            dst = int(dsts[t])
-            addrs = dst + np.arange(out.size)
-            if m["swizzle"]:
-                mask = m["swizzle"] // 16 - 1
-                addrs = addrs ^ (((addrs >> 7) & mask) << 4)
-            self.shared._bytes(addrs, 1)
-            self.shared.data[addrs] = out
-            self.shared.w_epoch[addrs] = -1
-            self._arrive(int(mbars[t]), tx=-out.size)
+            m, n, where = self._box(ops[1], t)
+            out = np.where(where >= 0, self.mem.data[np.maximum(where, 0)], 0).astype(np.uint8)
+            cta, (dst,) = self._remote(dsts[t:t + 1])
+            mcta, (bar,) = self._remote(mbars[t:t + 1])
+            if mcta is not cta:
+                raise SimError("a TMA load completing an mbarrier of another CTA than it writes")
+            targets = [cta]
+            if masks is not None:
+                ctas = self.cluster.ctas if self.cluster is not None else [self]
+                if int(masks[t]) >> len(ctas):
+                    raise SimError(f"multicast mask {int(masks[t]):#x} names CTAs outside the cluster")
+                targets = [c for r, c in enumerate(ctas) if int(masks[t]) >> r & 1]
+            for target in targets:
+                addrs = self._swizzled(m, int(dst), n)
+                target.shared._bytes(addrs, 1)
+                target.shared.data[addrs] = out
+                target.shared.w_epoch[addrs] = -1
+                target._arrive(int(bar), tx=-n)
+
+    def _tma_store(self, ops, active) -> None:
+        """``cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c0, ...}], [src]``:
+        the box's bytes read from shared memory (swizzled as the map says; the async proxy, so
+        no race epochs) and written at once to the tensor, the parts outside it dropped (its bulk
+        group is then complete: ``cp.async.bulk.wait_group`` waits for nothing)."""
+        srcs = self.address(ops[1], "shared")
+        for t in np.nonzero(active)[0]:
+            m, n, where = self._box(ops[0], t)
+            data = self.shared.data[self.shared._bytes(self._swizzled(m, int(srcs[t]), n), 1).ravel()]
+            keep = where >= 0
+            self.mem.data[where[keep]] = data[keep]
+
+    def op_stmatrix(self, parts, ops, active):
+        """``stmatrix.sync.aligned.m8n8.xN[.trans].shared.b16 [a], {r0, ...}``: ldmatrix's inverse.
+        Lanes 8k..8k+7 give the row addresses of matrix k; lane l's register k holds matrix k's
+        (row l / 4, columns 2 (l % 4), + 1), or with .trans the transposed pair."""
+        count = int(next(p for p in parts if p.startswith("x"))[1:])
+        srcs = [d.strip() for d in ops[1].strip("{}").split(",")]
+        warps = active.reshape(-1, 32).all(1)
+        if not (warps | ~active.reshape(-1, 32).any(1)).all():
+            raise SimError("stmatrix with only some threads of a warp active")
+        regs = np.stack([self.u32(r) for r in srcs]).reshape(count, -1, 32)[:, warps]   # [matrix, warp, lane]
+        rows = regs.reshape(count, -1, 8, 4).transpose(1, 0, 2, 3)                      # [warp, matrix, row, pair]
+        if "trans" in parts:
+            h = np.ascontiguousarray(rows).view(np.uint16)                               # [warp, matrix, row, col]
+            rows = np.ascontiguousarray(h.transpose(0, 1, 3, 2)).view(np.uint32)
+        data = np.ascontiguousarray(rows).view(np.uint8).reshape(-1, 16)
+        lanes = (np.nonzero(warps)[0][:, None] * 32 + np.arange(8 * count)[None, :]).ravel()
+        addrs = self.address(ops[0], "shared")[lanes]
+        self.shared.write(self.tid[lanes].astype(np.int64), addrs, data)
 
     def op_shfl(self, parts, ops, active):
         mask = int(ops[2], 0)
@@ -1045,8 +1183,18 @@ class Cluster:
     def run(self) -> None:
         running = {cta.rank: cta.walk() for cta in self.ctas}
         while running:
+            moved, at = False, {}
             for rank in list(running):
+                cta = self.ctas[rank]
+                cta.moved = False
                 try:
-                    next(running[rank])
+                    at[rank] = next(running[rank])
                 except StopIteration:
                     del running[rank]
+                    moved = True
+                moved |= cta.moved
+            if not moved:  # a whole round in which every CTA only waited: nothing can change
+                instrs = self.ctas[0].k.instrs
+                where = {r: [f"{p}: {instrs[p][1]} {' '.join(instrs[p][2])}" for p in self.ctas[r].waiting_at]
+                         for r in at}
+                raise SimError(f"deadlock: every CTA of the cluster waits (rank -> where its threads wait: {where})")

@@ -365,3 +365,79 @@ def test_a_pair_without_its_exit_sync_is_caught_by_the_roles_interpreter(monkeyp
     monkeypatch.setattr(sp, "paired", lambda prod, cons, cluster: ((start, *prod), (start, *cons)))
     caught = _schedule_errors(k, [a, b, torch.full((256, 128), float("nan")).bfloat16()], 12)
     assert caught and all("after that CTA exited" in e for e in caught), caught
+
+
+GELU = (EXAMPLES / "gemm_bias_gelu.tk").read_text()
+
+
+def _pingpong_pair(monkeypatch, source, constants):
+    """``source`` compiled as a multicast pair with ping-pong consumers: pairs.py's refusal lifted
+    in-process (as benchmarks/probes/pingpong_pairs.py does), nothing else changed."""
+    from tkjit.passes import pairs
+    plan = pairs.pair_plan
+
+    def lifted(kernel):
+        pingpong = kernel.attrs.pop("pingpong", None)
+        try:
+            return plan(kernel)
+        finally:
+            if pingpong is not None:
+                kernel.attrs["pingpong"] = pingpong
+    monkeypatch.setattr(pairs, "pair_plan", lifted)
+    k = tkjit.compile(source, pipeline=MULTICAST, constants=constants, cache=False)
+    assert k.ir.attrs.get("pingpong") and schedule_of(k.ir).pair.ctas == 2
+    return k
+
+
+def _walk_on_the_simulator(monkeypatch, k, gelu: bool, shape):
+    """``k``'s PTX on the simulator with its wgmmas skipped (tests/ptxsim.py ``SKIP_WGMMA``: the
+    accumulators stay zero), 4 SMs: 2 pairs, each walking several units. Every output element
+    is then the epilogue of zero -- gelu(bias) or 0 -- where a tile was stored, NaN where none."""
+    import ptxsim
+    from simkit import simulate
+    monkeypatch.setattr(ptxsim, "SKIP_WGMMA", True)
+    m, n, kk = shape
+    torch.manual_seed(0)
+    a, b, bias = torch.randn(m, kk).bfloat16(), torch.randn(kk, n).bfloat16(), torch.randn(n).bfloat16()
+    args = [a, b, bias, torch.empty(m, n).bfloat16()] if gelu else [a, b, torch.empty(m, n).bfloat16()]
+    (got,) = simulate(k._result.tkir, args, [len(args) - 1], ptx_meta=(k.asm["ptx"], dict(k.metadata)))
+    want = torch.nn.functional.gelu(bias.float()).bfloat16() if gelu else torch.zeros(n).bfloat16()
+    return got, want.expand(m, n)
+
+
+PINGPONG_PAIRS = [(GELU, {"BN": 128}, True), (GEMM, {"BN": 128}, False)]
+
+
+@pytest.mark.parametrize("source, constants, gelu", PINGPONG_PAIRS, ids=["gelu", "gemm"])
+def test_the_pingpong_pair_walks_every_tile_on_the_ptx_simulator(monkeypatch, source, constants, gelu):
+    """The ping-pong pair's PTX (the refusal lifted) on the PTX simulator with more units than
+    pairs: 2 pairs of 4-5 units each (ragged M with the off-edge peer tile, ragged N and K, 9 K
+    trips over 6 stages). The consumers alternate over their CTA's units, the producer walks all
+    of them: every tile is stored and the run ends (no deadlock). Session 17: the consumers'
+    walk strode by %nctaid.x (twice the pairs) while the producer's strode by %nclusterid.x, so
+    the consumers skipped units whose stages the producer filled, which hung the H200 at
+    (1000, 3000, 520) -- see the test below."""
+    k = _pingpong_pair(monkeypatch, source, constants)
+    got, want = _walk_on_the_simulator(monkeypatch, k, gelu, (600, 300, 520))
+    assert not got.isnan().any()
+    assert torch.equal(got, want)
+    ptx = k.asm["ptx"]
+    assert "%nctaid.x" not in ptx and ptx.count("%nclusterid.x") == 2  # (both roles' walks)
+
+
+def test_a_pingpong_pair_whose_consumers_stride_by_ctas_hangs_on_the_ptx_simulator(monkeypatch):
+    """The bug the H200 hung on (session 16 and 17): ping-pong consumers walking the persistent
+    grid by %nctaid.x while the pair's producer walks units by %nclusterid.x. The consumers take
+    fewer units than the producer fills; the producer waits for empty stages forever, the
+    consumers wait at the exit cluster barrier for it: the simulator reports the deadlock there
+    (and at a shorter K, where the producer's fills fit the ring, the units left unstored)."""
+    import ptxsim
+
+    from tkjit.codegen.hopper import lower_consumer
+    monkeypatch.setattr(lower_consumer, "walk_stride", lambda k: "%nctaid.x")
+    k = _pingpong_pair(monkeypatch, GELU, {"BN": 128})
+    with pytest.raises(ptxsim.SimError, match=r"deadlock: every CTA of the cluster waits.*barrier\.cluster\.wait.*"
+                                              r"mbarrier\.try_wait"):
+        _walk_on_the_simulator(monkeypatch, k, True, (600, 300, 520))
+    got, _ = _walk_on_the_simulator(monkeypatch, k, True, (600, 300, 130))
+    assert got.isnan().any()

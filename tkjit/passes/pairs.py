@@ -22,9 +22,14 @@ compiled, passed the compile-time sync check and ran in the roles interpreter bi
 three shapes, the off-edge CTA included, but hung on an H200 at 4096^3. The cause, found after:
 the ping-pong branch of ``sync_protocol.standard_protocol`` returned before the pair's
 ``ClusterSync`` steps, so a CTA could multicast into its peer and arrive on the peer's barriers
-before the peer initialized them. ``sync_protocol.paired`` now gives that branch both syncs; the
-refusal stays until a GPU run confirms it -- and neither the one-CTA check nor the roles
-interpreter models a peer's barrier init, which is what let it through), the
+before the peer initialized them. ``sync_protocol.paired`` now gives that branch both syncs.
+Session 17, lifted again on an H200: correct while each pair had one unit, a hang at the first
+shape with more units than pairs -- the consumers' alternating walk strode by %nctaid.x, the
+producer's by %nclusterid.x (now both ``lower_producer.walk_stride``), which the PTX simulator
+shows (tests/test_general_multicast.py) and the roles interpreter, walking the protocol's tiles,
+cannot. With that fixed the H200 ran it correctly at 7 shapes, 1 to 7.8 units a pair, but one
+timing run found it no faster than the unpaired tile -- benchmarks/results/
+2026-11-27-nvidia-h200-s17-pingpong-pairs.json -- so it stays refused, now for speed), the
 heaviest-first order, a block loop of one index, ring loops whose bounds depend on the paired
 index (the pair's rings would be filled for different trip counts), no load the pair can share.
 Asked for together with stream-K (``grid{multicast=2,stream_k=1}``), the pair is taken and
@@ -91,8 +96,9 @@ def pair_plan(kernel: Kernel) -> Pair:
     if int(blocks.attrs.get("split", 1) or 1) > 1:
         return Pair(1, "split-K already makes each tile a cluster of its own")
     if kernel.attrs.get("pingpong"):
-        return Pair(1, "not with ping-pong consumers: the pair's walk of tile pairs and the consumers' "
-                       "alternation are not built together (warp-spec{mode=cooperative} takes it)")
+        return Pair(1, "not with ping-pong consumers: the pair runs correctly there but measured no faster "
+                       "than the unpaired tile (H200, ratio to cuBLAS at 4096^3 0.959 vs 0.959, 8192^3 0.958 "
+                       "vs 0.990; warp-spec{mode=cooperative} takes it)")
     if "heavy" in blocks.attrs:
         return Pair(1, "not with the heaviest-first tile order")
     args = blocks.regions[0].args

@@ -36,7 +36,7 @@ from .interleave import body_ops, interleave, pipelined_trip, tile_anchor, trip_
 from .lower_checks import a_operand, b_operand, consumer_refusal, users_of, wgmma_n
 from .lower_fragments import consumer_table
 from .lower_producer import (bind_block_indices, bind_loop_index, load_stage_stride, ring_trips,
-                             role_ctx, tile_walk_begin, tile_walk_next)
+                             role_ctx, tile_walk_begin, tile_walk_next, walk_stride)
 from .program import RingRegs, RoleEmitter
 
 CONSUMER_BARRIER = 1
@@ -204,7 +204,7 @@ class ConsumerRole(RoleEmitter):
         self.first_tile()
         if step.alternate:  # consumer c takes the CTA's tiles c, c + N, ...
             self.cta_first, self.grid_step = self.b.reg(), self.b.reg()
-            self.b(f"mov.u32 {self.grid_step}, %nctaid.x;", f"mov.u32 {self.cta_first}, {self.tile};",
+            self.b(f"mov.u32 {self.grid_step}, {walk_stride(self.k)};", f"mov.u32 {self.cta_first}, {self.tile};",
                    f"mad.lo.u32 {self.tile}, {self.index}, {self.grid_step}, {self.tile};")
         self.b.place(top)
         done = self.b.pred()

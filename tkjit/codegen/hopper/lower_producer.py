@@ -348,14 +348,22 @@ def hoist_invariants(role) -> None:
             role.hoisted.add(id(op))
 
 
+def walk_stride(k) -> str:
+    """The special register a persistent tile walk strides by: the walkers' count. A multicast
+    pair walks units of two tiles, one per cluster (``%nclusterid.x``: the tile register holds
+    ``%clusterid.x``), else one walker per CTA (``%nctaid.x``). Every role's walk takes it from
+    here -- the producer's and the ping-pong consumers' (lower_consumer.tiles) -- so the roles of
+    a CTA visit the same tiles."""
+    return "%nclusterid.x" if k.pair > 1 else "%nctaid.x"
+
+
 def tile_walk_next(role) -> None:
     b = role.b
     if getattr(role, "sk_walk", None) is not None:
         role.sk_walk.advance()
     elif role.k.blocks.attrs.get("schedule", "grid") == "persistent" and role.k.split == 1:
         step = b.reg()
-        b(f"mov.u32 {step}, {'%nclusterid.x' if role.k.pair > 1 else '%nctaid.x'};",
-          f"add.u32 {role.tile}, {role.tile}, {step};")
+        b(f"mov.u32 {step}, {walk_stride(role.k)};", f"add.u32 {role.tile}, {role.tile}, {step};")
     else:
         b(f"mov.u32 {role.tile}, {role.tile_count};")
 
@@ -387,4 +395,5 @@ class PairedOrder:
 
 
 __all__ = ["ProducerRole", "role_ctx", "scalar_table", "emit_division", "is_scalar_op", "trip_count", "ring_trips", "bind_loop_index",
-           "tile_walk_begin", "tile_walk_next", "PairedOrder", "hoist_invariants", "bind_block_indices", "load_stage_stride"]
+           "tile_walk_begin", "tile_walk_next", "PairedOrder", "hoist_invariants", "bind_block_indices", "load_stage_stride",
+           "walk_stride"]
