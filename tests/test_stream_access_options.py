@@ -45,8 +45,8 @@ def _why(kernel, decision: str) -> list[str]:
             if ln.strip().startswith(f"@{kernel.name}: {decision}:")]
 
 
-def _simulate_agrees(kernel, d: int, r: int = 20) -> None:
-    args, outs, _ = _norm_case("residual_layernorm", r, d)
+def _simulate_agrees(kernel, d: int, r: int = 20, name: str = "residual_layernorm") -> None:
+    args, outs, _ = _norm_case(name, r, d)
     got = _simulated(kernel, args, outs)
     want = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     kernel(*want)  # the interpreter
@@ -132,6 +132,37 @@ def test_the_variants_agree_on_the_ptx_simulator(d, opts):
     fn = k.metadata["ptxas"]["functions"][0]
     assert fn["spill_store_bytes"] == fn["spill_load_bytes"] == 0
     _simulate_agrees(k, d)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "layernorm"])
+def test_the_other_norms_hoisted_agree_on_the_ptx_simulator(name):
+    k = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": 4096}, cache=False,
+                   pipeline=DEFAULT_PIPELINE.replace("stream-cols", "stream-cols{loop_sync=hoist}", 1))
+    assert _why(k, "loop_barriers")
+    _simulate_agrees(k, 4096, 21, name)
+
+
+def test_the_sweep_script_runs_on_the_cpu(tmp_path):
+    """benchmarks/probes/resln_sweep.py end to end on the CPU (--dry-run: the interpreter at 20 rows,
+    a host clock): each row checked, the table and the JSON written."""
+    import importlib.util
+    import json
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "probes" / "resln_sweep.py"
+    spec = importlib.util.spec_from_file_location("resln_sweep", path)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    out = tmp_path / "sweep.json"
+    try:
+        assert sweep.main(["--dry-run", "--rounds", "1", "--calls", "1", "--only", "x2", "--d", "4096",
+                           "--json", str(out)]) == 0
+    finally:
+        sweep.DRY.update(dev="cuda", rows=None)
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"resln auto D=4096", "resln x2 D=4096", "rmsnorm D=4096", "copy 1 GiB"}
+    assert rows["resln x2 D=4096"]["cluster"] == [8, 1, 1] and rows["resln x2 D=4096"]["rel_err"] < 1e-2
+    assert all("ms" in r for r in rows.values())
+    with pytest.raises(SystemExit):
+        sweep.main(["--only", "nosuch"])
 
 
 def test_the_cache_hints_are_in_the_ptx():
