@@ -39,6 +39,7 @@ and no cluster (88% of the copy in the generality table, against 82% at 4096).""
 GIB = 1 << 30
 FLUSH_BYTES = 256 << 20                 # triton.testing.do_bench's L2 flush buffer
 EPS = 1e-5
+CHECKS: list[bool] = []   # whether each checked H was exactly the bf16 of the f32 sum
 DRY = {"dev": "cuda", "rows": None}
 """``--dry-run`` (the CPU: the interpreter at 20 rows, a host clock, a 4 MiB copy) sets these."""
 
@@ -204,12 +205,14 @@ def check_resln(k, r, d) -> float:
     ref = F.layer_norm(h, (d,), w.float(), b.float(), eps=EPS)
     if torch.isnan(hh).any() or torch.isnan(y).any():
         raise AssertionError("an output element was never written (NaN left)")
-    if not torch.equal(hh, h.bfloat16()):
-        raise AssertionError("H differs from the bf16 of x + res")
+    h_err = ((hh.float() - h).norm() / h.norm()).item()
+    if not h_err < 1e-2:
+        raise AssertionError(f"H: relative error {h_err}")
     err = ((y.float() - ref).norm() / ref.norm()).item()
     if not err < 1e-2:
         raise AssertionError(f"Y: relative error {err}")
-    return err
+    CHECKS.append(bool(torch.equal(hh, h.bfloat16())))
+    return max(err, h_err)
 
 
 def check_rms(k, r, d) -> float:
@@ -249,6 +252,38 @@ def timed_calls(fn, flush, calls: int) -> list[float]:
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
+SKIP: dict[tuple[str, int], str] = {}
+"""(variant, D) -> why it is not run: a non-portable cluster that failed its trial in a child process."""
+NONPORTABLE_TRIAL_S = 120
+
+
+def try_nonportable(names: list[str], ds: list[int]) -> None:
+    """A cluster over 8 CTAs is a first on this code's launcher: check those variants first in a
+    child process (a launch error can leave the CUDA context unusable, a hang would stop the
+    sweep), and skip them here if it failed."""
+    import subprocess
+    import tempfile
+    risky = [n for n in names if "cluster=16" in VARIANTS[n][1]]
+    if 8192 not in ds or not risky:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "trial.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--check-only", "--only", ",".join(risky),
+               "--d", "8192", "--json", str(out), "--no-trial"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NONPORTABLE_TRIAL_S)
+            rows = json.loads(out.read_text())["rows"] if out.exists() else {}
+            why = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        except subprocess.TimeoutExpired:
+            rows, why = {}, [f"the trial hung (killed after {NONPORTABLE_TRIAL_S} s)"]
+    for name in risky:
+        row = rows.get(f"resln {name} D=8192")
+        if row is None or "error" in row:
+            SKIP[(name, 8192)] = "skipped: the child-process trial of the 16-CTA cluster failed: " + (
+                row["error"] if row else why[0])
+        print(f"trial of {name} D=8192 (cluster of 16): {SKIP.get((name, 8192), 'ok')}", flush=True)
+
+
 def gpu_run(names: list[str], ds: list[int], rounds: int, calls: int, check_only: bool) -> dict:
     import torch
     import tkjit
@@ -270,22 +305,28 @@ def gpu_run(names: list[str], ds: list[int], rounds: int, calls: int, check_only
                 t0 = time.time()
                 k, pipe = compile_variant(name, d)
                 row.update(describe(k), pipeline=pipe, compile_s=round(time.time() - t0, 2))
+                if (name, d) in SKIP:
+                    raise RuntimeError(SKIP[(name, d)])
                 row["rel_err"] = check_resln(k, r, d)
+                row["H_exact"] = CHECKS[-1]
                 row.update(occupancy(k))
                 fns[key] = (lambda k=k, a=args: k(*a))
             except Exception as exc:  # noqa: BLE001 - a failing variant is reported, the rest run
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             print(f"{key}: {row.get('error') or 'ok, rel err %.2e' % row['rel_err']}", flush=True)
         key = f"rmsnorm D={d}"
-        rms = tkjit.compile((EXAMPLES / "rmsnorm.tk").read_text(), constants={"D": d})
-        x = (torch.randn(r, d, device=_dev()) * 2 + 0.5).bfloat16()
-        w = torch.randn(d, dtype=torch.bfloat16, device=_dev())
-        y = torch.empty(r, d, dtype=torch.bfloat16, device=_dev())
-        keep.append((x, w, y))
-        rows[key] = {"kind": "rmsnorm", "variant": "auto", "D": d, "R": r, "bytes": 2.0 * (2 * r * d + d),
-                     **describe(rms), "rel_err": check_rms(rms, r, d)}
-        rows[key].update(occupancy(rms))
-        fns[key] = (lambda k=rms, a=(x, w, y, 1e-6): k(*a))
+        rows[key] = {"kind": "rmsnorm", "variant": "auto", "D": d, "R": r, "bytes": 2.0 * (2 * r * d + d)}
+        try:
+            rms = tkjit.compile((EXAMPLES / "rmsnorm.tk").read_text(), constants={"D": d})
+            x = (torch.randn(r, d, device=_dev()) * 2 + 0.5).bfloat16()
+            w = torch.randn(d, dtype=torch.bfloat16, device=_dev())
+            y = torch.empty(r, d, dtype=torch.bfloat16, device=_dev())
+            keep.append((x, w, y))
+            rows[key].update(describe(rms), rel_err=check_rms(rms, r, d))
+            rows[key].update(occupancy(rms))
+            fns[key] = (lambda k=rms, a=(x, w, y, 1e-6): k(*a))
+        except Exception as exc:  # noqa: BLE001
+            rows[key]["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     size = GIB if _dev() == "cuda" else 4 << 20
     src = torch.randint(0, 256, (size,), dtype=torch.uint8, device=_dev())
     dst = torch.empty_like(src)
@@ -351,6 +392,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="with --check-only: ptxas and the PTX simulator, no GPU")
+    ap.add_argument("--no-trial", action="store_true", help="run the 16-CTA clusters without the child-process trial")
     ap.add_argument("--dry-run", action="store_true", help="the whole GPU path on the CPU: the interpreter at "
                     "20 rows, a host clock (checks the script, times nothing real)")
     a = ap.parse_args(argv)
@@ -374,6 +416,8 @@ def main(argv: list[str]) -> int:
     if a.dry_run:
         DRY.update(dev="cpu", rows=20)
     t0 = time.time()
+    if not a.dry_run and not a.no_trial:
+        try_nonportable(names, ds)
     result = gpu_run(names, ds, a.rounds, a.calls, a.check_only)
     result["wall_s"] = round(time.time() - t0, 1)
     if not a.check_only:
