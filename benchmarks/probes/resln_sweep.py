@@ -67,6 +67,38 @@ VARIANTS = {
 }
 
 
+LAUNCH_PROBES = {"auto lb": "auto", "x2 lb": "x2"}
+"""Not options (yet): the base variant's kernel launched with cuLaunchKernelEx and the
+load-balancing cluster scheduling policy (the launcher's cuLaunchKernel takes the default, spread:
+ncu's "PolicySpread"), to see whether the policy fills the SM slots that clusters leave empty."""
+
+
+def policy_launcher(k):
+    """A Launcher for ``k``'s loaded function whose launch is cuLaunchKernelEx with
+    CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING (the bindings' calling convention, which Launcher
+    takes as an injected ``launch``)."""
+    from tkjit.runtime import driver as drv
+    from tkjit.runtime.launcher import Launcher
+    cu = drv.cu()
+    base = next(iter(k._launchers.values()))
+
+    def launch_ex(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
+        cfg.sharedMemBytes = smem
+        cfg.hStream = cu.CUstream(int(stream or 0))
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+        attr.value.clusterSchedulingPolicyPreference = cu.CUclusterSchedulingPolicy.CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING
+        cfg.attrs, cfg.numAttrs = [attr], 1
+        return cu.cuLaunchKernelEx(cfg, fn, params, extra or 0)
+
+    meta = k.metadata
+    return Launcher(base.function, meta["params"], meta["grid"], meta["block"], int(meta.get("smem_bytes", 0)),
+                    name=f"{k.name}-lb", device=base.device, launch=launch_ex)
+
+
 def pipeline_of(opts: str, edit) -> str | None:
     from tkjit.passes import DEFAULT_PIPELINE
     if not opts and edit is None:
@@ -152,7 +184,7 @@ def cpu_check(names: list[str], ds: list[int]) -> list[dict]:
     out = []
     for d in ds:
         for name in names:
-            if d == 1024 and name not in AT_1024:
+            if (d == 1024 and name not in AT_1024) or name in LAUNCH_PROBES:
                 continue
             t0 = time.time()
             k, pipe = compile_variant(name, d, cache=False)
@@ -194,7 +226,8 @@ def _resln_args(r, d, dev=None):
 
 
 def check_resln(k, r, d) -> float:
-    """Fresh inputs, poisoned outputs; against float32 torch (H exactly the bf16 of the f32 sum)."""
+    """Fresh inputs, poisoned outputs; against float32 torch (whether H is exactly the bf16 of the
+    f32 sum is recorded in CHECKS). ``k``: the kernel or a launcher of it."""
     import torch
     import torch.nn.functional as F
     args = _resln_args(r, d)
@@ -297,7 +330,7 @@ def gpu_run(names: list[str], ds: list[int], rounds: int, calls: int, check_only
         keep.append(args)
         nbytes = 2.0 * (4 * r * d + 2 * d)
         for name in names:
-            if d == 1024 and name not in AT_1024:
+            if (d == 1024 and name not in AT_1024) or name in LAUNCH_PROBES:
                 continue
             key = f"resln {name} D={d}"
             row = rows[key] = {"kind": "residual_layernorm", "variant": name, "D": d, "R": r, "bytes": nbytes}
@@ -312,6 +345,23 @@ def gpu_run(names: list[str], ds: list[int], rounds: int, calls: int, check_only
                 row.update(occupancy(k))
                 fns[key] = (lambda k=k, a=args: k(*a))
             except Exception as exc:  # noqa: BLE001 - a failing variant is reported, the rest run
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            print(f"{key}: {row.get('error') or 'ok, rel err %.2e' % row['rel_err']}", flush=True)
+        for name, base in LAUNCH_PROBES.items():
+            if base not in names or name not in names or (d == 1024 and base not in AT_1024):
+                continue
+            key, bkey = f"resln {name} D={d}", f"resln {base} D={d}"
+            row = rows[key] = {"kind": "residual_layernorm", "variant": name, "D": d, "R": r, "bytes": nbytes,
+                               "launch": "cuLaunchKernelEx, cluster scheduling policy load balancing"}
+            try:
+                if bkey not in fns:
+                    raise RuntimeError(f"its kernel ({base}) did not pass")
+                k, pipe = compile_variant(base, d)
+                row.update(describe(k), pipeline=pipe)
+                lb = policy_launcher(k)
+                row["rel_err"] = check_resln(lb, r, d)
+                fns[key] = (lambda lb=lb, a=args: lb(*a))
+            except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             print(f"{key}: {row.get('error') or 'ok, rel err %.2e' % row['rel_err']}", flush=True)
         key = f"rmsnorm D={d}"
@@ -365,7 +415,7 @@ def gpu_run(names: list[str], ds: list[int], rounds: int, calls: int, check_only
 
 def table(result: dict) -> str:
     lines = [f"{result['device']}, {result['date']}: {result['method']}",
-             f"{'row':40s} {'ms':>8s} {'GB/s':>7s} {'copy':>6s} {'auto/v':>7s}  regs smem   clu bar cta/SM clusters"]
+             f"{'row':40s} {'ms':>8s} {'GB/s':>7s} {'copy':>6s} {'auto/v':>7s}  regs smem   clu bar cta/SM clusters (spread/lb)"]
     for key, row in result["rows"].items():
         if "error" in row:
             lines.append(f"{key:40s} ERROR {row['error']}")
@@ -374,9 +424,11 @@ def table(result: dict) -> str:
             continue
         ratio = f"{row['auto_over_variant']:.3f}" if "auto_over_variant" in row else ""
         clu = (row.get("cluster") or [1])[0] if row["kind"] != "copy" else ""
+        clusters = "/".join(str(row[c]) for c in ("max_active_clusters", "max_active_clusters_load_balancing")
+                            if c in row)  # spread (the default) / load balancing
         extra = (f"  {row.get('registers', '')!s:>4} {row.get('smem_bytes', '')!s:>6} {clu!s:>3} "
                  f"{row.get('bar_sync', '')!s:>3} {row.get('ctas_per_sm', '?')!s:>6} "
-                 f"{row.get('max_active_clusters', '')!s:>8}") if row["kind"] != "copy" else ""
+                 f"{clusters:>8}") if row["kind"] != "copy" else ""
         lines.append(f"{key:40s} {row['ms']:8.4f} {row['GBps']:7.0f} {100 * row['share_of_copy']:5.1f}% "
                      f"{ratio:>7s}{extra}")
     return "\n".join(lines)
@@ -400,13 +452,18 @@ def main(argv: list[str]) -> int:
         for name, (o4, o8, low, edit) in VARIANTS.items():
             print(f"{name:22s} lowering={low:8s} D=4096: {o4 or '-':45s} D=8192: {o8 or '-'}"
                   + (f"  ({edit[1]})" if edit else ""))
+        for name, base in LAUNCH_PROBES.items():
+            print(f"{name:22s} {base}'s kernel launched with the load-balancing cluster scheduling policy")
         return 0
-    names = [n for n in a.only.split(",") if n] or list(VARIANTS)
-    unknown = [n for n in names if n not in VARIANTS]
+    names = [n for n in a.only.split(",") if n] or [*VARIANTS, *LAUNCH_PROBES]
+    unknown = [n for n in names if n not in VARIANTS and n not in LAUNCH_PROBES]
     if unknown:
         ap.error(f"no variant {', '.join(unknown)}; --list shows them")
     if "auto" not in names:
         names.insert(0, "auto")
+    for probe in [n for n in names if n in LAUNCH_PROBES]:
+        if LAUNCH_PROBES[probe] not in names:
+            names.append(LAUNCH_PROBES[probe])
     ds = [int(d) for d in a.d.split(",")]
     if a.cpu:
         rows = cpu_check(names, ds)
