@@ -4,6 +4,7 @@ bandwidth (issue 17), in one process on the GPU:
 
     python3 benchmarks/probes/resln_sweep.py --json out.json [--only NAME,...] [--d 1024,4096,8192]
                                              [--rounds 10] [--calls 40] [--list] [--check-only]
+    python3 benchmarks/probes/resln_sweep.py --profile "x2 D=4096"      (3 launches, for ncu)
 
 Every variant is compiled, checked against float32 torch on fresh random inputs with its outputs
 poisoned (NaN) first, then timed the generality harness's way (benchmarks/tkbench/timing.py on a
@@ -444,6 +445,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="with --check-only: ptxas and the PTX simulator, no GPU")
+    ap.add_argument("--profile", default="", help='"NAME D=N": only launch that variant 3 times (for ncu)')
     ap.add_argument("--no-trial", action="store_true", help="run the 16-CTA clusters without the child-process trial")
     ap.add_argument("--dry-run", action="store_true", help="the whole GPU path on the CPU: the interpreter at "
                     "20 rows, a host clock (checks the script, times nothing real)")
@@ -469,6 +471,15 @@ def main(argv: list[str]) -> int:
         rows = cpu_check(names, ds)
         if a.json:
             Path(a.json).write_text(json.dumps({"cpu_check": rows}, indent=1) + "\n")
+        return 0
+    if a.profile:
+        name, d = a.profile.rsplit(" D=", 1)
+        k, _ = compile_variant(name, int(d))
+        args = _resln_args(DRY["rows"] or ROWS_OF_D[int(d)], int(d))
+        for _ in range(3):
+            k(*args)
+        _sync()
+        print(f"profiled {a.profile}: {describe(k)}")
         return 0
     if a.dry_run:
         DRY.update(dev="cpu", rows=20)
