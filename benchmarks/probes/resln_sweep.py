@@ -45,8 +45,10 @@ DRY = {"dev": "cuda", "rows": None}
 """``--dry-run`` (the CPU: the interpreter at 20 rows, a host clock, a 4 MiB copy) sets these."""
 
 # name -> (stream-cols options at D = 4096, at D = 8192, lowering, other pipeline edits);
-# None: not run at that D. "x2" doubles the cluster (slices of 512 columns: 33-36 KB of shared
-# memory a CTA, 64 registers: 4 CTAs an SM against 3).
+# "x2" doubles the cluster (slices of 512 columns: 35-36 KB of shared memory a CTA, 64 registers:
+# 4 CTAs an SM against 3); "x2 chunk r48": per-chunk reductions capped at 48 registers (no spills):
+# 5 CTAs an SM; "x2 w4 c128": 4 warps, chunks of 128 columns, 64 registers x 128 threads: 6 CTAs an
+# SM (shared memory's bound: 6 x 35 KB).
 VARIANTS = {
     "auto": ("", "", "auto", None),
     "hoist": ("loop_sync=hoist", "loop_sync=hoist", "auto", None),
@@ -60,6 +62,8 @@ VARIANTS = {
                        "auto", None),
     "x2+hoist+l2pf256": ("cluster=8 loop_sync=hoist l2_prefetch=256", "cluster=16 loop_sync=hoist l2_prefetch=256",
                          "auto", None),
+    "x2 chunk r48": ("cluster=8 reduce=chunk maxnreg=48", "cluster=16 reduce=chunk maxnreg=48", "auto", None),
+    "x2 w4 c128": ("cluster=8 reduce=chunk cols=128 warps=4", "cluster=16 reduce=chunk cols=128 warps=4", "auto", None),
     "hoist+st.cs+l2pf256": ("loop_sync=hoist store_hint=cs l2_prefetch=256",
                             "loop_sync=hoist store_hint=cs l2_prefetch=256", "auto", None),
     "variance=two": ("variance=two", "variance=two", "auto", None),
