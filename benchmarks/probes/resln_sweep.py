@@ -301,7 +301,7 @@ def try_nonportable(names: list[str], ds: list[int]) -> None:
     sweep), and skip them here if it failed."""
     import subprocess
     import tempfile
-    risky = [n for n in names if "cluster=16" in VARIANTS[n][1]]
+    risky = [n for n in names if n in VARIANTS and "cluster=16" in VARIANTS[n][1]]
     if 8192 not in ds or not risky:
         return
     with tempfile.TemporaryDirectory() as tmp:
