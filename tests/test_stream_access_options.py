@@ -65,7 +65,7 @@ def test_the_options_become_kernel_attributes_and_are_logged():
     text = log.render()
     assert "barrier hoisted out of the loop" in text and "take the cache hint: cs" in text
     assert "L2 prefetch size (bytes): 128" in text and "capped at: 64" in text
-    plain, log = run_pass(RMS_IR, "stream-cols")
+    plain, log = run_pass(RMS_IR, "stream-cols{loop_sync=trip}")
     assert "attributes" not in plain.splitlines()[0] or "loop_barriers" not in plain.splitlines()[0]
     assert "hoisted" not in log.render()
 
@@ -78,8 +78,20 @@ def test_bad_values_are_pass_errors(opts, why):
         run_pass(RMS_IR, f"stream-cols{{{opts}}}")
 
 
-def test_the_default_keeps_a_barrier_in_every_copy_loop_and_hoist_moves_it_before_the_first():
-    base, hoisted = _resln(4096), _resln(4096, "loop_sync=hoist")
+def test_auto_hoists_over_a_cluster_only():
+    """loop_sync=auto (the default): the clustered row block (D = 4096) hoists, logged with its
+    measurement; one CTA a row block (D = 1024) keeps a barrier a trip."""
+    clustered = _resln(4096)
+    assert _why(clustered, "loop_barriers") and "loop_sync=auto on a row block split over a cluster of 4" in \
+        str(clustered.explain())
+    assert clustered.asm["ptx"] == _resln(4096, "loop_sync=hoist").asm["ptx"]
+    alone = _resln(1024)
+    assert not _why(alone, "loop_barriers") and "barrier hoisted" not in str(alone.explain())
+    assert alone.asm["ptx"] == _resln(1024, "loop_sync=trip").asm["ptx"]
+
+
+def test_trip_keeps_a_barrier_in_every_copy_loop_and_hoist_moves_it_before_the_first():
+    base, hoisted = _resln(4096, "loop_sync=trip"), _resln(4096, "loop_sync=hoist")
     for kernel, inside in ((base, [1, 1]), (hoisted, [0, 0])):
         lines = kernel.asm["ptx"].splitlines()
         loops = _loops(kernel.asm["ptx"])

@@ -173,11 +173,15 @@ class StreamCols(Pass):
     bytes gains: 86 / 87% of the copy against 84 / 86% at D = 4096 / 8192, H200 same run,
     ``...-s13-resln-3.json``), else in two exchanges (LayerNorm: its registers set the CTAs an SM
     holds, and one pass measured 79 / 78% against 83 / 84%); ``two``: always two exchanges."""
-    loop_sync: str = "trip"
+    loop_sync: str = "auto"
     """``trip``: a chunk loop's body meets the shared-memory barrier at the top of every trip where
     anything may be pending (the hazard tracker's default at a loop head); ``hoist``: one barrier
     before the loop where the body only reads what was written before it (kernel attribute
-    ``loop_barriers``, codegen/emit_control.py). Off by default until measured."""
+    ``loop_barriers``, codegen/emit_control.py); ``auto`` (the default): ``hoist`` where the row
+    block is split over a cluster, ``trip`` elsewhere. Measured (H200, 2026-11-27, two same runs of
+    benchmarks/probes/resln_sweep.py, ...-s17-resln-sweep-{1,2}.json): residual + LayerNorm hoisted /
+    per trip 1.024 / 1.025 at D = 4096 and 1.016 / 1.012 at 8192 (both clustered), 0.998 / 0.998
+    at D = 1024 (one CTA a row block)."""
     store_hint: str = "none"
     """Cache hint of the stores straight from registers (codegen/cache_hints.py): ``none``, ``cs``
     (st.global.cs) or ``evict_first`` (L1::no_allocate, an L2 evict-first policy). Off by default."""
@@ -325,6 +329,16 @@ class StreamCols(Pass):
             if why:
                 ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
             return rest.run(kernel, ctx)
+        if self.loop_sync == "auto" and "loop_barriers" not in kernel.attrs:
+            kernel.attrs["loop_barriers"] = "hoisted"
+            ctx.decide(f"@{kernel.name}", "chunk loops: barrier hoisted out of the loop where the body only reads",
+                       f"loop_sync=auto on a row block split over a cluster of {k}: a chunk loop that copies its "
+                       "chunks from the row block loaded before it meets one barrier before the loop instead of "
+                       "one at the top of every trip; the codegen's hazard tracker keeps a per-trip barrier where "
+                       "the body writes what its next trip reads. Measured (H200, 2026-11-27, residual + "
+                       "LayerNorm, two same runs, ...-s17-resln-sweep-{1,2}.json): 1.024 / 1.025 at D = 4096, "
+                       "1.016 / 1.012 at 8192 against a barrier a trip; at D = 1024 (one CTA a row block) "
+                       "0.998, so auto keeps those per trip", loop_barriers="hoisted")
         moments, onepass = self.moments, self.onepass
         if self.variance not in ("auto", "two"):
             raise PassError(f"stream-cols: variance must be auto or two, got {self.variance!r}")
@@ -390,8 +404,8 @@ class StreamCols(Pass):
         """The off-by-default options on how the streamed kernel meets barriers, hints its global
         accesses and caps its registers: kernel attributes the register-tile backend reads, logged."""
         from ..codegen.cache_hints import L2_PREFETCH, LOAD_HINTS, STORE_HINTS
-        if self.loop_sync not in ("trip", "hoist"):
-            raise PassError(f"stream-cols: loop_sync must be trip or hoist, got {self.loop_sync!r}")
+        if self.loop_sync not in ("auto", "trip", "hoist"):
+            raise PassError(f"stream-cols: loop_sync must be auto, trip or hoist, got {self.loop_sync!r}")
         if self.store_hint not in STORE_HINTS:
             raise PassError(f"stream-cols: store_hint must be {', '.join(STORE_HINTS)}, got {self.store_hint!r}")
         if self.load_hint not in LOAD_HINTS:
@@ -404,7 +418,7 @@ class StreamCols(Pass):
         if self.loop_sync == "hoist" and "loop_barriers" not in kernel.attrs:
             kernel.attrs["loop_barriers"] = "hoisted"
             ctx.decide(who, "chunk loops: barrier hoisted out of the loop where the body only reads",
-                       "loop_sync=hoist (the pass option, off by default until measured): a chunk loop that "
+                       "loop_sync=hoist (the pass option; auto takes it over a cluster only): a chunk loop that "
                        "copies its chunks from a row block loaded before it meets one barrier before the loop "
                        "instead of one at the top of every trip (ncu on residual + LayerNorm at D = 4096, "
                        "H200, session 13: 9% of the stall samples on barriers, most at those per-trip "
