@@ -43,7 +43,8 @@ def main() -> None:
         for name in KERNELS:
             make, truth, tensors = FAMILIES[name]
             source = (ROOT / "examples" / f"{name}.tk").read_text()
-            ks = {s: tkjit.compile(source, filename=f"{name}.tk", constants={"D": d}, pipeline=pipeline(s))
+            ks = {s: tkjit.compile(source, filename=f"{name}.tk", constants={"C" if name == "softmax" else "D": d},
+                                   pipeline=pipeline(s))
                   for s in ("hoist", "trip")}
             a, outs = make(r, d)
             outputs = {}
