@@ -79,15 +79,20 @@ def test_bad_values_are_pass_errors(opts, why):
 
 
 def test_auto_hoists_over_a_cluster_only():
-    """loop_sync=auto (the default): the clustered row block (D = 4096) hoists, logged with its
-    measurement; one CTA a row block (D = 1024) keeps a barrier a trip."""
+    """loop_sync=auto (the default): residual + LayerNorm's clustered row block of two row tiles
+    (D = 4096) hoists, logged with its measurement; one CTA a row block (D = 1024), and LayerNorm's
+    clustered block of one row tile, keep a barrier a trip."""
     clustered = _resln(4096)
-    assert _why(clustered, "loop_barriers") and "loop_sync=auto on a row block split over a cluster of 4" in \
-        str(clustered.explain())
+    assert _why(clustered, "loop_barriers") and "loop_sync=auto on a row block split over a cluster of 4 that " \
+        "keeps 2 row tiles" in str(clustered.explain())
     assert clustered.asm["ptx"] == _resln(4096, "loop_sync=hoist").asm["ptx"]
     alone = _resln(1024)
     assert not _why(alone, "loop_barriers") and "barrier hoisted" not in str(alone.explain())
     assert alone.asm["ptx"] == _resln(1024, "loop_sync=trip").asm["ptx"]
+    # one row tile over a cluster: registers can set the CTAs an SM holds, so a barrier every trip
+    ln = tkjit.load(EXAMPLES / "layernorm.tk", constants={"D": 4096}, cache=False)
+    assert "loop_sync=auto on a row block of 1 row tile(s)" in str(ln.explain())
+    assert "barrier hoisted" not in str(ln.explain())
 
 
 def test_trip_keeps_a_barrier_in_every_copy_loop_and_hoist_moves_it_before_the_first():

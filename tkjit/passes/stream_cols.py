@@ -87,6 +87,14 @@ def row_tile_sources(body: Block) -> list[str]:
     return names
 
 
+LOOP_SYNC_MEASURED = ("Measured (H200, 2026-11-27, hoisted / a barrier a trip, same runs, "
+                      "benchmarks/results/2026-11-27-nvidia-h200-s17-resln-sweep-{1,2}.json, ...-s17-loop-sync-ab.json): "
+                      "residual + LayerNorm 1.024 / 1.025 / 1.026 at D = 4096 and 1.016 / 1.012 / 1.020 at 8192; "
+                      "softmax 1.016 / 1.021, RMSNorm 0.998 / 1.002, LayerNorm 0.967 / 0.944 at D = 4096 / 8192; "
+                      "one CTA a row block (D = 1024): 0.997-1.001")
+"""What ``loop_sync=auto`` rests on."""
+
+
 @register_pass
 @dataclass(frozen=True)
 class StreamCols(Pass):
@@ -178,10 +186,9 @@ class StreamCols(Pass):
     anything may be pending (the hazard tracker's default at a loop head); ``hoist``: one barrier
     before the loop where the body only reads what was written before it (kernel attribute
     ``loop_barriers``, codegen/emit_control.py); ``auto`` (the default): ``hoist`` where the row
-    block is split over a cluster, ``trip`` elsewhere. Measured (H200, 2026-11-27, two same runs of
-    benchmarks/probes/resln_sweep.py, ...-s17-resln-sweep-{1,2}.json): residual + LayerNorm hoisted /
-    per trip 1.024 / 1.025 at D = 4096 and 1.016 / 1.012 at 8192 (both clustered), 0.998 / 0.998
-    at D = 1024 (one CTA a row block)."""
+    block is split over a cluster and keeps two or more row tiles (its shared memory sets the CTAs an
+    SM holds), ``trip`` elsewhere: where registers can set them, the hoisted loops let ptxas keep more
+    live (LayerNorm 48 -> 54 registers, 5 -> 4 CTAs an SM, 0.967 / 0.944). LOOP_SYNC_MEASURED."""
     store_hint: str = "none"
     """Cache hint of the stores straight from registers (codegen/cache_hints.py): ``none``, ``cs``
     (st.global.cs) or ``evict_first`` (L1::no_allocate, an L2 evict-first policy). Off by default."""
@@ -300,7 +307,7 @@ class StreamCols(Pass):
                    "combined in a carried value; an op that needs a reduction's result runs in a later pass, "
                    "which loads its inputs again (from L2 when they are still there) instead of keeping "
                    f"BR x {plan.width} values on chip; chunks of {plan.chunk} columns: "
-                   + (f"the pass option" if self.cols else f"the widest whose tiles stay within {CHUNK_BYTES:,} B")
+                   + ("the pass option" if self.cols else f"the widest whose tiles stay within {CHUNK_BYTES:,} B")
                    + ("; chunk loads into shared tiles: measured on an H200, the best of the load forms, stage "
                       "counts, chunk widths and orders tried, or within 3% of it (docs/codegen.md)"
                       if self.loads == "shared" and self.stages == 2 and not self.cols else ""),
@@ -329,20 +336,25 @@ class StreamCols(Pass):
             if why:
                 ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
             return rest.run(kernel, ctx)
+        tiles = row_tile_sources(body)
         if self.loop_sync == "auto" and "loop_barriers" not in kernel.attrs:
-            kernel.attrs["loop_barriers"] = "hoisted"
-            ctx.decide(f"@{kernel.name}", "chunk loops: barrier hoisted out of the loop where the body only reads",
-                       f"loop_sync=auto on a row block split over a cluster of {k}: a chunk loop that copies its "
-                       "chunks from the row block loaded before it meets one barrier before the loop instead of "
-                       "one at the top of every trip; the codegen's hazard tracker keeps a per-trip barrier where "
-                       "the body writes what its next trip reads. Measured (H200, 2026-11-27, residual + "
-                       "LayerNorm, two same runs, ...-s17-resln-sweep-{1,2}.json): 1.024 / 1.025 at D = 4096, "
-                       "1.016 / 1.012 at 8192 against a barrier a trip; at D = 1024 (one CTA a row block) "
-                       "0.998, so auto keeps those per trip", loop_barriers="hoisted")
+            if len(tiles) >= 2:
+                kernel.attrs["loop_barriers"] = "hoisted"
+                ctx.decide(f"@{kernel.name}", "chunk loops: barrier hoisted out of the loop where the body only reads",
+                           f"loop_sync=auto on a row block split over a cluster of {k} that keeps {len(tiles)} row "
+                           f"tiles ({', '.join(tiles)}), so its shared memory, not its registers, sets the CTAs an "
+                           "SM holds: a chunk loop that copies its chunks from the row block loaded before it meets "
+                           "one barrier before the loop instead of one at the top of every trip (the codegen's "
+                           "hazard tracker keeps a per-trip barrier where the body writes what its next trip "
+                           f"reads). {LOOP_SYNC_MEASURED}", loop_barriers="hoisted")
+            else:
+                ctx.decide(f"@{kernel.name}", "chunk loops: a barrier every trip",
+                           f"loop_sync=auto on a row block of {len(tiles)} row tile(s): its registers can set the "
+                           "CTAs an SM holds, and without the per-trip barriers ptxas kept more of them live "
+                           f"(LayerNorm 48 -> 54 registers, 5 -> 4 CTAs an SM). {LOOP_SYNC_MEASURED}")
         moments, onepass = self.moments, self.onepass
         if self.variance not in ("auto", "two"):
             raise PassError(f"stream-cols: variance must be auto or two, got {self.variance!r}")
-        tiles = row_tile_sources(body)
         if not (moments or onepass) and self.variance == "auto" and self.exchange == "push" and len(tiles) >= 2:
             moments = onepass = True
             ctx.decide(f"@{kernel.name}", "variance: one pass, one exchange (moments, onepass)",
