@@ -64,6 +64,11 @@ class SimError(Exception):
     pass
 
 
+CACHE_HINTS = {"cs", "L1::no_allocate", "L2::cache_hint", "L2::64B", "L2::128B", "L2::256B"}
+"""Qualifiers of st and cp.async that only hint the caches (the operand list of ``L2::cache_hint``
+ends with the policy, which the simulator ignores)."""
+
+
 class RaceError(SimError):
     pass
 
@@ -757,6 +762,7 @@ class CTA:
         if parts[1] == "async":
             return self._st_async(ops, active)
         space = parts[1]
+        parts = [p for p in parts if p not in CACHE_HINTS]  # st.global.cs / .L1::no_allocate.L2::cache_hint
         vec = int(parts[2][1:]) if parts[2].startswith("v") else 1
         kind = parts[-1]
         size = {"b32": 4, "f32": 4, "b16": 2, "u16": 2, "u8": 1}[kind]
@@ -774,6 +780,11 @@ class CTA:
             self.shared.write(self.tid[idx].astype(np.int64), addrs, data)
         else:
             self.mem.data[addrs[:, None] + np.arange(size * vec)] = data
+
+    def op_createpolicy(self, parts, ops, active):
+        """``createpolicy.fractional.L2::<priority>.b64 d, f``: an L2 cache policy, which only
+        hints (the simulator has no cache): any 64-bit value."""
+        self.set(ops[0], np.zeros(self.T, dtype=np.uint64), active)
 
     def op_atom(self, parts, ops, active):
         """``atom.global.cas.b32 d, [a], cmp, new`` (checked mode's error buffer), thread by thread

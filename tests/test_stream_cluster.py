@@ -55,8 +55,8 @@ def test_the_interpreter_runs_the_ctas_of_a_cluster_at_once_and_combines_in_rank
     assert (y == 1 + 2 + 3 + 4).all() and (z == 4).all()
 
 
-@pytest.mark.parametrize("bad, why", [("blocks {cluster = 9}", "cluster must be 1 to 8"),
-                                      ('blocks {cluster = 2, schedule = "persistent"}', "cluster must be 1 to 8")])
+@pytest.mark.parametrize("bad, why", [("blocks {cluster = 17}", "cluster must be 1 to 16"),
+                                      ('blocks {cluster = 2, schedule = "persistent"}', "cluster must be 1 to 16")])
 def test_the_cluster_attribute_is_verified(bad, why):
     with pytest.raises(TkError, match=why):
         parse_kernel(RANKS_IR.replace("blocks {cluster = 4}", bad))
@@ -121,7 +121,7 @@ def test_auto_counts_every_re_read_tensor():
 
 def test_bad_cluster_options_are_errors_and_unsplittable_widths_are_logged():
     with pytest.raises(PassError, match="cluster must be"):
-        run_pass(RMS_IR, "stream-cols{cluster=9}")
+        run_pass(RMS_IR, "stream-cols{cluster=17}")
     with pytest.raises(PassError, match="cluster and resident"):
         run_pass(RMS_IR, "stream-cols{cluster=2 resident=1}")
     out, log = run_pass(RMS_IR, "stream-cols{cluster=3}")

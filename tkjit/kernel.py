@@ -478,6 +478,11 @@ class CompiledKernel:
         function = module.get_function(meta.get("entry", self.name))
         smem = int(meta.get("smem_bytes", 0))
         driver.set_dynamic_smem(function, smem, module.device)
+        ctas = 1
+        for n in meta.get("cluster", [1]):
+            ctas *= int(n)
+        if ctas > 8:  # a non-portable cluster size (stream-cols{cluster=16})
+            driver.allow_nonportable_cluster(function, ctas)
         return Launcher(function, meta["params"], meta["grid"], meta["block"], smem, name=self.name,
                         device=module.device, on_refusal=self._refused,
                         serial_launches=bool(meta.get("serial_launches")),  # the module's state

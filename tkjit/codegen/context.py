@@ -51,22 +51,42 @@ class SharedSync:
     def __init__(self) -> None:
         self.written: list[Region] = []
         self.read: list[Region] = []
+        self.log: list[tuple[str, Region | None]] | None = None
+        """While a hoisted loop body is emitted (emit_control.emit_for): its accesses in order, as
+        ("w"|"r", region), and ("bar", None) where this tracker put a barrier."""
 
     def write(self, region: Region) -> list[str]:
         out = self._barrier_if(any(region.overlaps(r) for r in self.written + self.read))
         self.written.append(region)
+        self._note("w", region)
         return out
 
     def read_(self, region: Region) -> list[str]:
         out = self._barrier_if(any(region.overlaps(r) for r in self.written))
         self.read.append(region)
+        self._note("r", region)
         return out
 
     def _barrier_if(self, needed: bool) -> list[str]:
         if not needed:
             return []
         self.written, self.read = [], []
+        self._note("bar", None)
         return [self.BARRIER]
+
+    def _note(self, kind: str, region: Region | None) -> None:
+        if self.log is not None:
+            self.log.append((kind, region))
+
+    @staticmethod
+    def races(state: tuple[list[Region], list[Region]], accesses: list[tuple[str, Region | None]]) -> bool:
+        """Whether ``accesses`` (("w"|"r", region)) could race with the pending ``state`` (written,
+        read) if no barrier came between: a write against either, a read against a write."""
+        written, read = state
+        for kind, region in accesses:
+            if any(region.overlaps(r) for r in written) or (kind == "w" and any(region.overlaps(r) for r in read)):
+                return True
+        return False
 
     def assume_anything(self) -> None:
         """At a loop head (and after a loop) any earlier access may be pending."""
@@ -137,6 +157,8 @@ class Ctx:
         self.decisions: list[dict] = []
         self.pipelines: dict = {}           # id(for) -> LoopPipeline
         self.prefetched: dict[int, object] = {}  # id(load) -> its SharedTile this trip
+        self.in_flight_regions: dict[int, Region] = {}
+        """id() of a deferred load's shared tile -> its region (copies_landed)."""
         self.copies_in_flight: set[int] = set()
         """id() of the shared tiles whose loads (``wait = "deferred"``) issued copies not yet
         awaited: ``await_copies`` waits for them before an op reads one or holds a region."""
@@ -187,9 +209,21 @@ class Ctx:
             out += self.await_copies(op)
             out += self.emit_op(op)
         if self.copies_in_flight:  # nothing leaves a block with its copies unawaited
-            self.copies_in_flight.clear()
+            self.copies_landed()
             out.append("cp.async.wait_all;")
         return out
+
+    def copies_landed(self) -> None:
+        """A ``cp.async.wait_all`` was emitted: the deferred loads' copies have landed. Under
+        ``loop_barriers = "hoisted"`` their tiles count as written here (the hazard tracker saw
+        their writes at the issue, and a barrier for something else since then would have
+        cleared them: without the option every loop head assumes anything is pending)."""
+        if getattr(self.kernel, "attrs", {}).get("loop_barriers") == "hoisted":
+            for region in self.in_flight_regions.values():
+                self.sync.written.append(region)
+                self.sync._note("w", region)
+        self.copies_in_flight.clear()
+        self.in_flight_regions.clear()
 
     def await_copies(self, op: Op) -> list[str]:
         """``cp.async.wait_all`` before ``op`` where it reads a shared tile whose copies a deferred
@@ -198,7 +232,7 @@ class Ctx:
         if not self.copies_in_flight or not (op.regions or any(id(v) in self.copies_in_flight
                                                                 for v in op.operands)):
             return []
-        self.copies_in_flight.clear()
+        self.copies_landed()
         return ["cp.async.wait_all;  // the deferred loads' copies"]
 
     def emit_op(self, op: Op) -> list[str]:

@@ -14,6 +14,7 @@ values is used, so a thread has all of its tile's bytes in flight at once.
 from __future__ import annotations
 
 from ..ir.types import DType, F32, TileType
+from .cache_hints import global_store
 from .values import RegTile
 
 
@@ -77,6 +78,7 @@ def store_direct(ctx, view, tile: RegTile, dst: DType, out: list[str]) -> None:
     base = _base(ctx, view, layout, out)
     es = dst.nbytes
     guard = ctx.writer(layout.rows, layout.cols, None) if layout.rows.replicated or layout.cols.replicated else None
+    st, hint = global_store(ctx)
     for b, h, m, dr, dc in _accesses(layout):
         ok = _valid(ctx, view, layout, dr, dc, out, guard)
         imm = (dr * view.const_cols + dc) * es
@@ -89,10 +91,10 @@ def store_direct(ctx, view, tile: RegTile, dst: DType, out: list[str]) -> None:
                 else:
                     lo, hi = (ctx.tile_f32(tile, b, j, 2 * h + c, out) for c in (0, 1))
                     words.append(ctx.pack(dst, lo, hi, out))
-            out.append(f"@{ok} st.global.v4.b32 [{base}+{imm}], {{{', '.join(words)}}};")
+            out.append(f"@{ok} {st}.v4.b32 [{base}+{imm}], {{{', '.join(words)}}}{hint};")
         else:
             assert dst == F32
             vals = [ctx.tile_f32(tile, b, 4 * m + e // 2, 2 * h + e % 2, out) for e in range(8)]
             for half in (0, 1):
-                out.append(f"@{ok} st.global.v4.f32 [{base}+{imm + 16 * half}], "
-                           f"{{{', '.join(vals[4 * half:4 * half + 4])}}};")
+                out.append(f"@{ok} {st}.v4.f32 [{base}+{imm + 16 * half}], "
+                           f"{{{', '.join(vals[4 * half:4 * half + 4])}}}{hint};")

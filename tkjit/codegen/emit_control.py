@@ -91,16 +91,24 @@ def emit_for(ctx, op: For) -> list[str]:
         stage = emit_prologue(ctx, pipe, lo, hi, step, out)
     head, done = ctx.label("for"), ctx.label("for_end")
     p = ctx.new("pred")
-    ctx.sync.assume_anything()
+    hoisted = pipe is None and getattr(getattr(ctx, "kernel", None), "attrs", {}).get("loop_barriers") == "hoisted"
+    if hoisted:
+        pre, outer_log, at_loop = ctx.sync.state(), ctx.sync.log, len(out)
+        ctx.sync.written, ctx.sync.read, ctx.sync.log = [], [], []
+    else:
+        ctx.sync.assume_anything()
     out.append(f"{head}:")
     out.append(f"setp.ge.s32 {p}, {k}, {hi};")
     out.append(f"@{p} bra.uni {done};")
+    at_body = len(out)
     ctx.bind(body.args[0], Scalar(k, I32))
     for arg, rep in zip(body.args[1:], carried):
         ctx.bind(arg, rep)
     if pipe is not None:
         emit_trip_start(ctx, pipe, k, hi, step, stage, out)
     out += ctx.emit_block(body)
+    if hoisted:
+        _place_loop_barrier(ctx, pre, outer_log, at_loop, at_body, out)
     out += moves(ctx, carried, [ctx.get(v) for v in body.terminator.operands])
     if pipe is not None:
         advance_stages(ctx, pipe, stage, out)
@@ -119,6 +127,36 @@ def emit_for(ctx, op: For) -> list[str]:
         ctx.decide("stages", 1, "no shared-tile load of this loop can be fetched ahead (its coordinates "
                    "are not computed from the loop variable alone), or @stages(1)")
     return out
+
+
+def _place_loop_barrier(ctx, pre, outer_log, at_loop: int, at_body: int, out: list[str]) -> None:
+    """``loop_barriers = "hoisted"`` (stream-cols{loop_sync=hoist}): the loop body was emitted as if
+    nothing were pending at its head; its accesses before its own first barrier (``head``) race
+    either with what the trip before left pending (a barrier at the top of every trip, as without
+    the option) or only with what was pending before the loop (one barrier before the loop), or
+    with neither (no barrier)."""
+    from .context import SharedSync
+    log, ctx.sync.log = ctx.sync.log, outer_log
+    head = []
+    for kind, region in log:
+        if kind == "bar":
+            break
+        head.append((kind, region))
+    if SharedSync.races(ctx.sync.state(), head):
+        out.insert(at_body, ctx.sync.BARRIER)
+        where = "every trip (its body's accesses race with the trip before's)"
+    elif SharedSync.races(pre, head):
+        out.insert(at_loop, ctx.sync.BARRIER)
+        where = "once, before the loop"
+    else:
+        where = "none at the loop's head"
+    ctx.decide("loop_barriers", "hoisted",
+               "stream-cols{loop_sync=hoist}: a loop whose body only reads shared memory written before it "
+               "meets the barrier once before the loop instead of at the top of every trip; the shared-memory "
+               "hazard tracker decides per loop (a body that writes what its next trip reads keeps the "
+               f"barrier in the loop); here: {where}")
+    if outer_log is not None:  # an enclosing hoisted loop: anything may be pending after this one
+        outer_log += [("w", SharedSync.EVERYTHING), ("r", SharedSync.EVERYTHING)]
 
 
 def emit_if(ctx, op: If) -> list[str]:

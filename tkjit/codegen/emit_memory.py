@@ -250,8 +250,9 @@ def emit_load(ctx, op) -> list[str]:
         copy_in(ctx, view, st.geometry, st.offset, out, wait=not deferred)
         if deferred:  # its copies stay in flight: awaited by the next wait (Ctx.await_copies)
             ctx.copies_in_flight.add(id(op.result))
+            ctx.in_flight_regions[id(op.result)] = st.region
         else:  # cp.async.wait_all: every earlier copy has landed too
-            ctx.copies_in_flight.clear()
+            ctx.copies_landed()
         ctx.bind(op.result, st)
         return out
     if ctx.grid.contiguous_cols:

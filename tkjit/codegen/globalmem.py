@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..ir.core import Value
 from ..ir.types import GlobalType
+from .cache_hints import cp_async
 from .smem import Geometry
 
 _LOG2 = {1: 0, 2: 1, 4: 2, 8: 3}
@@ -325,6 +326,7 @@ def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str], d
 
     def fast():
         lines: list[str] = []
+        cp, hint = cp_async(ctx)
         walk = _ChunkWalk(ctx, view, geo, offset, lines, dyn)
         for k in range(walk.count):
             ok, addr, saddr, guard = walk.chunk(k, lines)
@@ -332,7 +334,7 @@ def copy_in(ctx, view: GlobalView, geo: Geometry, offset: int, out: list[str], d
             lines.append(f"selp.b64 {safe}, {addr}, {view.ptr}, {ok};")
             lines.append(f"selp.u32 {n}, 16, 0, {ok};")
             pred = f"@{guard} " if guard else ""
-            lines.append(f"{pred}cp.async.cg.shared.global {saddr}, [{safe}], 16, {n};")
+            lines.append(f"{pred}{cp} {saddr}, [{safe}], 16, {n}{hint};")
         if wait:
             lines.append("cp.async.wait_all;")
         return lines

@@ -40,6 +40,7 @@ from ..errors import DiagnosticError, PassError
 from ..ir.core import Block, Kernel
 from ..ir.ops import Blocks, Load
 from ..ir.ops.cluster import EXCHANGES
+from ..ir.ops.control import MAX_CLUSTER_CTAS
 from ..ir.types import MAX_REGISTER_TILE_BYTES, TileType, register_tile_problem
 from .decisions import subject_of
 from .manager import Pass, PassContext, register_pass
@@ -84,6 +85,14 @@ def row_tile_sources(body: Block) -> list[str]:
             if name not in names:
                 names.append(name)
     return names
+
+
+LOOP_SYNC_MEASURED = ("Measured (H200, 2026-11-27, hoisted / a barrier a trip, same runs, "
+                      "benchmarks/results/2026-11-27-nvidia-h200-s17-resln-sweep-{1,2}.json, ...-s17-loop-sync-ab.json): "
+                      "residual + LayerNorm 1.024 / 1.025 / 1.026 at D = 4096 and 1.016 / 1.012 / 1.020 at 8192; "
+                      "softmax 1.016 / 1.021, RMSNorm 0.998 / 1.002, LayerNorm 0.967 / 0.944 at D = 4096 / 8192; "
+                      "one CTA a row block (D = 1024): 0.997-1.001")
+"""What ``loop_sync=auto`` rests on."""
 
 
 @register_pass
@@ -136,7 +145,7 @@ class StreamCols(Pass):
     re-read by a later pass: k x SMs x BR x W x (bytes of the loaded tensors) must fit in L2 for
     the re-read to hit there. 0: the kernel's own schedule (one CTA per block)."""
     cluster: str = "auto"
-    """``k`` (2..8): the row block's columns split over a cluster of k CTAs, each streaming (and
+    """``k`` (2..16; above 8 a non-portable cluster size, never chosen by ``auto``): the row block's columns split over a cluster of k CTAs, each streaming (and
     keeping on chip) its slice, the row reductions combined through distributed shared memory
     (stream_cluster.py); ``auto`` (the default; with ``cache=auto`` and no ``resident`` only, the
     other forms keep one CTA): where one CTA cannot keep a re-read row block within the cache
@@ -172,6 +181,24 @@ class StreamCols(Pass):
     bytes gains: 86 / 87% of the copy against 84 / 86% at D = 4096 / 8192, H200 same run,
     ``...-s13-resln-3.json``), else in two exchanges (LayerNorm: its registers set the CTAs an SM
     holds, and one pass measured 79 / 78% against 83 / 84%); ``two``: always two exchanges."""
+    loop_sync: str = "auto"
+    """``trip``: a chunk loop's body meets the shared-memory barrier at the top of every trip where
+    anything may be pending (the hazard tracker's default at a loop head); ``hoist``: one barrier
+    before the loop where the body only reads what was written before it (kernel attribute
+    ``loop_barriers``, codegen/emit_control.py); ``auto`` (the default): ``hoist`` where the row
+    block is split over a cluster and keeps two or more row tiles (its shared memory sets the CTAs an
+    SM holds), ``trip`` elsewhere: where registers can set them, the hoisted loops let ptxas keep more
+    live (LayerNorm 48 -> 54 registers, 5 -> 4 CTAs an SM, 0.967 / 0.944). LOOP_SYNC_MEASURED."""
+    store_hint: str = "none"
+    """Cache hint of the stores straight from registers (codegen/cache_hints.py): ``none``, ``cs``
+    (st.global.cs) or ``evict_first`` (L1::no_allocate, an L2 evict-first policy). Off by default."""
+    load_hint: str = "none"
+    """``evict_first``: the row block's cp.async copies take an L2 evict-first policy. Off by default."""
+    l2_prefetch: int = 0
+    """64, 128 or 256: the row block's cp.async copies carry that L2 prefetch size. 0: none (default)."""
+    maxnreg: int = 0
+    """n > 0: the register-tile backend's kernel is capped at n registers a thread (``.maxnreg``),
+    for more CTAs an SM by registers. 0: ptxas's choice (default)."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -190,6 +217,7 @@ class StreamCols(Pass):
         body = block_body(kernel)
         if body is None:
             return kernel
+        self._access_options(kernel, ctx)
         if self.cluster != "none" and (self.cluster != "auto" or (self.cache == "auto" and not self.resident)):
             return self._split(kernel, body, ctx)
         if self.cache == "auto":
@@ -279,7 +307,7 @@ class StreamCols(Pass):
                    "combined in a carried value; an op that needs a reduction's result runs in a later pass, "
                    "which loads its inputs again (from L2 when they are still there) instead of keeping "
                    f"BR x {plan.width} values on chip; chunks of {plan.chunk} columns: "
-                   + (f"the pass option" if self.cols else f"the widest whose tiles stay within {CHUNK_BYTES:,} B")
+                   + ("the pass option" if self.cols else f"the widest whose tiles stay within {CHUNK_BYTES:,} B")
                    + ("; chunk loads into shared tiles: measured on an H200, the best of the load forms, stage "
                       "counts, chunk widths and orders tried, or within 3% of it (docs/codegen.md)"
                       if self.loads == "shared" and self.stages == 2 and not self.cols else ""),
@@ -295,20 +323,38 @@ class StreamCols(Pass):
         rest = dataclasses.replace(self, cluster="none")
         if self.cluster == "auto":
             k, why = cluster_for(body, self.cache_bytes or AUTO_CACHE_BYTES)
-        elif self.cluster.isdigit() and 2 <= int(self.cluster) <= MAX_CLUSTER:
+        elif self.cluster.isdigit() and 2 <= int(self.cluster) <= MAX_CLUSTER_CTAS:
             k, why = int(self.cluster), "the pass option"
+            if k > MAX_CLUSTER:
+                why += (f" ({k} CTAs: over the portable {MAX_CLUSTER}, a Hopper non-portable cluster size the "
+                        "launcher opts in to; cluster=auto never takes it)")
         else:
-            raise PassError(f"stream-cols: cluster must be none, auto or 2 to {MAX_CLUSTER} CTAs, got {self.cluster!r}")
+            raise PassError(f"stream-cols: cluster must be none, auto or 2 to {MAX_CLUSTER_CTAS} CTAs, got {self.cluster!r}")
         if k > 1 and self.resident:
             raise PassError("stream-cols: cluster and resident cannot be combined (a cluster runs on the grid schedule)")
         if k == 1:
             if why:
                 ctx.decide(f"@{kernel.name}", "one CTA per row block", f"cluster=auto: {why}")
             return rest.run(kernel, ctx)
+        tiles = row_tile_sources(body)
+        if self.loop_sync == "auto" and "loop_barriers" not in kernel.attrs:
+            if len(tiles) >= 2:
+                kernel.attrs["loop_barriers"] = "hoisted"
+                ctx.decide(f"@{kernel.name}", "chunk loops: barrier hoisted out of the loop where the body only reads",
+                           f"loop_sync=auto on a row block split over a cluster of {k} that keeps {len(tiles)} row "
+                           f"tiles ({', '.join(tiles)}), so its shared memory, not its registers, sets the CTAs an "
+                           "SM holds: a chunk loop that copies its chunks from the row block loaded before it meets "
+                           "one barrier before the loop instead of one at the top of every trip (the codegen's "
+                           "hazard tracker keeps a per-trip barrier where the body writes what its next trip "
+                           f"reads). {LOOP_SYNC_MEASURED}", loop_barriers="hoisted")
+            else:
+                ctx.decide(f"@{kernel.name}", "chunk loops: a barrier every trip",
+                           f"loop_sync=auto on a row block of {len(tiles)} row tile(s): its registers can set the "
+                           "CTAs an SM holds, and without the per-trip barriers ptxas kept more of them live "
+                           f"(LayerNorm 48 -> 54 registers, 5 -> 4 CTAs an SM). {LOOP_SYNC_MEASURED}")
         moments, onepass = self.moments, self.onepass
         if self.variance not in ("auto", "two"):
             raise PassError(f"stream-cols: variance must be auto or two, got {self.variance!r}")
-        tiles = row_tile_sources(body)
         if not (moments or onepass) and self.variance == "auto" and self.exchange == "push" and len(tiles) >= 2:
             moments = onepass = True
             ctx.decide(f"@{kernel.name}", "variance: one pass, one exchange (moments, onepass)",
@@ -365,6 +411,41 @@ class StreamCols(Pass):
                        "8 warps, unless pinned (measured on an H200 with the push exchange, "
                        "stream_cluster.SLICE_WARPS)", reduce=rest.reduce, warps=rest.warps)
         return rest.run(kernel, ctx)
+
+    def _access_options(self, kernel: Kernel, ctx: PassContext) -> None:
+        """The off-by-default options on how the streamed kernel meets barriers, hints its global
+        accesses and caps its registers: kernel attributes the register-tile backend reads, logged."""
+        from ..codegen.cache_hints import L2_PREFETCH, LOAD_HINTS, STORE_HINTS
+        if self.loop_sync not in ("auto", "trip", "hoist"):
+            raise PassError(f"stream-cols: loop_sync must be auto, trip or hoist, got {self.loop_sync!r}")
+        if self.store_hint not in STORE_HINTS:
+            raise PassError(f"stream-cols: store_hint must be {', '.join(STORE_HINTS)}, got {self.store_hint!r}")
+        if self.load_hint not in LOAD_HINTS:
+            raise PassError(f"stream-cols: load_hint must be {', '.join(LOAD_HINTS)}, got {self.load_hint!r}")
+        if self.l2_prefetch not in L2_PREFETCH:
+            raise PassError(f"stream-cols: l2_prefetch must be one of {L2_PREFETCH}, got {self.l2_prefetch!r}")
+        if self.maxnreg and not 24 <= self.maxnreg <= 255:
+            raise PassError(f"stream-cols: maxnreg must be 24 to 255 registers, got {self.maxnreg}")
+        who = f"@{kernel.name}"
+        if self.loop_sync == "hoist" and "loop_barriers" not in kernel.attrs:
+            kernel.attrs["loop_barriers"] = "hoisted"
+            ctx.decide(who, "chunk loops: barrier hoisted out of the loop where the body only reads",
+                       "loop_sync=hoist (the pass option; auto takes it over a cluster only): a chunk loop that "
+                       "copies its chunks from a row block loaded before it meets one barrier before the loop "
+                       "instead of one at the top of every trip (ncu on residual + LayerNorm at D = 4096, "
+                       "H200, session 13: 9% of the stall samples on barriers, most at those per-trip "
+                       "barriers); the codegen's hazard tracker keeps a per-trip barrier where the body "
+                       "writes what its next trip reads", loop_barriers="hoisted")
+        for attr, value, default, what in (
+                ("store_hint", self.store_hint, "none", "stores straight from registers take the cache hint"),
+                ("load_hint", self.load_hint, "none", "row block copies take the L2 policy"),
+                ("l2_prefetch", self.l2_prefetch, 0, "row block copies take the L2 prefetch size (bytes)"),
+                ("maxnreg", self.maxnreg, 0, "registers a thread capped at")):
+            if value != default and attr not in kernel.attrs:
+                kernel.attrs[attr] = value
+                ctx.decide(who, f"{what}: {value}",
+                           f"{attr}={value} (the pass option, off by default until measured on an H200: "
+                           "benchmarks/probes/resln_sweep.py)", **{attr: value})
 
     def _auto(self, body: Block) -> "StreamCols":
         """The options ``cache=auto`` stands for on this block body (see ``cache``)."""

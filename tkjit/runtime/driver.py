@@ -236,6 +236,16 @@ def function_attribute(fn, name: str) -> int:
     return int(check(driver.cuFuncGetAttribute(attr, fn), f"cuFuncGetAttribute({name})"))
 
 
+def allow_nonportable_cluster(fn, ctas: int) -> None:
+    """Let ``fn`` run with clusters of ``ctas`` CTAs when that is over the portable 8 (Hopper
+    takes up to 16 where the function opts in: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED)."""
+    if ctas <= 8:
+        return
+    driver = cu()
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    check(driver.cuFuncSetAttribute(fn, attr, 1), "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
+
+
 def set_dynamic_smem(fn, nbytes: int, device: int | None = None) -> None:
     """Allow ``nbytes`` of dynamic shared memory (needed above 48 KB); refuse what cannot fit."""
     if nbytes <= _DEFAULT_SMEM_LIMIT:

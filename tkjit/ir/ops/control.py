@@ -4,6 +4,11 @@ from __future__ import annotations
 from ..core import Op
 from ..types import BOOL, I32, ScalarType, describe
 
+MAX_CLUSTER_CTAS = 16
+"""The most CTAs a cluster may hold on Hopper: 8 is the portable size (hopper-ptx-facts.md section 7);
+up to 16 run where the function allows non-portable sizes, which the launcher sets for such a
+kernel (runtime/driver.allow_nonportable_cluster)."""
+
 I32_T, BOOL_T = ScalarType(I32), ScalarType(BOOL)
 
 
@@ -64,9 +69,10 @@ class Blocks(Op):
         if "resident" in self.attrs and (self.attrs["resident"] < 1 or sched != "persistent"):
             raise self.error(f"resident needs schedule = \"persistent\" and at least 1 CTA per SM, "
                              f"got {self.attrs['resident']} with schedule '{sched}'")
-        if "cluster" in self.attrs and not (1 <= self.attrs["cluster"] <= 8 and sched == "grid"
+        if "cluster" in self.attrs and not (1 <= self.attrs["cluster"] <= MAX_CLUSTER_CTAS and sched == "grid"
                                             and self.attrs.get("split", 1) == 1):
-            raise self.error(f"cluster must be 1 to 8 CTAs (the portable cluster size) on the grid schedule "
+            raise self.error(f"cluster must be 1 to {MAX_CLUSTER_CTAS} CTAs (8 the portable cluster size; above it "
+                             "the launcher opts in to Hopper's non-portable sizes) on the grid schedule "
                              f"without split, got {self.attrs['cluster']} with schedule '{sched}'")
         if "by_trips" in self.attrs and (self.attrs["by_trips"] < 1 or sched != "persistent"):
             raise self.error(f"by_trips needs schedule = \"persistent\" and at least 1 trip, "
