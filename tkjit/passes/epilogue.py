@@ -192,13 +192,33 @@ RCP_MEASURED = (
 thought to be the cost."""
 
 
+SIGMOID_MUFU_MEASURED = (
+    "H200, 2026-11-27, two same runs of benchmarks/epilogue_variants.py (the generality table's "
+    "timing), the bias + silu GEMM against cuBLAS, the sigmoid's reciprocal on the FMA pipe / on "
+    "MUFU: 0.963 / 0.988 and 0.968 / 1.000 at 4096^3 (128x128 ping-pong), 1.003 / 1.006 and "
+    "0.975 / 0.990 at 8192^3, the outputs the same; benchmarks/results/2026-11-27-nvidia-h200-s17-"
+    "silu-mufu-{1,2}.json")
+"""Why ``auto`` puts the sigmoid's reciprocal on MUFU after a tensor-core product."""
+
+
 def rcp_choice(kernel: Kernel, asked: str) -> tuple[str, str]:
     """(the pinned pipe, why) of the reciprocals of the maps that take one (``mathfn.RCP_OPS``),
-    or ("", "") where ``auto`` leaves each map its own or the kernel has none."""
+    or ("", "") where ``auto`` leaves each map its own or the kernel has none. ``auto`` pins MUFU
+    where a kernel with a tensor-core product has a map whose own reciprocal is on the FMA pipe
+    (the sigmoid's: sigmoid, silu, gelu_tanh): measured faster there (SIGMOID_MUFU_MEASURED); gelu's
+    is on MUFU already, and a kernel with no product keeps each map's own."""
     from ..codegen.mathfn import RCP_OPS
+    from ..ir.ops import MMA_OPS
     names = sorted({op.NAME for op in block_loop(kernel).walk() if op.NAME in RCP_OPS})
-    if not names or asked == "auto":
+    if not names:
         return "", ""
+    if asked == "auto":
+        fma_own = [n for n in names if n != "gelu"]
+        if not fma_own or not any(isinstance(op, MMA_OPS) for op in kernel.walk()):
+            return "", ""
+        return "mufu", (f"{', '.join(fma_own)}: auto, in the epilogue of a tensor-core product, one MUFU "
+                        "rcp.approx instead of the FMA pipe's seven instructions an element, which the "
+                        f"other consumer's wgmmas do not hide ({SIGMOID_MUFU_MEASURED})")
     return asked, f"{', '.join(names)}: asked for by the pass option rcp={asked}"
 
 
@@ -214,8 +234,9 @@ class Epilogue(Pass):
     """auto: defer a tile's staged store under the next tile's first wgmma group where it fits (past
     a loop at level 2, with LEVEL2_SLACK registers to spare); on: wherever it fits; off."""
     rcp: str = "auto"
-    """fma / mufu: pin the epilogue's reciprocals to that pipe (``rcp_choice``); auto: each map's own
-    (RCP_MEASURED says why auto moves none)."""
+    """fma / mufu: pin the epilogue's reciprocals to that pipe (``rcp_choice``); auto: MUFU for the
+    sigmoid's after a tensor-core product (SIGMOID_MUFU_MEASURED), else each map's own (RCP_MEASURED
+    says why gelu's stays on MUFU)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.defer not in ("auto", "off", "on"):
