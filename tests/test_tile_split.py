@@ -188,3 +188,13 @@ def test_the_halved_gate_computes_what_the_written_one_does():
         mine = _copy(args)
         run_roles(parsed, mine, seed=seed)
         assert _same((4,), mine, ref), f"schedule {seed} of the halved gate differs from the written one"
+
+
+def test_a_64_row_tile_one_consumer_cannot_hold_is_halved_too():
+    """The fit rule for any multiple of 64 rows, counted as warp-spec counts it (after layout: the
+    bias vector in the wgmma fragment is 64 registers a thread, not 8)."""
+    from unseen_corpus import GEMM_BM64_RESIDUAL
+    k = tkjit.compile(GEMM_BM64_RESIDUAL, cache=False)
+    d = _decision(k, "tile-split")
+    assert d.data["split_for"] == "fit" and "64x256 tile (1: 288 registers needed > 256)" in d.reason
+    assert "rt<f32>[64, 128]" in k.asm["after:tile-split"] and k.metadata["backend"] == "wgmma"

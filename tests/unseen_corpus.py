@@ -626,6 +626,25 @@ kernel gemm_scale_gate<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf1
 """Session 17: at 128 x 256 no cooperative consumer split holds it (288 registers a thread), so it
 fell to mma.sync; tile-split's fit rule now halves it (tests/test_tile_split.py)."""
 
+GEMM_BM64_RESIDUAL = """
+kernel gemm_bm64_residual<BM = 64, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], Bias: gl<bf16>[N],
+                                                      R: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    bias: rv<f32>[BN] = Bias.tile(n)
+    r: rt<f32>[BM, BN] = R.tile(m, n)
+    C.tile(m, n) = cvt<bf16>(add_col(acc, bias) + r)
+  }
+}
+"""
+"""Session 17: one 64-row consumer cannot hold the 64 x 256 tile with its bias and residual (288
+registers a thread), so it fell to mma.sync; tile-split's fit rule halves it."""
+
 
 def _mk(m, n, k):
     return {"M": m, "N": n, "K": k}
@@ -891,6 +910,11 @@ CASES = [
                        torch.rand(s["N"], device=d) + 0.5, _randn(s["M"], s["N"], device=d),
                        _nan(s["M"], s["N"], device=d)],
          lambda a: [(a[0].float() @ a[1].float()) * a[2] * torch.sigmoid(a[3].float())], (4,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_bm64_residual", GEMM_BM64_RESIDUAL,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _randn(s["N"], device=d), _randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [a[0].float() @ a[1].float() + a[2].float() + a[3].float()], (4,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
     Case("bmm5", BMM5,
          lambda s, d: [_randn(s["B"], s["H"], s["G"], s["M"], s["K"], device=d),

@@ -24,8 +24,8 @@ same run, …-s16-tile-split-1.json): a batched GEMM + bias + erf gelu written a
 "Where 4096^3's time goes"). The plain GEMM (epilogue PLAIN) is not split, nor one under
 MIN_CYCLES or with several stores (measured: they gain under 2% or lose). Option ``mode``: auto, off.
 
-Second rule (``split_for = "fit"``): where no cooperative consumer split holds the whole 128-row
-tile (``warp_spec.fitting_split``), warp-spec would decline the kernel and it would run on the
+Second rule (``split_for = "fit"``): where no cooperative consumer split holds the whole tile (of
+any multiple of 64 rows: ``warp_spec.fitting_split``), warp-spec would decline the kernel and it would run on the
 mma.sync backend (about 0.4x); the same rewrite then halves it whatever its epilogue, so the
 half-width tile keeps the wgmma lowering. A kernel that pins ``@consumers`` keeps its tile.
 """
@@ -266,7 +266,7 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int, str] | None, str]:
     if len(accs) != 1:
         return None, ""
     t = accs[0].type
-    if t.rows != SPLIT_ROWS or t.cols < 2 * MIN_HALF or t.cols % 128:
+    if t.rows % 64 or t.cols < 2 * MIN_HALF or t.cols % 128:
         return None, ""
     unfit = whole_unfit(kernel, accs[0])
     if unfit:
@@ -278,6 +278,8 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int, str] | None, str]:
             return None, f"{head}; split-K or a cluster gives each tile CTAs of its own"
         plan, why = _index_plan(kernel, blocks, accs[0], head)
         return (plan + ("fit",) if plan else None), why
+    if t.rows != SPLIT_ROWS:
+        return None, ""
     cost = epilogue_cost(kernel, loop)
     if cost.cycles <= PLAIN:
         return None, ""
@@ -304,13 +306,23 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int, str] | None, str]:
     return (plan + ("pingpong",) if plan else None), why
 
 
-def whole_unfit(kernel: Kernel, acc: Value) -> str:
+def whole_unfit(kernel: Kernel, acc: Value, ctx: PassContext | None = None) -> str:
     """Why no cooperative consumer split holds the whole tile ('' where one does: warp-spec's own
-    ``fitting_split``, by which it declines the kernel otherwise)."""
+    ``fitting_split``, by which it declines the kernel otherwise), counted as warp-spec will count
+    it: on a copy laid out by the layout pass (a vector in the wgmma fragment holds a thread's
+    columns of every row slab: 64 registers for an rv<f32>[256], not 8)."""
     pinned = kernel.attrs.get("consumers")
     if isinstance(pinned, int) and not isinstance(pinned, bool):
         return ""  # @consumers pins the split, and warp-spec takes the pin as written (gemm_alpha_beta.tk)
-    n, tried, _, _ = fitting_split(kernel, acc.type.rows // 64)
+    from ..options import CompileOptions
+    from .decisions import DecisionLog
+    from .layout import Layout
+    try:
+        laid = Layout().run(clone_kernel(kernel), PassContext(ctx.options if ctx else CompileOptions.resolve(),
+                                                              DecisionLog()))
+    except PassError:
+        return ""  # the layout pass itself will say what is wrong
+    n, tried, _, _ = fitting_split(laid, acc.type.rows // 64)
     return "" if n is not None else "; ".join(tried)
 
 
