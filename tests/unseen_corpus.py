@@ -645,6 +645,30 @@ kernel gemm_bm64_residual<BM = 64, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<b
 """Session 17: one 64-row consumer cannot hold the 64 x 256 tile with its bias and residual (288
 registers a thread), so it fell to mma.sync; tile-split's fit rule halves it."""
 
+ATTN_MLA = """
+kernel mla<DQK = 192, DV = 128, BQ = 128, BKV = 64>(Q: gl<bf16>[B, H, N, DQK], K: gl<bf16>[B, H, N, DQK], V: gl<bf16>[B, H, N, DV], O: gl<bf16>[B, H, N, DV], scale: f32) {
+  for (b, h, i) in blocks(B, H, N / BQ) {
+    q: st<bf16>[BQ, DQK] = Q.tile(b, h, i, 0)
+    o: rt<f32>[BQ, DV] = zeros()
+    mx: cv<f32>[BQ] = fill(-inf)
+    l: cv<f32>[BQ] = zeros()
+    for j in 0 .. N / BKV {
+      k: st<bf16>[BKV, DQK] = K.tile(b, h, j, 0)
+      v: st<bf16>[BKV, DV] = V.tile(b, h, j, 0)
+      s = mma_ABt(q, k) * (scale * LOG2E)
+      mx_new = max(mx, row_max(s))
+      p = exp2(sub_row(s, mx_new))
+      alpha = exp2(mx - mx_new)
+      l = l * alpha + row_sum(p)
+      o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))
+      mx = mx_new
+    }
+    O.tile(b, h, i, 0) = cvt<bf16>(div_row(o, l))
+  }
+}
+"""
+"""Query/key head dim 192, value head dim 128 (DeepSeek-style): the two products' K differ."""
+
 
 def _mk(m, n, k):
     return {"M": m, "N": n, "K": k}
@@ -916,6 +940,11 @@ CASES = [
                        _randn(s["N"], device=d), _randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
          lambda a: [a[0].float() @ a[1].float() + a[2].float() + a[3].float()], (4,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("attn_mla", ATTN_MLA,
+         lambda s, d: [_randn(s["B"], s["H"], s["N"], 192, device=d), _randn(s["B"], s["H"], s["N"], 192, device=d),
+                       _randn(s["B"], s["H"], s["N"], 128, device=d), _nan(s["B"], s["H"], s["N"], 128, device=d),
+                       192 ** -0.5],
+         _f32out_ref, (3,), [{"B": 2, "H": 4, "N": 2048}, {"B": 1, "H": 3, "N": 960}], {"B": 1, "H": 2, "N": 192}),
     Case("bmm5", BMM5,
          lambda s, d: [_randn(s["B"], s["H"], s["G"], s["M"], s["K"], device=d),
                        _randn(s["B"], s["H"], s["G"], s["K"], s["N"], device=d),
