@@ -374,16 +374,7 @@ def _pingpong_pair(monkeypatch, source, constants):
     """``source`` compiled as a multicast pair with ping-pong consumers: pairs.py's refusal lifted
     in-process (as benchmarks/probes/pingpong_pairs.py does), nothing else changed."""
     from tkjit.passes import pairs
-    plan = pairs.pair_plan
-
-    def lifted(kernel):
-        pingpong = kernel.attrs.pop("pingpong", None)
-        try:
-            return plan(kernel)
-        finally:
-            if pingpong is not None:
-                kernel.attrs["pingpong"] = pingpong
-    monkeypatch.setattr(pairs, "pair_plan", lifted)
+    monkeypatch.setattr(pairs, "pair_plan", pairs.lifting_pingpong())
     k = tkjit.compile(source, pipeline=MULTICAST, constants=constants, cache=False)
     assert k.ir.attrs.get("pingpong") and schedule_of(k.ir).pair.ctas == 2
     return k

@@ -17,6 +17,7 @@ from tkjit.ir.printer import print_kernel
 from tkjit.passes import default_pipeline
 
 from test_async_schedule import SEEDS, _async, _copy, _same
+from unseen_corpus import GEMM_BM64_RESIDUAL, GEMM_SCALE_GATE
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 WHOLE = default_pipeline("sm_90a").replace("tile-split", "tile-split{mode=off}")
@@ -134,22 +135,7 @@ def test_cooperative_consumers_asked_for_keep_the_tile_whole():
     assert "rt<f32>[128, 256]" in k.asm["after:tile-split"]
 
 
-GATE = """
-kernel gemm_gate<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], S: gl<f32>[N],
-                                              G: gl<bf16>[M, N], C: gl<bf16>[M, N]) {
-  for (m, n) in blocks(M / BM, N / BN) {
-    acc: rt<f32>[BM, BN] = zeros()
-    for k in 0 .. K / BK {
-      a: st<bf16>[BM, BK] = A.tile(m, k)
-      b: st<bf16>[BK, BN] = B.tile(k, n)
-      acc = mma_AB(a, b, acc)
-    }
-    s: rv<f32>[BN] = S.tile(n)
-    g: rt<f32>[BM, BN] = G.tile(m, n)
-    C.tile(m, n) = cvt<bf16>(mul_col(acc, s) * sigmoid(g))
-  }
-}
-"""
+GATE = GEMM_SCALE_GATE
 """A user kernel whose 128 x 256 tile fits no consumer split (a per-column scale and a sigmoid gate
 read as a second tile: about 288 registers a cooperative consumer thread): before this rule it
 fell back to the mma.sync backend (0.4x)."""
@@ -193,7 +179,6 @@ def test_the_halved_gate_computes_what_the_written_one_does():
 def test_a_64_row_tile_one_consumer_cannot_hold_is_halved_too():
     """The fit rule for any multiple of 64 rows, counted as warp-spec counts it (after layout: the
     bias vector in the wgmma fragment is 64 registers a thread, not 8)."""
-    from unseen_corpus import GEMM_BM64_RESIDUAL
     k = tkjit.compile(GEMM_BM64_RESIDUAL, cache=False)
     d = _decision(k, "tile-split")
     assert d.data["split_for"] == "fit" and "64x256 tile (1: 288 registers needed > 256)" in d.reason

@@ -40,17 +40,8 @@ PAIRED = default_pipeline("sm_90a").replace("grid,", "grid{multicast=2},", 1)
 
 
 def lift_refusal() -> None:
-    """pairs.pair_plan with ping-pong consumers let through (the attribute hidden while it plans)."""
-    plan = pairs.pair_plan
-
-    def lifted(kernel):
-        pingpong = kernel.attrs.pop("pingpong", None)
-        try:
-            return plan(kernel)
-        finally:
-            if pingpong is not None:
-                kernel.attrs["pingpong"] = pingpong
-    pairs.pair_plan = lifted
+    """pairs.pair_plan with ping-pong consumers let through (pairs.lifting_pingpong)."""
+    pairs.pair_plan = pairs.lifting_pingpong()
 
 
 def kernels(alone: bool = True):
