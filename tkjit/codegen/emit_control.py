@@ -130,7 +130,7 @@ def emit_for(ctx, op: For) -> list[str]:
 
 
 def _place_loop_barrier(ctx, pre, outer_log, at_loop: int, at_body: int, out: list[str]) -> None:
-    """``loop_barriers = "hoisted"`` (stream-cols{loop_sync=hoist}): the loop body was emitted as if
+    """``loop_barriers = "hoisted"`` (stream-cols' loop_sync, hoist or auto): the loop body was emitted as if
     nothing were pending at its head; its accesses before its own first barrier (``head``) race
     either with what the trip before left pending (a barrier at the top of every trip, as without
     the option) or only with what was pending before the loop (one barrier before the loop), or
@@ -151,7 +151,8 @@ def _place_loop_barrier(ctx, pre, outer_log, at_loop: int, at_body: int, out: li
     else:
         where = "none at the loop's head"
     ctx.decide("loop_barriers", "hoisted",
-               "stream-cols{loop_sync=hoist}: a loop whose body only reads shared memory written before it "
+               "loop_barriers = hoisted (stream-cols' loop_sync: hoist, or auto's choice there): a loop whose "
+               "body only reads shared memory written before it "
                "meets the barrier once before the loop instead of at the top of every trip; the shared-memory "
                "hazard tracker decides per loop (a body that writes what its next trip reads keeps the "
                f"barrier in the loop); here: {where}")
