@@ -141,3 +141,34 @@ def test_pingpong_with_64_row_tiles_takes_the_general_lowering_and_its_schedule_
         c = torch.full((200, 300), float("nan")).bfloat16()
         run_roles(kernel.ir, [a, b, c], seed=seed)
         assert torch.equal(c.float().nan_to_num(7.0), ref.float().nan_to_num(7.0)), seed
+
+
+def test_a_loop_that_writes_a_shared_tile_from_registers_gets_cooperative_consumers():
+    """Ping-pong consumers cannot meet around a shared tile they write from registers (the
+    lowering refuses it): warp-spec does not pick ping-pong for such a kernel and says why, so the
+    refusal a user sees is about what the lowering really cannot do (here: a ring tile read into
+    registers by something other than a product), not about a schedule the compiler chose."""
+    import warnings
+    source = """
+kernel f32in<BM = 128, BN = 128, BK = 32>(A: gl<f32>[M, K], B: gl<f32>[K, N], C: gl<f32>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a32: st<f32>[BM, BK] = A.tile(m, k)
+      b32: st<f32>[BK, BN] = B.tile(k, n)
+      ar: rt<f32>[BM, BK] = a32
+      br: rt<f32>[BK, BN] = b32
+      as: st<bf16>[BM, BK] = cvt<bf16>(ar)
+      bs: st<bf16>[BK, BN] = cvt<bf16>(br)
+      acc = mma_AB(as, bs, acc)
+    }
+    C.tile(m, n) = acc
+  }
+}
+"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        k = tkjit.compile(source, filename="f32in.tk", cache=False)
+        text = str(k.explain())
+    assert "ping-pong cannot run: it writes a shared tile from registers (copy at f32in.tk:10:7)" in text
+    assert "cannot meet around" not in text

@@ -257,6 +257,12 @@ class WarpSpec(Pass):
             if any(depends_on(v, indices) for v in loop.operands[:3]):
                 return ("a streamed loop's trip count depends on the block indices (a consumer skips "
                         "the other's trips by its own count, so every tile must have the same)")
+        from .mbarrier import is_tile_write
+        written = next((op for op in blocks.walk() if is_tile_write(op)), None)
+        if written is not None:
+            where = f" ({written.NAME} at {written.span.location()})" if written.span else ""
+            return ("it writes a shared tile from registers" + where + ": the consumers meet around that "
+                    "write, and ping-pong consumers run alternate tiles")
         need, room = pingpong_fit(kernel)
         if need > room:
             return (f"a whole {accs[0].type.rows}x{accs[0].type.cols} accumulator needs about {need} "
