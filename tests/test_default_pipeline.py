@@ -247,3 +247,6 @@ kernel big(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<f32>[M, N], P: gl<f32>[M,
     (w,) = [c for c in caught if issubclass(c.category, RuntimeWarning)]
     assert "pass 'warp-spec' declined to schedule it" in str(w.message)
     assert "registers needed" in str(w.message) and "big.tk:2:1" in str(w.message)
+    # where the peak is, and what is live there
+    assert "with 2 consumer(s) the peak is 512 fragment registers live at load at big.tk:13:28 (%acc 128, " \
+           "%r 128, %p 128, %q 128)" in str(w.message)

@@ -86,6 +86,22 @@ class Pressure:
         more = f" and {len(self.live) - 4} more" if len(self.live) > 4 else ""
         return f"{self.peak}, first reached at {self.at.NAME}" + (f": {parts}{more}" if parts else "")
 
+    def where(self) -> str:
+        """The peak for a diagnostic: the op and its source line, and each large live value named by
+        its hint or, for a temporary, by the op that makes it and where."""
+        if self.at is None:
+            return "no register tiles"
+
+        def name(v: Value) -> str:
+            if v.hint:
+                return f"%{v.hint}"
+            owner = v.owner
+            span = getattr(owner, "span", None)
+            return f"the {owner.NAME} at {span.location()}" if span is not None else f"a {owner.NAME} result"
+        at = f"{self.at.NAME} at {self.at.span.location()}" if self.at.span is not None else self.at.NAME
+        parts = ", ".join(f"{name(v)} {n}" for v, n in self.live[:5])
+        return f"{self.peak} fragment registers live at {at}" + (f" ({parts})" if parts else "")
+
 
 def consumer_pressure(kernel: Kernel, consumers: int, within: Op | None = None) -> Pressure:
     """The peak over the tile's body, or (``within``) over the program points of one op of it

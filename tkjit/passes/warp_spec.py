@@ -297,9 +297,15 @@ class WarpSpec(Pass):
             lowered = f" (not {', '.join(tried)})" if tried else ""
             return n, (f"{self.split_text(tallest, n)}{lowered}; a consumer needs about "
                        f"{need} registers per thread and can get {room}")
+        most = max((d for d in range(1, slabs + 1) if slabs % d == 0 and d <= MAX_CONSUMERS), default=1)
+        peak = consumer_pressure(kernel, most).where()
+        owner = tallest.owner
+        what = (subject_of(tallest) if tallest.hint or owner.span is None
+                else f"the {owner.NAME} at {owner.span.location()}")
         raise PassError(f"@{kernel.name}: the register tiles do not fit any consumer split of "
-                        f"{subject_of(tallest)} ({tallest.type}): {'; '.join(tried)}; use "
-                        "smaller tiles", kernel.span)
+                        f"{what} ({tallest.type}): {'; '.join(tried)}; with {most} "
+                        f"consumer(s) the peak is {peak}; use smaller tiles, or fewer tiles live at "
+                        "once", kernel.span)
 
     @staticmethod
     def split_text(tallest, n: int) -> str:
