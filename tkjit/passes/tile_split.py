@@ -249,7 +249,7 @@ def _halve(kernel: Kernel, dims: _Dims, width: int, index_pos: int) -> None:
             erase(width_const.owner)
 
 
-def split_plan(kernel: Kernel) -> tuple[tuple[int, int, str] | None, str]:
+def split_plan(kernel: Kernel, ctx: PassContext | None = None) -> tuple[tuple[int, int, str] | None, str]:
     """(block index position, tile width, what for: "fit" where no consumer split holds the whole
     tile, "pingpong" where the half-width tile gets ping-pong consumers) to split, or (None, why
     not: '' where the kernel is not a candidate at all, so nothing is logged)."""
@@ -268,7 +268,7 @@ def split_plan(kernel: Kernel) -> tuple[tuple[int, int, str] | None, str]:
     t = accs[0].type
     if t.rows % 64 or t.cols < 2 * MIN_HALF or t.cols % 128:
         return None, ""
-    unfit = whole_unfit(kernel, accs[0])
+    unfit = whole_unfit(kernel, accs[0], ctx)
     if unfit:
         head = (f"no consumer split holds the whole {t.rows}x{t.cols} tile ({unfit}), so warp-spec would "
                 "decline it and the kernel would run on the mma.sync backend")
@@ -376,7 +376,7 @@ class TileSplit(Pass):
             raise PassError(f"tile-split: mode must be {', '.join(MODES)}, got '{self.mode}'")
         if self.mode == "off":
             return kernel
-        plan, why = split_plan(kernel)
+        plan, why = split_plan(kernel, ctx)
         where = f"@{kernel.name}"
         if plan is None:
             if why:
@@ -394,7 +394,7 @@ class TileSplit(Pass):
         _halve(trial, dims, width, pos)
         name = index.hint or str(pos)
         if what == "fit":
-            unfit = whole_unfit(trial, next(op.result for op in trial.walk() if isinstance(op, MMA_OPS)))
+            unfit = whole_unfit(trial, next(op.result for op in trial.walk() if isinstance(op, MMA_OPS)), ctx)
             if unfit:
                 ctx.decide(where, "tile kept whole", f"{why}; the half-width tile fits none either ({unfit})")
                 return kernel
