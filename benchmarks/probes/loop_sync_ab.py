@@ -1,8 +1,8 @@
 """A/B: the clustered row-block kernels (RMSNorm, LayerNorm, residual + LayerNorm, softmax at
 D = 4096 / 8192: stream-cols splits the row block over a cluster) with the chunk loops' barrier
 hoisted (``stream-cols{loop_sync=hoist}``) against one per trip (``loop_sync=trip``), and the
-unclustered D = 1024 rows, same run, the generality table's method (do_bench, L2 flushed between
-calls, rounds alternating). Both sides must give bit-identical outputs (only barriers move), and
+unclustered D = 1024 rows, same run, the generality table's method (``gemm_variants.timed_flushed``: do_bench, L2
+flushed between calls, rounds alternating). Both sides must give bit-identical outputs (only barriers move), and
 match float64 torch.
 
     python3 benchmarks/probes/loop_sync_ab.py [--json OUT] [--d 1024,4096,8192]
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from tkjit.passes import default_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from gemm_variants import timed_flushed  # noqa: E402
 from norm_schedules import FAMILIES, ROWS_OF_D  # noqa: E402
 
 KERNELS = ("rmsnorm", "layernorm", "residual_layernorm", "softmax")
@@ -32,7 +32,6 @@ def pipeline(sync: str) -> str:
 
 
 def main() -> None:
-    from triton.testing import do_bench
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--d", default="1024,4096,8192")
@@ -57,11 +56,8 @@ def main() -> None:
             same = all(torch.equal(x.nan_to_num(7), y.nan_to_num(7)) for x, y in zip(outputs["hoist"], outputs["trip"]))
             want = truth(a)
             err = max(((o.double() - w).norm() / w.norm()).item() for o, w in zip(outputs["hoist"], want))
-            t = {s: [] for s in ks}
-            for rnd in range(8):
-                for s in (("hoist", "trip") if rnd % 2 == 0 else ("trip", "hoist")):
-                    t[s] += [float(v) for v in do_bench(lambda: ks[s](*a), warmup=5, rep=40, return_mode="all")]
-            med = {s: statistics.median(v) for s, v in t.items()}
+            us = timed_flushed({s: k for s, k in ks.items()}, [tuple(a)], rep_ms=640.0)
+            med = {s: v / 1e3 for s, v in us.items()}  # ms
             bars = {s: k.asm["ptx"].count("bar.sync") for s, k in ks.items()}
             row = {"kernel": name, "D": d, "R": r, "bit_identical": same, "err": err,
                    "hoist_us": med["hoist"] * 1e3, "trip_us": med["trip"] * 1e3,

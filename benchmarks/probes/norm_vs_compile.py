@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 from pathlib import Path
 
 import torch
@@ -67,19 +67,16 @@ def code(cs) -> None:
 
 
 def timing(cs, out: str | None) -> None:
-    from triton.testing import do_bench
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gemm_variants import timed_flushed
     rows = []
     for name, (mine, theirs, nbytes, _, check) in cs.items():
         mine()
         torch.cuda.synchronize()
         got, want = check()
         err = ((got.float() - want.float()).norm() / want.float().norm()).item()
-        t = {"tkjit": [], "compile": []}
-        for rnd in range(8):
-            for side in (("tkjit", "compile") if rnd % 2 == 0 else ("compile", "tkjit")):
-                fn = mine if side == "tkjit" else theirs
-                t[side] += [float(v) for v in do_bench(fn, warmup=5, rep=40, return_mode="all")]
-        med = {k: statistics.median(v) for k, v in t.items()}
+        us = timed_flushed({"tkjit": mine, "compile": theirs}, [()], rep_ms=640.0)
+        med = {k: v / 1e3 for k, v in us.items()}  # ms
         row = {"kernel": name, "err": err, "tkjit_us": med["tkjit"] * 1e3, "compile_us": med["compile"] * 1e3,
                "compile_over_tkjit": med["compile"] / med["tkjit"], "tkjit_GBps": nbytes / med["tkjit"] / 1e6,
                "compile_GBps": nbytes / med["compile"] / 1e6}

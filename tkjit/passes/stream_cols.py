@@ -95,6 +95,18 @@ LOOP_SYNC_MEASURED = ("Measured (H200, 2026-11-27, hoisted / a barrier a trip, s
 """What ``loop_sync=auto`` rests on."""
 
 
+def hoist_loop_barriers(kernel: Kernel, ctx: PassContext, why: str) -> None:
+    """Mark ``kernel``'s chunk loops for one barrier before the loop (the kernel attribute
+    ``loop_barriers``, which codegen/emit_control.py reads) and log ``why``."""
+    kernel.attrs["loop_barriers"] = "hoisted"
+    ctx.decide(f"@{kernel.name}", "chunk loops: barrier hoisted out of the loop where the body only reads",
+               f"{why}: a chunk loop that copies its chunks from the row block loaded before it meets one "
+               "barrier before the loop instead of one at the top of every trip (ncu on residual + "
+               "LayerNorm at D = 4096, H200, session 13: 9% of the stall samples on barriers, most at those "
+               "per-trip barriers); the codegen's hazard tracker keeps a per-trip barrier where the body "
+               f"writes what its next trip reads. {LOOP_SYNC_MEASURED}", loop_barriers="hoisted")
+
+
 @register_pass
 @dataclass(frozen=True)
 class StreamCols(Pass):
@@ -339,14 +351,9 @@ class StreamCols(Pass):
         tiles = row_tile_sources(body)
         if self.loop_sync == "auto" and "loop_barriers" not in kernel.attrs:
             if len(tiles) >= 2:
-                kernel.attrs["loop_barriers"] = "hoisted"
-                ctx.decide(f"@{kernel.name}", "chunk loops: barrier hoisted out of the loop where the body only reads",
-                           f"loop_sync=auto on a row block split over a cluster of {k} that keeps {len(tiles)} row "
-                           f"tiles ({', '.join(tiles)}), so its shared memory, not its registers, sets the CTAs an "
-                           "SM holds: a chunk loop that copies its chunks from the row block loaded before it meets "
-                           "one barrier before the loop instead of one at the top of every trip (the codegen's "
-                           "hazard tracker keeps a per-trip barrier where the body writes what its next trip "
-                           f"reads). {LOOP_SYNC_MEASURED}", loop_barriers="hoisted")
+                hoist_loop_barriers(kernel, ctx, f"loop_sync=auto on a row block split over a cluster of {k} that "
+                                    f"keeps {len(tiles)} row tiles ({', '.join(tiles)}), so its shared memory, not "
+                                    "its registers, sets the CTAs an SM holds")
             else:
                 ctx.decide(f"@{kernel.name}", "chunk loops: a barrier every trip",
                            f"loop_sync=auto on a row block of {len(tiles)} row tile(s): its registers can set the "
@@ -428,14 +435,8 @@ class StreamCols(Pass):
             raise PassError(f"stream-cols: maxnreg must be 24 to 255 registers, got {self.maxnreg}")
         who = f"@{kernel.name}"
         if self.loop_sync == "hoist" and "loop_barriers" not in kernel.attrs:
-            kernel.attrs["loop_barriers"] = "hoisted"
-            ctx.decide(who, "chunk loops: barrier hoisted out of the loop where the body only reads",
-                       "loop_sync=hoist (the pass option; auto takes it over a cluster only): a chunk loop that "
-                       "copies its chunks from a row block loaded before it meets one barrier before the loop "
-                       "instead of one at the top of every trip (ncu on residual + LayerNorm at D = 4096, "
-                       "H200, session 13: 9% of the stall samples on barriers, most at those per-trip "
-                       "barriers); the codegen's hazard tracker keeps a per-trip barrier where the body "
-                       "writes what its next trip reads", loop_barriers="hoisted")
+            hoist_loop_barriers(kernel, ctx, "loop_sync=hoist (the pass option; auto takes it where a row block "
+                                "split over a cluster keeps two or more row tiles)")
         for attr, value, default, what in (
                 ("store_hint", self.store_hint, "none", "stores straight from registers take the cache hint"),
                 ("load_hint", self.load_hint, "none", "row block copies take the L2 policy"),
