@@ -44,15 +44,19 @@ def test_warp_spec_lets_the_consumers_fill_the_row_block_and_says_why(name):
     assert not re.search(r"mbarrier|cp\.async\.bulk|tensormap|setmaxnreg", ptx)
     assert ".reqntid 128," in ptx and k.metadata["block"] == [128, 1, 1]
     assert "consumers fill the row block themselves" in text  # the backend's decision
-    assert FILL_STEP in k.metadata["protocol"]
+    if name == "residual_layernorm":  # x's copies in flight while res's are issued; res's wait lands both
+        assert "fill tile x_row by cp.async, its copies left in flight" in k.metadata["protocol"]
+    else:
+        assert FILL_STEP in k.metadata["protocol"]
     # explain() names the layout the fill writes and says there is no producer (not layout's
     # TMA swizzle as the last word, nor a producer the async schedule does not have)
     assert "%x_row: laid out in the register-tile backend's row-XOR layout, not the layout pass's swizzle" in text
     assert "the schedule as IR: no producer and 1 consumer(s)" in text
     assert re.search(r"named barrier 1, at the protocol's \d scratch_sync step", text)
-    if name == "residual_layernorm":  # two row blocks: two steps, each waited for at its own
+    if name == "residual_layernorm":  # two row blocks: two steps, the second's wait lands both
         assert FILL_STEP.replace("x_row", "res_row") in k.metadata["protocol"]
-        assert "waited for at its own copy_fill step" in text
+        assert "the copies of tile(s)" not in k.metadata["protocol"]  # (no fill_wait step)
+        assert "(wait = deferred) leaves its copies in flight beside the next block's copies" in text
 
 
 def test_fill_tma_pins_the_producer_and_a_persistent_grid_keeps_it():
@@ -78,11 +82,13 @@ def test_the_fill_step_prints_every_wait_and_barrier_of_the_fill(name):
     k = _general(name)
     assert protocol_lint(k) == []
     ptx = k.asm["ptx"]
-    assert re.search(r"// step: " + re.escape(FILL_STEP) + r"\n\s*cp\.async\.wait_all;\n\s*bar\.sync 1, 128;\n"
+    step = FILL_STEP.replace("x_row", "res_row") if name == "residual_layernorm" else FILL_STEP
+    assert re.search(r"// step: " + re.escape(step) + r"\n\s*cp\.async\.wait_all;\n\s*bar\.sync 1, 128;\n"
                      r"\s*// end step", ptx)
     waits = [line.strip() for line in ptx.splitlines() if line.strip().startswith("cp.async.wait")]
-    assert waits == ["cp.async.wait_all;"] * (2 if name == "residual_layernorm" else 1) and "bar.sync 0" not in ptx
-    assert 'copy_fill {tile = "x_row", anchored = true}' in k.asm["after:async-schedule"]
+    assert waits == ["cp.async.wait_all;"] and "bar.sync 0" not in ptx
+    wait = ", wait = false" if name == "residual_layernorm" else ""  # (stream-cols: wait = deferred)
+    assert f'copy_fill {{tile = "x_row"{wait}, anchored = true}}' in k.asm["after:async-schedule"]
 
 
 def test_the_lint_catches_a_fill_wait_outside_its_step():
@@ -167,3 +173,53 @@ def test_a_missing_fill_barrier_is_caught_on_the_simulator(monkeypatch):
     (ref,) = _simulated(tkjit.compile(src, cache=False, pipeline="canonicalize,stream-cols,mask-branch,scale-fold"),
                         args, outs)
     assert not torch.equal(got.view(torch.int16), ref.view(torch.int16))
+
+
+def _wide_resln():
+    """Residual + LayerNorm at D = 4096: stream-cols splits the row block over a cluster of 4 and
+    marks both blocks' loads wait = deferred, ahead of the first chunk's loads straight from global
+    memory and their row sum (the shift of the moments)."""
+    return _general("residual_layernorm", constants={"D": 4096})
+
+
+def test_blocks_filled_in_flight_are_awaited_before_their_first_reader():
+    """Both blocks' copies are issued with no wait (copy_fill {wait = false}); one fill_wait lands
+    them and the consumers meet right before the first op that reads either block (the first chunk
+    loop), after the work that does not -- as the register-tile backend waits for deferred loads.
+    The PTX prints one cp.async.wait_all, inside that step's marks."""
+    from test_general_lowering import protocol_lint
+    k = _wide_resln()
+    proto = k.metadata["protocol"]
+    for tile in ("x_row", "res_row"):
+        assert f"fill tile {tile} by cp.async, its copies left in flight" in proto
+    assert "the copies of tile(s) x_row, res_row land: cp.async.wait_all; bar.sync" in proto
+    lines = k.asm["after:async-schedule"].splitlines()
+    at = next(n for n, line in enumerate(lines) if 'fill_wait {tiles = "x_row,res_row", anchored = true}' in line)
+    before, after = "\n".join(lines[:at]), lines[at + 1:]
+    assert 'copy_fill {tile = "x_row", wait = false' in before and 'copy_fill {tile = "res_row", wait = false' in before
+    assert "%x_first = load" in before and "= row_sum %" in before  # the work that reads neither block
+    first = next(line for line in after if "scratch_sync" not in line)
+    assert " = for " in first and "copy_cols %x_row" not in before
+    assert protocol_lint(k) == []
+    waits = [line.strip() for line in k.asm["ptx"].splitlines() if line.strip().startswith("cp.async.wait")]
+    assert waits == ["cp.async.wait_all;"]
+    assert "leaves its copies in flight beside the next block's copies" in str(k.explain())
+
+
+def test_a_read_of_a_block_still_in_flight_is_caught_by_the_roles_interpreter():
+    """Residual + LayerNorm at D = 1024: x's copies stay in flight until res's copy_fill waits
+    (its cp.async.wait_all lands both). With that step's wait dropped from the IR text (wait =
+    false), the first chunk's copy_cols reads blocks whose copies are in flight, and the roles
+    interpreter says so; the IR as rewritten runs (test_the_rewritten_schedule_runs_on_the_roles_interpreter)."""
+    from test_general_no_product import _norm_case
+    from tkjit.interpreter.roles import ScheduleError, run_roles
+    from tkjit.ir.parser import parse_kernel
+    k = _general("residual_layernorm")
+    text = k.asm["after:async-schedule"]
+    assert 'copy_fill {tile = "x_row", wait = false, anchored = true}' in text
+    waiting = 'copy_fill {tile = "res_row", anchored = true}'
+    assert text.count(waiting) == 1
+    broken = parse_kernel(text.replace(waiting, 'copy_fill {tile = "res_row", wait = false, anchored = true}'))
+    args, _ = _norm_case("residual_layernorm", 20, 1024)
+    with pytest.raises(ScheduleError, match="whose cp.async copies are in flight"):
+        run_roles(broken, args)

@@ -131,6 +131,15 @@ class Pending:
     value: object = None
 
 
+@dataclass
+class InFlight:
+    """A row block the consumers filled with their copies left in flight (``CopyFill(wait =
+    False)``): ``value`` is what lands at the ``FillWait``; no op may read it before."""
+
+    tile: str
+    value: object
+
+
 def resolved(x):
     return x.value if isinstance(x, Pending) and x.value is not None else x
 
@@ -339,6 +348,9 @@ class Role:
             if isinstance(value, Pending):
                 raise ScheduleError(f"'{op.NAME}' reads %{v.hint}, the result of a wgmma not waited for yet",
                                     op.span)
+            if isinstance(value, InFlight):
+                raise ScheduleError(f"'{op.NAME}' reads the tile {value.tile}, whose cp.async copies are in "
+                                    "flight (no fill_wait before it)", op.span)
             if isinstance(value, RingRef) and isinstance(op, (Copy, CopyCols)) and op.operands[0] is v:
                 # a consumer reads a one-shot tile into registers (its Wait passed: it landed)
                 value = self.slot_value(value, self.regs[value.ring].s, op)
@@ -352,6 +364,9 @@ class Role:
         for inner in (o for region in op.regions for r in region.ops for o in r.walk()):
             for v in inner.operands:  # an if's branch reads a wgmma result from outside it
                 value = self.env.values.get(v)
+                if isinstance(value, InFlight):
+                    raise ScheduleError(f"'{inner.NAME}' reads the tile {value.tile}, whose cp.async copies are "
+                                        "in flight (no fill_wait before it)", inner.span)
                 if isinstance(value, RingRef) and isinstance(inner, (Copy, CopyCols)) and inner.operands[0] is v:
                     # a loop of register work reads a landed one-shot tile (copy_cols of a row block)
                     self.env.values[v] = self.slot_value(value, self.regs[value.ring].s, inner)
@@ -512,7 +527,14 @@ class Consumer(Role):
             self.exec(op)
         elif isinstance(step, sp.CopyFill):  # the consumers fill the tile themselves, then meet
             self.exec(op)
-            yield from self.run((sp.ConsumerSync(),))
+            if step.wait:  # (its cp.async.wait_all lands the copies still in flight too)
+                self.land_fills()
+                yield from self.run((sp.ConsumerSync(),))
+            else:  # its copies in flight: landed by the FillWait naming it
+                self.env.bind(op.results, [InFlight(step.tile, self.env.values[op.result])])
+        elif isinstance(step, sp.FillWait):  # the copies land, the consumers meet, then the op
+            yield from self.run((step,))
+            self.exec(op)
         elif isinstance(step, (sp.StagedStore, sp.HoldStore)):  # a staged store: the tile is final here
             self.exec(op)
         elif isinstance(step, sp.ClusterReduce):
@@ -643,6 +665,12 @@ class Consumer(Role):
         self.groups.append((op, operands, pending))
         self.env.bind(op.results, [pending])
 
+    def land_fills(self, tiles=None) -> None:
+        """The copies of the blocks filled in flight (``tiles``: those named; None: all) landed."""
+        for v, value in list(self.env.values.items()):
+            if isinstance(value, InFlight) and (tiles is None or value.tile in tiles):
+                self.env.values[v] = value.value
+
     def other(self, step):
         from ..passes import sync_protocol as sp
         if isinstance(step, sp.MmaWait):
@@ -659,7 +687,9 @@ class Consumer(Role):
             if sp.turn_applies(step, self.index, self.rt.proto.consumers):
                 nxt = (self.index + 1) % self.rt.proto.consumers
                 self.cta.turns[nxt] = self.cta.turns.get(nxt, 0) + 1
-        elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync)):  # the consumers' named barrier
+        elif isinstance(step, (sp.ConsumerSync, sp.ScratchSync, sp.FillWait)):  # the consumers' named barrier
+            if isinstance(step, sp.FillWait):  # (each thread's own copies land first: cp.async.wait_all)
+                self.land_fills(step.tiles)
             gen = self.cta.meeting[1]
             self.cta.meeting[0] += 1
             if self.cta.meeting[0] == self.rt.proto.consumers:

@@ -137,6 +137,18 @@ def walk_block(block: Block) -> Iterator[Op]:
         yield from op.walk()
 
 
+def fill_in_flight(op: Op) -> bool:
+    """A row block the consumers fill with cp.async (warp-spec's ``fill``) that stream-cols marked
+    ``wait = deferred``: its copies stay in flight until the ``FillWait`` before its first reader
+    (the protocol's ``CopyFill(wait = False)``; the mbarrier pass and interleave.py both ask)."""
+    return isinstance(op, Load) and op.attrs.get("fill") == "cp.async" and op.attrs.get("wait") == "deferred"
+
+
+def reads_any(op: Op, values) -> bool:
+    """Whether ``op`` or an op in its regions reads one of ``values``."""
+    return any(v in values for inner in op.walk() for v in inner.operands)
+
+
 def check_supported_loads(kernel: Kernel) -> None:
     """Shared tiles arrive by TMA from the producer warpgroup, which follows the block body and
     the pipelined loops; a load it cannot see in advance (inside an if, or in a loop nested in a

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field, replace
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
-from .hopper import (block_loop, check_supported_loads, depends_on, is_shared, nbytes, one_shot_loads,
-                     pipelined_loops, shared_loads)
+from .hopper import (block_loop, check_supported_loads, depends_on, fill_in_flight, is_shared, nbytes,
+                     one_shot_loads, pipelined_loops, reads_any, shared_loads)
 from .manager import Pass, PassContext, register_pass
 from .smem_buffers import stage_data_bytes, stage_stride, staging_host, staging_sizes
-from .sync_protocol import (ExchangeUse, FillUse, Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce,
+from .sync_protocol import (ExchangeUse, FillUse, FillWaitUse, Item, LoopPlan, OneShotUse, Protocol, Ring, ScratchUse, SplitReduce,
                             StagingReuse,
                             StoreItem, StreamKUnits, TileProduct, own_trips_consumer, standard_protocol, with_turns)
 from .sync_protocol import Load as RingLoad
@@ -150,9 +150,18 @@ class _Builder:
         blocks = block_loop(self.kernel)
         check_supported_loads(self.kernel)
         scratch = self.scratch_uses(blocks)
+        in_flight: dict = {}  # a filled block's value -> its tile, while its copies are in flight
         for op in blocks.regions[0].ops:
+            if in_flight and reads_any(op, in_flight):  # its copies land before its first reader
+                self.items.append(FillWaitUse(tuple(in_flight.values())))
+                in_flight.clear()
             if isinstance(op, Load) and is_shared(op.result) and op.attrs.get("fill") == "cp.async":
-                self.items.append(FillUse(self.unique(op.result.hint, "tile")))  # no ring: the consumers'
+                tile = self.unique(op.result.hint, "tile")  # no ring: the consumers' own copies
+                self.items.append(FillUse(tile, not fill_in_flight(op)))
+                if fill_in_flight(op):
+                    in_flight[op.result] = tile
+                else:  # its cp.async.wait_all and meeting land every copy in flight too
+                    in_flight.clear()
             elif isinstance(op, Load) and is_shared(op.result):
                 self.one_shot(op)
             elif isinstance(op, For) and shared_loads(op.regions[0]):
@@ -177,6 +186,8 @@ class _Builder:
             if ctas:  # a row reduction the CTAs of a cluster exchange (its step stands for the op)
                 self.items.append(ExchangeUse(op.NAME, ctas))
                 self.scratch_ops.append(op)
+        if in_flight:  # nothing leaves the tile with its copies in flight
+            self.items.append(FillWaitUse(tuple(in_flight.values())))
         self.stream_k_units(blocks)
         # split-K gives each cluster one tile: its ring is reused for the partials
         persistent = blocks.attrs.get("schedule") == "persistent" and self.split_k == 1

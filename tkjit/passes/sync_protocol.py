@@ -47,12 +47,19 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
                            async proxy; ``ConsumerSync`` steps around it order it after every
                            wgmma that read the tile's previous contents and before any that
                            reads the new ones (``tile_write``)
-    CopyFill(tile)         the consumers fill a shared tile no producer loads (a no-product
+    CopyFill(tile, wait)   the consumers fill a shared tile no producer loads (a no-product
                            kernel's row block, warp-spec's ``fill``): each thread cp.async-copies
                            its 16-byte pieces, waits for them (cp.async.wait_all), and the
                            consumers meet on their named barrier; checked as a write of the tile
                            by every consumer, then a meeting (nothing refills it within a CTA:
-                           one tile per CTA)
+                           one tile per CTA). ``wait = False`` (a load stream-cols marks
+                           ``wait = deferred``): the copies are issued only, left in flight
+                           beside the work that does not read the tile, and a ``FillWait``
+                           before the tile's first reader waits and meets (or the next
+                           ``CopyFill`` that waits: cp.async.wait_all lands every copy)
+    FillWait(tiles)        cp.async.wait_all and the consumers' meeting for the copies of the
+                           ``CopyFill(wait = False)`` steps of ``tiles``, before the first op
+                           that reads one of them; checked as a meeting
     SkipTrips(ring)        advance the ring past the previous tile's trips (ping-pong: the
                            stages the other consumer reads)
     TurnWait()             ping-pong: bar.sync on this consumer's turn barrier (its turn on the
@@ -307,12 +314,29 @@ class TileWrite(Frozen):
 @dataclass(unsafe_hash=True)
 class CopyFill(Frozen):
     """The consumers fill ``tile`` (no producer loads it) with cp.async, wait for their copies and
-    meet on their named barrier: every thread's pieces have landed and all may read the tile."""
+    meet on their named barrier: every thread's pieces have landed and all may read the tile.
+    ``wait = False``: the copies are only issued; a later ``FillWait`` naming the tile lands them."""
 
     tile: str
+    wait: bool = True
 
     def text(self) -> str:
+        if not self.wait:
+            return f"fill tile {self.tile} by cp.async, its copies left in flight (a later cp.async.wait_all lands them)"
         return f"fill tile {self.tile} by cp.async; cp.async.wait_all; bar.sync: all consumer warpgroups meet"
+
+
+@dataclass(unsafe_hash=True)
+class FillWait(Frozen):
+    """The copies of the ``CopyFill(wait = False)`` steps of ``tiles`` (and every other copy in
+    flight) have landed for each thread (``cp.async.wait_all``), and the consumers meet on their
+    named barrier: all may read the tiles. It comes before the first op that reads one of them."""
+
+    tiles: tuple[str, ...]
+
+    def text(self) -> str:
+        return (f"the copies of tile(s) {', '.join(self.tiles)} land: cp.async.wait_all; bar.sync: "
+                "all consumer warpgroups meet")
 
 
 @dataclass(unsafe_hash=True)
@@ -542,6 +566,7 @@ def with_turns(consumer: tuple) -> tuple:
 
 
 Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, ScratchSync, TileWrite, CopyFill,
+              FillWait,
               StagingBegin, StagingEnd, StagingRead, ClusterReduce, StreamKFixup, ClusterSync, ClusterArrive, ClusterWait,
               ClusterExchange, SkipTrips, TurnWait, TurnPass,
               StoreWait, StagingSync, StagingWrite, TmaStore, StoreDrain, HoldStore]
@@ -724,7 +749,9 @@ class Protocol(Frozen):
         sched = "persistent" if self.persistent else "one tile per CTA"
         if self.pingpong:
             sched += ", ping-pong: consumers take alternate tiles and turns on the tensor cores"
-        lines = [f"protocol {self.kernel}: 1 producer + {self.consumers} consumer warpgroups, {sched}"]
+        idle = all(isinstance(st, Tiles) and not st.body for st in self.producer)  # (warp-spec: none)
+        lines = [f"protocol {self.kernel}: {'no producer' if idle else '1 producer'} + {self.consumers} "
+                 f"consumer warpgroups, {sched}"]
         lines += ["  " + r.text() for r in self.rings]
         lines.append("producer:")
         lines += program_lines(self.producer)
@@ -778,9 +805,19 @@ class OneShotUse(Frozen):
 
 @dataclass(unsafe_hash=True)
 class FillUse(Frozen):
-    """A shared tile the consumers fill themselves (``CopyFill``), at this point of the tile."""
+    """A shared tile the consumers fill themselves (``CopyFill``), at this point of the tile
+    (``wait = False``: its copies left in flight until a ``FillWaitUse``)."""
 
     tile: str
+    wait: bool = True
+
+
+@dataclass(unsafe_hash=True)
+class FillWaitUse(Frozen):
+    """The first op reading one of these tiles, filled with their copies left in flight
+    (``FillWait``)."""
+
+    tiles: tuple[str, ...]
 
 
 @dataclass(unsafe_hash=True)
@@ -846,7 +883,7 @@ class ExchangeUse(Frozen):
 
 
 Item = Union[LoopPlan, OneShotUse, StagingReuse, SplitReduce, StreamKUnits, StoreItem, TileProduct, ScratchUse,
-             FillUse, ExchangeUse]
+             FillUse, FillWaitUse, ExchangeUse]
 
 
 def staged_store(item: StoreItem) -> StagedStore:
@@ -1127,7 +1164,9 @@ def standard_protocol(kernel: str, consumers: int, persistent: bool, rings: tupl
         elif isinstance(item, ScratchUse):
             cons.append(ScratchSync(item.ops))
         elif isinstance(item, FillUse):
-            cons.append(CopyFill(item.tile))
+            cons.append(CopyFill(item.tile, item.wait))
+        elif isinstance(item, FillWaitUse):
+            cons.append(FillWait(item.tiles))
         elif isinstance(item, ExchangeUse):
             first = not any(isinstance(st, ClusterExchange) for st in cons)
             cons.append(ClusterExchange(item.op, item.ctas, first))

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from .sync_protocol import (BLOCKS, Advance, ClusterArrive, ClusterExchange, ClusterReduce, ClusterSync, ClusterWait, ConsumerSync, ExpectTx, HoldStore, IfHeld,
                             IfNextTile, IfPrevTile, IfTrips, Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset,
                             SkipTrips, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync, StagingWrite, Step, StoreDrain,
-                            StoreWait, StreamKFixup, Tiles, TileWrite, CopyFill, TmaLoad, TmaStore, TurnPass, TurnWait, Wait, turn_applies)
+                            StoreWait, StreamKFixup, Tiles, TileWrite, CopyFill, FillWait, TmaLoad, TmaStore, TurnPass, TurnWait, Wait, turn_applies)
 
 # concrete opcodes
 (WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE, TILE_WRITE, ACC_READ,
@@ -243,9 +243,15 @@ class _Unroller:
     def _CopyFill(self, st: CopyFill) -> None:
         """The consumers fill a tile no producer loads: each writes its pieces (cp.async, waited
         for by its own threads), then they meet -- a write of the tile, checked as a consumer-written
-        tile's (no wgmma reading it may be in flight), and a meeting that publishes it."""
+        tile's (no wgmma reading it may be in flight), and a meeting that publishes it. With its
+        copies left in flight (``wait = False``) the meeting is the later ``FillWait``'s."""
         self.emit(TILE_WRITE, self.layout.tiles.index(st.tile),
-                  label=f"fill tile {st.tile} by cp.async; cp.async.wait_all")
+                  label=f"fill tile {st.tile} by cp.async" + ("; cp.async.wait_all" if st.wait else ""))
+        if st.wait:
+            self._ConsumerSync(ConsumerSync())
+
+    def _FillWait(self, st: FillWait) -> None:
+        """The in-flight fills land (each thread's cp.async.wait_all) and the consumers meet."""
         self._ConsumerSync(ConsumerSync())
 
     def _MmaWait(self, st: MmaWait) -> None:

@@ -183,8 +183,10 @@ class WarpSpec(Pass):
                        "type is a TMA's, and no TMA touches this tile", layout="row-xor")
         deferred = [f"%{ld.result.hint}" for ld in loads if ld.attrs.get("wait") == "deferred"]
         if deferred:  # (stream-cols' wait = deferred is the register-tile backend's)
-            why += (f"; {', '.join(deferred)} (wait = deferred) is waited for at its own copy_fill step here, "
-                    "not left in flight beside the next block's copies")
+            why += (f"; {', '.join(deferred)} (wait = deferred) leaves its copies in flight beside the next "
+                    "block's copies and the work that does not read it: its copy_fill step only issues them, "
+                    "and a fill_wait step before its first reader waits and meets, as the register-tile "
+                    "backend waits for its deferred loads")
         ctx.decide(f"@{kernel.name}", f"row block {where}: filled by the consumers with cp.async",
                    f"{why}. Each consumer thread copies its 16-byte pieces of the block (cp.async.cg, "
                    "zero-filled past the tensor) in the register-tile backend's row-XOR layout, not the "
@@ -340,11 +342,12 @@ def fill_by_default(kernel: Kernel) -> tuple[bool, str]:
 CLUSTER_FILL_MEASURED = (
     "; measured over a cluster (H200, 2026-11-27, session 16, same run, benchmarks/no_product_ab.py "
     "--variant, benchmarks/results/2026-11-27-nvidia-h200-s16-cluster-cpfill.json), over the "
-    "register-tile backend at D = 4096 / 8192: the consumers' cp.async fill RMSNorm 0.993 / 0.993, "
-    "residual + LayerNorm 0.927 / 0.899, LayerNorm 0.972 / 0.932, softmax 0.963 / 0.971; the "
-    "producer's TMA fill 0.962 / 0.938, 0.868 / 0.845, 0.895 / 0.866, 0.937 / 0.929 (both below the "
-    "register-tile backend, which lowering=auto keeps there: lower_cluster.cluster_auto_refusal; "
-    "warp-spec{fill=tma} pins the producer)")
+    "producer's TMA fill at D = 4096 / 8192: faster on every row (RMSNorm 0.993 / 0.993 against 0.962 / "
+    "0.938 of the register-tile backend, residual + LayerNorm 0.927 / 0.899 against 0.868 / 0.845, "
+    "LayerNorm 0.972 / 0.932 against 0.895 / 0.866, softmax 0.963 / 0.971 against 0.937 / 0.929); since "
+    "session 18 the cp.async fill runs at 0.98-1.04x the register-tile backend there "
+    "(codegen/hopper/lower_layout.FILL_MEASURED), and lowering=auto takes it; warp-spec{fill=tma} pins "
+    "the producer")
 """What ``fill_by_default`` rests on for a row block split over a cluster."""
 
 

@@ -5,7 +5,8 @@ follow, so that what the CPU checks is what the GPU runs.
     for kind, step, op in interleave(ops, steps, anchor): ...
 
 ``anchor(step, ops)`` gives the index of the IR op a step stands for (a one-shot tile's full
-``Wait``, the ``CopyFill`` of a tile the consumers fill (its load), a ring loop's ``IfTrips``, a trip's ``Mma`` or a product of one-shot tiles, the ``ConsumerSync`` before a store staged
+``Wait``, the ``CopyFill`` of a tile the consumers fill (its load), the ``FillWait`` of such tiles
+filled with their copies in flight (the first op reading one), a ring loop's ``IfTrips``, a trip's ``Mma`` or a product of one-shot tiles, the ``ConsumerSync`` before a store staged
 over a ring, split-K's ``ClusterReduce`` before the first op reading the loop's results) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
 (``"anchored"``); a step with no op of its own comes where it stands among the anchored ones (a
 wait right after its wgmma), or, after the last of them, once every pending op has run (the
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
+from ...passes.hopper import reads_any
 from ...passes.sync_protocol import (ClusterExchange, ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma,
-                                     MmaWait, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, Wait)
+                                     MmaWait, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, FillWait, Wait)
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -75,6 +77,7 @@ class _TileAnchor:
     def start(self) -> None:
         self.syncs, self.products, self.scratch = iter(self.staged), None, iter(self.scratch_ops)
         self.filled = None
+        self.in_flight: list = []  # the values of the blocks filled with their copies in flight
 
     def fills(self, ops: list[Op]):
         """The loads of ``ops`` the consumers fill (warp-spec's ``fill``), one per ``CopyFill``."""
@@ -94,7 +97,16 @@ class _TileAnchor:
                 if isinstance(op, Load) and self.ring_of_load.get(op) == step.ring:
                     return i
         if isinstance(step, CopyFill):  # the k-th for the k-th load the consumers fill
-            return ops.index(next(self.fills(ops)))
+            load = next(self.fills(ops))
+            if step.wait:  # its cp.async.wait_all lands the copies in flight too (mbarrier.py)
+                self.in_flight = []
+            else:
+                self.in_flight.append(load.result)
+            return ops.index(load)
+        if isinstance(step, FillWait):  # the first op reading a block whose copies are in flight
+            at = next((i for i, op in enumerate(ops) if reads_any(op, self.in_flight)), None)
+            self.in_flight = []
+            return at
         if isinstance(step, IfTrips):
             return ops.index(self.loop_of[step.ring])
         if isinstance(step, ConsumerSync):

@@ -22,7 +22,7 @@ from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
-from ...passes.sync_protocol import (ClusterArrive, ClusterExchange, ClusterReduce, ConsumerSync, CopyFill, HoldStore,
+from ...passes.sync_protocol import (ClusterArrive, ClusterExchange, ClusterReduce, ConsumerSync, CopyFill, FillWait, HoldStore,
                                      IfHeld, IfTrips, Loop, Mma,
                                      ScratchSync, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync,
                                      StagingWrite, StoreDrain,
@@ -93,6 +93,7 @@ class ConsumerRole(RoleEmitter):
         self.hoisted: set[int] = set()  # block-body scalars emitted once before the tile walk
         self.own = {}
         self.table[ConsumerSync] = self.consumer_sync
+        self.table[FillWait] = self.fill_wait
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
         self.table[StagingRead] = self.staging_read
@@ -307,6 +308,9 @@ class ConsumerRole(RoleEmitter):
         elif isinstance(step, CopyFill):  # a row block the consumers fill (lower_copy_fill)
             from .lower_copy_fill import emit_copy_fill
             self.b(*emit_copy_fill(self, step, op))
+        elif isinstance(step, FillWait):  # before the first op reading blocks filled in flight
+            self.emit((step,))
+            self.ops([op])
         elif isinstance(step, Mma):
             self.b(f"// step: {step.text()}")
             self.wgmma(op)
@@ -592,6 +596,11 @@ class ConsumerRole(RoleEmitter):
 
     def consumer_sync(self, step) -> None:
         self.b(f"bar.sync {CONSUMER_BARRIER}, {128 * self.k.consumers};")
+
+    def fill_wait(self, step) -> None:
+        """``FillWait``: this thread's copies in flight have landed (lower_copy_fill.py), then
+        every consumer thread's have."""
+        self.b("cp.async.wait_all;", f"bar.sync {CONSUMER_BARRIER}, {128 * self.k.consumers};")
 
     def turn_wait(self, step) -> None:
         """Ping-pong: this consumer's turn on the tensor cores (named barrier FIRST_TURN + c);

@@ -5,7 +5,11 @@ No producer, no mbarrier, no tensor map: every consumer thread copies its 16-byt
 block with ``cp.async.cg`` (zero-filled past the tensor) through the register-tile backend's
 copy (``globalmem.copy_in``), into that backend's row-XOR layout (``smem.Geometry``) at the
 offset smem-plan gave the load; then, as the step, ``cp.async.wait_all`` (each thread's own
-copies have landed) and the consumers' named barrier (every thread's have). ``copy_cols`` of
+copies have landed) and the consumers' named barrier (every thread's have). A block stream-cols
+marked ``wait = deferred`` (``CopyFill(wait = False)``) leaves its copies in flight beside the
+work that does not read it -- the next block's copies, the first chunk's loads straight from
+global memory and their row sums -- and the ``FillWait`` step before its first reader waits and
+meets instead (``ConsumerRole.fill_wait``), as the register-tile backend waits for its deferred loads. ``copy_cols`` of
 the block is then the register-tile backend's reader of that layout (``emit_copy_cols``), with
 no barrier of its own: the step's meeting ordered the only write of the block (one tile per
 CTA: warp-spec's ``consumer_fill``).
@@ -26,8 +30,11 @@ def emit_copy_fill(role, step, op) -> list[str]:
     view = GlobalView(ctx, op.operands[0], op.variadic(), t.rows, t.cols, out)
     tile = SharedTile(t, Geometry.of_tile(t), op.attrs["smem"])
     copy_in(ctx, view, tile.geometry, tile.offset, out, wait=False)
-    out += [f"// step: {step.text()}", "cp.async.wait_all;",
-            f"bar.sync {CONSUMER_BARRIER}, {128 * role.k.consumers};", "// end step"]
+    if step.wait:
+        out += [f"// step: {step.text()}", "cp.async.wait_all;",
+                f"bar.sync {CONSUMER_BARRIER}, {128 * role.k.consumers};", "// end step"]
+    else:  # the copies stay in flight: the FillWait before the block's first reader lands them
+        out += [f"// step: {step.text()}", "// end step"]
     ctx.bind(op.result, tile)
     return out
 

@@ -138,8 +138,11 @@ STEP_OPS: tuple[type[StepOp], ...] = (
           "scratch of the next tile op's cross-warp reductions.", {"ops": NAMES}),
     _step("tile_write", "TileWrite", "``tile_write {tile}``: the consumers write a shared tile from "
           "registers and fence it for the async proxy.", {"tile": str}),
-    _step("copy_fill", "CopyFill", "``copy_fill {tile}``: the consumers fill a shared tile with cp.async, "
-          "wait for their copies and meet on their named barrier.", {"tile": str}),
+    _step("copy_fill", "CopyFill", "``copy_fill {tile, wait}``: the consumers fill a shared tile with cp.async, "
+          "wait for their copies and meet on their named barrier (wait = false: the copies are only issued, "
+          "a fill_wait lands them).", {"tile": str, "wait": bool}, ("wait",)),
+    _step("fill_wait", "FillWait", "``fill_wait {tiles}``: cp.async.wait_all and the consumers' meeting for "
+          "the tiles filled with their copies left in flight, before the first op reading one.", {"tiles": NAMES}),
     _step("staging_begin", "StagingBegin", "``staging_begin {ring}``: the epilogue's staging goes over the ring.", RING),
     _step("staging_end", "StagingEnd", "``staging_end {ring}``: its TMA store has read the staging.", RING),
     _step("staging_read", "StagingRead", "``staging_read {ring}``: the staging in the ring's one-shot slot: "
