@@ -108,22 +108,21 @@ def test_the_row_block_chunks_are_16_byte_reads_of_the_tma_panels():
     assert "consumer scratch" in text
 
 
-def test_auto_takes_the_consumer_filled_row_blocks_of_2_kb_rows_and_keeps_wider_ones():
+def test_auto_takes_the_consumer_filled_row_blocks_at_every_width():
     """Under auto, the norms and softmax (a row block kept in shared memory, which warp-spec lets the
-    consumers fill with cp.async) take the general lowering with rows of 2,048 B (D = 1024: every
-    family measured at least 0.99x the register-tile backend) -- the very PTX of lowering=general --
-    and keep the register-tile backend with wider rows, with the measured reason at their copy_cols;
-    pinned to the producer's TMA fill they keep it too."""
+    consumers fill with cp.async) take the general lowering -- the very PTX of lowering=general --
+    at D = 1024 and at wider rows (since session 18: 0.98-1.05x the register-tile backend,
+    lower_layout.FILL_MEASURED); pinned to the producer's TMA fill they keep the register-tile
+    backend, with the measured reason."""
     for name in NORMS:
         k = tkjit.load(EXAMPLES / f"{name}.tk", cache=False)
         assert k.metadata["lowering"] == "general"
         assert k.asm["ptx"] == _general(name).asm["ptx"]
     for name in ("rmsnorm", "layernorm", "softmax"):
-        k = tkjit.load(EXAMPLES / f"{name}.tk", cache=False, constants={"C" if name == "softmax" else "D": 2048})
-        assert "register-tile" in k.asm["ptx"].splitlines()[0]
-        text = str(k.explain())
-        assert "a column chunk of a row block of 4,096-byte rows that the consumers fill with cp.async" in text
-        assert "LayerNorm 0.961/0.964/0.959" in text
+        constants = {"C" if name == "softmax" else "D": 2048}
+        k = tkjit.load(EXAMPLES / f"{name}.tk", cache=False, constants=constants)
+        assert k.metadata["lowering"] == "general" and k.asm["ptx"] == _general(name, constants=constants).asm["ptx"]
+        assert "lowering=auto takes it at every row width" in str(k.explain())
     k = tkjit.load(EXAMPLES / "rmsnorm.tk", cache=False, pipeline=TMA)
     assert "register-tile" in k.asm["ptx"].splitlines()[0]
     assert "0.88-0.98x on the norm and softmax rows" in str(k.explain())
@@ -164,8 +163,10 @@ def test_smem_plan_gives_a_norm_no_staging_its_store_cannot_use():
     """RMSNorm's output tile is held in the contiguous column order (and its 16 rows are no 64-row
     slab either): smem-plan plans no staging, so its shared memory is the row block, the scratch and
     the barriers (34,176 B: 6 CTAs an SM, not 5 with the 8 KB staging it never used); filled by the
-    consumers, no barriers (34,048 B)."""
-    assert _general("rmsnorm").metadata["smem_bytes"] == 34048
+    consumers, no barriers and no 1 KB for rounding the base up to 1,024 (no swizzled tile:
+    lower.smem_slack): 33,024 B, the register-tile backend's own."""
+    assert _general("rmsnorm").metadata["smem_bytes"] == 33024 == tkjit.load(
+        EXAMPLES / "rmsnorm.tk", cache=False, pipeline="canonicalize,stream-cols,mask-branch,scale-fold").metadata["smem_bytes"]
     k = _tma("rmsnorm")
     assert k.metadata["smem_bytes"] == 34176
     text = str(k.explain())
@@ -174,15 +175,48 @@ def test_smem_plan_gives_a_norm_no_staging_its_store_cannot_use():
                      r"in the contiguous column order .*: the bytes would only cost CTAs an SM", text)
 
 
+from tkjit.passes import DEFAULT_PIPELINE  # noqa: E402
+
+ESTIMATE = TMA.replace("reg-budget", "reg-budget{bound=estimate}", 1)
+"""The producer's TMA fill with the estimate's .maxnreg bound (reg-budget's bound before session 18)."""
+
+
 def test_reg_budget_lowers_maxnreg_to_the_ctas_shared_memory_holds():
-    """LayerNorm D = 1024: shared memory holds 6 CTAs an SM, the estimate's .maxnreg 104 only 3;
-    96 holds 4 and still leaves 16 beside the 66 live fragment registers (80 would not: 5 CTAs,
-    ptxas spilled there). RMSNorm D = 2048: shared memory holds 3, which 88 already does."""
-    k = _tma("layernorm")
-    assert ".maxnreg 96" in k.asm["ptx"]
+    """reg-budget{bound=estimate}: LayerNorm D = 1024: shared memory holds 6 CTAs an SM, the
+    estimate's .maxnreg 104 only 3; 96 holds 4 and still leaves 16 beside the 66 live fragment
+    registers (80 would not: 5 CTAs, ptxas spilled there). RMSNorm D = 2048: shared memory holds 3,
+    which 88 already does."""
+    k = _general("layernorm", pipeline=ESTIMATE)
+    assert ".maxnreg 96" in k.asm["ptx"] and ".minnctapersm 1" in k.asm["ptx"]
     assert "lowered to 96 so that registers hold 4 CTAs an SM (shared memory holds 6" in str(k.explain())
-    k = _tma("rmsnorm", constants={"D": 2048})
+    k = _general("rmsnorm", pipeline=ESTIMATE, constants={"D": 2048})
     assert ".maxnreg 88" in k.asm["ptx"] and "lowered to" not in str(k.explain())
+
+
+@pytest.mark.parametrize("name, d", [("layernorm", 1024), ("rmsnorm", 4096), ("softmax", 4096), ("layernorm", 4096)])
+def test_a_kernel_with_no_setmaxnreg_leaves_its_registers_to_ptxas(name, d):
+    """bound=auto: no .maxnreg and no .minnctapersm for a kernel with no setmaxnreg (the consumers'
+    cp.async fill or a producer warp), said in explain(); the registers ptxas then takes leave room for as many CTAs an SM or more (under .maxnreg with
+    .minnctapersm 1 it took more: 48 against 40 for RMSNorm D = 4096, one CTA an SM fewer), and it
+    spills nothing, or at most the occupancy build's few bytes (LayerNorm D = 4096: 4 B at 48
+    registers for 5 CTAs an SM)."""
+    constants = None if d == 1024 else {"C" if name == "softmax" else "D": d}
+    for pipeline in (None, TMA):
+        free = _general(name, pipeline=pipeline, constants=constants)
+        bound = _general(name, pipeline=(pipeline or DEFAULT_PIPELINE).replace("reg-budget", "reg-budget{bound=estimate}", 1),
+                         constants=constants)
+        assert 'registers = "ptxas"' in free.asm["after:reg-budget"] and ".maxnreg" in bound.asm["ptx"]
+        assert ".minnctapersm" not in free.asm["ptx"] and "no .maxnreg: ptxas chooses" in str(free.explain())
+        if ".maxnreg" in free.asm["ptx"]:  # ptxas's own count held fewer CTAs an SM: the occupancy build
+            (cap,) = re.findall(r"\.maxnreg (\d+)", free.asm["ptx"])
+            assert f".maxnreg {cap}: ptxas's own" in str(free.explain())
+        for k in (free, bound):
+            k.binary  # noqa: B018 - assembled: ptxas's report
+        fns = [k.metadata["ptxas"]["functions"][0] for k in (free, bound)]
+        threads = free.metadata["block"][0]
+        ctas = [65536 // (-(-fn["registers"] // 8) * 8 * threads) for fn in fns]  # an SM, by registers
+        from tkjit.codegen.hopper.occupancy import SPILL_BYTES  # (the occupancy build's allowance)
+        assert ctas[0] >= ctas[1] and fns[0]["spill_store_bytes"] <= SPILL_BYTES, (ctas, fns)
 
 
 def test_reg_budget_maxnreg_pin():
@@ -380,7 +414,7 @@ def test_no_product_takes_a_producer_warp_and_no_setmaxnreg():
     need: 160 threads at about 88 registers instead of 256 at 248 (one CTA an SM, measured at
     0.42-0.71x of the register-tile backend on an H200), here lowered to 80, which holds the 5 CTAs
     an SM 88 would not. The IR says so, and the PTX follows."""
-    k = _tma("rmsnorm")
+    k = _general("rmsnorm", pipeline=ESTIMATE)
     ir = k.asm["after:reg-budget"]
     assert "producer_warp = true" in ir and "threads = 160" in ir and "regs =" not in ir
     text = str(k.explain())
@@ -436,3 +470,42 @@ def test_every_stream_form_takes_the_general_lowering_and_agrees_on_the_simulato
         assert torch.equal(got.view(torch.int16), ref.view(torch.int16))
     if (name, form) == ("residual_layernorm", "cache=none"):
         assert general.metadata["block"] == [256, 1, 1]
+
+
+def test_the_occupancy_build_keeps_a_cap_that_holds_a_cta_more_and_spills_little():
+    """LayerNorm D = 4096 (8 warps, 33,824 B a CTA: shared memory holds 6 CTAs an SM): ptxas's own
+    54 registers hold 4; assembled again under .maxnreg 48 it holds 5, spilling 4 B, and that build
+    is the PTX the kernel keeps (the PTX stage's own text, logged as the backend's decision)."""
+    k = _general("layernorm", constants={"D": 4096})
+    assert ".maxnreg 48" in k.asm["ptx"] and ".minnctapersm" not in k.asm["ptx"]
+    text = str(k.explain())
+    assert ".maxnreg 48: ptxas's own 54 registers held 4 CTA(s) of 256 threads an SM" in text
+    k.binary  # noqa: B018 - the cubin the cap was assembled into
+    fn = k.metadata["ptxas"]["functions"][0]
+    assert fn["registers"] == 48 and 0 < fn["spill_store_bytes"] <= 4
+
+
+def test_the_occupancy_build_is_dropped_when_it_spills_more_and_says_so():
+    """The rule on a made-up report (codegen/hopper/occupancy.py): a cap is tried only where shared
+    memory holds more CTAs than the registers do; kept within SPILL_BYTES of spill, else dropped
+    with the reason."""
+    from tkjit.codegen.hopper.occupancy import SPILL_BYTES, capped
+    from tkjit.runtime.toolchain import FunctionReport, PtxasReport
+
+    def report(registers, spill=0):
+        return PtxasReport(functions=(FunctionReport(name="k", registers=registers, spill_store_bytes=spill),),
+                           messages=(), log="")
+    ptx = ".visible .entry k()\n.reqntid 256, 1, 1\n{\n}\n"
+    meta = {"lowering": "general", "block": [256, 1, 1], "smem_bytes": 33_824}
+    tried = []
+
+    def assemble(text, regs=48, spill=SPILL_BYTES):
+        tried.append(text)
+        return b"cubin", report(regs, spill)
+    build, decision = capped(ptx, meta, report(54), assemble)
+    assert ".maxnreg 48" in tried[0] and build[0] == tried[0] and decision["value"] == 48
+    build, decision = capped(ptx, meta, report(54), lambda text: assemble(text, 48, SPILL_BYTES + 4))
+    assert build is None and "so ptxas's own count stays" in decision["why"]
+    assert capped(ptx, meta, report(40), assemble) == (None, None)  # 6 CTAs: as many as shared memory holds
+    assert capped(ptx.replace(".reqntid", ".maxnreg 64\n.reqntid"), meta, report(54), assemble) == (None, None)
+    assert capped(ptx, {**meta, "lowering": None}, report(54), assemble) == (None, None)

@@ -225,9 +225,9 @@ def test_aligned_rows_are_assumed_and_the_variant_with_the_fallback_is_made_on_d
     assert "LDG" in constant_k.asm["sass"]  # a constant row length of 100 needs the copy: kept
 
 
-@pytest.mark.parametrize("example, constants, reason", [  # (rows of 4,096 B: auto keeps the register-tile backend)
-    ("softmax.tk", {"C": 2048}, "the general lowering cannot take 'copy_cols'"),
-    ("layernorm.tk", {"D": 2048}, "the general lowering cannot take 'copy_cols'")])
+@pytest.mark.parametrize("example, constants, reason", [  # (what auto keeps on the register-tile backend)
+    ("attention_bwd_prep.tk", None, "the general lowering cannot take 'row_sum'"),
+    ("attention_bwd_prep.tk", None, "a reduction in a kernel with no matrix product and no shared tile")])
 def test_other_kernels_fall_back_with_a_reason(example, constants, reason):
     decisions: list = []
     ir = tkjit.load(EXAMPLES / example, cache=False, constants=constants).ir

@@ -434,6 +434,7 @@ def _emit_ptx(result: CompileResult) -> None:
         _record_backend_decision(result, entry)
     result.asm["ptx"] = ptx
     result.metadata.update(metadata)
+    _registers_for_occupancy(result)
     from .runtime.launch_checks import launch_checks
     checks = launch_checks(result.tkir)
     if checks:  # checked before every launch, as the interpreter checks them
@@ -489,7 +490,11 @@ def _assemble(result: CompileResult) -> None:
 
     def build() -> tuple[dict[str, bytes], dict]:
         advance(result, "ptx")
-        cubin, report = toolchain.assemble(result.asm["ptx"], result.options.arch, name=result.name)
+        assembled = getattr(result, "_assembled", None)  # (the ptx stage assembled it: occupancy)
+        if assembled is not None and assembled[0] == result.asm["ptx"]:
+            cubin, report = assembled[1:]
+        else:
+            cubin, report = toolchain.assemble(result.asm["ptx"], result.options.arch, name=result.name)
         metadata = {"name": result.name, **result.metadata, "ptxas": report.to_dict(),
                     "decisions": result.decisions.to_json(),
                     "signature": [list(param) for param in result.signature()],
@@ -509,6 +514,31 @@ def _assemble(result: CompileResult) -> None:
     result.binary = files["kernel.cubin"]
     result.metadata = dict(metadata)
     _record_ptxas_warnings(result, metadata.get("ptxas", {}))
+
+
+def _registers_for_occupancy(result: CompileResult) -> None:
+    """A general-lowering kernel whose registers reg-budget left to ptxas: assembled here, and again
+    under a ``.maxnreg`` for one CTA an SM more where shared memory holds it
+    (codegen/hopper/occupancy.py). The PTX stage's text is the one kept, so the PTX a user reads is
+    the PTX that runs; its build is kept for the cubin stage (no second ptxas run). Without ptxas
+    the PTX stays as emitted (there is no binary then either)."""
+    from .codegen.hopper.occupancy import capped, free_registers
+    from .runtime.toolchain import find_tool
+    if not free_registers(result.asm["ptx"], result.metadata):
+        return
+    try:
+        find_tool("ptxas")
+    except ToolchainError:
+        return
+    from .runtime import toolchain
+    assemble = lambda ptx: toolchain.assemble(ptx, result.options.arch, name=result.name)  # noqa: E731
+    cubin, report = assemble(result.asm["ptx"])
+    build, decision = capped(result.asm["ptx"], result.metadata, report, assemble)
+    if decision is not None:
+        _record_backend_decision(result, decision)
+    if build is not None:
+        result.asm["ptx"], cubin, report = build
+    result._assembled = (result.asm["ptx"], cubin, report)
 
 
 def _record_ptxas_warnings(result: CompileResult, report: dict) -> None:

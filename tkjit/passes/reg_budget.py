@@ -35,6 +35,16 @@ OCCUPANCY_MEASURED = ("H200, session 15, general/auto same run at D = 1024 (benc
                       "SM) 0.88 -> 0.93; RMSNorm 88 -> 64 (5 -> 6) 0.971 -> 0.978")
 
 
+FREE_WHY = ("the estimate is not a bound worth giving: with no setmaxnreg the kernel needs no "
+            ".maxnreg, and under .maxnreg with .minnctapersm 1 ptxas took as many or more registers "
+            "than its own choice gives (ptxas 13.0 on the 16 norm and softmax example rows at D = 1024 "
+            "to 8192, the occupancy cap included: RMSNorm 48 against 40 and softmax 56 against 40 at "
+            "D = 4096, one or two CTAs an SM fewer, LayerNorm 64 against 54, never fewer CTAs an SM "
+            "left to ptxas), so ptxas chooses, as for the register-tile backend; "
+            "reg-budget{bound=estimate} gives the estimate's bound")
+"""Why a kernel with no setmaxnreg and no occupancy cap gets no ``.maxnreg`` (``bound = auto``)."""
+
+
 def occupancy_cap(kernel: Kernel, threads: int, entry: int, peak: int):
     """(.maxnreg, CTAs an SM, why) lowered so that registers hold as many CTAs an SM as shared
     memory allows, or fewer but more than ``entry`` holds, where the cap still leaves the live
@@ -75,8 +85,15 @@ class RegBudget(Pass):
     maxnreg: int = 0
     """Pin ``.maxnreg`` of a kernel with no matrix product (a multiple of 8, 32 to 248; 0: decide):
     its threads all get the same count, no setmaxnreg (for same-run A/Bs of CTAs an SM)."""
+    bound: str = "auto"
+    """A kernel with no setmaxnreg: ``auto`` leaves its register count to ptxas (no ``.maxnreg``
+    and no ``.minnctapersm``) unless ``occupancy_cap`` lowers it for more CTAs an SM
+    (FREE_MEASURED); ``estimate``: ``.maxnreg`` from the liveness estimate with
+    ``.minnctapersm 1`` (the bound before session 18)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.bound not in ("auto", "estimate"):
+            raise PassError(f"reg-budget: bound must be auto or estimate, got {self.bound!r}")
         n = kernel.attrs.get("consumers")
         if not isinstance(n, int):
             raise PassError("reg-budget: the kernel has no consumer count; run warp-spec first")
@@ -139,11 +156,17 @@ class RegBudget(Pass):
         entry = entry_registers(threads)
         kernel.attrs["maxnreg"] = entry
         verdict = "" if need <= entry else f"; {need} > {entry}: expect ptxas to spill"
-        ctx.decide(f"@{kernel.name}", f"no setmaxnreg; .maxnreg {entry} for all {threads} threads",
+        free = self.bound == "auto"
+        if free:
+            kernel.attrs["registers"] = "ptxas"
+        what = "no .maxnreg: ptxas chooses" if free else f".maxnreg {entry}"
+        ctx.decide(f"@{kernel.name}", f"no setmaxnreg; {what} for all {threads} threads",
                    f"one role only (no producer); a thread needs about {need} = {pressure.peak} "
                    f"live fragment registers ({pressure.summary()}) + {CONSUMER_OVERHEAD}; "
-                   f"{threads} threads get {entry} = 65,536 / {threads} rounded down to a multiple "
-                   f"of 8 (at most 255){verdict}", maxnreg=entry, consumer_need=need)
+                   + (FREE_WHY if free else
+                      f"{threads} threads get {entry} = 65,536 / {threads} rounded down to a multiple "
+                      f"of 8 (at most 255){verdict}"), maxnreg=entry, consumer_need=need,
+                   registers="ptxas" if free else "bound")
         return kernel
 
     def no_product(self, kernel: Kernel, ctx: PassContext, n: int, need: int, pressure) -> Kernel:
@@ -157,17 +180,25 @@ class RegBudget(Pass):
         threads = kernel.attrs.get("threads", threads_for(n))  # (warp-spec: a producer warp)
         entry = min(entry_registers(threads), max(32, -(-need // 8) * 8))
         ctas = REGISTER_FILE // (threads * entry)
+        start = (f"no matrix product: no accumulator to give the consumers registers for, and a "
+                 f"memory-bound kernel wants several CTAs an SM; a consumer thread needs about "
+                 f"{need} = {pressure.peak} live fragment registers ({pressure.summary()}) + "
+                 f"{CONSUMER_OVERHEAD}")
+        if self.bound == "auto":  # the estimate binds nothing ptxas would not do better
+            kernel.attrs["maxnreg"] = entry
+            kernel.attrs["registers"] = "ptxas"
+            ctx.decide(f"@{kernel.name}", f"no setmaxnreg; no .maxnreg: ptxas chooses for all {threads} threads",
+                       f"{start}; {FREE_WHY}", maxnreg=entry, consumer_need=need, registers="ptxas")
+            return kernel
         lowered = occupancy_cap(kernel, threads, entry, pressure.peak)
         why = ""
         if lowered is not None:
             entry, ctas, why = lowered
         kernel.attrs["maxnreg"] = entry
         ctx.decide(f"@{kernel.name}", f"no setmaxnreg; .maxnreg {entry} for all {threads} threads",
-                   f"no matrix product: no accumulator to give the consumers registers for, and a "
-                   f"memory-bound kernel wants several CTAs an SM; a consumer thread needs about "
-                   f"{need} = {pressure.peak} live fragment registers ({pressure.summary()}) + "
-                   f"{CONSUMER_OVERHEAD}, rounded up to a multiple of 8{why}: {threads} threads x {entry} "
-                   f"leave room for {ctas} CTA(s) an SM by registers", maxnreg=entry, consumer_need=need)
+                   f"{start}, rounded up to a multiple of 8{why}: {threads} threads x {entry} "
+                   f"leave room for {ctas} CTA(s) an SM by registers", maxnreg=entry, consumer_need=need,
+                   registers="bound")
         return kernel
 
     def pinned_entry(self, kernel: Kernel, ctx: PassContext, need: int) -> Kernel:

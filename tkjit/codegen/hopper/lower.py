@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 
 from ...ir.core import Kernel, Op
-from ...ir.ops import Blocks, For, If, Load
+from ...ir.ops import Blocks, For, If, Load, Store
 from ...ir.types import BF16, E4M3, E5M2, F16, F32, GlobalType, ScalarType, TileType
 from ...passes.hopper import block_loop, depends_on, is_shared, pipelined_loops, swizzle_bytes
 from ...passes.mbarrier import Schedule, schedule_of
@@ -67,9 +67,9 @@ def refusal(kernel: Kernel, options: dict | None = None) -> Refusal | None:
     if "consumers" not in kernel.attrs or "smem" not in kernel.attrs or "maxnreg" not in kernel.attrs:
         return Refusal(None, "a kernel the Hopper scheduling passes did not schedule (warp-spec, smem-plan, "
                              "reg-budget)")
-    from .lower_cluster import cluster_auto_refusal, cluster_refusal
+    from .lower_cluster import cluster_refusal
     from .lower_layout import auto_refusal, copy_cols_order_refusal, ring_loop_refusal
-    why = (auto_refusal(kernel, options) or cluster_auto_refusal(kernel, options) or cluster_refusal(kernel, options)
+    why = (auto_refusal(kernel, options) or cluster_refusal(kernel, options)
            or ring_loop_refusal(kernel) or copy_cols_order_refusal(kernel))
     if why is not None:
         return why
@@ -211,6 +211,10 @@ class LoweredKernel:
         """Threads 0 .. this - 1 are the producer's: a warpgroup, or one warp (warp-spec's
         ``producer_warp``: a kernel with no product); the consumers' warpgroups follow."""
         self.maxnreg = kernel.attrs.get("maxnreg", 168)
+        self.registers_free = kernel.attrs.get("registers") == "ptxas"
+        """reg-budget left the register count to ptxas (no setmaxnreg): no .maxnreg is printed."""
+        self.smem_slack = smem_slack(kernel)
+        """Bytes over the plan for rounding the shared base up to 1,024 at run time (see there)."""
         self.smem_bytes = max([kernel.attrs["smem"]] + [at + 16 * self.proto.ring(ring).stages for ring, at
                                                          in self.schedule.split_bars.items()])
         """smem-plan's map, and the barriers of rings the mbarrier pass split off after it."""
@@ -261,15 +265,14 @@ class LoweredKernel:
             self.decisions.append({"decision": "multicast", "value": self.pair, "why": self.schedule.pair.why})
         if not self.producer and any(op.attrs.get("fill") == "cp.async" for op in self.blocks.walk()
                                      if isinstance(op, Load)):
-            from .lower_layout import FILL_ROW_BYTES
+            from .lower_layout import FILL_MEASURED
             self.decisions[0] = {"decision": "backend", "value": "general",
                                  "why": "the general sm_90a lowering without a producer: warp-spec let the "
                                         "consumers fill the row block themselves (cp.async, the protocol's "
                                         "copy_fill step: lower_copy_fill.py), and they load their other tiles "
                                         "straight from global memory; every IR op by its emitter, the stores "
-                                        "as the epilogue pass chose; lowering=auto takes it for row blocks of rows "
-                                        f"up to {FILL_ROW_BYTES:,} B, measured at least 0.99x the register-tile "
-                                        "backend there (lower_layout.FILL_MEASURED)"}
+                                        "as the epilogue pass chose; lowering=auto takes it at every row width, "
+                                        f"a row block split over a cluster included ({FILL_MEASURED})"}
         elif not self.producer:
             self.decisions[0] = {"decision": "backend", "value": "general",
                                  "why": "the general sm_90a lowering without a producer: warp-spec gave the "
@@ -391,8 +394,11 @@ class LoweredKernel:
         b(f"mov.u32 {self.tid}, %tid.x;", f"shr.u32 {self.wg}, {self.tid}, 7;",
           f"and.b32 {self.tid_wg}, {self.tid}, 127;")
         raw, self.smem = b.reg(), b.reg()
-        b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
-          f"and.b32 {self.smem}, {self.smem}, -1024;")
+        if self.smem_slack:
+            b(f"mov.u32 {raw}, {SMEM_SYMBOL};", f"add.u32 {self.smem}, {raw}, 1023;",
+              f"and.b32 {self.smem}, {self.smem}, -1024;")
+        else:
+            b(f"mov.u32 {self.smem}, {SMEM_SYMBOL};")
         if self.split > 1 or self.pair > 1:  # this CTA's share of the tile's loop, or its tile of the pair
             self.rank = b.reg()
             b(f"mov.u32 {self.rank}, %cluster_ctarank;")
@@ -485,7 +491,7 @@ class LoweredKernel:
                 "grid": [pair_grid(self.kernel) if self.pair > 1 else launch_grid(self.kernel) if self.cluster == 1
                          else ["mul", launch_grid(self.kernel), self.cluster]],
                 "block": [self.threads, 1, 1],
-                "smem_bytes": self.smem_bytes + 1024, "num_warps": self.threads // 32,
+                "smem_bytes": self.smem_bytes + self.smem_slack, "num_warps": self.threads // 32,
                 "registers": list(self.regs or ()), "protocol": self.proto.text(),
                 # TMA only: a launch with other rows recompiles with the copying producer (kernel.py)
                 **({"assumes_aligned_rows": True} if not self.copying else {}),
@@ -493,6 +499,23 @@ class LoweredKernel:
                 "decisions": list(self.decisions)} | reduction_shape(self.kernel, self.schedule) \
             | ({"serial_launches": True} if self.stream_k is not None else {}) \
             | launch_picks_binary(self.kernel) | cluster_launch(self.kernel)  # the module's workspace; by_trips
+
+
+def smem_slack(kernel: Kernel) -> int:
+    """1,024 where a swizzled tile lives in shared memory -- a TMA copy's box, a wgmma operand, a
+    staged store's tile, whose swizzle pattern must start on a 1,024-byte boundary
+    (hopper-ptx-facts.md): the base is rounded up at run time, on top of ``.align 1024``, and the
+    launch asks for 1 KB more. 0 for a kernel with no producer, no matrix product and no staged
+    store (its consumers' cp.async row blocks and scratch need 16-byte alignment): the 1 KB would
+    only cost occupancy, and can cost the L1 carveout (LayerNorm D = 2048: 66,816 B a CTA took
+    the 233 KB shared-memory configuration for 3 CTAs an SM where 65,792 B fit the 200 KB one,
+    and lost 3-4% against the register-tile backend's identical SASS; ncu, H200, session 18)."""
+    from ...ir.ops import MMA_OPS
+    if kernel.attrs.get("producer", True) or any(isinstance(op, MMA_OPS) for op in kernel.walk()):
+        return 1024
+    if any(isinstance(op, Store) and "smem" in op.attrs for op in kernel.walk()):
+        return 1024
+    return 0
 
 
 def launch_picks_binary(kernel: Kernel) -> dict:

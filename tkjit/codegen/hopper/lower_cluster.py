@@ -73,26 +73,6 @@ def cluster_refusal(kernel, options: dict | None = None):
     return None
 
 
-CLUSTER_MEASURED = ("measured slower through the general lowering: general / register-tile 0.95-0.97 RMSNorm, "
-                    "0.93-0.94 softmax, 0.87-0.89 LayerNorm, 0.83-0.87 residual + LayerNorm at D = 4096 / 8192 "
-                    "(H200, 2026-11-27 session 16, same run, benchmarks/no_product_ab.py, "
-                    "benchmarks/results/2026-11-27-nvidia-h200-s16-cluster-ab.json)")
-
-
-def cluster_auto_refusal(kernel, options: dict):
-    """Under ``lowering=auto`` a block loop split over a cluster stays on the register-tile backend
-    (``lowering=general`` lowers it): CLUSTER_MEASURED. Residual + LayerNorm holds 2 CTAs an SM
-    there against 3 (80 registers x 288 threads, reg-budget's .maxnreg 168 from a liveness estimate
-    of 130; ptxas fits it in 72 without spilling: ``reg-budget{maxnreg=72}``, not measured yet)."""
-    from ...passes.hopper import block_loop
-    from .lower import Refusal
-    asked = options.get("asked", options.get("lowering", "auto"))  # (checked mode forces 'general')
-    if asked != "auto" or cluster_ctas(kernel) == 1:
-        return None
-    return Refusal(block_loop(kernel), "a block loop split over a cluster (stream-cols' cluster): lowering=auto "
-                                       f"keeps it on the register-tile backend, {CLUSTER_MEASURED}")
-
-
 def exchange_regions(plan, ops, base: int) -> int:
     """Give every push exchange among ``ops`` its own region of ``plan`` (the consumers' scratch
     plan) from ``base`` (16-byte aligned: its mbarrier, then its slots), for the whole kernel;
@@ -180,7 +160,6 @@ class ExchangeSteps:
 __all__ = [
     "CLUSTER_OPS",
     "ExchangeSteps",
-    "cluster_auto_refusal",
     "cluster_ctas",
     "cluster_refusal",
     "decision",

@@ -140,8 +140,8 @@ def auto_refusal(kernel, options: dict):
       fragment's order (2- and 4-byte loads: rotary 0.92x) or with a reduction
       (attention_bwd_prep's row sums: 0.95-0.96x), the register-tile backend;
     * a row block kept in shared memory (stream-cols' cache: ``copy_cols``) that the consumers
-      fill themselves with cp.async (warp-spec's ``fill``): ``fill_refusal`` (the general lowering
-      for rows up to FILL_ROW_BYTES, measured 0.99-1.02x; wider, the register-tile backend);
+      fill themselves with cp.async (warp-spec's ``fill``): the general lowering at every row
+      width, a row block split over a cluster included (FILL_MEASURED: 0.98-1.05x);
     * such a block filled by the TMA producer (``warp-spec{fill=tma}``): the register-tile backend;
       the general lowering measured 0.88-0.98x on the norm and softmax rows, at the same CTAs an SM
       as well (RMSNorm D = 2048 0.94-0.96x, ncu: 3.07 against 3.39 TB/s; session 16: 0.92-0.98x)."""
@@ -150,8 +150,8 @@ def auto_refusal(kernel, options: dict):
     if asked != "auto" or has_product(kernel):
         return None
     filled = next((op for op in kernel.walk() if isinstance(op, Load) and op.attrs.get("fill") == "cp.async"), None)
-    if filled is not None:
-        return fill_refusal(kernel)
+    if filled is not None:  # the consumers' cp.async fill: the general lowering at every width (FILL_MEASURED)
+        return None
     if not kernel.attrs.get("producer"):
         from ...ir.ops import Reduce
         grid, _ = consumer_grid(kernel, consumer_warps(kernel))
@@ -178,36 +178,16 @@ def auto_refusal(kernel, options: dict):
     return None
 
 
-FILL_MEASURED = ("H200, 2026-11-27 session 16, three same-run A/Bs of general with the consumers' cp.async fill / "
-                 "register-tile (benchmarks/no_product_ab.py, benchmarks/results/2026-11-27-nvidia-h200-s16-cpfill-"
-                 "{1,2,3}.json): rows of 2,048 B (D = 1024): RMSNorm 1.009/0.997/0.997, residual + LayerNorm "
-                 "0.996/0.994/0.998, LayerNorm 1.017/1.019/1.015, softmax 1.002/0.997/1.005; rows of 4,096 B "
-                 "(D = 2048): RMSNorm 1.001/0.994/0.992, softmax 1.051/1.052/1.049, LayerNorm 0.961/0.964/0.959 "
-                 "(.maxnreg 96 instead of 104: 0.967)")
-"""The same-run figures ``fill_refusal`` rests on."""
-FILL_ROW_BYTES = 2048
-"""The widest row (bytes) of a consumer-filled row block that ``lowering=auto`` takes the general
-lowering for: at 2,048 B every family measured at least 0.99x the register-tile backend; at 4,096 B
-one did not (LayerNorm 0.96x; FILL_MEASURED)."""
-
-
-def fill_refusal(kernel):
-    """Under ``lowering=auto``, a row block the consumers fill with cp.async (warp-spec's
-    ``fill``): the general lowering where every such block's rows are at most FILL_ROW_BYTES
-    wide (measured at least as fast on every family), the register-tile backend for wider ones."""
-    from .lower import Refusal
-    blocks = [op for op in kernel.walk() if isinstance(op, Load) and op.attrs.get("fill") == "cp.async"]
-    wide = next((op for op in blocks if op.result.type.cols * op.result.type.dtype.nbytes > FILL_ROW_BYTES), None)
-    if wide is None:
-        return None
-    cache = next((op for op in kernel.walk() if op.NAME == "copy_cols" and op.operands[0] is wide.result), wide)
-    t = wide.result.type
-    return Refusal(cache, f"a column chunk of a row block of {t.cols * t.dtype.nbytes:,}-byte rows that the "
-                          "consumers fill with cp.async, in a kernel with no matrix product: lowering=auto takes "
-                          f"the general lowering for rows of at most {FILL_ROW_BYTES:,} B (measured at least 0.99x "
-                          "the register-tile backend on every family there) and keeps wider ones on the "
-                          "register-tile backend, where one family measured slower "
-                          f"({FILL_MEASURED})")
+FILL_MEASURED = ("H200, 2026-11-28 session 18, benchmarks/no_product_ab.py, general with the consumers' cp.async "
+                 "fill over the register-tile backend, same run (benchmarks/results/2026-11-28-nvidia-h200-s18-"
+                 "noprod-*.json): D = 1024 / 2048 / 4096 / 8192, RMSNorm 1.008 / 0.998 / 1.002 / 1.004, residual "
+                 "+ LayerNorm 1.000 / 1.007 / 0.991 / 1.001, LayerNorm 1.022 / 1.029 / 0.991 / 0.976 (.maxnreg 48 "
+                 "for 5 CTAs an SM at 4096 / 8192: codegen/hopper/occupancy.py), softmax 1.009 / 1.047 / 1.030 / "
+                 "1.035; the wider rows take a row block split over a cluster. Before session 18 rows over "
+                 "2,048 B stayed on the register-tile backend: the second block's fill waited for the first "
+                 "(0.83-0.93 on residual + LayerNorm), the 1 KB of alignment slack took the 233 KB shared-memory "
+                 "configuration (LayerNorm D = 2048 0.96), and .maxnreg with .minnctapersm 1 cost CTAs an SM")
+"""The same-run figures the consumers' cp.async fill is taken at every width on."""
 
 
 def copy_cols_order_refusal(kernel):

@@ -308,7 +308,9 @@ def module_text(what: str, name: str, entries, maps, plan, body: list[str], *, c
              f".version {version}", f".target {ARCH}", ".address_size 64", "",
              f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];", *globals_, "",
              f".visible .entry {name}(", ",\n".join(params), ")",
-             f".reqntid {plan.threads}, 1, 1", ".minnctapersm 1", f".maxnreg {plan.maxnreg}"]
+             f".reqntid {plan.threads}, 1, 1"]
+    if not plan.registers_free:  # (reg-budget: a kernel with no setmaxnreg may leave them to ptxas)
+        lines += [".minnctapersm 1", f".maxnreg {plan.maxnreg}"]
     if cluster > 1:  # the launch forms clusters from this alone (no launch attribute)
         lines.append(f".reqnctapercluster {cluster}, 1, 1")
     return "\n".join([*lines, "{", *body, "}"]) + "\n"
