@@ -17,10 +17,12 @@ with ``fuse`` (liveness.deferred; the emitters and the estimate follow the one r
   a convert an index, then the arithmetic) instead of held across the loop body or the loop.
 
 ``mode``: ``auto`` marks them only where they change the fit: the most cooperative consumers
-whose registers hold the tiles (warp_spec.fitting_split; a pinned count: whether it fits) with
-nothing deferred, with the chains, with the chains and the index tiles; the first of these that
-reaches the best fit is taken and logged with the counts. A kernel that fits as it is keeps its
-code. ``chains`` / ``all`` mark them regardless; ``off`` marks nothing. f32 register tiles only.
+whose registers hold the tiles (warp_spec.fitting_split) with nothing deferred, with the chains,
+with the chains and the index tiles; the first of these that reaches the best fit is taken and
+logged with the counts. A kernel that fits as it is keeps its code, and so does one that pins
+its consumers (``@consumers``: warp-spec takes the pin without weighing registers, so there is
+no fit to change; examples/attention_alibi.tk pins 2 consumers at an estimated 356 registers and
+ptxas fits it in 232 without spilling). ``chains`` / ``all`` mark them regardless; ``off`` marks nothing. f32 register tiles only.
 """
 from __future__ import annotations
 
@@ -172,8 +174,15 @@ class FuseElementwise(Pass):
             users = readers.get(op.result, [])
             where = ", ".join(_name(u) for u in users)
             text = (f"computed element by element inside its one user, the {where}" if how == "chain"
-                    else f"an index tile recomputed element by element at each of its uses ({where})")
-            ctx.decide(_name(op, subject=True), text, "fuse = " + how, fuse=how)
+                    else f"recomputed element by element at each of its uses ({where})")
+            why = (CHAIN_WHY if how == "chain" else REMAT_WHY) + f" (fuse = {how})"
+            ctx.decide(_name(op, subject=True), text, why, fuse=how)
+
+
+CHAIN_WHY = ("a single-use temporary its user reads element by element: what it reads stays live until that "
+             "user instead of a tile of its own")
+REMAT_WHY = ("made from row/column indices and scalars only (an add and a convert an index, then its "
+             "arithmetic): recomputed where it is read instead of a tile held until its last use")
 
 
 def _name(op: Op, subject: bool = False) -> str:
@@ -189,24 +198,21 @@ def choose(kernel: Kernel, levels) -> tuple[str, dict[Op, str], str]:
     accs = [op.result for op in kernel.walk() if isinstance(op, MMA_OPS)]
     if not accs or len(levels[2][1]) == 0:
         return "nothing", {}, ""
+    if kernel.attrs.get("consumers"):  # warp-spec takes a pinned count as it is: no fit to change
+        return "nothing", {}, ""
     slabs = max(v.type.rows for v in accs) // 64
-    pinned = kernel.attrs.get("consumers")
     best = max((d for d in range(1, slabs + 1) if slabs % d == 0 and d <= MAX_CONSUMERS), default=1)
     results = []
     for name, plan in levels:
         if name != "nothing" and not plan:
             continue
         apply(kernel, plan)
-        if isinstance(pinned, int) and not isinstance(pinned, bool):
-            need, room = consumer_fit(kernel, pinned)
-            n = pinned if need <= room else 0
-        else:
-            found, _, need, room = fitting_split(kernel, slabs)
-            n = found or 0
-            if not found:
-                need, room = consumer_fit(kernel, best)
+        found, _, need, room = fitting_split(kernel, slabs)
+        n = found or 0
+        if not found:
+            need, room = consumer_fit(kernel, best)
         results.append((name, plan, n, need, room))
-        if n == (pinned or best):
+        if n == best:
             break
     apply(kernel, {})
     top = max(r[2] for r in results)
