@@ -193,3 +193,29 @@ def test_off_gives_the_counts_of_before():
     with pytest.raises(PassError, match="2: 260 registers needed > 240.*peak is 228"):
         tkjit.compile(BY_NAME["attn_alibi128"].source, cache=False,
                       pipeline=DEFAULT_PIPELINE.replace("fuse-elementwise", "fuse-elementwise{mode=off}"))
+
+
+ACC_FROM_INDICES = """
+kernel t<BM = 64, BN = 64, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], C: gl<f32>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    r: rt<f32>[BM, BN] = row_index()
+    x = r * 0.5
+    y = x + 1.0
+    a: st<bf16>[BM, BK] = A.tile(m, 0)
+    b: st<bf16>[BK, BN] = B.tile(0, n)
+    acc = mma_AB(a, b, x)
+    C.tile(m, n) = acc * y
+  }
+}
+"""
+
+
+def test_a_tile_a_product_reads_is_not_recomputed_from():
+    """``x`` is made from an index tile, but the product accumulates into its registers in place:
+    ``y = x + 1.0``, read after the product, must be computed where it stands (recomputed at its
+    use it would read the product's sum), so neither is deferred; the index tile, read by ``x``
+    only, is."""
+    from simkit import lower
+    k = lower(ACC_FROM_INDICES)
+    plan = plans(k)[2][1]
+    assert sorted((op.NAME, how) for op, how in plan.items()) == [("iota", "remat")]

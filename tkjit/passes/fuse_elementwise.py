@@ -13,8 +13,10 @@ with ``fuse`` (liveness.deferred; the emitters and the estimate follow the one r
   instead. No wgmma and no op with regions may stand between the two (a wgmma writes its
   accumulator in place; a loop's carried tiles are rewritten where it ends).
 - ``remat``: an index-derived tile -- iota, and elementwise ops of index-derived tiles and
-  scalars only -- read only by elementwise ops: computed again at each use (two integer ops and
-  a convert an index, then the arithmetic) instead of held across the loop body or the loop.
+  scalars only -- read only by elementwise ops: computed again at each use (an add and a convert
+  an index, then the arithmetic) instead of held across the loop body or the loop. A tile a
+  product reads is never index-derived: its accumulator is written in place, so what is
+  recomputed after the product must not read it.
 
 ``mode``: ``auto`` marks them only where they change the fit: the most cooperative consumers
 whose registers hold the tiles (warp_spec.fitting_split) with nothing deferred, with the chains,
@@ -100,8 +102,9 @@ def index_ops(kernel: Kernel, readers: dict[Value, list[Op]]) -> list[Op]:
     """The index-derived tiles read only elementwise (module docstring), in program order."""
     derived: set[Value] = set()
     for op in walk_block(block_loop(kernel).regions[0]):
-        if computes_elementwise(op) and all(isinstance(v.type, ScalarType) or v in derived for v in op.operands):
-            derived.add(op.result)
+        if computes_elementwise(op) and all(isinstance(v.type, ScalarType) or v in derived for v in op.operands) \
+                and not any(isinstance(u, MMA_OPS) for u in readers.get(op.result, [])):
+            derived.add(op.result)  # (a product's accumulator is written in place: never recomputed from)
     out = []
     for op in walk_block(block_loop(kernel).regions[0]):
         if len(op.results) != 1 or op.result not in derived:
