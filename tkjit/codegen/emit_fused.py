@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, CmpSelect, Iota
+from ..ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, CmpSelect
 from ..ir.types import F32, ScalarType
 from .mathfn import binary_f32, unary_f32
-from .values import RegTile
 
 
 class LazyTile:
@@ -166,4 +165,4 @@ def _iota(ctx, op, layout, out):
 
 _ELEMENTS = {"map": _map, "binary": _binary, "broadcast": _broadcast, "cmp_select": _cmp_select, "iota": _iota}
 
-__all__ = ["LazyTile", "LazyElements", "element_of", "emit_deferred", "RegTile"]
+__all__ = ["LazyTile", "LazyElements", "element_of", "emit_deferred"]

@@ -147,22 +147,22 @@ class FuseElementwise(Pass):
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.mode not in MODES:
             raise PassError(f"fuse-elementwise: mode must be {', '.join(MODES)}, got '{self.mode}'")
-        levels = plans(kernel)
         apply(kernel, {})
         if self.mode == "off":
             return kernel
+        levels = plans(kernel)
         if self.mode != "auto":
-            name, plan = levels[1] if self.mode == "chains" else levels[2]
-            self.log(kernel, ctx, plan, f"asked for by fuse-elementwise{{mode={self.mode}}}")
-            return kernel
-        name, plan, why = choose(kernel, levels)
-        apply(kernel, plan)
-        if plan:
-            self.log(kernel, ctx, plan, why)
+            _, plan = levels[1] if self.mode == "chains" else levels[2]
+            why = f"asked for by fuse-elementwise{{mode={self.mode}}}"
+        else:
+            _, plan, why = choose(kernel, levels)
+        self.mark(kernel, ctx, plan, why)
         return kernel
 
     @staticmethod
-    def log(kernel: Kernel, ctx: PassContext, plan: dict[Op, str], why: str) -> None:
+    def mark(kernel: Kernel, ctx: PassContext, plan: dict[Op, str], why: str) -> None:
+        """Set ``fuse`` on the plan's ops and log the kernel's decision and each op's (nothing
+        for an empty plan)."""
         apply(kernel, plan)
         if not plan:
             return
