@@ -219,3 +219,38 @@ def test_a_tile_a_product_reads_is_not_recomputed_from():
     k = lower(ACC_FROM_INDICES)
     plan = plans(k)[2][1]
     assert sorted((op.NAME, how) for op, how in plan.items()) == [("iota", "remat")]
+
+
+def _general_on_the_simulator(monkeypatch, bn: int, mode: str | None):
+    """gemm_index_epilogue through the general lowering (fuse-elementwise in ``mode``, None: the
+    default pipeline), on the PTX simulator with its wgmmas skipped (the accumulator stays zero):
+    the epilogue of zero, element by element as the consumers emitted it."""
+    import ptxsim
+    from simkit import simulate
+    from tkjit.passes import DEFAULT_PIPELINE
+    monkeypatch.setattr(ptxsim, "SKIP_WGMMA", True)
+    pipeline = DEFAULT_PIPELINE.replace("fuse-elementwise", f"fuse-elementwise{{mode={mode}}}") if mode else None
+    k = tkjit.compile(BY_NAME["gemm_index_epilogue"].source, constants={"BN": bn}, pipeline=pipeline,
+                      lowering="general", cache=False)
+    torch.manual_seed(0)
+    m, n = 200, 150
+    args = [torch.randn(m, 64).bfloat16(), torch.randn(64, n).bfloat16(), torch.randn(m, n), torch.empty(m, n), 0.5]
+    (got,) = simulate(k._result.tkir, args, [3], ptx_meta=(k.asm["ptx"], dict(k.metadata)))
+    d = torch.arange(n)[None, :].float() - torch.arange(m)[:, None].float()
+    want = torch.where(d > 0, torch.exp(args[2] * 0.5 - d * 0.01), d * 0.001)
+    return k, got, want
+
+
+def test_the_general_lowering_with_deferred_tiles_on_the_simulator(monkeypatch):
+    """The wgmma path's consumers, deferred tiles and all (mode=all at BN = 64; auto at BN = 128,
+    where held tiles need 288 registers and the chains make it fit), give the held kernel's
+    epilogue bit for bit (BN = 64, mode=off), within f32 rounding of torch."""
+    _, held, want = _general_on_the_simulator(monkeypatch, 64, "off")
+    k_all, deferred, _ = _general_on_the_simulator(monkeypatch, 64, "all")
+    k_auto, fit, _ = _general_on_the_simulator(monkeypatch, 128, None)
+    assert "index tile(s) recomputed" in str(k_all.explain())
+    assert "holding every tile no consumer split fits (288 registers needed > 240 with 2)" in str(k_auto.explain())
+    assert k_auto.metadata["lowering"] == "general" and k_auto.ir.attrs["consumers"] == 2
+    assert not held.isnan().any()
+    assert torch.equal(held, deferred) and torch.equal(held, fit)
+    assert torch.allclose(held, want, rtol=1e-6, atol=1e-6)

@@ -793,6 +793,36 @@ def _doc_ref(a):
     return [torch.softmax(s, dim=-1) @ v]
 
 
+GEMM_INDEX_EPILOGUE = """
+kernel gemm_index_epilogue<BM = 128, BN = 128, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], X: gl<f32>[M, N],
+                                                        C: gl<f32>[M, N], s: f32) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    x: rt<f32>[BM, BN] = X.tile(m, n)
+    r: rt<f32>[BM, BN] = row_index()
+    c: rt<f32>[BM, BN] = col_index()
+    d = (c + n * BN) - (r + m * BM)
+    C.tile(m, n) = select(d > 0, exp(x * s - d * 0.01), relu(acc) + d * 0.001)
+  }
+}
+"""
+"""A GEMM epilogue built from index tiles and a second input tile (session 18, issue 17): held, the
+accumulator, x and both index tiles need 288 registers a thread of 2 consumers (> 240);
+fuse-elementwise's chains bring it to 224 and it keeps the wgmma path."""
+
+
+def _index_epilogue_ref(a):
+    m, n = a[2].shape
+    d = torch.arange(n, device=a[2].device)[None, :].float() - torch.arange(m, device=a[2].device)[:, None].float()
+    acc = a[0].float() @ a[1].float()
+    return [torch.where(d > 0, torch.exp(a[2] * a[4] - d * 0.01), torch.relu(acc) + d * 0.001)]
+
+
 def _alibi(bq: int, hoisted: bool) -> str:
     """ALiBi-style causal attention as a user wrote it (session 18, issue 17): the distance tile
     built from row_index/col_index inside the key loop (or, ``hoisted``, the index tiles made once
@@ -1015,6 +1045,10 @@ CASES = [
          [{"B": 2, "H": 2, "G": 3, "M": 512, "N": 512, "K": 512},
           {"B": 1, "H": 2, "G": 3, "M": 200, "N": 136, "K": 136}],
          {"B": 2, "H": 2, "G": 3, "M": 200, "N": 150, "K": 136}),
+    Case("gemm_index_epilogue", GEMM_INDEX_EPILOGUE,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       torch.randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], dtype=torch.float32, device=d), 0.5],
+         _index_epilogue_ref, (3,), [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
     *(Case(name, src, _alibi_inputs, _alibi_ref, (3,),
            [{"B": 2, "H": 8, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200})
       for name, src in (("attn_alibi128", ALIBI_128), ("attn_alibi", ALIBI_192), ("attn_alibi_hoisted", ALIBI_HOISTED))),

@@ -2,7 +2,8 @@
 benchmarks/probes/unseen/, written as a new user would (SwiGLU's two products, a per-row bias with
 relu and a residual, two outputs of one accumulator, an f32 output, a batched GEMM with a
 per-batch bias and GELU, residual + RMSNorm, a scaled softmax with f32 output, ALiBi causal
-attention built from index tiles at BQ = 128 and 192 and with the index tiles hoisted). For each: the
+attention built from index tiles at BQ = 128 and 192 and with the index tiles hoisted, a GEMM
+epilogue of index tiles). For each: the
 backend it took, the relative error against float64/float32 torch at a tile multiple and at a
 ragged shape (outputs NaN-poisoned; NaN left in the output counts), and the time against
 ``torch.compile`` of the same expression and (GEMMs) cuBLAS's plain product of the same shape,
@@ -293,6 +294,28 @@ def alibi(shape):
     return args, (q, k, v), expr, 3, None
 
 
+def index_epilogue(shape):
+    """A GEMM epilogue of index tiles and a second f32 tile (benchmarks/probes/unseen/gemm_index_epilogue.tk)."""
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    x = torch.randn(m, n, device="cuda")
+    args = [a, b, x, out(m, n, dtype=torch.float32), 0.5]
+
+    def expr(a, b, x):
+        d = (torch.arange(n, device=x.device, dtype=x.dtype)[None, :]
+             - torch.arange(m, device=x.device, dtype=x.dtype)[:, None])
+        acc = (a @ b).to(x.dtype)
+        return torch.where(d > 0, torch.exp(x * 0.5 - d * 0.01), torch.relu(acc) + d * 0.001)
+    return args, (a, b, x), expr, 3, [2 * m * n * k]
+
+
+def before_ref(shape, file):
+    """The kernel as it ran before fuse-elementwise: the register-tile backend
+    (``pipeline="canonicalize,stream-cols"``, the passes the fallback kept)."""
+    before = tkjit.load(HERE / "unseen" / file, pipeline="canonicalize,stream-cols", cache=False)
+    return {"before": lambda args, ins: before(*args)}
+
+
 def alibi_refs(shape, file):
     """What else an ALiBi probe is timed against: FlexAttention (score_mod = the bias, block mask =
     causal; compiled), and the kernel as it ran before fuse-elementwise (the register-tile backend:
@@ -306,9 +329,8 @@ def alibi_refs(shape, file):
 
     block = create_block_mask(lambda bi, hi, q_idx, kv_idx: kv_idx <= q_idx, None, None, n, n, device="cuda")
     flex = torch.compile(flex_attention)
-    before = tkjit.load(HERE / "unseen" / file, pipeline="canonicalize,stream-cols", cache=False)
     return {"flex": lambda args, ins: flex(ins[0], ins[1], ins[2], score_mod=bias, block_mask=block, scale=scale),
-            "before": lambda args, ins: before(*args)}
+            **before_ref(shape, file)}
 
 
 def softmax_scaled(shape):
@@ -344,8 +366,10 @@ PROBES = {
     "alibi128": ("alibi128.tk", alibi, (4, 16, 4096, 64), (3, 5, 1000, 64)),
     "alibi192": ("alibi192.tk", alibi, (4, 16, 4096, 64), (3, 5, 1000, 64)),
     "alibi_hoisted": ("alibi_hoisted.tk", alibi, (4, 16, 4096, 64), (3, 5, 1000, 64)),
+    "gemm_index_epilogue": ("gemm_index_epilogue.tk", index_epilogue, (4096, 4096, 4096), (1000, 3000, 520)),
 }
-EXTRA_REFS = {"alibi128": alibi_refs, "alibi192": alibi_refs, "alibi_hoisted": alibi_refs}
+EXTRA_REFS = {"alibi128": alibi_refs, "alibi192": alibi_refs, "alibi_hoisted": alibi_refs,
+              "gemm_index_epilogue": before_ref}
 """Probe -> (timed shape, file) -> {name: fn(args, ins)}: more references timed in the same rounds
 (each reported as ``<name>_ms`` and ``<name>_vs_tkjit``, its time over tkjit's)."""
 
