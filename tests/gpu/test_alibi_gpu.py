@@ -43,7 +43,7 @@ def test_alibi_takes_wgmma_and_matches_float64_torch(name, shape):
     torch.manual_seed(3)
     k = tkjit.compile(BY_NAME[name].source, require_hopper=True, cache=False)
     assert k.metadata["backend"] == "wgmma" and k.metadata["lowering"] == "general"
-    assert "fuse-elementwise" in str(k.explain())
+    assert "computed inside their users" in str(k.explain())  # fuse-elementwise decided it
     args, guard = _inputs(*shape)
     want = _reference(args)
     k(*args)
