@@ -793,6 +793,98 @@ def _doc_ref(a):
     return [torch.softmax(s, dim=-1) @ v]
 
 
+GEMM_INDEX_EPILOGUE = """
+kernel gemm_index_epilogue<BM = 128, BN = 128, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], X: gl<f32>[M, N],
+                                                        C: gl<f32>[M, N], s: f32) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      acc = mma_AB(a, b, acc)
+    }
+    x: rt<f32>[BM, BN] = X.tile(m, n)
+    r: rt<f32>[BM, BN] = row_index()
+    c: rt<f32>[BM, BN] = col_index()
+    d = (c + n * BN) - (r + m * BM)
+    C.tile(m, n) = select(d > 0, exp(x * s - d * 0.01), relu(acc) + d * 0.001)
+  }
+}
+"""
+"""A GEMM epilogue built from index tiles and a second input tile (session 18, issue 17): held, the
+accumulator, x and both index tiles need 288 registers a thread of 2 consumers (> 240);
+fuse-elementwise's chains bring it to 224 and it keeps the wgmma path."""
+
+
+def _index_epilogue_ref(a):
+    m, n = a[2].shape
+    d = torch.arange(n, device=a[2].device)[None, :].float() - torch.arange(m, device=a[2].device)[:, None].float()
+    acc = a[0].float() @ a[1].float()
+    return [torch.where(d > 0, torch.exp(a[2] * a[4] - d * 0.01), torch.relu(acc) + d * 0.001)]
+
+
+def _alibi(bq: int, hoisted: bool) -> str:
+    """ALiBi-style causal attention as a user wrote it (session 18, issue 17): the distance tile
+    built from row_index/col_index inside the key loop (or, ``hoisted``, the index tiles made once
+    before it), the scores' scale and bias and the causal select as elementwise steps. Holding each
+    step's tile did not fit any consumer split (260 / 388 registers a thread) and the kernel fell
+    to the register-tile backend; fuse-elementwise computes the chains (and, at BQ = 192 or
+    hoisted, the index tiles) per element at their users."""
+    index = """qi: rt<f32>[BQ, BKV] = row_index()
+      kj: rt<f32>[BQ, BKV] = col_index()"""
+    outer, inner = (index.replace("      ", "    "), "") if hoisted else ("", index)
+    return f"""
+kernel a_alibi<D = 64, BQ = {bq}, BKV = 128>(Q: gl<bf16>[B, H, N, D], K: gl<bf16>[B, H, N, D], V: gl<bf16>[B, H, N, D], O: gl<bf16>[B, H, N, D], scale: f32, slope: f32) {{
+  for (b, h, i) in blocks(B, H, N / BQ) {{
+    q: st<bf16>[BQ, D] = Q.tile(b, h, i, 0)
+    o: rt<f32>[BQ, D] = zeros()
+    mx: cv<f32>[BQ] = fill(-inf)
+    l: cv<f32>[BQ] = zeros()
+    {outer}
+    for j in 0 .. min(N / BKV, ((i + 1) * BQ) / BKV) {{
+      k: st<bf16>[BKV, D] = K.tile(b, h, j, 0)
+      v: st<bf16>[BKV, D] = V.tile(b, h, j, 0)
+      {inner}
+      dist = (kj + j * BKV) - (qi + i * BQ)
+      s = mma_ABt(q, k) * scale + dist * slope
+      s = select(dist > 0, -inf, s)
+      mx_new = max(mx, row_max(s))
+      p = exp(sub_row(s, mx_new))
+      alpha = exp(mx - mx_new)
+      l = l * alpha + row_sum(p)
+      o = mma_AB(cvt<bf16>(p), v, mul_row(o, alpha))
+      mx = mx_new
+    }}
+    O.tile(b, h, i, 0) = cvt<bf16>(div_row(o, l))
+  }}
+}}
+"""
+
+
+ALIBI_128 = _alibi(128, False)
+ALIBI_192 = _alibi(192, False)
+ALIBI_HOISTED = _alibi(128, True)
+ALIBI_SLOPE = 0.0625
+
+
+def _alibi_inputs(s, d):
+    b, h, n = s["B"], s["H"], s["N"]
+    return [*(_randn(b, h, n, 64, device=d) for _ in range(3)), _nan(b, h, n, 64, device=d), 0.125, ALIBI_SLOPE]
+
+
+def alibi_bias(n: int, slope: float, device=None, dtype=torch.float32) -> torch.Tensor:
+    """[n, n]: slope * (key - query), -inf above the diagonal (the kernel's select)."""
+    r = torch.arange(n, device=device, dtype=dtype)
+    dist = r[None, :] - r[:, None]
+    return (dist * slope).masked_fill(dist > 0, float("-inf"))
+
+
+def _alibi_ref(a):
+    q, k, v = (t.float() for t in a[:3])
+    s = q @ k.transpose(-1, -2) * a[4] + alibi_bias(q.shape[2], a[5], q.device)
+    return [torch.softmax(s, dim=-1) @ v]
+
+
 def _attn_shape(b, h, nq, nk, d):
     return {"B": b, "H": h, "NQ": nq, "NK": nk, "D": d}
 
@@ -953,6 +1045,13 @@ CASES = [
          [{"B": 2, "H": 2, "G": 3, "M": 512, "N": 512, "K": 512},
           {"B": 1, "H": 2, "G": 3, "M": 200, "N": 136, "K": 136}],
          {"B": 2, "H": 2, "G": 3, "M": 200, "N": 150, "K": 136}),
+    Case("gemm_index_epilogue", GEMM_INDEX_EPILOGUE,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       torch.randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], dtype=torch.float32, device=d), 0.5],
+         _index_epilogue_ref, (3,), [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    *(Case(name, src, _alibi_inputs, _alibi_ref, (3,),
+           [{"B": 2, "H": 8, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200})
+      for name, src in (("attn_alibi128", ALIBI_128), ("attn_alibi", ALIBI_192), ("attn_alibi_hoisted", ALIBI_HOISTED))),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

@@ -1,7 +1,9 @@
 """Unseen kernels through the default compile on the GPU (probe): the .tk files of
 benchmarks/probes/unseen/, written as a new user would (SwiGLU's two products, a per-row bias with
 relu and a residual, two outputs of one accumulator, an f32 output, a batched GEMM with a
-per-batch bias and GELU, residual + RMSNorm, a scaled softmax with f32 output). For each: the
+per-batch bias and GELU, residual + RMSNorm, a scaled softmax with f32 output, ALiBi causal
+attention built from index tiles at BQ = 128 and 192 and with the index tiles hoisted, a GEMM
+epilogue of index tiles). For each: the
 backend it took, the relative error against float64/float32 torch at a tile multiple and at a
 ragged shape (outputs NaN-poisoned; NaN left in the output counts), and the time against
 ``torch.compile`` of the same expression and (GEMMs) cuBLAS's plain product of the same shape,
@@ -265,6 +267,80 @@ def fp8(shape):
     return args, (a, b), expr, 2, None
 
 
+ALIBI_SLOPE = 0.0625
+
+
+def alibi_bias(n: int, dtype=torch.float32):
+    """[n, n]: slope * (key - query), -inf above the diagonal (the kernels' select)."""
+    r = torch.arange(n, device="cuda", dtype=torch.float64)
+    dist = r[None, :] - r[:, None]
+    return (dist * ALIBI_SLOPE).masked_fill(dist > 0, float("-inf")).to(dtype)
+
+
+def alibi(shape):
+    """ALiBi causal attention (benchmarks/probes/unseen/alibi*.tk) against SDPA with the bias as an
+    explicit additive mask (built once, outside the timing); FlexAttention with the bias as a
+    score_mod and the causal block mask is timed beside it (``extra_refs``)."""
+    b, h, n, d = shape
+    q, k, v = rnd(b, h, n, d), rnd(b, h, n, d), rnd(b, h, n, d)
+    scale = d ** -0.5
+    args = [q, k, v, out(b, h, n, d), scale, ALIBI_SLOPE]
+    masks = {}
+
+    def expr(q, k, v):
+        if q.dtype not in masks:
+            masks[q.dtype] = alibi_bias(n, q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=masks[q.dtype], scale=scale)
+    return args, (q, k, v), expr, 3, None
+
+
+def index_epilogue(shape):
+    """A GEMM epilogue of index tiles and a second f32 tile (benchmarks/probes/unseen/gemm_index_epilogue.tk)."""
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    x = torch.randn(m, n, device="cuda")
+    args = [a, b, x, out(m, n, dtype=torch.float32), 0.5]
+
+    def expr(a, b, x):
+        d = (torch.arange(n, device=x.device, dtype=x.dtype)[None, :]
+             - torch.arange(m, device=x.device, dtype=x.dtype)[:, None])
+        acc = (a @ b).to(x.dtype)
+        return torch.where(d > 0, torch.exp(x * 0.5 - d * 0.01), torch.relu(acc) + d * 0.001)
+    return args, (a, b, x), expr, 3, [2 * m * n * k]
+
+
+def before_ref(shape, file):
+    """The kernel as it ran before fuse-elementwise: the register-tile backend
+    (``pipeline="canonicalize,stream-cols"``, the passes the fallback kept)."""
+    before = tkjit.load(HERE / "unseen" / file, pipeline="canonicalize,stream-cols", cache=False)
+    return {"before": lambda args, ins: before(*args)}
+
+
+def alibi_score_mod(score, bi, hi, q_idx, kv_idx):
+    """FlexAttention's ALiBi: the bias added to each score (the causal part is the block mask's)."""
+    return score + (kv_idx - q_idx).to(score.dtype) * ALIBI_SLOPE
+
+
+_FLEX: dict = {}
+"""The compiled flex_attention and each length's causal block mask, made once for every probe."""
+
+
+def alibi_refs(shape, file):
+    """What else an ALiBi probe is timed against: FlexAttention (score_mod = the bias, block mask =
+    causal; compiled once), and the kernel as it ran before fuse-elementwise (``before_ref``)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    b, h, n, d = shape
+    scale = d ** -0.5
+    if "flex" not in _FLEX:
+        _FLEX["flex"] = torch.compile(flex_attention)
+    if n not in _FLEX:
+        _FLEX[n] = create_block_mask(lambda bi, hi, q_idx, kv_idx: kv_idx <= q_idx, None, None, n, n, device="cuda")
+    flex, block = _FLEX["flex"], _FLEX[n]
+    return {"flex": lambda args, ins: flex(ins[0], ins[1], ins[2], score_mod=alibi_score_mod, block_mask=block,
+                                           scale=scale),
+            **before_ref(shape, file)}
+
+
 def softmax_scaled(shape):
     r, c = shape
     x = rnd(r, c)
@@ -295,7 +371,15 @@ PROBES = {
     "logits_softcap": ("logits_softcap.tk", logits_softcap, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_alpha_beta": ("../../../examples/gemm_alpha_beta.tk", alpha_beta, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_fp8": ("../../../examples/gemm_fp8.tk", fp8, (8192, 8192, 8192), (1000, 3000, 1024)),
+    "alibi128": ("alibi128.tk", alibi, (4, 16, 4096, 64), (3, 5, 1000, 64)),
+    "alibi192": ("alibi192.tk", alibi, (4, 16, 4096, 64), (3, 5, 1000, 64)),
+    "alibi_hoisted": ("alibi_hoisted.tk", alibi, (4, 16, 4096, 64), (3, 5, 1000, 64)),
+    "gemm_index_epilogue": ("gemm_index_epilogue.tk", index_epilogue, (4096, 4096, 4096), (1000, 3000, 520)),
 }
+EXTRA_REFS = {"alibi128": alibi_refs, "alibi192": alibi_refs, "alibi_hoisted": alibi_refs,
+              "gemm_index_epilogue": before_ref}
+"""Probe -> (timed shape, file) -> {name: fn(args, ins)}: more references timed in the same rounds
+(each reported as ``<name>_ms`` and ``<name>_vs_tkjit``, its time over tkjit's)."""
 
 
 def outputs_of(args, where):
@@ -349,6 +433,15 @@ def run(name: str, variants: dict) -> dict:
         bt = name in ("gemm_abt_f32", "bgemm_offset_tanh", "linear_bias_silu", "logits_softcap")  # B given as [N, K]
         fns["cublas"] = (lambda args, ins: torch.bmm(ins[0], ins[1].transpose(1, 2) if bt else ins[1])) \
             if len(shape) == 4 else (lambda args, ins: ins[0] @ (ins[1].t() if bt else ins[1]))
+    extra = EXTRA_REFS[name](shape, file) if name in EXTRA_REFS else {}
+    for ref, fn in extra.items():  # each extra reference checked against the expression (bf16 inputs)
+        args, ins = sets[0]
+        got = fn(args, ins)
+        got = outputs_of(args, where)[0] if got is None else got
+        want = expr(*ins)
+        want = (want[0] if isinstance(want, tuple) else want).double()
+        row[f"err_{ref}"] = ((got.double() - want).norm() / want.norm()).item()
+    fns.update(extra)
     if name == "gemm_abt_f32":  # cuBLAS with the same f32 output, where torch has out_dtype
         try:
             torch.mm(sets[0][1][0], sets[0][1][1].t(), out_dtype=torch.float32)
@@ -366,6 +459,8 @@ def run(name: str, variants: dict) -> dict:
     med = interleaved_ms(fns, [tuple(s) for s in sets])
     row.update({f"{k}_ms": round(v, 5) for k, v in med.items()})
     row["compile_vs_tkjit"] = round(med["compile"] / med["tkjit"], 4)
+    for ref in extra:
+        row[f"{ref}_vs_tkjit"] = round(med[ref] / med["tkjit"], 4)  # above 1: tkjit is faster
     for vname in variants:
         if vname in med:
             row[f"{vname}_vs_tkjit"] = round(med["tkjit"] / med[vname], 4)  # above 1: the variant is faster

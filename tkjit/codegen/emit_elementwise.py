@@ -8,10 +8,13 @@ per op; a scalar combined with a tile is first rounded to the tile's dtype.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..ir.ops import BROADCAST_OPS, BINARY_OPS, UNARY_OPS, CausalMask, CmpSelect, Cvt, Fill, Iota, Zeros
 from ..ir.types import F32, DTYPES, ScalarType, TileType
 from .mathfn import binary_f32, unary_f32
 from .ptx import f32_imm
+from .emit_fused import LazyElements, LazyTile
 from .values import RegTile, RegVec
 
 
@@ -21,7 +24,10 @@ def vec_keys(vec_type, split):
 
 
 def _elements(ctx, rep, out: list[str]):
-    """{key: f32 register} for a RegTile ((b, j, i) keys) or RegVec ((unit, k) keys)."""
+    """{key: f32 register} for a RegTile ((b, j, i) keys) or RegVec ((unit, k) keys); for a
+    deferred tile (emit_fused.LazyTile) a mapping that emits each element when it is read."""
+    if isinstance(rep, LazyTile):
+        return LazyElements(rep, out)
     if isinstance(rep, RegTile):
         return {(b, j, i): ctx.tile_f32(rep, b, j, i, out) for b, j, i in rep.layout.elements()}
     return {(u, k): rep.regs[u][k] for u, k in vec_keys(rep.type, rep.split)}
@@ -190,8 +196,8 @@ def emit_cmp_select(ctx, op) -> list[str]:
             parts.append(ctx.round_f32(cmp_dtype if k < 2 else t.dtype, ctx.scalar_f32(v, out), out))
         else:
             parts.append(_elements(ctx, ctx.get(v), out))
-    keys = next(p for p in parts if isinstance(p, dict)).keys()
-    pick = [(lambda key, p=p: p[key]) if isinstance(p, dict) else (lambda key, p=p: p) for p in parts]
+    keys = next(p for p in parts if isinstance(p, Mapping)).keys()
+    pick = [(lambda key, p=p: p[key]) if isinstance(p, Mapping) else (lambda key, p=p: p) for p in parts]
     res = {}
     for key in keys:
         a, b, x, y = (f(key) for f in pick)

@@ -11,6 +11,7 @@ from ..errors import NotAvailableError
 from ..ir.core import Op
 from ..ir.ops import ClusterRank, Copy, CopyCols, Load, Store, Yield
 from ..ir.types import ScalarType, describe
+from ..passes.liveness import deferred
 from .emit_check import CHECK_EMITTERS
 from .emit_cluster import CLUSTER_EMITTERS, CLUSTER_SCRATCH, pinned_scratch
 from .emit_control import CONTROL_EMITTERS
@@ -54,6 +55,9 @@ class EmitterTable:
                             {**MEMORY_SCRATCH, **MMA_SCRATCH, **REDUCE_SCRATCH, **CLUSTER_SCRATCH})
 
     def lookup(self, op: Op):
+        if deferred(op):  # fuse-elementwise: computed where its users read it (emit_fused.py)
+            from .emit_fused import emit_deferred
+            return emit_deferred
         key = (type(op), category(op))
         try:
             return self.entries[key]

@@ -8,7 +8,7 @@ from .manager import (IRSnapshots, Pass, PassContext, PassManager, Pipeline, des
                       register_pass, registered_passes, unregister_pass)
 
 from . import canonicalize, checks  # noqa: E402,F401  (registers the passes)
-from . import async_schedule, branch_tail, epilogue, grid, layout, mask_branch, mbarrier, own_trips, pipeline, reg_budget, row_sums, scale_fold, smem_plan, stream_cols, tile_split, warp_spec  # noqa: E402,F401
+from . import async_schedule, branch_tail, epilogue, fuse_elementwise, grid, layout, mask_branch, mbarrier, own_trips, pipeline, reg_budget, row_sums, scale_fold, smem_plan, stream_cols, tile_split, warp_spec  # noqa: E402,F401
 
 from .hopper import HOPPER_PIPELINE  # noqa: E402
 

@@ -14,11 +14,12 @@ from ..ir.core import Block, Kernel, Op, Value
 from ..ir.ops import Blocks, Copy, For, If, Load, Store, Yield
 from ..ir.types import TileType
 
-HOPPER_PIPELINE = ("mask-branch,scale-fold,tile-split,layout,row-sums,branch-tail,grid,warp-spec,pipeline,smem-plan,own-trips,"
+HOPPER_PIPELINE = ("mask-branch,scale-fold,tile-split,layout,row-sums,branch-tail,fuse-elementwise,grid,warp-spec,pipeline,smem-plan,own-trips,"
                    "reg-budget,epilogue,mbarrier")
 """The scheduling passes in the order each one's inputs require (tile-split before layout: the
 tiles it halves are laid out as halves; row-sums after layout: it keeps
-shares of wgmma-layout row sums; before branch-tail, which moves the sum into an if; grid before warp-spec,
+shares of wgmma-layout row sums; before branch-tail, which moves the sum into an if; fuse-elementwise
+after the passes that rewrite the loop body and before grid and warp-spec, which count its registers; grid before warp-spec,
 smem-plan and mbarrier: ping-pong, buffer lifetimes and the protocol depend on whether the
 block loop is persistent; mbarrier after smem-plan: an epilogue that smem-plan puts over a ring
 adds a consumer barrier to the protocol; own-trips before mbarrier: the loops it marks get

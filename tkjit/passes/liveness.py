@@ -11,7 +11,9 @@ an allowance for addresses, indices, descriptors and loop counters.
 The estimate walks the block body in program order: a value lives from its definition to its
 last use, a value used inside a loop it was defined outside of lives to the loop's end, and an
 op that consumes a value for the last time may write its result into the same registers (the
-wgmma accumulator, elementwise maps in place).
+wgmma accumulator, elementwise maps in place). A tile fuse-elementwise deferred (``deferred``)
+holds no registers: it is computed element by element where its users read it, so what it reads
+lives until there instead (``roots``).
 """
 from __future__ import annotations
 
@@ -46,6 +48,29 @@ def fragment_registers(t: Type, consumers: int) -> int:
     else:
         elements = t.length / 4
     return -(-int(elements * t.dtype.bits) // 32)
+
+
+FUSE = ("chain", "remat")
+"""The values of an op's ``fuse`` attribute (passes/fuse_elementwise.py): ``chain``, a single-use
+temporary computed inside its one user; ``remat``, an index-derived tile computed again at each
+use."""
+
+
+def deferred(op: Op) -> bool:
+    """Whether fuse-elementwise deferred ``op``'s register tile to its users: no register holds
+    it as a tile; each user's emitter computes it element by element, fragment register by
+    fragment register, as it reads it. One rule for the estimate (``consumer_pressure``) and the
+    emitters (codegen/emit_fused.py, through EmitterTable.lookup)."""
+    return op.attrs.get("fuse") in FUSE
+
+
+def roots(op: Op, readers: dict[Value, list[Op]]) -> list[Op]:
+    """The ops that compute a deferred ``op``'s elements: its users, through deferred users to
+    theirs (a chain is evaluated inside the op that is not deferred)."""
+    out: list[Op] = []
+    for user in readers.get(op.result, []):
+        out += roots(user, readers) if deferred(user) else [user]
+    return out
 
 
 def held_packed(op: Op, users: list[Op]) -> bool:
@@ -121,13 +146,14 @@ def consumer_pressure(kernel: Kernel, consumers: int, within: Op | None = None) 
             t = v.type
             if held_packed(op, readers.get(v, [])):
                 t = with_dtype(t, op.operands[0].type.dtype)
-            size[v] = fragment_registers(t, consumers)
+            size[v] = 0 if deferred(op) else fragment_registers(t, consumers)
             if size[v]:
                 born[v] = p.end if op.regions else p.start
                 uses.setdefault(v, [born[v]])
+        at = roots(op, readers) if deferred(op) else [op]  # where a deferred op reads its operands
         for v in op.operands:
             if v in born:
-                uses[v].append(use_position(op, v, pos))
+                uses[v] += [use_position(user, v, pos) for user in at]
         if isinstance(op, For):
             for arg in op.regions[0].args[1:]:
                 size[arg] = fragment_registers(arg.type, consumers)

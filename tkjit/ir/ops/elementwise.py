@@ -17,6 +17,9 @@ class Binary(Op):
 
     OPERANDS = ("lhs", "rhs")
     KIND = "arith"  # arith | int | compare | logic
+    ATTRS = {"fuse": str}
+    OPTIONAL_ATTRS = frozenset({"fuse"})
+    """``fuse``: fuse-elementwise's decision (passes/fuse_elementwise.py), on a register tile only."""
 
     def infer(self):
         a, b = self.operands[0].type, self.operands[1].type
@@ -76,6 +79,8 @@ class Unary(Op):
 
     OPERANDS = ("x",)
     INT_OK = False
+    ATTRS = {"fuse": str}
+    OPTIONAL_ATTRS = frozenset({"fuse"})
 
     def infer(self):
         t = self.operands[0].type
@@ -199,7 +204,8 @@ class Iota(_Creates):
 
     NAME = "iota"
     OPERANDS = ("offset?",)
-    ATTRS = {"axis": str}
+    ATTRS = {"axis": str, "fuse": str}
+    OPTIONAL_ATTRS = frozenset({"fuse"})
 
     def infer(self):
         [t] = super().infer()
@@ -225,7 +231,8 @@ class CmpSelect(Op):
 
     NAME = "cmp_select"
     OPERANDS = ("a", "b", "x", "y")
-    ATTRS = {"cmp": str}
+    ATTRS = {"cmp": str, "fuse": str}
+    OPTIONAL_ATTRS = frozenset({"fuse"})
 
     def infer(self):
         if self.attrs["cmp"] not in COMPARISONS:

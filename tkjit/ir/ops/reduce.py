@@ -37,6 +37,8 @@ class Broadcast(Op):
     OPERANDS = ("x", "v")
     AXIS = "row"
     FN = "sub"
+    ATTRS = {"fuse": str}
+    OPTIONAL_ATTRS = frozenset({"fuse"})
 
     def infer(self):
         t = _need_rt(self, self.operands[0].type)
