@@ -1,7 +1,8 @@
 """Unseen kernels through the default compile on the GPU (probe): the .tk files of
 benchmarks/probes/unseen/, written as a new user would (SwiGLU's two products, a per-row bias with
 relu and a residual, two outputs of one accumulator, an f32 output, a batched GEMM with a
-per-batch bias and GELU, residual + RMSNorm, a scaled softmax with f32 output). For each: the
+per-batch bias and GELU, residual + RMSNorm, a scaled softmax with f32 output, RMSNorm fused into
+a linear layer and a dequantized A, each reading a ring tile into registers). For each: the
 backend it took, the relative error against float64/float32 torch at a tile multiple and at a
 ragged shape (outputs NaN-poisoned; NaN left in the output counts), and the time against
 ``torch.compile`` of the same expression and (GEMMs) cuBLAS's plain product of the same shape,
@@ -273,6 +274,31 @@ def softmax_scaled(shape):
     return args, (x,), expr, 1, None
 
 
+def rms_linear(shape):
+    m, n, k = shape
+    x = rnd(m, k)
+    w = rnd(k, n, scale=k ** -0.5)
+    args = [x, w, out(m, n), 1e-5]
+
+    def expr(x, w):
+        xf = x if x.dtype == torch.float64 else x.float()
+        return (x @ w) * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype)
+    return args, (x, w), expr, 2, [2 * m * n * k]
+
+
+def dequant_a(shape):
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    s = torch.rand(k, device="cuda") + 0.5
+    args = [a, b, s, out(m, n)]
+
+    def expr(a, b, s):
+        if a.dtype == torch.float64:
+            return (a * s) @ b
+        return (a.float() * s).to(torch.bfloat16) @ b
+    return args, (a, b, s), expr, 3, [2 * m * n * k]
+
+
 PROBES = {
     # name: (file, case builder, timed shape, ragged shape, constants)
     "swiglu": ("swiglu.tk", swiglu, (4096, 4096, 4096), (1000, 3000, 520)),
@@ -295,6 +321,10 @@ PROBES = {
     "logits_softcap": ("logits_softcap.tk", logits_softcap, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_alpha_beta": ("../../../examples/gemm_alpha_beta.tk", alpha_beta, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_fp8": ("../../../examples/gemm_fp8.tk", fp8, (8192, 8192, 8192), (1000, 3000, 1024)),
+    # a ring tile read into registers (session 18): rms_linear as written, and loading X twice
+    "rms_linear": ("rms_linear.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
+    "rms_linear_twice": ("rms_linear_twice.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_dequant_a": ("gemm_dequant_a.tk", dequant_a, (4096, 4096, 4096), (1000, 3000, 520)),
 }
 
 

@@ -5,7 +5,7 @@ follow, so that what the CPU checks is what the GPU runs.
     for kind, step, op in interleave(ops, steps, anchor): ...
 
 ``anchor(step, ops)`` gives the index of the IR op a step stands for (a one-shot tile's full
-``Wait``, the ``CopyFill`` of a tile the consumers fill (its load), a ring loop's ``IfTrips``, a trip's ``Mma`` or a product of one-shot tiles, the ``ConsumerSync`` before a store staged
+``Wait``, the ``CopyFill`` of a tile the consumers fill (its load), a ring loop's ``IfTrips``, a trip's ``Mma`` (its product) or ``Read`` (its copy of a ring tile into registers) or a product of one-shot tiles, the ``ConsumerSync`` before a store staged
 over a ring, split-K's ``ClusterReduce`` before the first op reading the loop's results) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
 (``"anchored"``); a step with no op of its own comes where it stands among the anchored ones (a
 wait right after its wgmma), or, after the last of them, once every pending op has run (the
@@ -17,7 +17,7 @@ from __future__ import annotations
 from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
 from ...passes.sync_protocol import (ClusterExchange, ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma,
-                                     MmaWait, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, Wait)
+                                     MmaWait, Read, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, Wait)
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -118,11 +118,12 @@ def first_reader(ops: list[Op], loop: For) -> int | None:
 
 def trip_anchor(loop: For, store_of: dict | None = None):
     """The anchor of a trip's steps: the k-th ``Mma`` step is the k-th product of the loop body,
-    the k-th ``TileWrite`` its k-th copy of a register tile into a shared tile, a ``StagedStore``
-    its store."""
-    from ...passes.mbarrier import is_tile_write
+    the k-th ``TileWrite`` its k-th copy of a register tile into a shared tile, the k-th ``Read``
+    its k-th copy of a ring tile into registers, a ``StagedStore`` its store."""
+    from ...passes.mbarrier import is_tile_write, ring_reads
     order = iter([op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)])
     writes = iter([op for op in loop.regions[0].ops if is_tile_write(op)])
+    reads = iter(ring_reads(loop))
     store_of = store_of or {}
 
     def anchor(step, ops: list[Op]) -> int | None:
@@ -130,6 +131,8 @@ def trip_anchor(loop: For, store_of: dict | None = None):
             return ops.index(store_of[step.store])
         if isinstance(step, TileWrite):
             return ops.index(next(writes))
+        if isinstance(step, Read):
+            return ops.index(next(reads))
         return ops.index(next(order)) if isinstance(step, Mma) else None
     return anchor
 

@@ -17,6 +17,11 @@ elementwise stays packed (``liveness.held_packed``); otherwise its elements are 
 The protocol's one-shot ``Wait`` on the tile's full barrier comes before the first op that reads
 it (interleave.py anchors it at the load), and its release at the tile's end, so the read needs
 no step of its own.
+
+A tile a loop streams through its ring (``x: st<bf16>[BM, BK] = X.tile(m, k)`` in the K loop,
+``xr: rt<f32>[BM, BK] = x``) is read the same way from the trip's current stage, in the layout
+pass's swizzle: the read is the trip's ``Read`` step (``sync_protocol.place_read``), after the
+stage's full ``Wait`` and before its release (both the checker and the roles executor see it).
 """
 from __future__ import annotations
 
@@ -41,12 +46,12 @@ def tile_read_refusal(op: Copy):
     if not isinstance(op.operands[0].owner, Load):
         return Refusal(op, "a shared tile read into registers must be one the producer loads "
                            "(a tile loaded in the block body)")
-    if isinstance(getattr(op.operands[0].owner.parent, "parent", None), For):
-        # the mbarrier pass counts the read as one of the trip's ring readers, but the consumers'
-        # walk anchors ring reads at matrix products only (it crashed with StopIteration)
-        return Refusal(op, "a tile a loop streams through its ring is read into registers only by "
-                           "matrix products here; load the register tile from its tensor instead "
-                           "(x: rt<..> = X.tile(...))")
+    if isinstance(getattr(op.operands[0].owner.parent, "parent", None), For) and \
+            op.parent is not op.operands[0].owner.parent:
+        # a ring tile's read is a step of its trip (Read), which stands for an op of the trip
+        return Refusal(op, "a tile a loop streams through its ring is read into registers in that "
+                           "loop's body itself (not in an 'if' or a loop inside it): the read is a "
+                           "step of the trip's protocol")
     if src.dtype not in (BF16, F16):
         return Refusal(op, f"a {src.dtype} shared tile read into registers: 16-bit tiles only")
     if not (isinstance(dst, TileType) and dst.space == "rt") or dst.dtype not in (src.dtype, F32):
@@ -77,10 +82,22 @@ def emit_tile_read(ctx, op: Copy) -> list[str]:
                        "from where its TMA box put each pair")]
     for (u, j, h), a in pair_addresses(ctx, rep.layout, src, base, out):
         out.append(f"ld.shared.b32 {rep.regs[u][j][h]}, [{a}];")
-    if t.dtype == src.dtype or held_packed(op, role.users.get(id(op.result), [])):
+    packed = t.dtype == src.dtype or held_packed(op, role.users.get(id(op.result), []))
+    if packed:
         ctx.bind(op.result, rep)
     else:
         ctx.bind(op.result, make_value(ctx, t, _elements(ctx, rep, out), out))
+    ring = role.ring_of_load.get(load)
+    if ring is not None and isinstance(getattr(load.parent, "parent", None), For):
+        where = f" at {op.span.location()}" if op.span else ""
+        decision = {"decision": "tile read", "value": f"%{name}{where}: ld.shared.b32 from ring {ring}'s stage",
+                    "why": f"the trip's Read step, after the stage's full wait and before its release: "
+                           f"each consumer thread loads its 16-bit pairs of the {src.rows} x {src.cols} tile "
+                           f"from where the TMA box put them ({span}B swizzle), "
+                           + ("kept packed (read only elementwise)" if packed and t.dtype != src.dtype else
+                              "as they are" if t.dtype == src.dtype else "unpacked to f32")}
+        if decision not in role.k.decisions:
+            role.k.decisions.append(decision)
     return out
 
 
