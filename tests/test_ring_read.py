@@ -211,19 +211,28 @@ RMS_SS = BY_NAME["rms_linear_read"].source.replace(
     "    Y.tile(m, n) = ", "    S.tile(m) = ss\n    Y.tile(m, n) = ")
 
 
+RMS_SS_F32 = RMS_SS.replace("X: gl<bf16>[M, K]", "X: gl<f32>[M, K]").replace(
+    "x: st<bf16>[BM, BK]", "x: st<f32>[BM, BK]").replace("mma_AB(x, w, acc)", "mma_AB(cvt<bf16>(xr), w, acc)")
+"""The same with an f32 X: its ring tile (256-byte rows: two 128-byte swizzle panels) read with
+ld.shared.v2.f32, and the product's A made from it in registers (RS)."""
+
+
+@pytest.mark.parametrize("src", [RMS_SS, RMS_SS_F32], ids=["bf16", "f32"])
 @pytest.mark.parametrize("m, n, kk, sms", [(200, 256, 576, 2), (128, 256, 128, 1)])
-def test_the_ring_read_on_the_ptx_simulator(monkeypatch, m, n, kk, sms):
+def test_the_ring_read_on_the_ptx_simulator(monkeypatch, src, m, n, kk, sms):
     """rms_linear_read with its rows' sum of squares stored too (S), its PTX on the simulator with
     the wgmmas skipped (the sums come from the register reads of the ring's stages alone): 9 trips
-    over 6 stages (the ring wraps), ping-pong consumers on 2 tiles a CTA, ragged M; no deadlock, S
-    right, Y the epilogue of a zero accumulator."""
+    over the ring's stages (it wraps), consumers on 2 tiles a CTA, ragged M; no deadlock, S right,
+    Y the epilogue of a zero accumulator."""
     import ptxsim
     from simkit import simulate
     monkeypatch.setattr(ptxsim, "SKIP_WGMMA", True)
-    k = tkjit.compile(RMS_SS, cache=False, require_hopper=True)
+    k = tkjit.compile(src, cache=False, require_hopper=True)
     assert k.metadata["lowering"] == "general"
     torch.manual_seed(0)
     x, w = torch.randn(m, kk).bfloat16(), torch.randn(kk, n).bfloat16()
+    if src is RMS_SS_F32:
+        x = torch.randn(m, kk)
     args = [x, w, torch.empty(m, n).bfloat16(), torch.empty(m), 1e-5]
     y, s = simulate(k._result.tkir, args, [2, 3], ptx_meta=(k.asm["ptx"], dict(k.metadata)), num_sms=sms)
     want = (x.float() ** 2).sum(1)

@@ -556,6 +556,41 @@ kernel gemm_dequant_a<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16
 """A per-K-channel scale applied to A in registers, A streamed by TMA through the ring and read into
 registers from its stage (``ar = a``), then an RS wgmma: the dequantized-operand pattern."""
 
+GEMM_F32A = """
+kernel gemm_f32a<BM = 128, BN = 128, BK = 32>(A: gl<f32>[M, K], B: gl<bf16>[K, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<f32>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      ar: rt<f32>[BM, BK] = a
+      acc = mma_AB(cvt<bf16>(ar), b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+"""A mixed-input GEMM: f32 activations streamed by TMA, read into registers from their ring stage
+(ld.shared.v2.f32) and converted to bf16 for an RS wgmma."""
+
+RESIDUAL_F32_SHARED = """
+kernel residual_f32_shared(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<f32>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[128, 64] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    rs: st<f32>[128, 128] = R.tile(m, n)
+    r: rt<f32>[128, 128] = rs
+    C.tile(m, n) = cvt<bf16>(silu(acc) + r)
+  }
+}
+"""
+"""An f32 residual loaded as a shared tile once per tile and read into registers after the loop
+(512-byte rows: four 128-byte swizzle panels)."""
+
 ATTN_DOC = """
 @consumers(2)
 kernel attn_doc<D = 128, BKV = 128, BQ = 128>(
@@ -969,6 +1004,16 @@ CASES = [
                        torch.rand(s["K"], device=d) + 0.5, _nan(s["M"], s["N"], device=d)],
          lambda a: [(a[0].float() * a[2]).bfloat16().float() @ a[1].float()], (3,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_f32a", GEMM_F32A,
+         lambda s, d: [torch.randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _nan(s["M"], s["N"], device=d)],
+         lambda a: [a[0].bfloat16().float() @ a[1].float()], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 260, 200)),
+    Case("residual_f32_shared", RESIDUAL_F32_SHARED,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
+                       torch.randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [torch.nn.functional.silu(a[0].float() @ a[1].float().t()) + a[2]], (3,),
+         [_mk(2048, 2048, 2048), _mk(1000, 600, 520)], _mk(300, 200, 136)),
     Case("attn_doc", ATTN_DOC, _doc_inputs, _doc_ref, (4,),
          [{"B": 2, "H": 4, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
     Case("attn_qreg", ATTN_QREG,

@@ -29,6 +29,11 @@ completed early), ``wrong-phase`` (a wait passed on an older phase of the same p
 at the end), ``deadlock``, and ``overwrite`` again when an epilogue's staging tile is written
 over a ring that is still read or filled.
 
+A ring tile read into registers (``Read``, ld.shared) is checked as a wgmma's read of its stages
+(``early-read``, ``overwrite``, ``wrong-phase``), done at once: nothing stays in flight, so no
+``wait_group`` retires it; a read of a fill this consumer already released is
+``release-before-read``.
+
 Consumer-written tiles (``TileWrite``: a register tile stored to shared memory for a wgmma): each
 consumer writes its rows, counted per consumer; a meeting of the consumers (the named barrier
 completing) publishes what every consumer had written by then. A wgmma may read the tile only

@@ -10,7 +10,8 @@ by TMA while the K loop runs (the producer issues it with the tile's other one-s
 of the consumers), so the consumers read it from shared memory after the loop instead of waiting
 for global memory there. The read is the tile write's mirror (``lower_shared_store``): each
 consumer thread loads each of its 16-bit pairs (row ``row_base + band offset + 8*half``, columns
-``col_base + 8*chunk``, +1) with one ``ld.shared.b32`` from the byte the TMA box put it at (the
+``col_base + 8*chunk``, +1) with one ``ld.shared.b32`` (an f32 tile's pair with one
+``ld.shared.v2.f32``) from the byte the TMA box put it at (the
 swizzle the layout pass chose, panel after panel, 16-byte chunks XOR-swizzled with bits 7.. of
 the offset), into the packed registers a 16-bit tile is held in. An f32 result read only
 elementwise stays packed (``liveness.held_packed``); otherwise its elements are unpacked (exact).
@@ -52,8 +53,8 @@ def tile_read_refusal(op: Copy):
         return Refusal(op, "a tile a loop streams through its ring is read into registers in that "
                            "loop's body itself (not in an 'if' or a loop inside it): the read is a "
                            "step of the trip's protocol")
-    if src.dtype not in (BF16, F16):
-        return Refusal(op, f"a {src.dtype} shared tile read into registers: 16-bit tiles only")
+    if src.dtype not in (BF16, F16, F32):
+        return Refusal(op, f"a {src.dtype} shared tile read into registers: 16-bit and f32 tiles only")
     if not (isinstance(dst, TileType) and dst.space == "rt") or dst.dtype not in (src.dtype, F32):
         return Refusal(op, f"a {src.dtype} shared tile is read into an rt<{src.dtype}> or rt<f32> tile")
     if swizzle_bytes(src) not in SWIZZLE_MASKS:
@@ -81,7 +82,10 @@ def emit_tile_read(ctx, op: Copy) -> list[str]:
     out: list[str] = [(f"// read %{name} ({src.rows} x {src.cols}, {span}B swizzle) into registers, "
                        "from where its TMA box put each pair")]
     for (u, j, h), a in pair_addresses(ctx, rep.layout, src, base, out):
-        out.append(f"ld.shared.b32 {rep.regs[u][j][h]}, [{a}];")
+        if src.dtype == F32:  # the pair's two elements, 8 bytes inside one 16-byte chunk
+            out.append(f"ld.shared.v2.f32 {{{rep.regs[u][j][2 * h]}, {rep.regs[u][j][2 * h + 1]}}}, [{a}];")
+        else:
+            out.append(f"ld.shared.b32 {rep.regs[u][j][h]}, [{a}];")
     packed = t.dtype == src.dtype or held_packed(op, role.users.get(id(op.result), []))
     if packed:
         ctx.bind(op.result, rep)
@@ -90,10 +94,12 @@ def emit_tile_read(ctx, op: Copy) -> list[str]:
     ring = role.ring_of_load.get(load)
     if ring is not None and isinstance(getattr(load.parent, "parent", None), For):
         where = f" at {op.span.location()}" if op.span else ""
-        decision = {"decision": "tile read", "value": f"%{name}{where}: ld.shared.b32 from ring {ring}'s stage",
+        wide = src.dtype == F32
+        decision = {"decision": "tile read",
+                    "value": f"%{name}{where}: {'ld.shared.v2.f32' if wide else 'ld.shared.b32'} from ring {ring}'s stage",
                     "why": f"the trip's Read step, after the stage's full wait and before its release: "
-                           f"each consumer thread loads its 16-bit pairs of the {src.rows} x {src.cols} tile "
-                           f"from where the TMA box put them ({span}B swizzle), "
+                           f"each consumer thread loads its {'f32' if wide else '16-bit'} pairs of the "
+                           f"{src.rows} x {src.cols} tile from where the TMA box put them ({span}B swizzle), "
                            + ("kept packed (read only elementwise)" if packed and t.dtype != src.dtype else
                               "as they are" if t.dtype == src.dtype else "unpacked to f32")}
         if decision not in role.k.decisions:
