@@ -178,18 +178,30 @@ kernel attn_ksq<D = 64, BKV = 128, BQ = 128>(Q: gl<bf16>[B, H, N, D], K: gl<bf16
 summed over the key blocks, row r of every block, stored per query block (KS)."""
 
 
-def test_level_2_is_not_taken_for_a_trip_that_reads_a_ring_tile():
-    """Attention whose trip also reads its key tile into registers (kr = k, the keys' squared
-    norms summed over the key blocks, row r of every block, stored per query block): the
-    pipelined trip's walk places no Read step, so the mbarrier pass keeps the loop at the
-    standard trip -- still the general lowering, right on the interpreter and the roles executor."""
-    from tkjit.interpreter.roles import run_roles
+ATTN_KSQ_AFTER = ATTN_KSQ.replace(
+    "      kr: rt<f32>[BKV, D] = k\n      ks = ks + row_sum(kr * kr)\n      s = mma_ABt(q, k) * (scale * LOG2E)\n",
+    "      s = mma_ABt(q, k) * (scale * LOG2E)\n      kr: rt<f32>[BKV, D] = k\n      ks = ks + row_sum(kr * kr)\n")
+"""The same with the key tile read after the first product (with the trip's register work)."""
+
+
+@pytest.mark.parametrize("src", [ATTN_KSQ, ATTN_KSQ_AFTER], ids=["before", "after"])
+def test_level_2_takes_a_trip_that_reads_a_ring_tile(src):
+    """Attention whose trip also reads its key tile into registers: level 2 (the second product
+    held a trip) with the read before the first product or in the register work, the stage held
+    until the next trip's release either way; right on the interpreter and the roles executor."""
+    assert src.count("kr: rt<f32>") == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        k = tkjit.compile(ATTN_KSQ, cache=False, require_hopper=True)
+        k = tkjit.compile(src, cache=False, require_hopper=True)
         k.asm["ptx"]
     assert k.metadata["lowering"] == "general"
-    assert "mma_hold" not in k.asm["after:async-schedule"] and "ring_read" in k.asm["after:async-schedule"]
+    text = k.asm["after:async-schedule"]
+    assert "mma_hold" in text and "ring_read" in text
+    trip = str(k.protocol).split("consumer (")[1].split("loop j {")[1].split("advance j")[0]
+    read, first = trip.index("read j.s into registers"), trip.index("mma reading q.s, j.s")
+    assert (read < first) == (src is ATTN_KSQ)
+    assert read < trip.index("release: arrive empty[j.prev]")
+    from tkjit.interpreter.roles import run_roles
     torch.manual_seed(0)
     b, h, n = 1, 2, 256
     q, kk, v = (torch.randn(b, h, n, 64).bfloat16() for _ in range(3))

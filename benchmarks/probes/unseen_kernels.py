@@ -2,7 +2,7 @@
 benchmarks/probes/unseen/, written as a new user would (SwiGLU's two products, a per-row bias with
 relu and a residual, two outputs of one accumulator, an f32 output, a batched GEMM with a
 per-batch bias and GELU, residual + RMSNorm, a scaled softmax with f32 output, RMSNorm fused into
-a linear layer and a dequantized A, each reading a ring tile into registers). For each: the
+a linear layer, a dequantized A and an f32 A, each reading a ring tile into registers). For each: the
 backend it took, the relative error against float64/float32 torch at a tile multiple and at a
 ragged shape (outputs NaN-poisoned; NaN left in the output counts), and the time against
 ``torch.compile`` of the same expression and (GEMMs) cuBLAS's plain product of the same shape,
@@ -299,6 +299,19 @@ def dequant_a(shape):
     return args, (a, b, s), expr, 3, [2 * m * n * k]
 
 
+def f32a(shape):
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda") * k ** -0.25
+    b = rnd(k, n, scale=k ** -0.25)
+    args = [a, b, out(m, n)]
+
+    def expr(a, b):
+        if a.dtype == torch.float64:
+            return a @ b
+        return a.to(torch.bfloat16) @ b
+    return args, (a, b), expr, 2, [2 * m * n * k]
+
+
 PROBES = {
     # name: (file, case builder, timed shape, ragged shape, constants)
     "swiglu": ("swiglu.tk", swiglu, (4096, 4096, 4096), (1000, 3000, 520)),
@@ -325,6 +338,7 @@ PROBES = {
     "rms_linear": ("rms_linear.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
     "rms_linear_twice": ("rms_linear_twice.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_dequant_a": ("gemm_dequant_a.tk", dequant_a, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_f32a": ("gemm_f32a.tk", f32a, (4096, 4096, 4096), (1000, 3000, 520)),
 }
 
 

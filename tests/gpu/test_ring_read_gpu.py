@@ -13,7 +13,7 @@ import torch
 
 import tkjit
 
-from test_ring_read import ATTN_KSQ, RMS_SS
+from test_ring_read import ATTN_KSQ, ATTN_KSQ_AFTER, RMS_SS, RMS_SS_F32
 from unseen_corpus import BY_NAME
 
 pytestmark = pytest.mark.gpu
@@ -37,13 +37,16 @@ def _err(got, want) -> float:
     return ((got.double() - want).norm() / want.norm()).item()
 
 
+@pytest.mark.parametrize("src", [RMS_SS, RMS_SS_F32], ids=["bf16", "f32"])
 @pytest.mark.parametrize("m,n,k", SHAPES, ids=lambda s: str(s))
-def test_rms_linear_with_its_sums_matches_float64(m, n, k):
+def test_rms_linear_with_its_sums_matches_float64(src, m, n, k):
     """rms_linear as a user writes it, with the rows' sum of squares also stored (S): S comes from
-    the register reads of the ring's stages alone, Y from them and the wgmmas."""
-    kern = tkjit.compile(RMS_SS, require_hopper=True)
+    the register reads of the ring's stages alone, Y from them and the wgmmas (f32: X read with
+    ld.shared.v2.f32, the product's A made from it in registers)."""
+    kern = tkjit.compile(src, require_hopper=True)
     torch.manual_seed(0)
-    x = torch.randn(m, k, device="cuda").bfloat16()
+    x = torch.randn(m, k, device="cuda")
+    x = x if src is RMS_SS_F32 else x.bfloat16()
     w = (torch.randn(k, n, device="cuda") * k ** -0.5).bfloat16()
     y, y_tail = _poisoned((m, n), torch.bfloat16)
     s, s_tail = _poisoned((m,), torch.float32)
@@ -53,7 +56,8 @@ def test_rms_linear_with_its_sums_matches_float64(m, n, k):
     xd = x.double()
     ss = (xd ** 2).sum(1)
     assert _err(s, ss) < 1e-5
-    want = (xd @ w.double()) * torch.rsqrt(ss / k + 1e-5)[:, None]
+    xa = x.bfloat16().double()  # (f32 X: the product reads it rounded to bf16)
+    want = (xa @ w.double()) * torch.rsqrt(ss / k + 1e-5)[:, None]
     assert _err(y, want) < 1e-2
     assert bool((y_tail == SENTINEL).all()) and bool((s_tail == SENTINEL).all()), "wrote past an output"
 
@@ -89,9 +93,12 @@ def test_dequantized_a_matches_float64(m, n, k):
     assert bool((tail == SENTINEL).all()), "wrote past the output"
 
 
+@pytest.mark.parametrize("src", [ATTN_KSQ, ATTN_KSQ_AFTER], ids=["before", "after"])
 @pytest.mark.parametrize("b,h,n", [(2, 4, 2048), (1, 3, 1024), (1, 3, 1000)], ids=lambda s: str(s))
-def test_attention_reading_its_key_tile_matches_float64(b, h, n):
-    kern = tkjit.compile(ATTN_KSQ, require_hopper=True)
+def test_attention_reading_its_key_tile_matches_float64(src, b, h, n):
+    """Level 2 with the key tile read before the first product or in the register work."""
+    kern = tkjit.compile(src, require_hopper=True)
+    assert "mma_hold" in kern.asm["after:async-schedule"]
     torch.manual_seed(3)
     q, k, v = (torch.randn(b, h, n, 64, device="cuda").bfloat16() for _ in range(3))
     o, o_tail = _poisoned((b, h, n, 64), torch.bfloat16)

@@ -332,7 +332,7 @@ class _Builder:
             writes = []
         if op.attrs.get("own_trips"):
             self.own_trips(op, name, len(names) > 1, writes)
-        level2 = not writes and not stores and not copies and self.level2_allowed(op, split=len(names) > 1)
+        level2 = not writes and not stores and self.level2_allowed(op, split=len(names) > 1)
         turns = level2 and self.consumers >= 2 and not self.pingpong and not op.attrs.get("own_trips") \
             and name not in self.own and len(reads) == 2 and self.turns_for(op)
         self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op),
@@ -356,12 +356,10 @@ class _Builder:
         return self.consumers == 2 and any(depends_on(v, indices) for v in op.operands[:3])
 
     def level2_allowed(self, op: For, split: bool) -> bool:
-        """Level 2 where it fits, with 3 stages or a ring of its own for the second product; not
-        where the trip reads a ring tile into registers (``ring_reads``: the pipelined trip's walk
-        places no ``Read`` step yet)."""
+        """Level 2 where it fits, with 3 stages or a ring of its own for the second product."""
         stages = op.attrs.get("stages", 0)
         return self.overlap and (stages >= LEVEL2_STAGES or (split and stages >= 2)) and \
-            not ring_reads(op) and self.level2_fits(op)
+            self.level2_fits(op)
 
     def split_groups(self, op: For, loads: list[Load]):
         """(the first product's loads, the second product's) when the option asks for split
@@ -371,8 +369,8 @@ class _Builder:
                 op.attrs.get("stages", 0) < 2:
             return None
         parts = pipelined(op)
-        if parts is None or ring_reads(op):
-            return None
+        if parts is None or ring_reads(op):  # (split_loop releases the first ring before the
+            return None                      # register work, and waits for the second at its end)
         first, second, _ = parts
         a = [ld for ld in loads if ld.result in first.operands]
         b = [ld for ld in loads if ld.result in second.operands]

@@ -1037,12 +1037,18 @@ def pipelined_loop(plan: LoopPlan) -> tuple[Step, ...]:
     stage), waits for S_j alone (wait_group 1; wait_group 0 on the first trip, which has no
     second product in flight), runs its register work under the second product, waits for it
     and releases the previous stage. After the loop the last trip's second product runs alone.
-    Each stage is released once both of its products are done with it."""
+    Each stage is released once both of its products are done with it. A ring tile the trip
+    reads into registers (``plan.copies``) is read before the first product when it comes before
+    it in the trip, else with the register work (``interleave.pipelined_trip``): both while the
+    current stage is held."""
     r = plan.ring
     first, second = plan.mmas
-    body = (Wait(r, "full"), *_turn(plan, TurnWait()), Mma(first), NotFirst((Mma(second, "prev"),)),
+    # (n counts the products and the earlier copies before a copy: n - i products come before it)
+    before = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n == i)
+    after = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n > i)
+    body = (Wait(r, "full"), *_turn(plan, TurnWait()), *before, Mma(first), NotFirst((Mma(second, "prev"),)),
             *_turn(plan, TurnPass()), First((MmaWait(0),)), NotFirst((MmaWait(1),)),
-            NotFirst((MmaWait(0), Release(r, "prev"))), Advance(r))
+            *after, NotFirst((MmaWait(0), Release(r, "prev"))), Advance(r))
     return (IfTrips(r, (Loop(r, body), Mma(second, "prev"), MmaWait(0), Release(r, "prev"))),)
 
 

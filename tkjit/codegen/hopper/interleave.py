@@ -193,13 +193,28 @@ def pipelined_trip(loop: For, steps) -> list[tuple]:
     read the carried tile (now final for the previous trip); then ``("hold", None, second)``:
     the second product's operands kept for the next trip (or the loop's end). Split rings
     (sync_protocol.split_loop) add the first ring's release before the work and the second
-    ring's wait and advance, which are steps where they stand."""
+    ring's wait and advance, which are steps where they stand. A ``Read`` step stands for the
+    trip's next copy of a ring tile into registers, taken out of the ops before the first product
+    or out of the register work, where it stands (the ops before it come first)."""
+    from ...passes.mbarrier import ring_reads
     from ...passes.sync_protocol import Advance, NotFirst, Release
     before, first, work, rescale, second = level2_parts(loop)
     out: list[tuple] = []
     held = False
+    copies = iter(ring_reads(loop))
+
+    def upto(ops: list, op) -> list[tuple]:
+        """The ops of ``ops`` before ``op`` (taken out of it), then ``op`` with its Read step."""
+        i = ops.index(op)
+        items = [("op", None, o) for o in ops[:i]]
+        del ops[:i + 1]
+        return items
     for step in steps:
-        if isinstance(step, Mma) and step.which == "cur":
+        if isinstance(step, Read):  # a ring tile read into registers: where its copy stands
+            op = next(copies)
+            out += upto(before if op in before else work, op)
+            out.append(("anchored", step, op))
+        elif isinstance(step, Mma) and step.which == "cur":
             out += [("op", None, op) for op in before]
             out.append(("anchored", step, first))
         elif isinstance(step, NotFirst) and any(isinstance(s, Release) for s in step.body):
