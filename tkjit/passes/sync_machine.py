@@ -477,7 +477,8 @@ class Machine:
 
     def _read(self, s: _Scratch, c: int, g: int, reader: str = "wgmma") -> None:
         """A wgmma (or ``reader``) reads the fill this consumer last waited for; it must be there,
-        whole, and not released by this consumer since (``bad-release`` otherwise)."""
+        whole; a register read must come before this consumer released it (a wgmma's reads are
+        checked at its release instead: ``_release``)."""
         acquired = s.reads[self._rix(c, g)]
         want = self.own_fill(c, g, acquired) if acquired else 0
         fills, landed = s.stages[4 * g], s.stages[4 * g + 2]

@@ -5,7 +5,9 @@ follow, so that what the CPU checks is what the GPU runs.
     for kind, step, op in interleave(ops, steps, anchor): ...
 
 ``anchor(step, ops)`` gives the index of the IR op a step stands for (a one-shot tile's full
-``Wait``, the ``CopyFill`` of a tile the consumers fill (its load), a ring loop's ``IfTrips``, a trip's ``Mma`` (its product) or ``Read`` (its copy of a ring tile into registers) or a product of one-shot tiles, the ``ConsumerSync`` before a store staged
+``Wait``, the ``CopyFill`` of a tile the consumers fill (its load), a ring loop's ``IfTrips``, a
+trip's ``Mma`` (its product) or ``Read`` (its copy of a ring tile into registers) or a product of
+one-shot tiles, the ``ConsumerSync`` before a store staged
 over a ring, split-K's ``ClusterReduce`` before the first op reading the loop's results) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
 (``"anchored"``); a step with no op of its own comes where it stands among the anchored ones (a
 wait right after its wgmma), or, after the last of them, once every pending op has run (the
@@ -204,7 +206,7 @@ def pipelined_trip(loop: For, steps) -> list[tuple]:
     copies = iter(ring_reads(loop))
 
     def upto(ops: list, op) -> list[tuple]:
-        """The ops of ``ops`` before ``op`` (taken out of it), then ``op`` with its Read step."""
+        """The items of the ops of ``ops`` before ``op``; those and ``op`` are taken out of it."""
         i = ops.index(op)
         items = [("op", None, o) for o in ops[:i]]
         del ops[:i + 1]

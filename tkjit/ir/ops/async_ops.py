@@ -29,10 +29,10 @@ region, what runs when the loop has no trip. ``anchored = true``: the step stand
 of its block that is not one of these (the IR op the emitter prints with it: a one-shot tile's
 load, a ring loop's ``for``, a product's ``mma_*``, a ring tile's ``copy`` into registers, a
 staged store), as ``codegen/hopper/interleave.py`` places it. Three ops are the IR's own:
-``tile_loop`` (the consumers' ``Tiles`` step: its body is the next ``blocks`` op's), ``for_trips`` (in an ``if_trips``: the ring's
-``Loop`` step, whose trips are the body of the ``for`` the ``if_trips`` stands for) and
-``mma_hold`` (level 2: the next op, the trip's second product, is held and issued by the next
-trip's ``mma_issue {which = "prev"}``). ``producer`` and ``consumers`` are the roles; ``ring``
+``tile_loop`` (the consumers' ``Tiles`` step: its body is the next ``blocks`` op's), ``for_trips``
+(in an ``if_trips``: the ring's ``Loop`` step, whose trips are the body of the ``for`` the
+``if_trips`` stands for) and ``mma_hold`` (level 2: the next op, the trip's second product, is
+held and issued by the next trip's ``mma_issue {which = "prev"}``). ``producer`` and ``consumers`` are the roles; ``ring``
 declares a ring (``sync_protocol.Ring``). Every op here has no operands and no results: the
 schedule names rings, boxes and stores, and the tile ops between the steps keep their SSA values.
 """
