@@ -100,6 +100,23 @@ def _f16_to_f32(h: np.ndarray) -> np.ndarray:
     return h.astype(np.uint16).view(np.float16).astype(np.float32)
 
 
+def _fp8_to_f16(kind: str) -> np.ndarray:
+    """The f16 bits of each of the 256 fp8 codes of ``kind`` (e4m3: the fn encoding, no infinity,
+    S.1111.111 NaN; e5m2: IEEE-like), exact: every fp8 value is an f16 one."""
+    codes = np.arange(256)
+    sign = np.where(codes >> 7, -1.0, 1.0)
+    ebits, mbits, bias = (4, 3, 7) if kind == "e4m3" else (5, 2, 15)
+    e, m = (codes >> mbits) & ((1 << ebits) - 1), codes & ((1 << mbits) - 1)
+    with np.errstate(over="ignore"):
+        value = np.where(e == 0, m / (1 << mbits) * 2.0 ** (1 - bias), (1 + m / (1 << mbits)) * 2.0 ** (e - bias))
+    top = (1 << ebits) - 1
+    if kind == "e4m3":
+        value = np.where((e == top) & (m == (1 << mbits) - 1), np.nan, value)
+    else:
+        value = np.where(e == top, np.where(m == 0, np.inf, np.nan), value)
+    return (sign * value).astype(np.float16).view(np.uint16)
+
+
 class Memory:
     """Global memory: one byte array; ``alloc`` returns 256-byte aligned addresses."""
 
@@ -692,7 +709,12 @@ class CTA:
         mods = [p for p in parts[1:] if p not in ("rn", "rni", "rzi", "ftz", "sat")]
         dst_t, src_t = mods[0], mods[1]
         rni = "rni" in parts
-        if dst_t in ("bf16x2", "f16x2"):
+        if dst_t == "f16x2" and src_t in ("e4m3x2", "e5m2x2"):  # two fp8 bytes, the lower one to the lower half
+            table = _fp8_to_f16(src_t[:4])
+            a = self.val(ops[1]).astype(np.uint32)
+            lo, hi = table[a & 0xFF], table[(a >> 8) & 0xFF]
+            self.set(ops[0], lo.astype(np.uint32) | (hi.astype(np.uint32) << 16), active)
+        elif dst_t in ("bf16x2", "f16x2"):
             conv = _f32_to_bf16 if dst_t == "bf16x2" else _f32_to_f16
             hi, lo = conv(self.f32(ops[1])), conv(self.f32(ops[2]))
             self.set(ops[0], lo.astype(np.uint32) | (hi.astype(np.uint32) << 16), active)

@@ -227,9 +227,13 @@ RMS_SS_F32 = RMS_SS.replace("X: gl<bf16>[M, K]", "X: gl<f32>[M, K]").replace(
     "x: st<bf16>[BM, BK]", "x: st<f32>[BM, BK]").replace("mma_AB(x, w, acc)", "mma_AB(cvt<bf16>(xr), w, acc)")
 """The same with an f32 X: its ring tile (256-byte rows: two 128-byte swizzle panels) read with
 ld.shared.v2.f32, and the product's A made from it in registers (RS)."""
+RMS_SS_FP8 = RMS_SS_F32.replace("X: gl<f32>[M, K]", "X: gl<e4m3>[M, K]").replace("x: st<f32>[BM, BK]",
+                                                                                   "x: st<e4m3>[BM, BK]")
+"""The same with an e4m3 X (64-byte rows, 64-byte swizzle): each pair one ld.shared.b16 widened
+by cvt.rn.f16x2.e4m3x2."""
 
 
-@pytest.mark.parametrize("src", [RMS_SS, RMS_SS_F32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("src", [RMS_SS, RMS_SS_F32, RMS_SS_FP8], ids=["bf16", "f32", "e4m3"])
 @pytest.mark.parametrize("m, n, kk, sms", [(200, 256, 576, 2), (128, 256, 128, 1)])
 def test_the_ring_read_on_the_ptx_simulator(monkeypatch, src, m, n, kk, sms):
     """rms_linear_read with its rows' sum of squares stored too (S), its PTX on the simulator with
@@ -245,6 +249,8 @@ def test_the_ring_read_on_the_ptx_simulator(monkeypatch, src, m, n, kk, sms):
     x, w = torch.randn(m, kk).bfloat16(), torch.randn(kk, n).bfloat16()
     if src is RMS_SS_F32:
         x = torch.randn(m, kk)
+    elif src is RMS_SS_FP8:
+        x = torch.randn(m, kk).to(torch.float8_e4m3fn)
     args = [x, w, torch.empty(m, n).bfloat16(), torch.empty(m), 1e-5]
     y, s = simulate(k._result.tkir, args, [2, 3], ptx_meta=(k.asm["ptx"], dict(k.metadata)), num_sms=sms)
     want = (x.float() ** 2).sum(1)

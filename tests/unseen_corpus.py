@@ -573,6 +573,25 @@ kernel gemm_f32a<BM = 128, BN = 128, BK = 32>(A: gl<f32>[M, K], B: gl<bf16>[K, N
 """A mixed-input GEMM: f32 activations streamed by TMA, read into registers from their ring stage
 (ld.shared.v2.f32) and converted to bf16 for an RS wgmma."""
 
+GEMM_FP8A = """
+kernel gemm_fp8a<BM = 128, BN = 128, BK = 64>(A: gl<e4m3>[M, K], B: gl<bf16>[K, N], S: gl<f32>[K],
+                                              C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<e4m3>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      s: rv<f32>[BK] = S.tile(k)
+      ar: rt<f32>[BM, BK] = a
+      acc = mma_AB(cvt<bf16>(mul_col(ar, s)), b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+"""An fp8 (e4m3) A with a per-K-channel scale, dequantized in registers from its ring stage
+(ld.shared.b16 + cvt.rn.f16x2.e4m3x2 a pair) for an RS wgmma against a bf16 B."""
+
 RESIDUAL_F32_SHARED = """
 kernel residual_f32_shared(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<f32>[M, N], C: gl<bf16>[M, N]) {
   for (m, n) in blocks(M / 128, N / 128) {
@@ -1009,6 +1028,12 @@ CASES = [
                        _nan(s["M"], s["N"], device=d)],
          lambda a: [a[0].bfloat16().float() @ a[1].float()], (2,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 260, 200)),
+    Case("gemm_fp8a", GEMM_FP8A,
+         lambda s, d: [torch.randn(s["M"], s["K"], device=d).to(torch.float8_e4m3fn),
+                       _randn(s["K"], s["N"], device=d) * s["K"] ** -0.5, torch.rand(s["K"], device=d) + 0.5,
+                       _nan(s["M"], s["N"], device=d)],
+         lambda a: [(a[0].float() * a[2]).bfloat16().float() @ a[1].float()], (3,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 528)], _mk(300, 260, 200)),  # (TMA: 16-byte fp8 rows)
     Case("residual_f32_shared", RESIDUAL_F32_SHARED,
          lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
                        torch.randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],

@@ -2,8 +2,8 @@
 benchmarks/probes/unseen/, written as a new user would (SwiGLU's two products, a per-row bias with
 relu and a residual, two outputs of one accumulator, an f32 output, a batched GEMM with a
 per-batch bias and GELU, residual + RMSNorm, a scaled softmax with f32 output, RMSNorm fused into
-a linear layer, a dequantized A and an f32 A, each reading a ring tile into registers). For each: the
-backend it took, the relative error against float64/float32 torch at a tile multiple and at a
+a linear layer, a dequantized A, an f32 A and an fp8 A, each reading a ring tile into registers).
+For each: the backend it took, the relative error against float64/float32 torch at a tile multiple and at a
 ragged shape (outputs NaN-poisoned; NaN left in the output counts), and the time against
 ``torch.compile`` of the same expression and (GEMMs) cuBLAS's plain product of the same shape,
 timed in interleaved rounds (benchmarks/attention_general.interleaved_ms).
@@ -312,6 +312,20 @@ def f32a(shape):
     return args, (a, b), expr, 2, [2 * m * n * k]
 
 
+def fp8a(shape):
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = rnd(k, n, scale=k ** -0.5)
+    s = torch.rand(k, device="cuda") + 0.5
+    args = [a, b, s, out(m, n)]
+
+    def expr(a, b, s):
+        if a.dtype == torch.float64:
+            return (a * s) @ b
+        return (a.float() * s).to(torch.bfloat16) @ b
+    return args, (a, b, s), expr, 3, [2 * m * n * k]
+
+
 PROBES = {
     # name: (file, case builder, timed shape, ragged shape, constants)
     "swiglu": ("swiglu.tk", swiglu, (4096, 4096, 4096), (1000, 3000, 520)),
@@ -339,6 +353,7 @@ PROBES = {
     "rms_linear_twice": ("rms_linear_twice.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_dequant_a": ("gemm_dequant_a.tk", dequant_a, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_f32a": ("gemm_f32a.tk", f32a, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_fp8a": ("gemm_fp8a.tk", fp8a, (4096, 4096, 4096), (1000, 3000, 528)),
 }
 
 
