@@ -50,7 +50,8 @@ GPU_APPROX_ERROR = {"tanh": 2.0 ** -11, "ex2": 2.0 ** -22, "lg2": 2.0 ** -22, "r
 
 SKIP_WGMMA = False
 """Off by default (the simulator has no wgmma). Set, every ``wgmma`` instruction is skipped (the
-accumulators keep the values they had: a product adds nothing): for runs that check a
+accumulators keep the values they had, or 0 where the product starts them afresh: a product adds
+nothing): for runs that check a
 warp-specialized kernel's synchronization and tile walk -- its mbarriers, TMA loads and stores,
 named and cluster barriers, which tiles it stores -- and not its products."""
 
@@ -959,9 +960,14 @@ class CTA:
 
     def op_wgmma(self, parts, ops, active):
         """Only ``wait_group`` with no group in flight (kernels with no product), or, with
-        ``SKIP_WGMMA``, every wgmma instruction, skipped."""
+        ``SKIP_WGMMA``, every wgmma instruction, skipped: a product adds nothing, so one that
+        starts its accumulators afresh (scale-d 0) leaves them 0."""
         if parts[1] != "wait_group" and not SKIP_WGMMA:
             raise SimError(f"unsupported {'.'.join(parts)} (the simulator has no wgmma)")
+        if parts[1] == "mma_async" and ops[3].strip() == "0":
+            zero = np.zeros(self.T, dtype=np.float32).view(np.uint32)
+            for reg in ops[0].strip("{}").split(","):
+                self.set(reg.strip(), zero, active)
 
     # -- mbarriers and TMA loads (the general lowering's protocol) ------------------------------
     def _barrier(self, addr: int) -> dict:

@@ -256,3 +256,24 @@ def test_the_ring_read_on_the_ptx_simulator(monkeypatch, src, m, n, kk, sms):
     want = (x.float() ** 2).sum(1)
     assert torch.allclose(s, want, rtol=1e-5, atol=1e-4), (s - want).abs().max()
     assert torch.equal(y.float(), torch.zeros(m, n))
+
+
+@pytest.mark.parametrize("src", [ATTN_KSQ, ATTN_KSQ_AFTER], ids=["before", "after"])
+def test_level_2_ring_read_on_the_ptx_simulator(monkeypatch, src):
+    """The level-2 attention reading its key tile, its PTX on the simulator with the wgmmas
+    skipped: KS comes from the register reads of the ring's stages alone (5 key blocks over the
+    ring's stages, the peeled first trip and the later ones), O is 0 (every score 0, o never
+    accumulated); no deadlock."""
+    import ptxsim
+    from simkit import simulate
+    monkeypatch.setattr(ptxsim, "SKIP_WGMMA", True)
+    k = tkjit.compile(src, cache=False, require_hopper=True)
+    assert "mma_hold" in k.asm["after:async-schedule"]
+    torch.manual_seed(0)
+    b, h, n = 1, 1, 640
+    q, kk, v = (torch.randn(b, h, n, 64).bfloat16() for _ in range(3))
+    args = [q, kk, v, torch.empty(b, h, n, 64).bfloat16(), torch.empty(b, h, n), 0.125]
+    o, ks = simulate(k._result.tkir, args, [3, 4], ptx_meta=(k.asm["ptx"], dict(k.metadata)))
+    want = (kk.float() ** 2).sum(-1).view(b, h, n // 128, 128).sum(2).repeat(1, 1, n // 128)
+    assert torch.allclose(ks, want, rtol=1e-5), (ks - want).abs().max()
+    assert torch.equal(o.float(), torch.zeros(b, h, n, 64))
