@@ -277,3 +277,15 @@ def test_level_2_ring_read_on_the_ptx_simulator(monkeypatch, src):
     want = (kk.float() ** 2).sum(-1).view(b, h, n // 128, 128).sum(2).repeat(1, 1, n // 128)
     assert torch.allclose(ks, want, rtol=1e-5), (ks - want).abs().max()
     assert torch.equal(o.float(), torch.zeros(b, h, n, 64))
+
+
+@pytest.mark.parametrize("name", ["rms_linear_read", "gemm_dequant_a", "ssd_copy", "gemm_f32a", "gemm_fp8a",
+                                  "attn_ksq", "attn_ksq_after"])
+def test_every_barrier_and_wait_is_a_protocol_step_with_ring_reads(name):
+    """The PTX lint (tests/test_general_lowering.py): no synchronization line outside a protocol
+    step, and the ``// step:`` marks exactly the steps of the async-schedule IR, ``Read`` included."""
+    from test_general_lowering import protocol_lint
+    src = {"attn_ksq": ATTN_KSQ, "attn_ksq_after": ATTN_KSQ_AFTER}.get(name) or BY_NAME[name].source
+    k = tkjit.compile(src, require_hopper=True, cache=False)
+    assert "// step: read " in k.asm["ptx"]
+    assert protocol_lint(k) == []
