@@ -50,7 +50,8 @@ GPU_APPROX_ERROR = {"tanh": 2.0 ** -11, "ex2": 2.0 ** -22, "lg2": 2.0 ** -22, "r
 
 SKIP_WGMMA = False
 """Off by default (the simulator has no wgmma). Set, every ``wgmma`` instruction is skipped (the
-accumulators keep the values they had: a product adds nothing): for runs that check a
+accumulators keep the values they had, or 0 where the product starts them afresh: a product adds
+nothing): for runs that check a
 warp-specialized kernel's synchronization and tile walk -- its mbarriers, TMA loads and stores,
 named and cluster barriers, which tiles it stores -- and not its products."""
 
@@ -98,6 +99,23 @@ def _f32_to_f16(x) -> np.ndarray:
 
 def _f16_to_f32(h: np.ndarray) -> np.ndarray:
     return h.astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def _fp8_to_f16(kind: str) -> np.ndarray:
+    """The f16 bits of each of the 256 fp8 codes of ``kind`` (e4m3: the fn encoding, no infinity,
+    S.1111.111 NaN; e5m2: IEEE-like), exact: every fp8 value is an f16 one."""
+    codes = np.arange(256)
+    sign = np.where(codes >> 7, -1.0, 1.0)
+    ebits, mbits, bias = (4, 3, 7) if kind == "e4m3" else (5, 2, 15)
+    e, m = (codes >> mbits) & ((1 << ebits) - 1), codes & ((1 << mbits) - 1)
+    with np.errstate(over="ignore"):
+        value = np.where(e == 0, m / (1 << mbits) * 2.0 ** (1 - bias), (1 + m / (1 << mbits)) * 2.0 ** (e - bias))
+    top = (1 << ebits) - 1
+    if kind == "e4m3":
+        value = np.where((e == top) & (m == (1 << mbits) - 1), np.nan, value)
+    else:
+        value = np.where(e == top, np.where(m == 0, np.inf, np.nan), value)
+    return (sign * value).astype(np.float16).view(np.uint16)
 
 
 class Memory:
@@ -692,7 +710,12 @@ class CTA:
         mods = [p for p in parts[1:] if p not in ("rn", "rni", "rzi", "ftz", "sat")]
         dst_t, src_t = mods[0], mods[1]
         rni = "rni" in parts
-        if dst_t in ("bf16x2", "f16x2"):
+        if dst_t == "f16x2" and src_t in ("e4m3x2", "e5m2x2"):  # two fp8 bytes, the lower one to the lower half
+            table = _fp8_to_f16(src_t[:4])
+            a = self.val(ops[1]).astype(np.uint32)
+            lo, hi = table[a & 0xFF], table[(a >> 8) & 0xFF]
+            self.set(ops[0], lo.astype(np.uint32) | (hi.astype(np.uint32) << 16), active)
+        elif dst_t in ("bf16x2", "f16x2"):
             conv = _f32_to_bf16 if dst_t == "bf16x2" else _f32_to_f16
             hi, lo = conv(self.f32(ops[1])), conv(self.f32(ops[2]))
             self.set(ops[0], lo.astype(np.uint32) | (hi.astype(np.uint32) << 16), active)
@@ -937,9 +960,14 @@ class CTA:
 
     def op_wgmma(self, parts, ops, active):
         """Only ``wait_group`` with no group in flight (kernels with no product), or, with
-        ``SKIP_WGMMA``, every wgmma instruction, skipped."""
+        ``SKIP_WGMMA``, every wgmma instruction, skipped: a product adds nothing, so one that
+        starts its accumulators afresh (scale-d 0) leaves them 0."""
         if parts[1] != "wait_group" and not SKIP_WGMMA:
             raise SimError(f"unsupported {'.'.join(parts)} (the simulator has no wgmma)")
+        if parts[1] == "mma_async" and ops[3].strip() == "0":
+            zero = np.zeros(self.T, dtype=np.float32).view(np.uint32)
+            for reg in ops[0].strip("{}").split(","):
+                self.set(reg.strip(), zero, active)
 
     # -- mbarriers and TMA loads (the general lowering's protocol) ------------------------------
     def _barrier(self, addr: int) -> dict:

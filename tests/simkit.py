@@ -14,6 +14,8 @@ def _raw(t: torch.Tensor) -> np.ndarray:
     t = t.contiguous()
     if t.dtype in (torch.bfloat16, torch.float16):
         return t.view(torch.int16).numpy().view(np.uint16)
+    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return t.view(torch.uint8).numpy()
     return t.numpy()
 
 
@@ -39,11 +41,12 @@ def dims_for(kernel, args) -> dict:
 
 
 def simulate(kernel, args: list, outputs: list[int], max_ctas: int = 64,
-             inout: tuple[int, ...] = (), ptx_meta: tuple[str, dict] | None = None) -> list[torch.Tensor]:
+             inout: tuple[int, ...] = (), ptx_meta: tuple[str, dict] | None = None,
+             num_sms: int = 4) -> list[torch.Tensor]:
     """Emit the register-tile PTX of ``kernel`` (or take ``ptx_meta``, the compiler's PTX and
     metadata) and run it on the simulator; returns the outputs (``args[i]`` for i in
     ``outputs``, NaN-poisoned before the launch unless listed in ``inout``, read and written);
-    asserts nothing outside them was written."""
+    asserts nothing outside them was written. ``num_sms``: the SMs a persistent grid fills."""
     from tkjit.codegen import emit_ptx
     ptx, meta = ptx_meta if ptx_meta is not None else emit_ptx(kernel)
     mem = Memory(1 << 24)
@@ -60,7 +63,7 @@ def simulate(kernel, args: list, outputs: list[int], max_ctas: int = 64,
             outs[i] = (addr, poison, v)
         else:
             addrs.append(mem.alloc(_raw(v)))
-    launch(ptx, meta, addrs, dims_for(kernel, args), mem=mem, max_ctas=max_ctas)
+    launch(ptx, meta, addrs, dims_for(kernel, args), num_sms=num_sms, mem=mem, max_ctas=max_ctas)
     got = []
     for i in outputs:
         addr, poison, like = outs[i]

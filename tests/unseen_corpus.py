@@ -495,8 +495,8 @@ kernel ssd_copy<D = 64, C = 64>(
 }
 """
 """SSD with the key tile taken into registers from its shared tile (kr = k) instead of loaded again:
-the general lowering does not copy shared tiles into registers yet (docs/hopper-codegen.md, "Not
-yet"); require_hopper names the copy."""
+a ring tile read into registers (the trip's ``Read`` step, codegen/hopper/lower_tile_read.py);
+until session 18 the general lowering refused it and the kernel fell to mma.sync."""
 
 RMS_LINEAR = """
 # RMSNorm fused into the linear layer that follows it: y = rmsnorm(x) W = diag(1/rms(x)) (x W'), W' = g∘W
@@ -517,6 +517,98 @@ kernel rms_linear<BM = 128, BN = 128, BK = 64>(X: gl<bf16>[M, K], W: gl<bf16>[K,
 """
 """A fused norm in a GEMM: the rows' sum of squares carried through the K loop (the register copy
 of each A tile loaded from the tensor: a ring tile is not read into registers, see ssd_copy)."""
+
+RMS_LINEAR_READ = """
+kernel rms_linear_read<BM = 128, BN = 128, BK = 64>(X: gl<bf16>[M, K], W: gl<bf16>[K, N], Y: gl<bf16>[M, N], eps: f32) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    ss: cv<f32>[BM] = zeros()
+    for k in 0 .. K / BK {
+      x: st<bf16>[BM, BK] = X.tile(m, k)
+      w: st<bf16>[BK, BN] = W.tile(k, n)
+      xr: rt<f32>[BM, BK] = x
+      ss = ss + row_sum(xr * xr)
+      acc = mma_AB(x, w, acc)
+    }
+    Y.tile(m, n) = cvt<bf16>(mul_row(acc, rsqrt(ss / K + eps)))
+  }
+}
+"""
+"""rms_linear as a user writes it: the A tile the product reads from its ring is also read into
+registers for the rows' sum of squares (``xr = x``, the trip's ``Read`` step), not loaded twice."""
+
+GEMM_DEQUANT_A = """
+kernel gemm_dequant_a<BM = 128, BN = 256, BK = 64>(A: gl<bf16>[M, K], B: gl<bf16>[K, N], S: gl<f32>[K],
+                                                    C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<bf16>[BM, BK] = A.tile(m, k)
+      s: rv<f32>[BK] = S.tile(k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      ar: rt<f32>[BM, BK] = a
+      acc = mma_AB(cvt<bf16>(mul_col(ar, s)), b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+"""A per-K-channel scale applied to A in registers, A streamed by TMA through the ring and read into
+registers from its stage (``ar = a``), then an RS wgmma: the dequantized-operand pattern."""
+
+GEMM_F32A = """
+kernel gemm_f32a<BM = 128, BN = 128, BK = 32>(A: gl<f32>[M, K], B: gl<bf16>[K, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<f32>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      ar: rt<f32>[BM, BK] = a
+      acc = mma_AB(cvt<bf16>(ar), b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+"""A mixed-input GEMM: f32 activations streamed by TMA, read into registers from their ring stage
+(ld.shared.v2.f32) and converted to bf16 for an RS wgmma."""
+
+GEMM_FP8A = """
+kernel gemm_fp8a<BM = 128, BN = 128, BK = 64>(A: gl<e4m3>[M, K], B: gl<bf16>[K, N], S: gl<f32>[K],
+                                              C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) schedule(persistent, group = 8) {
+    acc: rt<f32>[BM, BN] = zeros()
+    for k in 0 .. K / BK {
+      a: st<e4m3>[BM, BK] = A.tile(m, k)
+      b: st<bf16>[BK, BN] = B.tile(k, n)
+      s: rv<f32>[BK] = S.tile(k)
+      ar: rt<f32>[BM, BK] = a
+      acc = mma_AB(cvt<bf16>(mul_col(ar, s)), b, acc)
+    }
+    C.tile(m, n) = cvt<bf16>(acc)
+  }
+}
+"""
+"""An fp8 (e4m3) A with a per-K-channel scale, dequantized in registers from its ring stage
+(ld.shared.b16 + cvt.rn.f16x2.e4m3x2 a pair) for an RS wgmma against a bf16 B."""
+
+RESIDUAL_F32_SHARED = """
+kernel residual_f32_shared(A: gl<bf16>[M, K], B: gl<bf16>[N, K], R: gl<f32>[M, N], C: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / 128, N / 128) {
+    acc: rt<f32>[128, 128] = zeros()
+    for k in 0 .. K / 64 {
+      a: st<bf16>[128, 64] = A.tile(m, k)
+      b: st<bf16>[128, 64] = B.tile(n, k)
+      acc = mma_ABt(a, b, acc)
+    }
+    rs: st<f32>[128, 128] = R.tile(m, n)
+    r: rt<f32>[128, 128] = rs
+    C.tile(m, n) = cvt<bf16>(silu(acc) + r)
+  }
+}
+"""
+"""An f32 residual loaded as a shared tile once per tile and read into registers after the loop
+(512-byte rows: four 128-byte swizzle panels)."""
 
 ATTN_DOC = """
 @consumers(2)
@@ -1004,13 +1096,41 @@ CASES = [
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
     Case("ssd", SSD, _ssd_inputs, _ssd_ref, (5,),
          [{"B": 2, "H": 8, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
-    Case("ssd_copy", SSD_COPY, _ssd_inputs, _ssd_ref, (5,), [], {"B": 1, "H": 2, "N": 200}),
+    Case("ssd_copy", SSD_COPY, _ssd_inputs, _ssd_ref, (5,),
+         [{"B": 2, "H": 8, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
     Case("rms_linear", RMS_LINEAR,
          lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
                        _nan(s["M"], s["N"], device=d), 1e-5],
          lambda a: [(a[0].float() @ a[1].float())
                     * torch.rsqrt((a[0].float() ** 2).mean(1, keepdim=True) + 1e-5)], (2,),
          [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 260, 200)),
+    Case("rms_linear_read", RMS_LINEAR_READ,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _nan(s["M"], s["N"], device=d), 1e-5],
+         lambda a: [(a[0].float() @ a[1].float())
+                    * torch.rsqrt((a[0].float() ** 2).mean(1, keepdim=True) + 1e-5)], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 260, 200)),
+    Case("gemm_dequant_a", GEMM_DEQUANT_A,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       torch.rand(s["K"], device=d) + 0.5, _nan(s["M"], s["N"], device=d)],
+         lambda a: [(a[0].float() * a[2]).bfloat16().float() @ a[1].float()], (3,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 520, 200)),
+    Case("gemm_f32a", GEMM_F32A,
+         lambda s, d: [torch.randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
+                       _nan(s["M"], s["N"], device=d)],
+         lambda a: [a[0].bfloat16().float() @ a[1].float()], (2,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 520)], _mk(300, 260, 200)),
+    Case("gemm_fp8a", GEMM_FP8A,
+         lambda s, d: [torch.randn(s["M"], s["K"], device=d).to(torch.float8_e4m3fn),
+                       _randn(s["K"], s["N"], device=d) * s["K"] ** -0.5, torch.rand(s["K"], device=d) + 0.5,
+                       _nan(s["M"], s["N"], device=d)],
+         lambda a: [(a[0].float() * a[2]).bfloat16().float() @ a[1].float()], (3,),
+         [_mk(4096, 4096, 4096), _mk(1000, 3000, 528)], _mk(300, 260, 200)),  # (TMA: 16-byte fp8 rows)
+    Case("residual_f32_shared", RESIDUAL_F32_SHARED,
+         lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["N"], s["K"], device=d),
+                       torch.randn(s["M"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
+         lambda a: [torch.nn.functional.silu(a[0].float() @ a[1].float().t()) + a[2]], (3,),
+         [_mk(2048, 2048, 2048), _mk(1000, 600, 520)], _mk(300, 200, 136)),
     Case("attn_doc", ATTN_DOC, _doc_inputs, _doc_ref, (4,),
          [{"B": 2, "H": 4, "N": 2048}, {"B": 1, "H": 3, "N": 1000}], {"B": 1, "H": 2, "N": 200}),
     Case("attn_qreg", ATTN_QREG,

@@ -1,5 +1,6 @@
-"""Hash the PTX (comment lines stripped) of every example and tests/general_corpus.py kernel, to
-check that a change keeps other kernels' PTX byte-identical (CPU only).
+"""Hash the PTX (comment lines stripped) of every example and tests/general_corpus.py and
+tests/unseen_corpus.py kernel, to check that a change keeps other kernels' PTX byte-identical
+(CPU only).
 
     python benchmarks/probes/ptx_hashes.py OUT.json [--pipeline PIPELINE]
     python benchmarks/probes/ptx_hashes.py --compare A.json B.json
@@ -46,6 +47,9 @@ def jobs():
                 yield name, src, c, lowering, variant
     for case in general_corpus.CASES:
         yield "corpus:" + case.name, case.source, case.constants, "general", None
+    import unseen_corpus
+    for case in unseen_corpus.CASES:
+        yield "unseen:" + case.name, case.source, case.constants, "general", None
 
 
 def main() -> None:

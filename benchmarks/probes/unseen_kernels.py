@@ -3,7 +3,8 @@ benchmarks/probes/unseen/, written as a new user would (SwiGLU's two products, a
 relu and a residual, two outputs of one accumulator, an f32 output, a batched GEMM with a
 per-batch bias and GELU, residual + RMSNorm, a scaled softmax with f32 output, ALiBi causal
 attention built from index tiles at BQ = 128 and 192 and with the index tiles hoisted, a GEMM
-epilogue of index tiles). For each: the
+epilogue of index tiles, RMSNorm fused into a linear layer, a dequantized A, an f32 A and an fp8
+A, each reading a ring tile into registers). For each: the
 backend it took, the relative error against float64/float32 torch at a tile multiple and at a
 ragged shape (outputs NaN-poisoned; NaN left in the output counts), and the time against
 ``torch.compile`` of the same expression and (GEMMs) cuBLAS's plain product of the same shape,
@@ -349,6 +350,58 @@ def softmax_scaled(shape):
     return args, (x,), expr, 1, None
 
 
+def rms_linear(shape):
+    m, n, k = shape
+    x = rnd(m, k)
+    w = rnd(k, n, scale=k ** -0.5)
+    args = [x, w, out(m, n), 1e-5]
+
+    def expr(x, w):
+        xf = x if x.dtype == torch.float64 else x.float()
+        return (x @ w) * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype)
+    return args, (x, w), expr, 2, [2 * m * n * k]
+
+
+def dequant_a(shape):
+    m, n, k = shape
+    a, b = gemm_case(m, n, k)
+    s = torch.rand(k, device="cuda") + 0.5
+    args = [a, b, s, out(m, n)]
+
+    def expr(a, b, s):
+        if a.dtype == torch.float64:
+            return (a * s) @ b
+        return (a.float() * s).to(torch.bfloat16) @ b
+    return args, (a, b, s), expr, 3, [2 * m * n * k]
+
+
+def f32a(shape):
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda") * k ** -0.25
+    b = rnd(k, n, scale=k ** -0.25)
+    args = [a, b, out(m, n)]
+
+    def expr(a, b):
+        if a.dtype == torch.float64:
+            return a @ b
+        return a.to(torch.bfloat16) @ b
+    return args, (a, b), expr, 2, [2 * m * n * k]
+
+
+def fp8a(shape):
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = rnd(k, n, scale=k ** -0.5)
+    s = torch.rand(k, device="cuda") + 0.5
+    args = [a, b, s, out(m, n)]
+
+    def expr(a, b, s):
+        if a.dtype == torch.float64:
+            return (a * s) @ b
+        return (a.float() * s).to(torch.bfloat16) @ b
+    return args, (a, b, s), expr, 3, [2 * m * n * k]
+
+
 PROBES = {
     # name: (file, case builder, timed shape, ragged shape, constants)
     "swiglu": ("swiglu.tk", swiglu, (4096, 4096, 4096), (1000, 3000, 520)),
@@ -375,6 +428,12 @@ PROBES = {
     "alibi192": ("alibi192.tk", alibi, (4, 16, 4096, 64), (3, 5, 1000, 64)),
     "alibi_hoisted": ("alibi_hoisted.tk", alibi, (4, 16, 4096, 64), (3, 5, 1000, 64)),
     "gemm_index_epilogue": ("gemm_index_epilogue.tk", index_epilogue, (4096, 4096, 4096), (1000, 3000, 520)),
+    # a ring tile read into registers (session 18): rms_linear as written, and loading X twice
+    "rms_linear": ("rms_linear.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
+    "rms_linear_twice": ("rms_linear_twice.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_dequant_a": ("gemm_dequant_a.tk", dequant_a, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_f32a": ("gemm_f32a.tk", f32a, (4096, 4096, 4096), (1000, 3000, 520)),
+    "gemm_fp8a": ("gemm_fp8a.tk", fp8a, (4096, 4096, 4096), (1000, 3000, 528)),
 }
 EXTRA_REFS = {"alibi128": alibi_refs, "alibi192": alibi_refs, "alibi_hoisted": alibi_refs,
               "gemm_index_epilogue": before_ref}

@@ -515,6 +515,8 @@ class Consumer(Role):
             self.env.bind(op.results, [resolved(self.env.values[a]) for a in body.args[1:]])
         elif isinstance(step, sp.Mma):
             self.issue(op)
+        elif isinstance(step, sp.Read):  # a ring tile into registers: read from its stage now
+            self.exec(op)
         elif isinstance(step, sp.TileWrite):  # the CTA's one copy of the tile, overwritten now
             values = [resolved(self.env.values.get(v)) for v in op.operands]
             if any(isinstance(x, Pending) for x in values):

@@ -319,16 +319,19 @@ class _Builder:
             base = self.kernel.attrs.get("split_bars", self.kernel.attrs.get("smem", 0))
             base += 16 * stages * sum(1 for other in self.split_bars.values())  # (one split loop)
             self.split_bars[names[1]] = base
-        reads, tile_reads, writes, stores = [], [], [], []
+        reads, tile_reads, writes, stores, copies = [], [], [], [], []
         for inner in op.walk():
             if isinstance(inner, Store) and inner.parent is op.regions[0]:
                 item = self.store_item(inner)
                 if item is not None:
-                    stores.append((len(reads) + len(writes), item))
+                    stores.append((len(reads) + len(writes) + len(copies), item))
             elif is_tile_write(inner):
                 tile = self.unique(inner.result.hint, "tile")
                 self.written[inner] = tile
                 writes.append((len(reads), tile))
+            elif is_ring_read(inner) and inner.parent is op.regions[0] and inner.operands[0] in self.ring_of:
+                # a tile of a ring read into registers (lower_tile_read): a Read step of the trip
+                copies.append((len(reads) + len(writes) + len(copies), (self.ring_of[inner.operands[0]],)))
             elif isinstance(inner, (*MMA_OPS, Copy)):
                 rings = tuple(dict.fromkeys(self.ring_of[v] for v in inner.operands if v in self.ring_of))
                 tiles = tuple(dict.fromkeys(self.written[v.owner] for v in inner.operands
@@ -346,7 +349,7 @@ class _Builder:
         self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op),
                                    split=names[1] if len(names) > 1 and level2 else "",
                                    writes=tuple(writes), tile_reads=tuple(tile_reads) if writes else (),
-                                   stores=tuple(stores), turns=turns))
+                                   stores=tuple(stores), turns=turns, copies=tuple(copies)))
         if level2:
             self.level2.append(op)
         if turns:
@@ -377,8 +380,8 @@ class _Builder:
                 op.attrs.get("stages", 0) < 2:
             return None
         parts = pipelined(op)
-        if parts is None:
-            return None
+        if parts is None or ring_reads(op):  # (split_loop releases the first ring before the
+            return None                      # register work, and waits for the second at its end)
         first, second, _ = parts
         a = [ld for ld in loads if ld.result in first.operands]
         b = [ld for ld in loads if ld.result in second.operands]
@@ -417,6 +420,20 @@ def is_tile_write(op: Op) -> bool:
     """A register tile copied into a shared tile (``s: st<..> = cvt<bf16>(state)``): the consumers
     write it for a later wgmma (``sync_protocol.tile_write``)."""
     return isinstance(op, Copy) and is_shared(op.result) and not is_shared(op.operands[0])
+
+
+def is_ring_read(op: Op) -> bool:
+    """A shared tile the producer loads (by TMA, into a ring) copied into a register tile
+    (``r: rt<f32>[..] = s``; codegen/hopper/lower_tile_read.py): in a ring loop's trip, the
+    protocol's ``Read`` step (``sync_protocol.place_read``)."""
+    return isinstance(op, Copy) and is_shared(op.operands[0]) and not is_shared(op.result) and \
+        isinstance(op.operands[0].owner, Load) and op.operands[0].owner.attrs.get("fill") != "cp.async"
+
+
+def ring_reads(loop: For) -> list[Op]:
+    """The copies of ring tiles into registers directly in ``loop``'s body, in order (each one a
+    ``Read`` step of the trip: interleave.trip_anchor)."""
+    return [op for op in loop.regions[0].ops if is_ring_read(op)]
 
 
 def pipelined(loop: For):
@@ -778,7 +795,12 @@ def _ring_reason(ring: Ring, proto: Protocol, early: tuple[str, ...] = ()) -> st
         when = ("right after the last product reading it drained" if ring.name in early
                 else "at the end of the tile")
         return f"loaded once per tile: {arm}, {when}; the phase bit flips every tile"
-    return (f"{arm} (wait_group 1 after the next trip's wgmma retires the older ones); the "
+    from .sync_protocol import Read, all_steps
+    reads = sum(isinstance(st, Read) and ring.name in st.rings for st in all_steps(proto.consumer))
+    read = (f"; the consumers also read a tile of each stage into registers ({reads} ld.shared "
+            "step(s) a trip: the copy's Read, after the stage's full wait and before that release, "
+            "done before the next step)" if reads else "")
+    return (f"{arm} (wait_group 1 after the next trip's wgmma retires the older ones){read}; the "
             "producer waits on empty[s] with parity ph^1 (a fresh barrier's preceding phase "
             "counts as complete), consumers on full[s] with ph; ph flips when s wraps to 0 and "
             "carries on from tile to tile")

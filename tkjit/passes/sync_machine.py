@@ -29,6 +29,11 @@ completed early), ``wrong-phase`` (a wait passed on an older phase of the same p
 at the end), ``deadlock``, and ``overwrite`` again when an epilogue's staging tile is written
 over a ring that is still read or filled.
 
+A ring tile read into registers (``Read``, ld.shared) is checked as a wgmma's read of its stages
+(``early-read``, ``overwrite``, ``wrong-phase``), done at once: nothing stays in flight, so no
+``wait_group`` retires it; a read of a fill this consumer already released is
+``release-before-read``.
+
 Consumer-written tiles (``TileWrite``: a register tile stored to shared memory for a wgmma): each
 consumer writes its rows, counted per consumer; a meeting of the consumers (the named barrier
 completing) publishes what every consumer had written by then. A wgmma may read the tile only
@@ -60,7 +65,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .sync_protocol import Protocol
-from .sync_unroll import (ACC_READ, ARRIVE, EXPECT, MMA, MMA_WAIT, RELEASE, STAGING_BEGIN, STAGING_END, STAGING_SYNC,
+from .sync_unroll import (ACC_READ, ARRIVE, EXPECT, MMA, MMA_WAIT, READ, RELEASE, STAGING_BEGIN, STAGING_END, STAGING_SYNC,
                           STAGING_WRITE, STORE_DRAIN, STORE_WAIT, TILE_WRITE, TMA, TMA_STORE, TURN_ARRIVE, WAIT, Action,
                           Layout, unroll)
 
@@ -363,6 +368,9 @@ class Machine:
                     continue
                 self._read(s, role - 1, g)
             s.groups[role - 1].append(act.reads)
+        elif act.op == READ:  # a synchronous read: done now, nothing left in flight
+            for g in act.reads:
+                self._read(s, role - 1, g, "register read (ld.shared)")
         elif act.op == ACC_READ:
             if s.groups[role - 1]:
                 raise Found("early-read", None, f"consumer {role - 1}'s stream-K fix-up reads the "
@@ -467,26 +475,31 @@ class Machine:
                         f"the stage")
         raise Found("overwrite", g, what)
 
-    def _read(self, s: _Scratch, c: int, g: int) -> None:
-        """A wgmma reads the fill this consumer last waited for; it must be there, whole."""
+    def _read(self, s: _Scratch, c: int, g: int, reader: str = "wgmma") -> None:
+        """A wgmma (or ``reader``) reads the fill this consumer last waited for; it must be there,
+        whole; a register read must come before this consumer released it (a wgmma's reads are
+        checked at its release instead: ``_release``)."""
         acquired = s.reads[self._rix(c, g)]
         want = self.own_fill(c, g, acquired) if acquired else 0
         fills, landed = s.stages[4 * g], s.stages[4 * g + 2]
         ring, name = self.rings[g], self.layout.stage_name(g)
         if want is None:
-            raise Found("wrong-fill", g, f"consumer {c}'s wgmma read stage {name} for the "
+            raise Found("wrong-fill", g, f"consumer {c}'s {reader} read stage {name} for the "
                         f"{acquired}th time, but only {self.owners[g].count(c)} of its fills are "
                         "for this consumer's tiles (it reads the other consumer's data)")
         everything = (1 << len(ring.loads)) - 1
         if s.stages[4 * g + 3]:
-            raise Found("overwrite", g, f"consumer {c}'s wgmma reads stage {name} while an "
+            raise Found("overwrite", g, f"consumer {c}'s {reader} reads stage {name} while an "
                         "epilogue's staging tile lives there")
+        if reader != "wgmma" and acquired and s.reads[self._rix(c, g) + 1] >= acquired:
+            raise Found("release-before-read", g, f"consumer {c}'s {reader} reads stage {name} after "
+                        f"releasing fill {want} (the producer may refill it meanwhile)")
         if want >= 1 and fills == want and landed == everything:
             return
         if want == 0:
-            raise Found("early-read", g, f"consumer {c}'s wgmma read stage {name} without "
+            raise Found("early-read", g, f"consumer {c}'s {reader} read stage {name} without "
                         f"waiting on full[{name}]")
-        what = f"consumer {c}'s wgmma read fill {want} of stage {name}"
+        what = f"consumer {c}'s {reader} read fill {want} of stage {name}"
         if fills > want:
             raise Found("overwrite", g, f"{what} after fill {fills} had overwritten it")
         done = s.bars[3 * 2 * g]

@@ -34,6 +34,11 @@ bit ``ph`` (both start at 0); ``Advance`` moves to the next stage and flips ``ph
     Mma(rings, tiles)      one committed wgmma group reading stage s of each ring named (and the
                            consumer-written tiles named in ``tiles``)
     MmaWait(pending)       wgmma.wait_group pending
+    Read(rings)            the consumers read stage s of each ring named into registers
+                           (ld.shared: a ring tile copied into a register tile,
+                           codegen/hopper/lower_tile_read.py); synchronous, so done before the
+                           next step: it must come after the stage's full Wait and before its
+                           Release
     Release(ring, which)   arrive on empty[s] ("cur") or on the previous stage's ("prev")
     Advance(ring, per)     next stage; flip ph on wrap ("wrap") -- "iteration" is a known bug
     Reset(ring)            s = 0, ph = 0 (a known bug when the barriers carry on)
@@ -233,6 +238,18 @@ class Mma(Frozen):
         stage = "s" if self.which == "cur" else "prev"
         reads = [f"{r}.{stage}" for r in self.rings] + [f"tile {t} (consumer-written)" for t in self.tiles]
         return "mma reading " + ", ".join(reads) + "; commit_group"
+
+
+@dataclass(unsafe_hash=True)
+class Read(Frozen):
+    """The consumers read stage ``s`` of each ring named into registers (``ld.shared``, a ring
+    tile copied into a register tile): a synchronous read, complete before the next step, so it
+    needs no ``MmaWait``; it must come after the stage's full ``Wait`` and before its ``Release``."""
+
+    rings: tuple[str, ...]
+
+    def text(self) -> str:
+        return "read " + ", ".join(f"{r}.s" for r in self.rings) + " into registers (ld.shared)"
 
 
 @dataclass(unsafe_hash=True)
@@ -565,7 +582,7 @@ def with_turns(consumer: tuple) -> tuple:
     return (TurnPass("last"), *consumer, TurnWait("first"))
 
 
-Event = Union[Wait, ExpectTx, TmaLoad, Mma, MmaWait, Release, Advance, Reset, ConsumerSync, ScratchSync, TileWrite, CopyFill,
+Event = Union[Wait, ExpectTx, TmaLoad, Mma, Read, MmaWait, Release, Advance, Reset, ConsumerSync, ScratchSync, TileWrite, CopyFill,
               FillWait,
               StagingBegin, StagingEnd, StagingRead, ClusterReduce, StreamKFixup, ClusterSync, ClusterArrive, ClusterWait,
               ClusterExchange, SkipTrips, TurnWait, TurnPass,
@@ -786,6 +803,10 @@ class LoopPlan(Frozen):
     before the trip's k-th product (``tile_write``); such a trip drains every group."""
     tile_reads: tuple[tuple[str, ...], ...] = ()
     """Per product (as ``mmas``), the consumer-written tiles it reads (empty: none)."""
+    copies: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    """Ring tiles the consumers read into registers in the trip: (n, rings) -- the copy comes
+    after the trip's n-th anchored op (product, written tile or earlier copy), its ``Read`` step
+    placed among the others by ``place_read``."""
     stores: tuple[tuple[int, "StoreItem"], ...] = ()
     """Staged stores in the trip: (n, store) -- the store comes after the trip's n-th product or
     written tile (``place_anchored``)."""
@@ -897,7 +918,7 @@ def staged_store(item: StoreItem) -> StagedStore:
     return StagedStore(item.store, tuple(body))
 
 
-ANCHORED = (Mma, TileWrite)
+ANCHORED = (Mma, TileWrite, Read)
 """The steps of a trip that stand for an IR op (codegen/hopper/interleave.trip_anchor)."""
 
 
@@ -974,6 +995,9 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     if plan.pipelined and len(plan.mmas) == 2 and stages >= 2:
         return pipelined_loop(plan)
     body: list[Step] = [Wait(r, "full")]
+    if not plan.mmas and plan.copies:  # the stage is read into registers only
+        body = [*with_reads((Wait(r, "full"),), plan), Release(r), Advance(r)]
+        return (IfTrips(r, (Loop(r, tuple(body)),)),)
     if not plan.mmas:  # the stage is read by ordinary loads, modelled as one read
         body += [Mma((r,)), MmaWait(0), Release(r), Advance(r)]
         return (IfTrips(r, (Loop(r, tuple(body)),)),)
@@ -981,12 +1005,39 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
         for reads in plan.mmas:
             body += [Mma(reads), MmaWait(0)]
         body += [Release(r), Advance(r)]
-        return (IfTrips(r, (Loop(r, tuple(body)),)),)
+        return (IfTrips(r, (Loop(r, with_reads(tuple(body), plan)),)),)
     for i, reads in enumerate(plan.mmas):
         body.append(Mma(reads))
         body.append(MmaWait(1 if i == len(plan.mmas) - 1 else 0))
     body += [NotFirst((Release(r, "prev"),)), Advance(r)]
-    return (IfTrips(r, (Loop(r, tuple(body)), MmaWait(0), Release(r, "prev"))),)
+    return (IfTrips(r, (Loop(r, with_reads(tuple(body), plan)), MmaWait(0), Release(r, "prev"))),)
+
+
+def with_reads(body: tuple[Step, ...], plan: LoopPlan) -> tuple[Step, ...]:
+    """A trip's steps with a ``Read`` for each ring tile the trip copies into registers
+    (``plan.copies``), in program order (``place_read``)."""
+    for n, rings in plan.copies:
+        body = place_read(body, n, Read(rings))
+    return body
+
+
+def place_read(body: tuple[Step, ...], n: int, step: "Read") -> tuple[Step, ...]:
+    """``step`` (a copy coming after the trip's ``n``-th anchored op) where the emitter's walk
+    (interleave.py) keeps every other step's place and orders it after the stage's ``Wait`` and
+    before its release: right before the ``n+1``-th anchored step; when there is none, after the
+    ``n``-th and the ``wait_group 0`` that stays with a product (its result may be what the copy's
+    neighbours read); with no anchored step before it, right after the trip's first ``Wait``."""
+    at = [i for i, st in enumerate(body) if isinstance(st, ANCHORED) and
+          not (isinstance(st, Mma) and st.which == "prev")]
+    if n < len(at):
+        i = at[n]
+    elif n:
+        i = at[n - 1] + 1
+        if isinstance(body[i - 1], Mma) and i < len(body) and body[i] == MmaWait(0):
+            i += 1
+    else:
+        i = next(k for k, st in enumerate(body) if isinstance(st, Wait) and st.bar == "full") + 1
+    return body[:i] + (step,) + body[i:]
 
 
 def tile_write(tile: str) -> tuple[Step, ...]:
@@ -1013,7 +1064,7 @@ def written_loop(plan: LoopPlan) -> tuple[Step, ...]:
         if at >= len(plan.mmas):
             body += tile_write(tile)
     body += [Release(r), Advance(r)]
-    return (IfTrips(r, (Loop(r, tuple(body)),)),)
+    return (IfTrips(r, (Loop(r, with_reads(tuple(body), plan)),)),)
 
 
 def pipelined_loop(plan: LoopPlan) -> tuple[Step, ...]:
@@ -1023,12 +1074,18 @@ def pipelined_loop(plan: LoopPlan) -> tuple[Step, ...]:
     stage), waits for S_j alone (wait_group 1; wait_group 0 on the first trip, which has no
     second product in flight), runs its register work under the second product, waits for it
     and releases the previous stage. After the loop the last trip's second product runs alone.
-    Each stage is released once both of its products are done with it."""
+    Each stage is released once both of its products are done with it. A ring tile the trip
+    reads into registers (``plan.copies``) is read before the first product when it comes before
+    it in the trip, else with the register work (``interleave.pipelined_trip``): both while the
+    current stage is held."""
     r = plan.ring
     first, second = plan.mmas
-    body = (Wait(r, "full"), *_turn(plan, TurnWait()), Mma(first), NotFirst((Mma(second, "prev"),)),
+    # (n counts the products and the earlier copies before a copy: n - i products come before it)
+    before = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n == i)
+    after = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n > i)
+    body = (Wait(r, "full"), *_turn(plan, TurnWait()), *before, Mma(first), NotFirst((Mma(second, "prev"),)),
             *_turn(plan, TurnPass()), First((MmaWait(0),)), NotFirst((MmaWait(1),)),
-            NotFirst((MmaWait(0), Release(r, "prev"))), Advance(r))
+            *after, NotFirst((MmaWait(0), Release(r, "prev"))), Advance(r))
     return (IfTrips(r, (Loop(r, body), Mma(second, "prev"), MmaWait(0), Release(r, "prev"))),)
 
 

@@ -30,13 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .sync_protocol import (BLOCKS, Advance, ClusterArrive, ClusterExchange, ClusterReduce, ClusterSync, ClusterWait, ConsumerSync, ExpectTx, HoldStore, IfHeld,
-                            IfNextTile, IfPrevTile, IfTrips, Loop, First, Mma, MmaWait, NotFirst, Protocol, Release, Reset,
+                            IfNextTile, IfPrevTile, IfTrips, Loop, First, Mma, MmaWait, NotFirst, Protocol, Read, Release, Reset,
                             SkipTrips, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync, StagingWrite, Step, StoreDrain,
                             StoreWait, StreamKFixup, Tiles, TileWrite, CopyFill, FillWait, TmaLoad, TmaStore, TurnPass, TurnWait, Wait, turn_applies)
 
 # concrete opcodes
 (WAIT, EXPECT, TMA, MMA, MMA_WAIT, RELEASE, ARRIVE, STAGING_BEGIN, STAGING_END, TURN_ARRIVE, TILE_WRITE, ACC_READ,
- STORE_WAIT, STAGING_SYNC, STAGING_WRITE, TMA_STORE, STORE_DRAIN) = range(17)
+ STORE_WAIT, STAGING_SYNC, STAGING_WRITE, TMA_STORE, STORE_DRAIN, READ) = range(18)
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Action:
                         # STAGING_*: the ring's first stage; TILE_WRITE: the written tile's index;
                         # ACC_READ (stream-K's fix-up reads the accumulators): unused
     val: int = 0        # WAIT: parity; EXPECT: bytes; TMA: load index; STAGING_*: stages
-    reads: tuple[int, ...] = ()  # MMA: stages read
+    reads: tuple[int, ...] = ()  # MMA, READ: stages read
     label: str = ""     # what, for messages
     where: str = ""     # "tile 1, k trip 4"
     tile: int = 0       # the CTA's tile (its index in the case) the action belongs to
@@ -235,6 +235,12 @@ class _Unroller:
         names = ", ".join([self.layout.stage_name(g) for g in reads] + [f"tile {t}" for t in st.tiles])
         reads += tuple(self.layout.tile_id(t) for t in st.tiles)
         self.emit(MMA, 0, reads=reads, label=f"wgmma reading {names}")
+
+    def _Read(self, st: Read) -> None:
+        """A ring tile read into registers (ld.shared): the stages it reads, read at once."""
+        reads = tuple(self.stage(r) for r in st.rings)
+        names = ", ".join(self.layout.stage_name(g) for g in reads)
+        self.emit(READ, 0, reads=reads, label=f"ld.shared reading {names} into registers")
 
     def _TileWrite(self, st: TileWrite) -> None:
         self.emit(TILE_WRITE, self.layout.tiles.index(st.tile),

@@ -6,7 +6,9 @@ follow, so that what the CPU checks is what the GPU runs.
 
 ``anchor(step, ops)`` gives the index of the IR op a step stands for (a one-shot tile's full
 ``Wait``, the ``CopyFill`` of a tile the consumers fill (its load), the ``FillWait`` of such tiles
-filled with their copies in flight (the first op reading one), a ring loop's ``IfTrips``, a trip's ``Mma`` or a product of one-shot tiles, the ``ConsumerSync`` before a store staged
+filled with their copies in flight (the first op reading one), a ring loop's ``IfTrips``, a
+trip's ``Mma`` (its product) or ``Read`` (its copy of a ring tile into registers) or a product of
+one-shot tiles, the ``ConsumerSync`` before a store staged
 over a ring, split-K's ``ClusterReduce`` before the first op reading the loop's results) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
 (``"anchored"``); a step with no op of its own comes where it stands among the anchored ones (a
 wait right after its wgmma), or, after the last of them, once every pending op has run (the
@@ -19,7 +21,7 @@ from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
 from ...passes.hopper import reads_any
 from ...passes.sync_protocol import (ClusterExchange, ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma,
-                                     MmaWait, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, FillWait, Wait)
+                                     MmaWait, Read, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, FillWait, Wait)
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -130,11 +132,12 @@ def first_reader(ops: list[Op], loop: For) -> int | None:
 
 def trip_anchor(loop: For, store_of: dict | None = None):
     """The anchor of a trip's steps: the k-th ``Mma`` step is the k-th product of the loop body,
-    the k-th ``TileWrite`` its k-th copy of a register tile into a shared tile, a ``StagedStore``
-    its store."""
-    from ...passes.mbarrier import is_tile_write
+    the k-th ``TileWrite`` its k-th copy of a register tile into a shared tile, the k-th ``Read``
+    its k-th copy of a ring tile into registers, a ``StagedStore`` its store."""
+    from ...passes.mbarrier import is_tile_write, ring_reads
     order = iter([op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)])
     writes = iter([op for op in loop.regions[0].ops if is_tile_write(op)])
+    reads = iter(ring_reads(loop))
     store_of = store_of or {}
 
     def anchor(step, ops: list[Op]) -> int | None:
@@ -142,6 +145,8 @@ def trip_anchor(loop: For, store_of: dict | None = None):
             return ops.index(store_of[step.store])
         if isinstance(step, TileWrite):
             return ops.index(next(writes))
+        if isinstance(step, Read):
+            return ops.index(next(reads))
         return ops.index(next(order)) if isinstance(step, Mma) else None
     return anchor
 
@@ -202,13 +207,28 @@ def pipelined_trip(loop: For, steps) -> list[tuple]:
     read the carried tile (now final for the previous trip); then ``("hold", None, second)``:
     the second product's operands kept for the next trip (or the loop's end). Split rings
     (sync_protocol.split_loop) add the first ring's release before the work and the second
-    ring's wait and advance, which are steps where they stand."""
+    ring's wait and advance, which are steps where they stand. A ``Read`` step stands for the
+    trip's next copy of a ring tile into registers, taken out of the ops before the first product
+    or out of the register work, where it stands (the ops before it come first)."""
+    from ...passes.mbarrier import ring_reads
     from ...passes.sync_protocol import Advance, NotFirst, Release
     before, first, work, rescale, second = level2_parts(loop)
     out: list[tuple] = []
     held = False
+    copies = iter(ring_reads(loop))
+
+    def upto(ops: list, op) -> list[tuple]:
+        """The items of the ops of ``ops`` before ``op``; those and ``op`` are taken out of it."""
+        i = ops.index(op)
+        items = [("op", None, o) for o in ops[:i]]
+        del ops[:i + 1]
+        return items
     for step in steps:
-        if isinstance(step, Mma) and step.which == "cur":
+        if isinstance(step, Read):  # a ring tile read into registers: where its copy stands
+            op = next(copies)
+            out += upto(before if op in before else work, op)
+            out.append(("anchored", step, op))
+        elif isinstance(step, Mma) and step.which == "cur":
             out += [("op", None, op) for op in before]
             out.append(("anchored", step, first))
         elif isinstance(step, NotFirst) and any(isinstance(s, Release) for s in step.body):

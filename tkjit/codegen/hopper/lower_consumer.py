@@ -23,7 +23,7 @@ from ...ir.ops import MMA_OPS, For, Load, Store, Yield
 from ...ir.types import TileType
 from ...passes.hopper import is_shared
 from ...passes.sync_protocol import (ClusterArrive, ClusterExchange, ClusterReduce, ConsumerSync, CopyFill, FillWait, HoldStore,
-                                     IfHeld, IfTrips, Loop, Mma,
+                                     IfHeld, IfTrips, Loop, Mma, Read,
                                      ScratchSync, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync,
                                      StagingWrite, StoreDrain,
                                      StoreWait, StreamKFixup, TileWrite, TmaStore, Wait)
@@ -314,6 +314,10 @@ class ConsumerRole(RoleEmitter):
         elif isinstance(step, Mma):
             self.b(f"// step: {step.text()}")
             self.wgmma(op)
+            self.b("// end step")
+        elif isinstance(step, Read):  # a ring tile read into registers (lower_tile_read)
+            self.b(f"// step: {step.text()}")
+            self.ops([op])
             self.b("// end step")
         elif isinstance(step, ScratchSync):  # its cross-warp reductions' barriers are this step's
             self.scratch_step(step, op)

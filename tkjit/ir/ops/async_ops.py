@@ -27,12 +27,12 @@ string; a field left at its default is not printed). A step with a body (``tiles
 ``ring_loop``, ``if_trips``, ``not_first``, ...) holds it as a region; ``if_trips`` has a second
 region, what runs when the loop has no trip. ``anchored = true``: the step stands for the next op
 of its block that is not one of these (the IR op the emitter prints with it: a one-shot tile's
-load, a ring loop's ``for``, a product's ``mma_*``, a staged store), as ``codegen/hopper/
-interleave.py`` places it. Three ops are the IR's own: ``tile_loop`` (the consumers' ``Tiles``
-step: its body is the next ``blocks`` op's), ``for_trips`` (in an ``if_trips``: the ring's
-``Loop`` step, whose trips are the body of the ``for`` the ``if_trips`` stands for) and
-``mma_hold`` (level 2: the next op, the trip's second product, is held and issued by the next
-trip's ``mma_issue {which = "prev"}``). ``producer`` and ``consumers`` are the roles; ``ring``
+load, a ring loop's ``for``, a product's ``mma_*``, a ring tile's ``copy`` into registers, a
+staged store), as ``codegen/hopper/interleave.py`` places it. Three ops are the IR's own:
+``tile_loop`` (the consumers' ``Tiles`` step: its body is the next ``blocks`` op's), ``for_trips``
+(in an ``if_trips``: the ring's ``Loop`` step, whose trips are the body of the ``for`` the
+``if_trips`` stands for) and ``mma_hold`` (level 2: the next op, the trip's second product, is
+held and issued by the next trip's ``mma_issue {which = "prev"}``). ``producer`` and ``consumers`` are the roles; ``ring``
 declares a ring (``sync_protocol.Ring``). Every op here has no operands and no results: the
 schedule names rings, boxes and stores, and the tile ops between the steps keep their SSA values.
 """
@@ -127,6 +127,9 @@ STEP_OPS: tuple[type[StepOp], ...] = (
     _step("mma_issue", "Mma", "``mma_issue {rings, which, tiles}``: one committed wgmma group reading "
           "stage s (which = prev: the stage before) of the rings, and consumer-written tiles.",
           {"rings": NAMES, "which": str, "tiles": NAMES}, ("which", "tiles")),
+    _step("ring_read", "Read", "``ring_read {rings}``: the consumers read stage s of the rings' tile into "
+          "registers (ld.shared; the next op, a copy of a ring tile); done before the stage's release.",
+          {"rings": NAMES}),
     _step("mma_wait", "MmaWait", "``mma_wait {pending}``: wgmma.wait_group pending.", {"pending": int}),
     _step("ring_release", "Release", "``ring_release {ring, which}``: arrive on empty[s] (or the previous stage's).",
           {"ring": str, "which": str}, ("which",)),
