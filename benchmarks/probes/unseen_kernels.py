@@ -490,8 +490,12 @@ def run(name: str, variants: dict) -> dict:
     fns = {"tkjit": lambda args, ins: kern(*args), "compile": lambda args, ins: compiled(*ins)}
     if flops:  # cuBLAS's plain product of the same shape (the first two inputs)
         bt = name in ("gemm_abt_f32", "bgemm_offset_tanh", "linear_bias_silu", "logits_softcap")  # B given as [N, K]
-        fns["cublas"] = (lambda args, ins: torch.bmm(ins[0], ins[1].transpose(1, 2) if bt else ins[1])) \
-            if len(shape) == 4 else (lambda args, ins: ins[0] @ (ins[1].t() if bt else ins[1]))
+        plains = {id(ins): [x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16) for x in ins[:2]]
+                  for _, ins in sets}  # (an f32 or fp8 A: cuBLAS's bf16 product of the same shape)
+        fns["cublas"] = (lambda args, ins: torch.bmm(plains[id(ins)][0], plains[id(ins)][1].transpose(1, 2)
+                                                     if bt else plains[id(ins)][1])) \
+            if len(shape) == 4 else (lambda args, ins: plains[id(ins)][0] @ (plains[id(ins)][1].t() if bt
+                                                                              else plains[id(ins)][1]))
     extra = EXTRA_REFS[name](shape, file) if name in EXTRA_REFS else {}
     for ref, fn in extra.items():  # each extra reference checked against the expression (bf16 inputs)
         args, ins = sets[0]
