@@ -40,18 +40,12 @@ torch.cuda.synchronize()
 
 
 def timed(fn, n=50):
-    """Median ms of ``fn`` over ``n`` launches (CUDA events, after warm-up)."""
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[n // 2]
+    """Median ms of ``fn`` over ``n`` launches (CUDA events, after warm-up: norm_schedules._events)."""
+    import sys
+    sys.path.insert(0, str(HERE.parent))
+    from norm_schedules import _events
+    _events(fn, 5)
+    return sorted(_events(fn, n))[n // 2]
 
 
 if __name__ == "__main__":

@@ -183,19 +183,27 @@ SETP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "neu"}
 """cmp_select's comparisons: ordered (false with a NaN) except ne, true with a NaN (as in C)."""
 
 
-def emit_cmp_select(ctx, op) -> list[str]:
-    """``a cmp b ? x : y`` per element: one setp and one selp. A scalar operand is rounded to its
-    partner's dtype first (a to b's, x to the result's), as the binary ops do."""
-    out: list[str] = []
-    t = op.result.type
+def cmp_select_parts(ctx, op, out: list[str], tile) -> list:
+    """The operands of a ``cmp_select``: a scalar rounded to its partner's dtype (a to b's, x to
+    the result's) as one f32 register, a tile as ``tile(value)`` (its elements, or the fused
+    emitter's lazy tile: emit_fused.py)."""
     vals = list(op.operands)
     cmp_dtype = next((v.type.dtype for v in vals[:2] if not isinstance(v.type, ScalarType)), F32)
     parts = []
     for k, v in enumerate(vals):
         if isinstance(v.type, ScalarType):
-            parts.append(ctx.round_f32(cmp_dtype if k < 2 else t.dtype, ctx.scalar_f32(v, out), out))
+            parts.append(ctx.round_f32(cmp_dtype if k < 2 else op.result.type.dtype, ctx.scalar_f32(v, out), out))
         else:
-            parts.append(_elements(ctx, ctx.get(v), out))
+            parts.append(tile(v))
+    return parts
+
+
+def emit_cmp_select(ctx, op) -> list[str]:
+    """``a cmp b ? x : y`` per element: one setp and one selp. A scalar operand is rounded to its
+    partner's dtype first (a to b's, x to the result's), as the binary ops do."""
+    out: list[str] = []
+    t = op.result.type
+    parts = cmp_select_parts(ctx, op, out, lambda v: _elements(ctx, ctx.get(v), out))
     keys = next(p for p in parts if isinstance(p, Mapping)).keys()
     pick = [(lambda key, p=p: p[key]) if isinstance(p, Mapping) else (lambda key, p=p: p) for p in parts]
     res = {}

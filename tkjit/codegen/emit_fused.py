@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..ir.ops import BINARY_OPS, BROADCAST_OPS, UNARY_OPS, CmpSelect
-from ..ir.types import F32, ScalarType
+from ..ir.types import ScalarType
 from .mathfn import binary_f32, unary_f32
 
 
@@ -123,16 +123,8 @@ def _broadcast(ctx, op, layout, out):
 
 def _cmp_select(ctx, op, layout, out):
     """As emit_cmp_select: one setp and one selp an element; scalars rounded once."""
-    from .emit_elementwise import SETP
-    t = op.result.type
-    vals = list(op.operands)
-    cmp_dtype = next((v.type.dtype for v in vals[:2] if not isinstance(v.type, ScalarType)), F32)
-    parts = []
-    for k, v in enumerate(vals):
-        if isinstance(v.type, ScalarType):
-            parts.append(ctx.round_f32(cmp_dtype if k < 2 else t.dtype, ctx.scalar_f32(v, out), out))
-        else:
-            parts.append(ctx.get(v))
+    from .emit_elementwise import SETP, cmp_select_parts
+    parts = cmp_select_parts(ctx, op, out, ctx.get)
     cmp = SETP[op.attrs["cmp"]]
 
     def element(key, o):
