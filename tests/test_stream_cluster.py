@@ -191,7 +191,7 @@ def test_the_default_is_the_measured_split(name, d):
     """cluster=auto (the default) emits exactly the PTX of the pinned cluster=k rows measured on the
     H200 (benchmarks/results/2026-11-27-nvidia-h200-s11-norms2-cluster.json)."""
     k = {("residual_layernorm", 4096): 4}.get((name, d), 4 if d == 4096 else 8)
-    auto = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d})
+    auto = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d}, pipeline="canonicalize,stream-cols")
     pinned = tkjit.load(EXAMPLES / f"{name}.tk", constants={"D": d}, pipeline=f"canonicalize,stream-cols{{cluster={k}}}")
     strip = lambda ptx: [ln for ln in ptx.splitlines() if not ln.strip().startswith("//")]
     assert strip(auto.asm["ptx"]) == strip(pinned.asm["ptx"])

@@ -141,9 +141,9 @@ def emit_kernel(kernel: Kernel, options: dict | None = None,
     if blocks.attrs.get("group", 1) > 1:
         decisions.append({"decision": "block_order", "value": f"grouped by {blocks.attrs['group']}",
                           "why": "consecutive CTAs walk groups of rows so operand tiles stay in L2"})
-    if kernel.attrs.get("maxnreg"):
-        decisions.append({"decision": "maxnreg", "value": kernel.attrs["maxnreg"],
-                          "why": f".maxnreg {kernel.attrs['maxnreg']}: the pass option stream-cols{{maxnreg}} (ptxas "
+    if kernel.attrs.get("register_cap"):
+        decisions.append({"decision": "maxnreg", "value": kernel.attrs["register_cap"],
+                          "why": f".maxnreg {kernel.attrs['register_cap']}: the pass option stream-cols{{maxnreg}} (ptxas "
                                  "keeps each thread within it, so more CTAs fit an SM by registers)"})
     decisions.append({"decision": "shared_memory", "value": plan.total,
                       "why": "; ".join(f"{what} at {reg.offset} ({reg.size} B)" for what, reg, _ in plan.items)
@@ -180,8 +180,8 @@ def _module_text(kernel, entries, threads, ctx: Ctx, loads, body) -> str:
     cluster = _block_loop(kernel).attrs.get("cluster", 1)
     if cluster > 1:
         lines.append(f".reqnctapercluster {cluster}, 1, 1")
-    if kernel.attrs.get("maxnreg"):  # stream-cols{maxnreg}: a register cap for more CTAs an SM
-        lines.append(f".maxnreg {kernel.attrs['maxnreg']}")
+    if kernel.attrs.get("register_cap"):  # stream-cols{maxnreg}: a register cap for more CTAs an SM
+        lines.append(f".maxnreg {kernel.attrs['register_cap']}")
     lines.append("{")
     lines += ctx.namer.declarations()
     lines += ["  " + line for line in loads]

@@ -105,7 +105,7 @@ class RegBudget(Pass):
         pressure = consumer_pressure(kernel, 1 if kernel.attrs.get("pingpong") else n)  # ping-pong: whole tiles
         need = pressure.peak + CONSUMER_OVERHEAD
         pin = self.pinned(kernel)
-        if self.maxnreg:
+        if self.maxnreg or (kernel.attrs.get("register_cap") and not has_product(kernel)):  # (stream-cols{maxnreg})
             return self.pinned_entry(kernel, ctx, need)
         filled = any(op.attrs.get("fill") == "cp.async" for op in kernel.walk() if isinstance(op, Load))
         if not kernel.attrs.get("producer", True) and not (filled and pin is None):
@@ -207,15 +207,17 @@ class RegBudget(Pass):
             raise PassError(f"@{kernel.name}: reg-budget{{maxnreg}} pins kernels with no matrix product; "
                             "this one has one (pin its setmaxnreg split with producer and consumer)",
                             kernel.span)
-        if self.maxnreg % 8 or not 32 <= self.maxnreg <= 248:
+        cap, who = ((self.maxnreg, "the pass option maxnreg") if self.maxnreg else
+                    (kernel.attrs["register_cap"], "stream-cols{maxnreg} (the kernel's register_cap)"))
+        if self.maxnreg and (self.maxnreg % 8 or not 32 <= self.maxnreg <= 248):
             raise PassError(f"reg-budget: maxnreg must be a multiple of 8 from 32 to 248, got {self.maxnreg}")
         threads = kernel.attrs.get("threads", threads_for(kernel.attrs["consumers"]))
-        kernel.attrs["maxnreg"] = self.maxnreg
-        ctas = REGISTER_FILE // (-(-threads // 32) * 32 * self.maxnreg)
-        ctx.decide(f"@{kernel.name}", f"no setmaxnreg; .maxnreg {self.maxnreg} for all {threads} threads",
-                   f"pinned by the pass option maxnreg (the estimate: about {need}); {threads} threads x "
-                   f"{self.maxnreg} leave room for {ctas} CTA(s) an SM by registers",
-                   maxnreg=self.maxnreg, consumer_need=need)
+        kernel.attrs["maxnreg"] = cap
+        ctas = REGISTER_FILE // (-(-threads // 32) * 32 * cap)
+        ctx.decide(f"@{kernel.name}", f"no setmaxnreg; .maxnreg {cap} for all {threads} threads",
+                   f"pinned by {who} (the estimate: about {need}); {threads} threads x "
+                   f"{cap} leave room for {ctas} CTA(s) an SM by registers",
+                   maxnreg=cap, consumer_need=need)
         return kernel
 
     def pinned(self, kernel: Kernel) -> tuple[int, int] | None:

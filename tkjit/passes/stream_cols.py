@@ -209,8 +209,9 @@ class StreamCols(Pass):
     l2_prefetch: int = 0
     """64, 128 or 256: the row block's cp.async copies carry that L2 prefetch size. 0: none (default)."""
     maxnreg: int = 0
-    """n > 0: the register-tile backend's kernel is capped at n registers a thread (``.maxnreg``),
-    for more CTAs an SM by registers. 0: ptxas's choice (default)."""
+    """n > 0: the kernel is capped at n registers a thread (``.maxnreg``; the kernel attribute
+    ``register_cap``, which reg-budget takes as its pin on the general lowering), for more CTAs an
+    SM by registers. 0: ptxas's choice (default)."""
     order: str = "alternate"
     """``alternate``: every other pass walks the chunks backwards (L2 still holds what the pass
     before read last); ``forward``: every pass from the first chunk."""
@@ -441,7 +442,7 @@ class StreamCols(Pass):
                 ("store_hint", self.store_hint, "none", "stores straight from registers take the cache hint"),
                 ("load_hint", self.load_hint, "none", "row block copies take the L2 policy"),
                 ("l2_prefetch", self.l2_prefetch, 0, "row block copies take the L2 prefetch size (bytes)"),
-                ("maxnreg", self.maxnreg, 0, "registers a thread capped at")):
+                ("register_cap", self.maxnreg, 0, "registers a thread capped at")):
             if value != default and attr not in kernel.attrs:
                 kernel.attrs[attr] = value
                 ctx.decide(who, f"{what}: {value}",
