@@ -532,8 +532,11 @@ def _registers_for_occupancy(result: CompileResult) -> None:
         return
     from .runtime import toolchain
     assemble = lambda ptx: toolchain.assemble(ptx, result.options.arch, name=result.name)  # noqa: E731
-    cubin, report = assemble(result.asm["ptx"])
-    build, decision = capped(result.asm["ptx"], result.metadata, report, assemble)
+    try:
+        cubin, report = assemble(result.asm["ptx"])
+        build, decision = capped(result.asm["ptx"], result.metadata, report, assemble)
+    except ToolchainError:  # the cubin stage assembles it again and reports the error there, while
+        return              # the PTX stays readable (asm["ptx"]) for the user who asked for it
     if decision is not None:
         _record_backend_decision(result, decision)
     if build is not None:
