@@ -156,12 +156,11 @@ def test_the_filled_kernels_agree_on_the_ptx_simulator(name, r, d):
 def test_a_missing_fill_barrier_is_caught_on_the_simulator(monkeypatch):
     """The simulator check can fail: the fill's wait dropped (the reads race the copies)."""
     from test_general_no_product import _norm_case, _simulated
-    from tkjit.codegen.hopper import lower_copy_fill
-    real = lower_copy_fill.emit_copy_fill
+    from tkjit.codegen.hopper.lower_consumer import ConsumerRole
 
-    def broken(role, step, op):
-        return [line for line in real(role, step, op) if line != "cp.async.wait_all;"]
-    monkeypatch.setattr(lower_copy_fill, "emit_copy_fill", broken)
+    def broken(role, step):  # the fill's meeting without its cp.async.wait_all
+        role.consumer_sync(step)
+    monkeypatch.setattr(ConsumerRole, "fill_wait", broken)
     src = (EXAMPLES / "softmax.tk").read_text()
     general = tkjit.compile(src, lowering="general", require_hopper=True, cache=False)
     assert "cp.async.wait_all;" not in [line.strip() for line in general.asm["ptx"].splitlines()]

@@ -149,6 +149,17 @@ def emit_causal_mask(ctx, op) -> list[str]:
     return out
 
 
+def iota_base(ctx, op, layout, out: list[str]) -> str:
+    """The thread's first row (``axis = row``) or column index of an ``iota``'s tile, plus its
+    offset operand where it has one."""
+    base = ctx.row_base(layout.rows) if op.attrs["axis"] == "row" else ctx.col_base(layout.cols)
+    if op.operands:
+        shifted = ctx.new("b32")
+        out.append(f"add.s32 {shifted}, {base}, {ctx.get(op.operands[0]).reg};")
+        base = shifted
+    return base
+
+
 def emit_iota(ctx, op) -> list[str]:
     """Element (b, j, i) sits at row row_base + 16b + 8(i >> 1) and column col_base + 8j + (i & 1);
     the distinct indices are computed once (2 per band or per chunk), then copied per element."""
@@ -156,11 +167,7 @@ def emit_iota(ctx, op) -> list[str]:
     t = op.result.type
     layout = ctx.tile_layout(t)
     row = op.attrs["axis"] == "row"
-    base = ctx.row_base(layout.rows) if row else ctx.col_base(layout.cols)
-    if op.operands:
-        shifted = ctx.new("b32")
-        out.append(f"add.s32 {shifted}, {base}, {ctx.get(op.operands[0]).reg};")
-        base = shifted
+    base = iota_base(ctx, op, layout, out)
     units = layout.bands if row else layout.chunks
     index = {}
     for u in range(units):

@@ -139,12 +139,9 @@ def _cmp_select(ctx, op, layout, out):
 def _iota(ctx, op, layout, out):
     """As emit_iota: the thread's row (column) base, offset once; an element's index is one add
     and one convert."""
+    from .emit_elementwise import iota_base
     row = op.attrs["axis"] == "row"
-    base = ctx.row_base(layout.rows) if row else ctx.col_base(layout.cols)
-    if op.operands:
-        shifted = ctx.new("b32")
-        out.append(f"add.s32 {shifted}, {base}, {ctx.get(op.operands[0]).reg};")
-        base = shifted
+    base = iota_base(ctx, op, layout, out)
 
     def element(key, o):
         b, j, i = key

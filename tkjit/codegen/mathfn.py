@@ -106,7 +106,7 @@ def emit_sigmoid(ctx, x: str, out: list[str]) -> str:
     out.append(f"mul.f32 {t}, {ax}, {f32_imm(-LOG2E)};")
     out.append(f"ex2.approx.ftz.f32 {u}, {t};")
     out.append(f"add.f32 {d}, {u}, 0f3F800000;")
-    if reciprocal_pipe(ctx, "fma") == "mufu":
+    if reciprocal_pipe(ctx, RCP_OPS["sigmoid"]) == "mufu":
         rcp = ctx.new("f32")
         out.append(f"rcp.approx.ftz.f32 {rcp}, {d};")
     else:
@@ -146,10 +146,11 @@ GELU_FIT = tuple(c * LOG2E - (1.0 if i == 0 else 0.0) for i, c in enumerate(ERFC
 and the ½ costs nothing."""
 
 
-RCP_OPS = frozenset({"gelu", "sigmoid", "silu", "gelu_tanh"})
-"""Maps whose emitter takes a reciprocal: gelu's on MUFU (``rcp.approx``), the sigmoid's (silu's,
-gelu_tanh's) on the FMA pipe (``_rcp_fma``), unless the kernel pins the pipe (the attribute
-``epilogue_rcp``, the epilogue pass's option ``rcp=fma|mufu``: ``reciprocal_pipe``)."""
+RCP_OPS = {"gelu": "mufu", "sigmoid": "fma", "silu": "fma", "gelu_tanh": "fma"}
+"""Maps whose emitter takes a reciprocal -> the pipe of their own: gelu's on MUFU
+(``rcp.approx``), the sigmoid's (silu's, gelu_tanh's) on the FMA pipe (``_rcp_fma``), unless the
+kernel pins the pipe (the attribute ``epilogue_rcp``, the epilogue pass's option
+``rcp=fma|mufu``: ``reciprocal_pipe``)."""
 RCP_CLAMP = 64.0
 """|x| above which gelu's FMA-pipe reciprocal sees 64: there h = ½·erfc(|x|/√2) is 0 in f32
 (from |x| ~ 13.2) whatever t is, and 1 + 64/(2√2) keeps the seed's argument a small normal
@@ -174,7 +175,7 @@ def emit_gelu(ctx, x: str, out: list[str]) -> str:
     by ``_rcp_fma``, relative error 1.7e-8)."""
     ax, den, t, p, k, y, e, h, step, d, phi, r = (ctx.new("f32") for _ in range(12))
     out.append(f"abs.f32 {ax}, {x};")
-    if reciprocal_pipe(ctx, "mufu") == "fma":
+    if reciprocal_pipe(ctx, RCP_OPS["gelu"]) == "fma":
         c = ctx.new("f32")
         out.append(f"min.f32 {c}, {ax}, {f32_imm(RCP_CLAMP)};")
         out.append(f"fma.rn.f32 {den}, {c}, {f32_imm(0.5 / math.sqrt(2.0))}, 0f3F800000;")

@@ -213,7 +213,7 @@ def rcp_choice(kernel: Kernel, asked: str) -> tuple[str, str]:
     if not names:
         return "", ""
     if asked == "auto":
-        fma_own = [n for n in names if n != "gelu"]
+        fma_own = [n for n in names if RCP_OPS[n] == "fma"]
         if not fma_own or not any(isinstance(op, MMA_OPS) for op in kernel.walk()):
             return "", ""
         return "mufu", (f"{', '.join(fma_own)}: auto, in the epilogue of a tensor-core product, one MUFU "

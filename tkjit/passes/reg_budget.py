@@ -49,6 +49,11 @@ SINGLE_ROLE_MEASURED = ("rotary (consumers only, no shared memory) left to ptxas
 """Why ``bound = auto`` frees only the row-block kernels (``no_product``), not consumers-only ones."""
 
 
+def ctas_by_smem(smem: int, threads: int) -> int:
+    """CTAs an SM that shared memory (``smem`` bytes a CTA) and the thread slots hold."""
+    return min(SMEM_PER_SM // (smem + SMEM_RESERVED), 2048 // threads, 32)
+
+
 def occupancy_cap(kernel: Kernel, threads: int, entry: int, peak: int):
     """(.maxnreg, CTAs an SM, why) lowered so that registers hold as many CTAs an SM as shared
     memory allows, or fewer but more than ``entry`` holds, where the cap still leaves the live
@@ -58,7 +63,7 @@ def occupancy_cap(kernel: Kernel, threads: int, entry: int, peak: int):
         return None
     warps = -(-threads // 32)
     at_entry = REGISTER_FILE // (warps * 32 * entry)
-    by_smem = min(SMEM_PER_SM // (smem + SMEM_RESERVED), 2048 // (warps * 32), 32)
+    by_smem = ctas_by_smem(smem, warps * 32)
     for k in range(by_smem, at_entry, -1):
         cap = min(255, REGISTER_FILE // (k * warps * 32)) // 8 * 8
         if peak + FRAGMENT_SLACK <= cap < entry:

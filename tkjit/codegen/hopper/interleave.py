@@ -123,11 +123,7 @@ class _TileAnchor:
 def first_reader(ops: list[Op], loop: For) -> int | None:
     """The index of the first op after ``loop`` that reads one of its results (split-K's
     reduction comes right before it)."""
-    results = set(map(id, loop.results))
-    for i in range(ops.index(loop) + 1, len(ops)):
-        if any(id(x) in results for inner in ops[i].walk() for x in inner.operands):
-            return i
-    return None
+    return next((i for i in range(ops.index(loop) + 1, len(ops)) if reads_any(ops[i], loop.results)), None)
 
 
 def trip_anchor(loop: For, store_of: dict | None = None):

@@ -94,6 +94,7 @@ class ConsumerRole(RoleEmitter):
         self.own = {}
         self.table[ConsumerSync] = self.consumer_sync
         self.table[FillWait] = self.fill_wait
+        self.table[CopyFill] = self.copy_fill
         self.table[Mma] = self.deferred_mma  # anchored Mma steps go through anchored()
         self.table[StagingBegin] = self.table[StagingEnd] = lambda step: None  # nothing is staged
         self.table[StagingRead] = self.staging_read
@@ -307,7 +308,8 @@ class ConsumerRole(RoleEmitter):
             self.shared[id(op.result)] = op
         elif isinstance(step, CopyFill):  # a row block the consumers fill (lower_copy_fill)
             from .lower_copy_fill import emit_copy_fill
-            self.b(*emit_copy_fill(self, step, op))
+            self.b(*emit_copy_fill(self, op))
+            self.emit((step,))
         elif isinstance(step, FillWait):  # before the first op reading blocks filled in flight
             self.emit((step,))
             self.ops([op])
@@ -604,7 +606,14 @@ class ConsumerRole(RoleEmitter):
     def fill_wait(self, step) -> None:
         """``FillWait``: this thread's copies in flight have landed (lower_copy_fill.py), then
         every consumer thread's have."""
-        self.b("cp.async.wait_all;", f"bar.sync {CONSUMER_BARRIER}, {128 * self.k.consumers};")
+        self.b("cp.async.wait_all;")
+        self.consumer_sync(step)
+
+    def copy_fill(self, step) -> None:
+        """``CopyFill`` after its copies (lower_copy_fill.emit_copy_fill): their wait and meeting,
+        or nothing where they stay in flight until a ``FillWait``."""
+        if step.wait:
+            self.fill_wait(step)
 
     def turn_wait(self, step) -> None:
         """Ping-pong: this consumer's turn on the tensor cores (named barrier FIRST_TURN + c);

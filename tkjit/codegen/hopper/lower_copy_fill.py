@@ -22,19 +22,14 @@ from ..smem import Geometry
 from ..values import SharedTile
 
 
-def emit_copy_fill(role, step, op) -> list[str]:
-    """The ``CopyFill`` step ``step`` standing for ``op``, the load of the block."""
-    from .lower_consumer import CONSUMER_BARRIER
+def emit_copy_fill(role, op) -> list[str]:
+    """The copies of ``op``, the load of the block a ``CopyFill`` step stands for (the step itself,
+    its wait and meeting where it waits, is ``ConsumerRole.copy_fill``)."""
     ctx, t = role.ctx, op.result.type
     out: list[str] = []
     view = GlobalView(ctx, op.operands[0], op.variadic(), t.rows, t.cols, out)
     tile = SharedTile(t, Geometry.of_tile(t), op.attrs["smem"])
     copy_in(ctx, view, tile.geometry, tile.offset, out, wait=False)
-    if step.wait:
-        out += [f"// step: {step.text()}", "cp.async.wait_all;",
-                f"bar.sync {CONSUMER_BARRIER}, {128 * role.k.consumers};", "// end step"]
-    else:  # the copies stay in flight: the FillWait before the block's first reader lands them
-        out += [f"// step: {step.text()}", "// end step"]
     ctx.bind(op.result, tile)
     return out
 

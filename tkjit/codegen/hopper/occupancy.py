@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 
-REGISTER_FILE = 65_536
-SMEM_PER_SM = 233_472
-SMEM_RESERVED = 1024
+from ...passes.hopper import REGISTER_FILE
+from ...passes.reg_budget import ctas_by_smem
+
 SPILL_BYTES = 4
 """The most spill-store bytes a capped build may have to be kept (LayerNorm's 4, measured faster
 than a CTA an SM fewer; hundreds measured far slower)."""
@@ -31,10 +31,6 @@ MEASURED = ("LayerNorm D = 4096 / 8192, H200, session 18: ptxas's own 54 registe
 def ctas_by_registers(registers: int, threads: int) -> int:
     """CTAs an SM the register file holds (registers allocated 8 a thread at a time)."""
     return REGISTER_FILE // (max(8, -(-registers // 8) * 8) * threads)
-
-
-def ctas_by_smem(smem: int, threads: int) -> int:
-    return min(SMEM_PER_SM // (smem + SMEM_RESERVED), 2048 // threads, 32)
 
 
 def free_registers(ptx: str, metadata: dict) -> bool:
