@@ -21,7 +21,7 @@ REFUSED: dict[str, str] = {}
 (docs/hopper-codegen.md, "Not yet"). Empty since session 18: ssd_copy's ring tile read into
 registers (``kr = k``) takes it."""
 
-NO_PRODUCT = {"layernorm_f32"}
+NO_PRODUCT = {"layernorm_f32", "scaled_res_rmsnorm"}
 """Kernels with no matrix product that take the general lowering under auto: since session 16 the
 f32-output LayerNorm's row block (2,048-byte rows) is filled by its consumers with cp.async."""
 

@@ -242,6 +242,28 @@ kernel layernorm_f32<D = 1024, BR = 16>(X: gl<bf16>[R, D], W: gl<bf16>[D], Bias:
 }
 """
 
+SCALED_RES_RMSNORM = """
+# a scaled residual into RMSNorm at a width no example has (3,072: stream-cols splits the row block over a
+# cluster of 4 CTAs), the weight read as a vector and the scale a runtime scalar
+kernel scaled_res_rmsnorm<D = 3072, BR = 16>(X: gl<bf16>[R, D], Res: gl<bf16>[R, D], W: gl<bf16>[D],
+                                              Y: gl<bf16>[R, D], eps: f32, alpha: f32) {
+  for i in blocks(R / BR) {
+    x: rt<f32>[BR, D] = X.tile(i, 0)
+    r: rt<f32>[BR, D] = Res.tile(i, 0)
+    w: rv<f32>[D] = W.tile(0)
+    h = x * alpha + r
+    ms = row_sum(h * h) / D
+    Y.tile(i, 0) = mul_col(mul_row(h, rsqrt(ms + eps)), w)
+  }
+}
+"""
+
+
+def _scaled_res_rms_ref(a):
+    h = a[0].double() * a[5] + a[1].double()
+    return [(h / torch.sqrt((h * h).mean(-1, keepdim=True) + a[4]) * a[2].double()).float()]
+
+
 GEMM_SWIGLU = """
 kernel gemm_swiglu<BM = 128, BN = 128, BK = 64>(X: gl<bf16>[M, K], W1: gl<bf16>[K, N], W3: gl<bf16>[K, N],
                                                 C: gl<bf16>[M, N]) {
@@ -1057,6 +1079,10 @@ CASES = [
                        _nan(s["R"], 1024, dtype=torch.float32, device=d), 1e-5],
          lambda a: [torch.nn.functional.layer_norm(a[0].float(), (1024,), a[1].float(), a[2].float(), 1e-5)],
          (3,), [{"R": 4096}, {"R": 1000}], {"R": 50}),
+    Case("scaled_res_rmsnorm", SCALED_RES_RMSNORM,
+         lambda s, d: [_randn(s["R"], 3072, device=d), _randn(s["R"], 3072, device=d), _randn(3072, device=d),
+                       _nan(s["R"], 3072, device=d), 1e-5, 0.7],
+         _scaled_res_rms_ref, (3,), [{"R": 8192}, {"R": 1000}], {"R": 21}),
     Case("gemm_swiglu", GEMM_SWIGLU,
          lambda s, d: [_randn(s["M"], s["K"], device=d), _randn(s["K"], s["N"], device=d),
                        _randn(s["K"], s["N"], device=d), _nan(s["M"], s["N"], device=d)],
