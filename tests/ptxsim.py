@@ -625,6 +625,15 @@ class CTA:
         else:
             self.set(ops[0], self.u32(ops[1]) ^ self.u32(ops[2]), active)
 
+    def op_lop3(self, parts, ops, active):
+        """``lop3.b32 d, a, b, c, lut``: each bit of d is bit (a·4 + b·2 + c) of lut."""
+        a, b, c, lut = self.u32(ops[1]), self.u32(ops[2]), self.u32(ops[3]), int(ops[4], 0)
+        out = np.zeros_like(a)
+        for i in range(8):
+            if lut >> i & 1:
+                out |= (a if i & 4 else ~a) & (b if i & 2 else ~b) & (c if i & 1 else ~c)
+        self.set(ops[0], out, active)
+
     def op_not(self, parts, ops, active):
         self.set(ops[0], ~self.pred(ops[1]), active)
 

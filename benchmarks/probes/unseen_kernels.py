@@ -431,6 +431,7 @@ PROBES = {
     # a ring tile read into registers (session 18): rms_linear as written, and loading X twice
     "rms_linear": ("rms_linear.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
     "rms_linear_twice": ("rms_linear_twice.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
+    "rms_linear_rs": ("rms_linear_rs.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_dequant_a": ("gemm_dequant_a.tk", dequant_a, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_f32a": ("gemm_f32a.tk", f32a, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_fp8a": ("gemm_fp8a.tk", fp8a, (4096, 4096, 4096), (1000, 3000, 528)),

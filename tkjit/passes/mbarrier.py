@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
 from ..ir.ops import MMA_OPS, Copy, For, Load, Store, Yield
+from ..ir.types import TileType
 from .hopper import (block_loop, check_supported_loads, depends_on, fill_in_flight, is_shared, nbytes,
                      one_shot_loads, pipelined_loops, reads_any, shared_loads)
 from .manager import Pass, PassContext, register_pass
@@ -115,6 +116,10 @@ class _Builder:
         -> that store: released at the end of the tile, after ``StagingRead``."""
         self.scratch_ops: list[Op] = []
         """The block body's ops each ``ScratchSync`` step stands for, in order."""
+        self.held: list[For] = []
+        """Loops whose register-A product stays in flight (``LoopPlan.held``)."""
+        self.not_held: dict[For, str] = {}
+        """Loops with a register-A product drained every trip -> why (``held_fits``)."""
 
     def level2_fits(self, loop: For) -> bool:
         """Level 2 holds the second product's register A (its previous trip's, read by the wgmma
@@ -131,6 +136,33 @@ class _Builder:
         room = (self.kernel.attrs["regs"][1] if "regs" in self.kernel.attrs
                 else consumer_registers(self.consumers, SETMAXNREG_MIN))
         return level2_need(loop, self.share) <= room
+
+    def held_fits(self, loop: For) -> bool:
+        """Whether a trip's register-A product is held in flight (``held_a``, the ``hold``
+        option): on where one consumer at a time runs its products (auto) or where asked (on), and
+        where the copy of its A beside everything else live at the peak (liveness) and 32 more
+        fits the consumers' registers. Where not, the trip drains its group before the next one
+        makes its A, and ``not_held`` says why."""
+        product = held_a(loop)
+        hold = self.kernel.attrs.get("hold", "auto")
+        if product is None or hold == "off":
+            return False
+        if hold == "auto" and not self.pingpong and self.consumers > 1:
+            self.not_held[loop] = (f"its {self.consumers} cooperative consumers' groups fill each other's "
+                                   "gaps on the tensor cores (mbarrier{hold=on} holds it anyway)")
+            return False
+        from .hopper import SETMAXNREG_MIN, consumer_registers
+        from .liveness import CONSUMER_OVERHEAD, consumer_pressure, fragment_registers
+        owners = 1 if self.pingpong else self.consumers
+        room = (self.kernel.attrs["regs"][1] if "regs" in self.kernel.attrs
+                else consumer_registers(self.consumers, SETMAXNREG_MIN))
+        need = consumer_pressure(self.kernel, owners).peak + CONSUMER_OVERHEAD
+        copy = fragment_registers(product.operands[0].type, owners)
+        if need + copy > room:
+            self.not_held[loop] = (f"the copy of its A ({copy} registers) beside the {need} a consumer "
+                                   f"thread needs exceeds its {room}")
+            return False
+        return True
 
     @property
     def share(self) -> int:
@@ -346,12 +378,15 @@ class _Builder:
         level2 = not writes and not stores and self.level2_allowed(op, split=len(names) > 1)
         turns = level2 and self.consumers >= 2 and not self.pingpong and not op.attrs.get("own_trips") \
             and name not in self.own and len(reads) == 2 and self.turns_for(op)
-        self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op),
+        held = not level2 and not writes and not stores and self.held_fits(op)
+        self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op), held=held,
                                    split=names[1] if len(names) > 1 and level2 else "",
                                    writes=tuple(writes), tile_reads=tuple(tile_reads) if writes else (),
                                    stores=tuple(stores), turns=turns, copies=tuple(copies)))
         if level2:
             self.level2.append(op)
+        if held:
+            self.held.append(op)
         if turns:
             self.turn_loops.append(op)
         if self.split_k > 1 and reads and self.split_loop is None:
@@ -498,18 +533,30 @@ def level2_needs(kernel: Kernel) -> list[tuple[For, int]]:
                                       is not None)]
 
 
+HOLD_MEASURED = ("H200, 2026-11-28, same runs against hold=off, identical binaries within 0.5%: ping-pong "
+                 "consumers with an f32 A 1.15x; cooperative ones with a dequantized A 1.02x, with "
+                 "RMSNorm's sums beside an RS product 0.89x (benchmarks/results/"
+                 "2026-11-28-nvidia-h200-s19-held-aa.json)")
+"""What ``hold`` was measured to do."""
+
+
 def in_flight(loop: For) -> bool:
     """Whether the trip's last product can stay in flight into the next trip: its A operand is a
-    shared tile (a register A must not change while the wgmma reads it), its result is read only
-    by the yield, and the loop argument it is carried into only as the accumulator of that same
-    product (so nothing but the next wgmma touches the registers a wgmma still writes)."""
+    shared tile (a register A must not change while the wgmma reads it; ``held_a`` keeps one in
+    flight by copying it), its result is read only by the yield, and the loop argument it is
+    carried into only as the accumulator of that same product (``carried_only``)."""
     body = loop.regions[0]
     mmas = [op for op in body.ops if isinstance(op, MMA_OPS)]
     if not mmas:
         return True
-    last = mmas[-1]
-    if not is_shared(last.operands[0]):  # its A registers must not change while it runs
-        return False
+    return is_shared(mmas[-1].operands[0]) and carried_only(loop, mmas[-1])
+
+
+def carried_only(loop: For, last: Op) -> bool:
+    """``last``'s result is read only by the yield, and the loop argument it is carried into only
+    as the accumulator of ``last`` itself (so nothing but the next wgmma touches the registers a
+    wgmma still writes)."""
+    body = loop.regions[0]
     term = body.terminator
     if not isinstance(term, Yield) or len(last.operands) < 3:
         return False
@@ -519,6 +566,20 @@ def in_flight(loop: For) -> bool:
     arg = body.args[1 + list(term.operands).index(last.result)]
     readers = [op for op in loop.walk() if op is not loop and arg in op.operands]
     return readers == [last] and last.operands[2] is arg and list(last.operands).count(arg) == 1
+
+
+def held_a(loop: For) -> Op | None:
+    """The trip's one product when it reads a register A (a 16-bit register tile the trip makes,
+    e.g. ``cvt<bf16>(mul_col(ar, s))`` of a ring tile read into registers) and is carried as
+    ``in_flight`` asks: then its group can stay in flight into the next trip, its A copied into
+    registers of its own when it is issued (``sync_protocol.held_loop``). Else None."""
+    mmas = [op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)]
+    if len(mmas) != 1 or is_shared(mmas[0].operands[0]):
+        return None
+    a = mmas[0].operands[0].type
+    if not isinstance(a, TileType) or a.dtype.bits != 16 or not carried_only(loop, mmas[0]):
+        return None
+    return mmas[0]
 
 
 @dataclass
@@ -614,7 +675,21 @@ class Mbarrier(Pass):
     them (as until session 16). The two are independent, and ptxas keeps the order it is given: packed first, it
     alternated the packs with the rescale's FMULs (``PACK_MEASURED``)."""
 
+    hold: str = "auto"
+    """A trip whose one product reads a register A it makes (a dequantized or converted ring
+    tile): on, its group stays in flight into the next trip, which makes its A under it and
+    retires it just before issuing its own (``sync_protocol.held_loop``), where the copy of A
+    fits the consumers' registers; off, every trip drains its group before the next starts;
+    auto, on where one consumer at a time runs its products (ping-pong, or one consumer): a
+    drained trip leaves the tensor cores idle for its register work there, while cooperative
+    consumers' groups fill each other's gaps and the held copy only adds instructions
+    (``HOLD_MEASURED``)."""
+
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
+        if self.hold not in ("auto", "on", "off"):
+            raise PassError(f"mbarrier: hold must be auto, on or off, got '{self.hold}'")
+        if self.hold != "auto":
+            kernel.attrs["hold"] = self.hold
         if self.pack not in ("auto", "first"):
             raise PassError(f"mbarrier: pack must be auto or first, got '{self.pack}'")
         if self.release not in ("auto", "end", "early"):
@@ -692,6 +767,19 @@ class Mbarrier(Pass):
                        f"issuing its two products and hands it to the next right after, so one "
                        f"consumer's softmax runs under another's wgmmas; the last of the "
                        f"{builder.consumers} consumers opens the chain, consumer 0 closes it")
+        for loop in builder.held:
+            why = ("mbarrier{hold=on}" if kernel.attrs.get("hold") == "on" else
+                   "one consumer at a time runs its products, so a drained trip would leave the tensor "
+                   "cores idle for its register work (mbarrier{hold=off}: drained every trip)")
+            ctx.decide(f"loop at {_where(loop)}", "the register-A product stays in flight",
+                       "the trip's one product reads a register A the trip makes: the next trip reads "
+                       "its ring tile and makes its A under this trip's product, then retires it "
+                       "(wait_group 0), releases its stage, copies the A into the product's own "
+                       f"registers and issues; {why}. {HOLD_MEASURED}")
+        for loop, why in builder.not_held.items():
+            ctx.decide(f"loop at {_where(loop)}", "the register-A product is drained every trip",
+                       f"its A is made in registers each trip and the next trip's must not overwrite it "
+                       f"while the product runs; it is not held in flight because {why}. {HOLD_MEASURED}")
         for loop in builder.level2:
             first = self.pack == "first" or (self.pack == "auto" and narrow_uniform(kernel, loop))
             if first:
@@ -795,12 +883,15 @@ def _ring_reason(ring: Ring, proto: Protocol, early: tuple[str, ...] = ()) -> st
         when = ("right after the last product reading it drained" if ring.name in early
                 else "at the end of the tile")
         return f"loaded once per tile: {arm}, {when}; the phase bit flips every tile"
-    from .sync_protocol import Read, all_steps
+    from .sync_protocol import Mma, Read, all_steps
     reads = sum(isinstance(st, Read) and ring.name in st.rings for st in all_steps(proto.consumer))
+    held = any(isinstance(st, Mma) and st.held and ring.name in st.rings for st in all_steps(proto.consumer))
     read = (f"; the consumers also read a tile of each stage into registers ({reads} ld.shared "
             "step(s) a trip: the copy's Read, after the stage's full wait and before that release, "
             "done before the next step)" if reads else "")
-    return (f"{arm} (wait_group 1 after the next trip's wgmma retires the older ones){read}; the "
+    retire = ("the next trip's wait_group 0, after its register work and before its own wgmma, retires it"
+              if held else "wait_group 1 after the next trip's wgmma retires the older ones")
+    return (f"{arm} ({retire}){read}; the "
             "producer waits on empty[s] with parity ph^1 (a fresh barrier's preceding phase "
             "counts as complete), consumers on full[s] with ph; ph flips when s wraps to 0 and "
             "carries on from tile to tile")

@@ -233,11 +233,16 @@ class Mma(Frozen):
     which: str = "cur"
     tiles: tuple[str, ...] = ()
     """Consumer-written shared tiles (``TileWrite``) the group reads too."""
+    held: bool = False
+    """Its A is a register tile, copied into registers of its own right before the group is
+    issued: the trip's next register A is made in the registers it was made in, while this group
+    still reads the copy (``held_loop``)."""
 
     def text(self) -> str:
         stage = "s" if self.which == "cur" else "prev"
         reads = [f"{r}.{stage}" for r in self.rings] + [f"tile {t} (consumer-written)" for t in self.tiles]
-        return "mma reading " + ", ".join(reads) + "; commit_group"
+        held = " (its register A copied to held registers first)" if self.held else ""
+        return "mma reading " + ", ".join(reads) + held + "; commit_group"
 
 
 @dataclass(unsafe_hash=True)
@@ -810,6 +815,11 @@ class LoopPlan(Frozen):
     stores: tuple[tuple[int, "StoreItem"], ...] = ()
     """Staged stores in the trip: (n, store) -- the store comes after the trip's n-th product or
     written tile (``place_anchored``)."""
+    held: bool = False
+    """The trip's one product reads a register A made in the trip (a ring tile read, scaled and
+    converted, say): its group stays in flight into the next trip, which makes its own A under
+    it and retires it just before issuing its own (``held_loop``); the pass decides it
+    (mbarrier.held_a). Without it such a trip drains its group before the next trip starts."""
     turns: bool = False
     """Level 2 with ping-pong turns (FlashAttention-3's warpgroup scheduling barriers): each
     trip, a consumer waits for its turn before issuing its products and hands the turn to the
@@ -1001,6 +1011,8 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     if not plan.mmas:  # the stage is read by ordinary loads, modelled as one read
         body += [Mma((r,)), MmaWait(0), Release(r), Advance(r)]
         return (IfTrips(r, (Loop(r, tuple(body)),)),)
+    if plan.held and stages >= 2 and len(plan.mmas) == 1:
+        return held_loop(plan)
     if stages == 1 or not plan.in_flight:  # every group drained before what follows reads it
         for reads in plan.mmas:
             body += [Mma(reads), MmaWait(0)]
@@ -1011,6 +1023,23 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
         body.append(MmaWait(1 if i == len(plan.mmas) - 1 else 0))
     body += [NotFirst((Release(r, "prev"),)), Advance(r)]
     return (IfTrips(r, (Loop(r, with_reads(tuple(body), plan)), MmaWait(0), Release(r, "prev"))),)
+
+
+def held_loop(plan: LoopPlan) -> tuple[Step, ...]:
+    """A trip whose one product reads a register A the trip makes: it waits for its stage, reads
+    its ring tiles into registers and makes the A while the previous trip's group still runs,
+    then retires that group (wait_group 0), releases the previous stage, copies the A into the
+    held registers and issues its own group, which stays in flight into the next trip. The
+    retirement is anchored at the product (``interleave``), after the register work. After the
+    loop the last group is drained and its stage released."""
+    r = plan.ring
+    (reads,) = plan.mmas
+    # (n counts the product and the earlier copies before a copy: a copy with n > i follows it)
+    before = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n == i)
+    after = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n > i)
+    body = (Wait(r, "full"), *before, MmaWait(0), NotFirst((Release(r, "prev"),)), Mma(reads, held=True),
+            *after, Advance(r))
+    return (IfTrips(r, (Loop(r, body), MmaWait(0), Release(r, "prev"))),)
 
 
 def with_reads(body: tuple[Step, ...], plan: LoopPlan) -> tuple[Step, ...]:

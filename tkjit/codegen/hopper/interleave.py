@@ -12,7 +12,9 @@ one-shot tiles, the ``ConsumerSync`` before a store staged
 over a ring, split-K's ``ClusterReduce`` before the first op reading the loop's results) or None. A step anchored at op i comes after ops [.., i) and takes op i itself
 (``"anchored"``); a step with no op of its own comes where it stands among the anchored ones (a
 wait right after its wgmma), or, after the last of them, once every pending op has run (the
-releases and waits that end a trip or a tile). Items: ``("op", None, op)``, ``("step", step,
+releases and waits that end a trip or a tile). The steps right before a held product
+(``Mma(held=True)``: the previous group's wait and its stage's release) come right before it,
+after the register work that makes its A. Items: ``("op", None, op)``, ``("step", step,
 None)``, ``("anchored", step, op)``.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ...ir.core import Op
 from ...ir.ops import MMA_OPS, For, Load, Yield
 from ...passes.hopper import reads_any
 from ...passes.sync_protocol import (ClusterExchange, ClusterReduce, ConsumerSync, HoldStore, IfHeld, IfTrips, Mma,
-                                     MmaWait, Read, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, FillWait, Wait)
+                                     MmaWait, NotFirst, Read, ScratchSync, StagedStore, StreamKFixup, TileWrite, CopyFill, FillWait, Wait)
 
 
 def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
@@ -32,6 +34,12 @@ def interleave(ops: list[Op], steps, anchor) -> list[tuple]:
     if hasattr(anchor, "start"):
         anchor.start()
     anchors = [anchor(step, ops) for step in steps]
+    for n, step in enumerate(steps):  # a held product retires the group before it right before it
+        if isinstance(step, Mma) and step.held and anchors[n] is not None:
+            k = n - 1
+            while k >= 0 and anchors[k] is None and isinstance(steps[k], (MmaWait, NotFirst)):
+                anchors[k] = anchors[n]
+                k -= 1
     placed = [a for a in anchors if a is not None]
     if placed != sorted(placed):
         raise AssertionError(f"internal: protocol steps anchored out of program order ({placed})")

@@ -26,7 +26,8 @@ from ...passes.sync_protocol import (ClusterArrive, ClusterExchange, ClusterRedu
                                      IfHeld, IfTrips, Loop, Mma, Read,
                                      ScratchSync, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync,
                                      StagingWrite, StoreDrain,
-                                     StoreWait, StreamKFixup, TileWrite, TmaStore, Wait)
+                                     StoreWait, StreamKFixup, TileWrite, TmaStore, Wait, all_steps)
+from ..emit_control import _regs as regs_of
 from ..emit_control import fresh, moves
 from ..emit_reduce import combine_partial_sums
 from ..padding import analyze_padding
@@ -105,6 +106,7 @@ class ConsumerRole(RoleEmitter):
                            StoreDrain: self.store_drain, IfHeld: self.if_held})
         from .lower_cluster import ExchangeSteps
         self.exchanges = ExchangeSteps(self)  # a cluster split's steps (lower_cluster.py)
+        self.held_homes: dict = {}  # a held product (Mma(held=True)) -> the registers of its A
         self.table[ClusterArrive] = self.exchanges.arrive
         self.epi = None  # the staged store being printed (lower_epilogue.EpilogueWalk)
         self.epilogue_step: dict = {}  # IR store -> its StagedStore/HoldStore, while it is emitted
@@ -315,7 +317,7 @@ class ConsumerRole(RoleEmitter):
             self.ops([op])
         elif isinstance(step, Mma):
             self.b(f"// step: {step.text()}")
-            self.wgmma(op)
+            self.wgmma(op, a_tile=self.held_a(op) if step.held else None)
             self.b("// end step")
         elif isinstance(step, Read):  # a ring tile read into registers (lower_tile_read)
             self.b(f"// step: {step.text()}")
@@ -353,6 +355,10 @@ class ConsumerRole(RoleEmitter):
             arg = body.args[1 + list(body.terminator.operands).index(second.result)]
             self.second = second
             self.held = (fresh(ctx, second.operands[0].type), ctx.get(arg))
+        if any(isinstance(st, Mma) and st.held for st in all_steps((step,))):  # (held_a): zeroed, never undefined
+            (product,) = [op for op in body.ops if isinstance(op, MMA_OPS)]
+            home = self.held_homes[id(product)] = fresh(ctx, product.operands[0].type)
+            b(*[f"mov.b32 {r}, 0;" for r in regs_of(home)])
         if step.ring not in self.trips_ready:
             ring_trips(self, step.ring, loop)
         if step.part == "own":  # this consumer's own trips (the own-trips pass; lower_own_trips.py)
@@ -451,6 +457,22 @@ class ConsumerRole(RoleEmitter):
         if acc is not o_home:
             b(*moves(ctx, [o_home], [acc]))
         ctx.bind(second.result, o_home)
+
+    def held_a(self, op: Op):
+        """A held product's A (``Mma(held=True)``), copied into registers of its own that the
+        group reads while the next trip makes its A. A plain ``mov`` is not enough: ptxas ends the
+        held registers' life at the wgmma that reads them (not at the wait_group that retires
+        it, one trip later across the loop's back edge), coalesces the copy away and lets the
+        next trip's ld.shared/cvt write the registers the group still reads (wrong results on
+        the GPU, H200, 2026-11-28). So each is ``home = a ^ (home & zero)``, with ``zero`` a
+        value ptxas cannot know is 0 (a global pointer's top bit): the old home is read after
+        the next trip's wait, its life spans the group, and no register of it is reused."""
+        ctx, b = self.ctx, self.b
+        home = self.held_homes[id(op)]  # (made and zeroed before the loop: ring_loop)
+        wide, zero = b.reg("b64"), b.reg()
+        b(f"shr.u64 {wide}, {next(iter(self.k.globals.values()))}, 63;", f"cvt.u32.u64 {zero}, {wide};")
+        b(*[f"lop3.b32 {d}, {a}, {d}, {zero}, 0x78;" for d, a in zip(regs_of(home), regs_of(ctx.get(op.operands[0])))])
+        return home
 
     def deferred_mma(self, step: Mma) -> None:
         """Level 2's ``Mma(prev)``: the held second product, reading the previous stage."""

@@ -124,9 +124,10 @@ STEP_OPS: tuple[type[StepOp], ...] = (
           {"ring": str, "nbytes": int}),
     _step("tma_load", "TmaLoad", "``tma_load {ring, load}``: the TMA copy of the load marked "
           "``{ring, box}`` into stage s, completing on full[s].", {"ring": str, "load": str}),
-    _step("mma_issue", "Mma", "``mma_issue {rings, which, tiles}``: one committed wgmma group reading "
-          "stage s (which = prev: the stage before) of the rings, and consumer-written tiles.",
-          {"rings": NAMES, "which": str, "tiles": NAMES}, ("which", "tiles")),
+    _step("mma_issue", "Mma", "``mma_issue {rings, which, tiles, held}``: one committed wgmma group reading "
+          "stage s (which = prev: the stage before) of the rings, and consumer-written tiles (held: its "
+          "register A copied into held registers first).",
+          {"rings": NAMES, "which": str, "tiles": NAMES, "held": bool}, ("which", "tiles", "held")),
     _step("ring_read", "Read", "``ring_read {rings}``: the consumers read stage s of the rings' tile into "
           "registers (ld.shared; the next op, a copy of a ring tile); done before the stage's release.",
           {"rings": NAMES}),
