@@ -183,3 +183,62 @@ def test_a_64_row_tile_one_consumer_cannot_hold_is_halved_too():
     d = _decision(k, "tile-split")
     assert d.data["split_for"] == "fit" and "64x256 tile (1: 288 registers needed > 256)" in d.reason
     assert "rt<f32>[64, 128]" in k.asm["after:tile-split"] and k.metadata["backend"] == "wgmma"
+
+
+# -- the third rule: a trip that reads its streamed tile into registers runs at twice the width ----
+WIDEN_OFF = default_pipeline("sm_90a").replace("tile-split", "tile-split{widen=off}")
+
+
+@pytest.mark.parametrize("name", ["rms_linear_read", "gemm_f32a", "gemm_fp8a"])
+def test_a_trip_reading_its_streamed_tile_runs_at_twice_the_width(name):
+    from unseen_corpus import BY_NAME
+    k = tkjit.compile(BY_NAME[name].source, cache=False)
+    text = k.asm["after:tile-split"]
+    assert "cdiv %N, %c256" in text and re.search(r"load %\w+, %k, %n : st<bf16>\[\d+, 256\]", text), text
+    explain = str(k.explain())
+    assert "tiles of 256 columns: %n walks cdiv(.., 256)" in explain
+    assert "into registers: that work is set by the tile's rows and K step" in explain
+    assert k.metadata["lowering"] == "general"
+    kept = tkjit.compile(BY_NAME[name].source, cache=False, pipeline=WIDEN_OFF)
+    assert "cdiv %N, %c128" in kept.asm["after:tile-split"]
+
+
+def test_a_tile_already_256_wide_and_a_plain_gemm_keep_their_width():
+    from unseen_corpus import BY_NAME
+    wide = tkjit.compile(BY_NAME["gemm_dequant_a"].source, cache=False)
+    assert "columns: %n walks" not in str(wide.explain()) and "cdiv %N, %c256" in wide.asm["after:tile-split"]
+    plain = tkjit.compile(BY_NAME["rms_linear_read"].source.replace(
+        "      xr: rt<f32>[BM, BK] = x\n      ss = ss + row_sum(xr * xr)\n", ""), cache=False)
+    assert "columns: %n walks" not in str(plain.explain()) and "cdiv %N, %c128" in plain.asm["after:tile-split"]
+
+
+def test_pinned_consumers_keep_the_width_and_say_so():
+    from unseen_corpus import BY_NAME
+    src = "@consumers(2)\n" + BY_NAME["gemm_f32a"].source.lstrip()
+    k = tkjit.compile(src, cache=False)
+    assert "cdiv %N, %c128" in k.asm["after:tile-split"]
+    assert "@consumers pins the consumers, so the tile is taken as written" in str(k.explain())
+
+
+def test_a_bad_widen_option_is_named():
+    with pytest.raises(tkjit.TkError, match="widen must be auto, off, got 'yes'"):
+        tkjit.compile(GEMM_SCALE_GATE, cache=False,
+                      pipeline=default_pipeline("sm_90a").replace("tile-split", "tile-split{widen=yes}"))
+
+
+@pytest.mark.parametrize("name", ["rms_linear_read", "gemm_fp8a"])
+def test_the_widened_program_means_what_the_written_one_does(name):
+    """The roles interpreter on the rewritten, scheduled IR against the source-level interpreter,
+    at the corpus's ragged CPU shape (columns not a multiple of either width)."""
+    from unseen_corpus import BY_NAME
+    case = BY_NAME[name]
+    k = tkjit.compile(case.source, cache=False)
+    assert "cdiv %N, %c256" in k.asm["after:tile-split"]
+    torch.manual_seed(0)
+    args = case.make(case.cpu_shape, "cpu")
+    ref = _copy(args)
+    k(*ref)
+    for seed in SEEDS:
+        mine = _copy(args)
+        run_roles(k.ir, mine, seed=seed)
+        assert _same(case.outputs, mine, ref), f"{name}: schedule {seed} differs from the interpreter"

@@ -147,9 +147,10 @@ class _Builder:
         hold = self.kernel.attrs.get("hold", "auto")
         if product is None or hold == "off":
             return False
-        if hold == "auto" and not self.pingpong and self.consumers > 1:
-            self.not_held[loop] = (f"its {self.consumers} cooperative consumers' groups fill each other's "
-                                   "gaps on the tensor cores (mbarrier{hold=on} holds it anyway)")
+        cols = product.result.type.cols
+        if hold == "auto" and not self.pingpong and self.consumers > 1 and cols < HOLD_MIN_COLS:
+            self.not_held[loop] = (f"its {self.consumers} cooperative consumers' groups, {cols} columns wide, fill "
+                                   "each other's gaps on the tensor cores (mbarrier{hold=on} holds it anyway)")
             return False
         from .hopper import SETMAXNREG_MIN, consumer_registers
         from .liveness import CONSUMER_OVERHEAD, consumer_pressure, fragment_registers
@@ -534,10 +535,15 @@ def level2_needs(kernel: Kernel) -> list[tuple[For, int]]:
 
 
 HOLD_MEASURED = ("H200, 2026-11-28, same runs against hold=off, identical binaries within 0.5%: ping-pong "
-                 "consumers with an f32 A 1.15x; cooperative ones with a dequantized A 1.02x, with "
-                 "RMSNorm's sums beside an RS product 0.89x (benchmarks/results/"
-                 "2026-11-28-nvidia-h200-s19-held-aa.json)")
+                 "consumers with an f32 A 1.15x; cooperative ones at 256 columns with an f32 A 1.08x, a "
+                 "dequantized A 1.01-1.03x, RMSNorm's sums beside an RS product 1.01x; at 128 columns the "
+                 "last 0.89x (benchmarks/results/2026-11-28-nvidia-h200-s19-held-aa.json, "
+                 "...-s19-widen-probe-2.json)")
 """What ``hold`` was measured to do."""
+HOLD_MIN_COLS = 256
+"""Cooperative consumers hold a register-A product (``hold=auto``) from this width of its
+accumulator: a narrower one's group is short beside the trip's register work, and the other
+consumer's groups already fill the tensor cores (``HOLD_MEASURED``)."""
 
 
 def in_flight(loop: For) -> bool:
@@ -680,10 +686,10 @@ class Mbarrier(Pass):
     tile): on, its group stays in flight into the next trip, which makes its A under it and
     retires it just before issuing its own (``sync_protocol.held_loop``), where the copy of A
     fits the consumers' registers; off, every trip drains its group before the next starts;
-    auto, on where one consumer at a time runs its products (ping-pong, or one consumer): a
-    drained trip leaves the tensor cores idle for its register work there, while cooperative
-    consumers' groups fill each other's gaps and the held copy only adds instructions
-    (``HOLD_MEASURED``)."""
+    auto, on where one consumer at a time runs its products (ping-pong, or one consumer: a drained
+    trip leaves the tensor cores idle for its register work there) and for cooperative consumers
+    whose product is ``HOLD_MIN_COLS`` wide; narrower cooperative groups fill each other's gaps
+    and the held copy only adds instructions (``HOLD_MEASURED``)."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.hold not in ("auto", "on", "off"):
@@ -770,7 +776,10 @@ class Mbarrier(Pass):
         for loop in builder.held:
             why = ("mbarrier{hold=on}" if kernel.attrs.get("hold") == "on" else
                    "one consumer at a time runs its products, so a drained trip would leave the tensor "
-                   "cores idle for its register work (mbarrier{hold=off}: drained every trip)")
+                   "cores idle for its register work (mbarrier{hold=off}: drained every trip)"
+                   if builder.pingpong or builder.consumers == 1 else
+                   f"its cooperative consumers' products are {HOLD_MIN_COLS} columns wide, long beside the "
+                   "trip's register work (mbarrier{hold=off}: drained every trip)")
             ctx.decide(f"loop at {_where(loop)}", "the register-A product stays in flight",
                        "the trip's one product reads a register A the trip makes: the next trip reads "
                        "its ring tile and makes its A under this trip's product, then retires it "

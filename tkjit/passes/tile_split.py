@@ -28,6 +28,13 @@ Second rule (``split_for = "fit"``): where no cooperative consumer split holds t
 any multiple of 64 rows: ``warp_spec.fitting_split``), warp-spec would decline the kernel and it would run on the
 mma.sync backend (about 0.4x); the same rewrite then halves it whatever its epilogue, so the
 half-width tile keeps the wgmma lowering. A kernel that pins ``@consumers`` keeps its tile.
+
+Third rule (``split_for = "widen"``, option ``widen``): a tile whose K loop reads a tile it
+streams into registers each trip (RMSNorm's sums of the A tile beside the product, an f32, fp8 or
+dequantized A converted for an RS product) runs at twice its width, up to 256 columns, where a
+consumer split holds it: the trip's register work is set by the tile's rows and K step while the
+product's work grows with its columns, so at 128 columns the consumers spent as long reading and
+converting as the tensor cores computing (``WIDEN_MEASURED``). The same rewrite, by two.
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ from dataclasses import dataclass
 
 from ..errors import PassError
 from ..ir.core import Kernel, Op, Value
-from ..ir.ops import MMA_OPS, Blocks, Const, Cvt, For, Load, Store, Yield
+from ..ir.ops import MMA_OPS, Blocks, Const, Copy, Cvt, For, Load, Store, Yield
 from ..ir.ops.elementwise import Binary, CmpSelect, Fill, Select, Unary, Zeros
 from ..ir.ops.reduce import Broadcast, Reduce
 from ..ir.types import I32, ScalarType, TileType, VectorType
@@ -178,7 +185,7 @@ def split_dims(kernel: Kernel, index: Value) -> tuple[_Dims | None, str]:
         if isinstance(op, Broadcast):
             x, v, r = op.operands[0], op.operands[1], op.result
             return tie_all([x, r]) or dims.tie((v, 0), (x, 0 if op.AXIS == "row" else 1))
-        if isinstance(op, (Binary, Unary, Cvt, Select, CmpSelect)):
+        if isinstance(op, (Binary, Unary, Cvt, Copy, Select, CmpSelect)):
             return tie_all([*op.operands, *op.results])
         if isinstance(op, (Zeros, Fill, Const, Yield)) or \
                 not any(_rank(v.type) for v in (*op.operands, *op.results)):
@@ -219,27 +226,32 @@ def _count_of(blocks: Blocks, i: int, width: int):
     return None
 
 
-def _halve(kernel: Kernel, dims: _Dims, width: int, index_pos: int) -> None:
+def _resize(kernel: Kernel, dims: _Dims, width: int, index_pos: int, new_width: int) -> None:
+    """Every tile and vector dimension ``dims`` marks takes ``new_width / width`` of its size, and
+    the block index's grid count becomes ``cdiv(X, new_width)``."""
     blocks = block_loop(kernel)
+
+    def scaled(n: int) -> int:
+        return n * new_width // width
     for op in blocks.walk():
         values = list(op.results) + [a for r in op.regions for a in r.args]
         for v in values:
             t = v.type
             if isinstance(t, TileType):
-                rows = t.rows // 2 if dims.is_split((v, 0)) else t.rows
-                cols = t.cols // 2 if dims.is_split((v, 1)) else t.cols
+                rows = scaled(t.rows) if dims.is_split((v, 0)) else t.rows
+                cols = scaled(t.cols) if dims.is_split((v, 1)) else t.cols
                 v.type = TileType(t.space, t.dtype, rows, cols, t.attrs)
             elif isinstance(t, VectorType) and dims.is_split((v, 0)):
-                v.type = VectorType(t.kind, t.dtype, t.length // 2, t.attrs)
+                v.type = VectorType(t.kind, t.dtype, scaled(t.length), t.attrs)
     cdiv = _count_of(blocks, index_pos, width)
     old = blocks.operands[index_pos]
-    half = Const(attrs={"value": width // 2}, result_types=[ScalarType(I32)], result_hints=[f"c{width // 2}"])
-    new = type(cdiv)([cdiv.operands[0], half.result], result_types=[ScalarType(I32)], span=cdiv.span)
+    size = Const(attrs={"value": new_width}, result_types=[ScalarType(I32)], result_hints=[f"c{new_width}"])
+    new = type(cdiv)([cdiv.operands[0], size.result], result_types=[ScalarType(I32)], span=cdiv.span)
     parent = blocks.parent
     at = parent.ops.index(blocks)
-    for o in (half, new):
+    for o in (size, new):
         o.parent = parent
-    parent.ops[at:at] = [half, new]
+    parent.ops[at:at] = [size, new]
     blocks.operands[index_pos] = new.result
     uses = use_counts(kernel)
     if uses.get(old, 0) == 0:
@@ -306,6 +318,82 @@ def split_plan(kernel: Kernel, ctx: PassContext | None = None) -> tuple[tuple[in
     return (plan + ("pingpong",) if plan else None), why
 
 
+WIDE = 256
+"""The widest accumulator the third rule makes (wgmma's n is at most 256)."""
+WIDEN_MEASURED = ("H200, 2026-11-28, benchmarks/probes/unseen_kernels.py, as written at 128 columns / at "
+                  "256, same runs: RMSNorm fused into a linear layer 1.42x, the same with an RS product "
+                  "1.34x, an f32 A 1.69x, an fp8 A 1.65x (benchmarks/results/"
+                  "2026-11-28-nvidia-h200-s19-widen-probe-{1,2}.json)")
+"""What the third rule (``widen``) was measured to do."""
+
+
+def register_reads(loop: For) -> list[Op]:
+    """The copies into registers of shared tiles that ``loop``'s own body loads (a tile the loop
+    streams through its ring, read by the consumers each trip: mbarrier.is_ring_read)."""
+    loaded = {op.result for op in loop.regions[0].ops if isinstance(op, Load)}
+    return [op for op in loop.regions[0].ops if isinstance(op, Copy) and op.operands[0] in loaded
+            and isinstance(op.result.type, TileType) and op.result.type.space == "rt"]
+
+
+def widen_plan(kernel: Kernel, ctx: PassContext | None = None) -> tuple[tuple[int, int] | None, str]:
+    """(block index position, tile width) to double, or (None, why not: '' where the kernel is
+    not a candidate, so nothing is logged). A candidate: one product, in the one pipelined loop of
+    the block body, whose trip reads a tile it streams into registers (a tile converted for an RS
+    product, or summed beside an SS one); its accumulator at most ``WIDE / 2`` columns."""
+    if not any(isinstance(op, Blocks) for op in kernel.body.ops):
+        return None, ""
+    blocks = block_loop(kernel)
+    if sum(isinstance(op, MMA_OPS) for op in kernel.walk()) != 1:
+        return None, ""
+    loops = pipelined_loops(kernel)
+    if len(loops) != 1 or not any(op is loops[0] for op in blocks.regions[0].ops):
+        return None, ""
+    reads = register_reads(loops[0])
+    accs = [v for v in loops[0].results if isinstance(v.type, TileType)]
+    if not reads or len(accs) != 1:
+        return None, ""
+    t = accs[0].type
+    if t.rows % 64 or t.cols * 2 > WIDE or t.cols % 64:
+        return None, ""
+    what = ", ".join(f"%{op.operands[0].hint or 'tile'}" for op in reads)
+    head = (f"each trip reads {what} into registers: that work is set by the tile's rows and K step, "
+            f"while the product's grows with its {t.cols} columns")
+    pinned = kernel.attrs.get("consumers")
+    if isinstance(pinned, int) and not isinstance(pinned, bool):
+        return None, f"{head}; @consumers pins the consumers, so the tile is taken as written"
+    if "fill_sms" in kernel.attrs:
+        return None, f"{head}; @fill_sms chooses its tiles per launch (tkjit/fill_sms.py)"
+    if int(blocks.attrs.get("split", 1)) > 1 or int(blocks.attrs.get("cluster", 1)) > 1:
+        return None, f"{head}; split-K or a cluster gives each tile CTAs of its own"
+    return _index_plan(kernel, blocks, accs[0], head)
+
+
+def widened(kernel: Kernel, ctx: PassContext, where: str) -> Kernel | None:
+    """The kernel at twice its tile's width where ``widen_plan`` finds an index and a consumer
+    split holds the wider tile (logged either way), else None."""
+    plan, why = widen_plan(kernel, ctx)
+    if plan is None:
+        if why:
+            ctx.decide(where, "tile kept at its width", why)
+        return None
+    pos, width = plan
+    trial = clone_kernel(kernel)
+    index = block_loop(trial).regions[0].args[pos]
+    dims, _ = split_dims(trial, index)
+    _resize(trial, dims, width, pos, 2 * width)
+    unfit = whole_unfit(trial, next(op.result for op in trial.walk() if isinstance(op, MMA_OPS)), ctx)
+    if unfit:
+        ctx.decide(where, "tile kept at its width", f"{why}; no consumer split holds the {2 * width}-column tile ({unfit})")
+        return None
+    name = index.hint or str(pos)
+    ctx.decide(where, f"tiles of {2 * width} columns: %{name} walks cdiv(.., {2 * width})",
+               f"{why}: at {2 * width} columns the same register work feeds twice the product, and the "
+               f"consumers hold the wider tile; every tile and vector dimension %{name} addresses takes "
+               f"{2 * width}: the same values, computed tile by tile (tile-split{{widen=off}} keeps "
+               f"{width}; {WIDEN_MEASURED})", width=2 * width, index=name, split_for="widen")
+    return trial
+
+
 def whole_unfit(kernel: Kernel, acc: Value, ctx: PassContext | None = None) -> str:
     """Why no cooperative consumer split holds the whole tile ('' where one does: warp-spec's own
     ``fitting_split``, by which it declines the kernel otherwise), counted as warp-spec will count
@@ -366,14 +454,19 @@ class TileSplit(Pass):
     hiding, runs as two half-width tiles."""
 
     name = "tile-split"
-    summary = "a tile too wide for ping-pong consumers, with an epilogue worth hiding, runs as two half-width tiles"
+    summary = ("a tile too wide for ping-pong consumers, with an epilogue worth hiding, runs as two half-width "
+               "tiles; one whose trip reads a streamed tile into registers runs at twice its width")
     target_specific = True
     mode: str = "auto"
     """auto (split where the epilogue costs more than a plain GEMM's), off."""
+    widen: str = "auto"
+    """auto (double a tile whose trip reads a streamed tile into registers, ``widen_plan``), off."""
 
     def run(self, kernel: Kernel, ctx: PassContext) -> Kernel:
         if self.mode not in MODES:
             raise PassError(f"tile-split: mode must be {', '.join(MODES)}, got '{self.mode}'")
+        if self.widen not in MODES:
+            raise PassError(f"tile-split: widen must be {', '.join(MODES)}, got '{self.widen}'")
         if self.mode == "off":
             return kernel
         plan, why = split_plan(kernel, ctx)
@@ -381,6 +474,8 @@ class TileSplit(Pass):
         if plan is None:
             if why:
                 ctx.decide(where, "tile kept whole", why)
+            if self.widen == "auto":
+                return widened(kernel, ctx, where) or kernel
             return kernel
         pos, width, what = plan
         asked = asked_mode(ctx)
@@ -391,7 +486,7 @@ class TileSplit(Pass):
         trial = clone_kernel(kernel)
         index = block_loop(trial).regions[0].args[pos]
         dims, _ = split_dims(trial, index)
-        _halve(trial, dims, width, pos)
+        _resize(trial, dims, width, pos, width // 2)
         name = index.hint or str(pos)
         if what == "fit":
             unfit = whole_unfit(trial, next(op.result for op in trial.walk() if isinstance(op, MMA_OPS)), ctx)
@@ -419,4 +514,4 @@ class TileSplit(Pass):
         return trial
 
 
-__all__ = ["TileSplit", "split_dims", "split_plan"]
+__all__ = ["TileSplit", "split_dims", "split_plan", "widen_plan"]
