@@ -92,12 +92,13 @@ def test_a_widened_16_bit_tile_is_the_same_code_as_an_f32_load():
 
 
 def test_a_shared_tile_read_into_registers():
-    """``r: rt<f32> = rs`` of a one-shot bf16 tile: one ld.shared.b32 per packed pair of the
-    consumer's share (64 x 128 / 128 threads / 2 = 32), no conversion before its use, and the
-    residual budgeted at 16 bits."""
+    """``r: rt<f32> = rs`` of a one-shot bf16 tile: one ldmatrix.x4 per 4 packed pairs of a
+    thread's share (64 x 128 / 128 threads / 2 = 32 pairs: 8), no pair loads left, no
+    conversion before its use, and the residual budgeted at 16 bits."""
     k = tkjit.compile(BY_NAME["residual_shared"].source, lowering="general", require_hopper=True, cache=False)
     ptx = k.asm["ptx"]
-    assert len(re.findall(r"ld\.shared\.b32", ptx)) == 32
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", ptx)) == 8
+    assert "ld.shared.b32" not in ptx
     assert "%acc 64, %r 32" in k.explain()
 
 

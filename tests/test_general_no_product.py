@@ -175,6 +175,35 @@ def test_smem_plan_gives_a_norm_no_staging_its_store_cannot_use():
                      r"in the contiguous column order .*: the bytes would only cost CTAs an SM", text)
 
 
+SCALE = """
+kernel scale2<BM = 128, BN = 64>(X: gl<bf16>[M, N], Y: gl<bf16>[M, N]) {
+  for (m, n) in blocks(M / BM, N / BN) {
+    r: rt<f32>[BM, BN] = X.tile(m, n)
+    Y.tile(m, n) = cvt<bf16>(r * 2.0)
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("bm, staged", [(128, False), (64, True)])
+def test_a_tile_whose_warps_hold_runs_of_bands_is_not_staged(bm, staged):
+    """No product: the register-tile grid (4x1 warps) gives warp w rows 32w .. 32w + 31 of a
+    128-row tile, while the staging's stmatrix writes a wgmma accumulator's slabs (band u of warp w
+    at row 64u + 16w): smem-plan stages none, and the PTX simulator's output is the input doubled
+    (staged, rows 16 .. 31 came from rows 32 .. 47). A 64-row tile, one band a warp, is the slab
+    layout and keeps its staging."""
+    from simkit import simulate
+    k = tkjit.compile(SCALE, constants={"BM": bm}, lowering="general", require_hopper=True, cache=False)
+    text = str(k.explain())
+    assert ("staged: stmatrix + TMA store" in text) == staged
+    if not staged:
+        assert "warps hold 2 band(s) of 16 rows each in a run, not a warpgroup's 64-row slabs" in text
+    torch.manual_seed(0)
+    x = torch.randn(2 * bm + 56, 128).bfloat16()
+    (y,) = simulate(k._result.tkir, [x, torch.empty_like(x)], [1], ptx_meta=(k.asm["ptx"], dict(k.metadata)))
+    assert torch.equal(y.float(), x.float() * 2)
+
+
 from tkjit.passes import DEFAULT_PIPELINE  # noqa: E402
 
 ESTIMATE = TMA.replace("reg-budget", "reg-budget{bound=estimate}", 1)

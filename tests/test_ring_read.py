@@ -109,7 +109,8 @@ def test_the_read_is_a_step_of_the_ir_and_of_the_protocol():
     proto = str(k.protocol)
     assert "wait full[k.s] parity ph\n        read k.s into registers (ld.shared)\n        mma reading k.s" in proto
     explain = str(k.explain())
-    assert "tile read: %x at <string>:9:7: ld.shared.b32 from ring k's stage" in explain
+    assert "tile read: %x at <string>:9:7: ldmatrix.x4 from ring k's stage" in explain
+    assert "(128B swizzle; 8 ldmatrix.x4 a thread), kept packed (read only elementwise)" in explain
     assert "the consumers also read a tile of each stage into registers (1 ld.shared step(s) a trip" in explain
 
 
@@ -135,7 +136,9 @@ def test_the_ptx_reads_the_stage_between_the_wait_and_the_release():
     trip = trip[:trip.index("// step: advance k")]
     read = trip.index("// step: read k.s into registers (ld.shared)")
     assert read < trip.index("wgmma.mma_async") < trip.index("// step: release: arrive empty[k.prev]")
-    assert len(re.findall(r"ld\.shared\.b32", trip)) == 32  # 128 x 64 bf16 over 128 threads, pairs
+    # 128 x 64 bf16 over 128 threads: 32 pairs a thread, 4 an ldmatrix.x4, and no pair loads
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16", trip)) == 8
+    assert "ld.shared.b32" not in trip
 
 
 def test_a_copy_in_an_if_of_the_loop_is_refused_by_name():

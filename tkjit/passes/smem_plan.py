@@ -37,12 +37,13 @@ def has_product(kernel: Kernel) -> bool:
     return any(isinstance(op, MMA_OPS) for op in kernel.walk())
 
 
-def unstageable(store: Store, consumers: int, contiguous: bool) -> str:
-    """Why no staging can serve ``store`` wherever it is placed ('' when one can)."""
+def unstageable(store: Store, consumers: int, grid) -> str:
+    """Why no staging can serve ``store`` wherever it is placed ('' when one can), its register
+    tile held on the consumers' warp grid ``grid`` (``lower_layout.consumer_grid``)."""
     from ..ir.types import BF16, F16, F32
     from .epilogue import PANEL_COLS
     t, g = store.operands[1].type, store.operands[0].type
-    if contiguous:
+    if grid.contiguous_cols:
         return "its consumers hold it in the contiguous column order (16 bytes a lane straight to global memory)"
     if g.dtype not in (BF16, F16) or t.dtype not in (BF16, F16, F32):
         return f"a store of {t} to {g.dtype.name} (staging takes 16-bit tensors)"
@@ -50,6 +51,13 @@ def unstageable(store: Store, consumers: int, contiguous: bool) -> str:
         return f"{t.cols} columns are not whole {PANEL_COLS}-column panels"
     if t.rows % (64 * consumers):
         return f"{t.rows} rows are not 64-row slabs of every one of {consumers} consumer(s)"
+    rows, cols = grid.row_split(t.rows), grid.col_split(t.cols)
+    if cols.warp_span > 1 or rows.groups < rows.warp_span or rows.per_warp > 1 and not rows.interleave:
+        # the staging's stmatrix writes band u of warp w at row 64u + 16w, every column: a wgmma
+        # accumulator's rows (lower_epilogue._packed), not these
+        return (f"its consumers' {grid.wr}x{grid.wc} warps hold {rows.per_warp} band(s) of 16 rows each "
+                f"{'and split its columns' if cols.warp_span > 1 else 'in a run'}, not a warpgroup's "
+                "64-row slabs, which the staging's stmatrix writes")
     return ""
 
 
@@ -135,17 +143,19 @@ class SmemPlan(Pass):
     def no_staging(kernel: Kernel, ctx: PassContext, consumers: int) -> None:
         """In a kernel with no matrix product, a register-tile store that no staging can serve (its
         rows not in 64-row slabs of every consumer, a tensor that is not 16-bit, columns not whole
-        64-column panels: ``epilogue.staging_columns``'s conditions) or whose consumers hold it in
-        the contiguous column order (16 bytes a lane straight to global memory) gets none: marked
+        64-column panels: ``epilogue.staging_columns``'s conditions), whose consumers hold it in
+        the contiguous column order (16 bytes a lane straight to global memory) or whose warp grid
+        does not hold it as a wgmma accumulator's slabs (the register-tile grid gives a warp a run
+        of bands: staged, rows 16 .. 31 of a 128-row tile were stored from rows 32 .. 47) gets none: marked
         ``unstaged``, it takes no shared memory, which in such a memory-bound kernel sets how many
         CTAs an SM holds (RMSNorm at D = 1024: 8 KB of staging no store used, 5 CTAs an SM instead
         of 6). Kernels with a product keep their plan (their PTX is unchanged)."""
         if has_product(kernel):
             return
         from ..codegen.hopper.lower_layout import consumer_grid, consumer_warps
-        contiguous = consumer_grid(kernel, consumer_warps(kernel))[0].contiguous_cols
+        grid = consumer_grid(kernel, consumer_warps(kernel))[0]
         for store in stores_of_register_tiles(kernel):
-            why = unstageable(store, consumers, contiguous)
+            why = unstageable(store, consumers, grid)
             if why:
                 store.attrs["unstaged"] = True
                 ctx.decide(subject_of(store), "from registers: no staging tile",
