@@ -110,7 +110,7 @@ def test_the_read_is_a_step_of_the_ir_and_of_the_protocol():
     assert "wait full[k.s] parity ph\n        read k.s into registers (ld.shared)\n        mma reading k.s" in proto
     explain = str(k.explain())
     assert "tile read: %x at <string>:9:7: ldmatrix.x4 from ring k's stage" in explain
-    assert "(128B swizzle; 8 ldmatrix.x4 a thread), kept packed (read only elementwise)" in explain
+    assert "(128B swizzle; 4 ldmatrix.x4 a thread), kept packed (read only elementwise)" in explain  # (256 wide: cooperative, 64 rows a consumer)
     assert "the consumers also read a tile of each stage into registers (1 ld.shared step(s) a trip" in explain
 
 

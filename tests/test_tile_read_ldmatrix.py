@@ -157,11 +157,15 @@ def test_a_tile_read_by_a_kernel_with_no_product_lands_every_element(monkeypatch
     assert torch.equal(y, x), (y.float() != x.float()).nonzero()[:8].tolist()
 
 
-@pytest.mark.parametrize("name, x4", [("rms_linear_read", 8), ("gemm_dequant_a", 4), ("ssd_copy", 4)])
-def test_the_corpus_ring_reads_take_ldmatrix(name, x4):
-    """A thread's pairs of the ring tile, 4 an ldmatrix.x4 (rms_linear: 128 x 64 over one consumer
-    warpgroup, 32 pairs a thread; gemm_dequant_a and ssd_copy: 16), and no pair load left."""
-    k = tkjit.compile(BY_NAME[name].source, cache=False, require_hopper=True)
+@pytest.mark.parametrize("name, x4, widen", [("rms_linear_read", 8, "off"), ("rms_linear_read", 4, "auto"),
+                                             ("gemm_dequant_a", 4, "auto"), ("ssd_copy", 4, "auto")])
+def test_the_corpus_ring_reads_take_ldmatrix(name, x4, widen):
+    """A thread's pairs of the ring tile, 4 an ldmatrix.x4 (rms_linear as written: 128 x 64 over one
+    ping-pong consumer warpgroup, 32 pairs a thread; widened to 256 columns by tile-split, two
+    cooperative consumers of 64 rows: 16, as gemm_dequant_a and ssd_copy), and no pair load left."""
+    from tkjit.passes import default_pipeline
+    k = tkjit.compile(BY_NAME[name].source, cache=False, require_hopper=True,
+                      pipeline=default_pipeline("sm_90a").replace("tile-split", f"tile-split{{widen={widen}}}"))
     ptx = k.asm["ptx"]
     assert _ldmatrix(ptx) == ["4"] * x4
     assert "ld.shared.b32" not in ptx
