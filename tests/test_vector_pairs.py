@@ -36,29 +36,3 @@ def test_one_32_bit_load_per_pair_from_one_base():
     assert pairs and len(halves) == len(pairs)
     assert len({base for base, _ in pairs}) == 1 and len({off for _, off in pairs}) == len(pairs)
     assert "ld.global.b16" not in ptx
-
-
-@pytest.mark.parametrize("shape", [(70, 100, 72), (70, 101, 72), (20, 63, 16)])
-def test_an_f32_vector_at_ragged_lengths_on_the_simulated_ptx(shape):
-    """The same bias as an f32 tensor: one ld.global.v2.f32 a pair, the half-inside pair of an
-    odd length one ld.global.f32."""
-    src = EXAMPLE.read_text().replace("Bias: gl<bf16>[N]", "Bias: gl<f32>[N]")
-    assert src != EXAMPLE.read_text()
-    torch.manual_seed(1)
-    args, _, refs = make_gemm_epilogue(F.gelu)(shape, CONSTANTS)
-    args[2] = args[2].float()
-    (got,) = simulate(lower(src, CONSTANTS, EXAMPLE.name), args, [3], max_ctas=128)
-    got = got.double()
-    assert not torch.isnan(got).any(), "an output element was never written"
-    err = ((got - refs[0]).norm() / refs[0].norm()).item()
-    assert err <= BF16_TOL, f"relative error {err:.3g}"
-
-
-def test_one_64_bit_load_per_f32_pair_from_one_base():
-    from tkjit.codegen import emit_ptx
-    src = EXAMPLE.read_text().replace("Bias: gl<bf16>[N]", "Bias: gl<f32>[N]")
-    ptx, _ = emit_ptx(lower(src, CONSTANTS, EXAMPLE.name))
-    pairs = re.findall(r"@%p\d+ ld\.global\.v2\.f32 \{%f\d+, %f\d+\}, \[(%rd\d+)\+(\d+)\];", ptx)
-    halves = re.findall(r"@%p\d+ ld\.global\.f32 %f\d+, \[%rd\d+\+\d+\];", ptx)
-    assert pairs and len(halves) == len(pairs)
-    assert len({base for base, _ in pairs}) == 1 and all(int(off) % 8 == 0 for _, off in pairs)

@@ -1,4 +1,4 @@
-"""Row vectors of a 16-bit or f32 tensor in the fragment column order, one load per column pair.
+"""Row vectors of a 16-bit tensor in the fragment column order, one 32-bit load per column pair.
 
 In the mma / wgmma fragment order a thread's elements (chunk j, k = 0, 1) of an ``rv`` lie at
 columns ``col_base + offset(j) + k`` with ``col_base`` and every ``offset(j)`` even: pairs of
@@ -12,21 +12,17 @@ and about 450 integer instructions per thread and tile, ahead of the activation 
 critical path; now 64 loads of which at most 32 run, and about 100 instructions. Unpredicated
 loads (a branch to an edge path) measured worse on the CPU side: ptxas then hoists all of them
 and spills the bias of gelu's epilogue (68 spill instructions at 232 registers).
-
-An f32 vector's pair is one ``ld.global.v2.f32`` (8-byte aligned: even columns), a half-inside
-pair one ``ld.global.f32`` (session 19): a per-K-channel scale read every K trip of a dequantizing
-GEMM took 16 element loads and about 110 PTX instructions a trip, beside the trip's register work.
 """
 from __future__ import annotations
 
-from ..ir.types import BF16, F16, F32, VectorType
+from ..ir.types import BF16, F16, VectorType
 
 
 def vector_loads_paired(ctx, param, t: VectorType, split, positions: dict) -> bool:
-    """Whether ``load_vector_paired`` applies: an ``rv`` of a row-major 16-bit or f32 tensor whose
+    """Whether ``load_vector_paired`` applies: an ``rv`` of a row-major 16-bit tensor whose
     element pairs (j, 0), (j, 1) are adjacent columns at even offsets."""
     g = param.type
-    if t.kind != "rv" or g.dtype not in (BF16, F16, F32) or ctx.strides.get(id(param)):
+    if t.kind != "rv" or g.dtype not in (BF16, F16) or ctx.strides.get(id(param)):
         return False
     chunks = {j for (j, _) in positions}
     return all((j, 0) in positions and (j, 1) in positions and positions[(j, 0)] % 2 == 0
@@ -36,28 +32,15 @@ def vector_loads_paired(ctx, param, t: VectorType, split, positions: dict) -> bo
 def load_vector_paired(ctx, view, g, base: str, positions: dict, out: list[str]) -> dict:
     """{(chunk, k): f32 register} of the thread's elements (zero outside the tensor)."""
     kind = "bf16" if g.dtype == BF16 else "f16"
-    es = g.dtype.nbytes
     c64, addr, left = ctx.new("b64"), ctx.new("b64"), ctx.new("b32")
     out.append(f"cvt.s64.s32 {c64}, {base};")
-    out.append(f"shl.b64 {c64}, {c64}, {es.bit_length() - 1};")
+    out.append(f"shl.b64 {c64}, {c64}, 1;")
     out.append(f"add.s64 {addr}, {view.base}, {c64};")
     out.append(f"sub.s32 {left}, {view.d_cols}, {view.col0};")
     out.append(f"sub.s32 {left}, {left}, {base};")       # the valid columns from the thread's first
     elems = {key: ctx.new("f32") for key in positions}
     for j in sorted({j for (j, _) in positions}):
         off = positions[(j, 0)]
-        if es == 4:
-            both, first = ctx.new("pred"), ctx.new("pred")
-            a, b = elems[(j, 0)], elems[(j, 1)]
-            out.append(f"setp.gt.s32 {both}, {left}, {off + 1};")
-            out.append(f"setp.eq.s32 {first}, {left}, {off + 1};")
-            if view.lead_ok is not None:
-                out.append(f"and.pred {both}, {both}, {view.lead_ok};")
-                out.append(f"and.pred {first}, {first}, {view.lead_ok};")
-            out += [f"mov.f32 {a}, 0f00000000;", f"mov.f32 {b}, 0f00000000;",
-                    f"@{both} ld.global.v2.f32 {{{a}, {b}}}, [{addr}+{4 * off}];",
-                    f"@{first} ld.global.f32 {a}, [{addr}+{4 * off}];"]
-            continue
         both, first, w, lo, hi = ctx.new("pred"), ctx.new("pred"), ctx.new("b32"), ctx.new("b16"), ctx.new("b16")
         out.append(f"setp.gt.s32 {both}, {left}, {off + 1};")
         out.append(f"setp.eq.s32 {first}, {left}, {off + 1};")
