@@ -31,7 +31,8 @@ def reg_kind(reg: str) -> str:
     raise ValueError(reg)
 
 
-def _regs(rep) -> list[str]:
+def registers_of(rep) -> list[str]:
+    """The PTX registers holding a scalar, register tile or vector, in one fixed order."""
     if isinstance(rep, Scalar):
         return [rep.reg]
     if isinstance(rep, RegTile):
@@ -60,7 +61,7 @@ def fresh(ctx, t):
 
 def moves(ctx, dsts: list, srcs: list) -> list[str]:
     """Parallel moves src → dst for lists of values (safe when they permute each other)."""
-    pairs = [(d, s) for dv, sv in zip(dsts, srcs) for d, s in zip(_regs(dv), _regs(sv)) if d != s]
+    pairs = [(d, s) for dv, sv in zip(dsts, srcs) for d, s in zip(registers_of(dv), registers_of(sv)) if d != s]
     targets = {d for d, _ in pairs}
     out, staged = [], []
     for d, s in pairs:

@@ -379,7 +379,10 @@ class _Builder:
         level2 = not writes and not stores and self.level2_allowed(op, split=len(names) > 1)
         turns = level2 and self.consumers >= 2 and not self.pingpong and not op.attrs.get("own_trips") \
             and name not in self.own and len(reads) == 2 and self.turns_for(op)
-        held = not level2 and not writes and not stores and self.held_fits(op)
+        held = (not level2 and not writes and not stores and len(reads) == 1 and op.attrs.get("stages", 1) >= 2
+                and not op.attrs.get("own_trips") and self.split_k == 1
+                and int(self.kernel.attrs.get("stream_k", 0) or 0) <= 0 and self.held_fits(op))
+        # (held_loop needs a previous stage to keep; own trips, split-K and stream-K keep their drain)
         self.items.append(LoopPlan(name, tuple(reads), pipelined=level2, in_flight=in_flight(op), held=held,
                                    split=names[1] if len(names) > 1 and level2 else "",
                                    writes=tuple(writes), tile_reads=tuple(tile_reads) if writes else (),

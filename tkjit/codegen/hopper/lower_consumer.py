@@ -27,8 +27,7 @@ from ...passes.sync_protocol import (ClusterArrive, ClusterExchange, ClusterRedu
                                      ScratchSync, StagedStore, StagingBegin, StagingEnd, StagingRead, StagingSync,
                                      StagingWrite, StoreDrain,
                                      StoreWait, StreamKFixup, TileWrite, TmaStore, Wait, all_steps)
-from ..emit_control import _regs as regs_of
-from ..emit_control import fresh, moves
+from ..emit_control import fresh, moves, registers_of
 from ..emit_reduce import combine_partial_sums
 from ..padding import analyze_padding
 from ..values import RegTile
@@ -358,7 +357,7 @@ class ConsumerRole(RoleEmitter):
         if any(isinstance(st, Mma) and st.held for st in all_steps((step,))):  # (held_a): zeroed, never undefined
             (product,) = [op for op in body.ops if isinstance(op, MMA_OPS)]
             home = self.held_homes[id(product)] = fresh(ctx, product.operands[0].type)
-            b(*[f"mov.b32 {r}, 0;" for r in regs_of(home)])
+            b(*[f"mov.b32 {r}, 0;" for r in registers_of(home)])
         if step.ring not in self.trips_ready:
             ring_trips(self, step.ring, loop)
         if step.part == "own":  # this consumer's own trips (the own-trips pass; lower_own_trips.py)
@@ -471,7 +470,7 @@ class ConsumerRole(RoleEmitter):
         home = self.held_homes[id(op)]  # (made and zeroed before the loop: ring_loop)
         wide, zero = b.reg("b64"), b.reg()
         b(f"shr.u64 {wide}, {next(iter(self.k.globals.values()))}, 63;", f"cvt.u32.u64 {zero}, {wide};")
-        b(*[f"lop3.b32 {d}, {a}, {d}, {zero}, 0x78;" for d, a in zip(regs_of(home), regs_of(ctx.get(op.operands[0])))])
+        b(*[f"lop3.b32 {d}, {a}, {d}, {zero}, 0x78;" for d, a in zip(registers_of(home), registers_of(ctx.get(op.operands[0])))])
         return home
 
     def deferred_mma(self, step: Mma) -> None:
