@@ -101,6 +101,22 @@ def _f16_to_f32(h: np.ndarray) -> np.ndarray:
     return h.astype(np.uint16).view(np.float16).astype(np.float32)
 
 
+def _f32_to_e4m3(x: np.ndarray) -> np.ndarray:
+    """``cvt.rn.satfinite`` to e4m3 (fn) codes, by search over the code table (not the
+    interpreter's arithmetic rounding): the nearest finite code, ties to the even code, magnitudes
+    past 448 to ±448, NaN to 0x7F with the sign."""
+    table = _fp8_to_f16("e4m3").view(np.float16).astype(np.float64)[:127]  # 0x00 .. 0x7E: 0 .. 448
+    mag = np.abs(x.astype(np.float64))
+    d = np.abs(mag[..., None] - table)
+    best = d.min(-1, keepdims=True)
+    ties = np.isclose(d, best, rtol=0, atol=0)
+    code = np.where(ties & (np.arange(127) % 2 == 0), np.arange(127), 10**6).min(-1)
+    code = np.where(ties.sum(-1) > 1, code, d.argmin(-1))
+    code = np.where(mag > 448, 126, code)
+    sign = np.signbit(x).astype(np.int64) << 7
+    return np.where(np.isnan(x), 0x7F | sign, code | sign).astype(np.uint16)
+
+
 def _fp8_to_f16(kind: str) -> np.ndarray:
     """The f16 bits of each of the 256 fp8 codes of ``kind`` (e4m3: the fn encoding, no infinity,
     S.1111.111 NaN; e5m2: IEEE-like), exact: every fp8 value is an f16 one."""
@@ -716,10 +732,14 @@ class CTA:
         self._float(parts, ops, active, np.tanh)
 
     def op_cvt(self, parts, ops, active):
-        mods = [p for p in parts[1:] if p not in ("rn", "rni", "rzi", "ftz", "sat")]
+        mods = [p for p in parts[1:] if p not in ("rn", "rni", "rzi", "ftz", "sat", "satfinite")]
         dst_t, src_t = mods[0], mods[1]
         rni = "rni" in parts
-        if dst_t == "f16x2" and src_t in ("e4m3x2", "e5m2x2"):  # two fp8 bytes, the lower one to the lower half
+        if dst_t == "e4m3x2" and src_t == "f32":  # cvt.rn.satfinite: the first source to the upper byte
+            assert "satfinite" in parts and "rn" in parts, parts
+            hi, lo = _f32_to_e4m3(self.f32(ops[1])), _f32_to_e4m3(self.f32(ops[2]))
+            self.set(ops[0], lo.astype(np.uint32) | (hi.astype(np.uint32) << 8), active)
+        elif dst_t == "f16x2" and src_t in ("e4m3x2", "e5m2x2"):  # two fp8 bytes, the lower one to the lower half
             table = _fp8_to_f16(src_t[:4])
             a = self.val(ops[1]).astype(np.uint32)
             lo, hi = table[a & 0xFF], table[(a >> 8) & 0xFF]
@@ -797,7 +817,7 @@ class CTA:
         parts = [p for p in parts if p not in CACHE_HINTS]  # st.global.cs / .L1::no_allocate.L2::cache_hint
         vec = int(parts[2][1:]) if parts[2].startswith("v") else 1
         kind = parts[-1]
-        size = {"b32": 4, "f32": 4, "b16": 2, "u16": 2, "u8": 1}[kind]
+        size = {"b32": 4, "f32": 4, "b16": 2, "u16": 2, "u8": 1, "b8": 1}[kind]
         idx = np.nonzero(active)[0]
         if not idx.size:
             return

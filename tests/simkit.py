@@ -22,6 +22,8 @@ def _raw(t: torch.Tensor) -> np.ndarray:
 def _from_raw(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     if like.dtype in (torch.bfloat16, torch.float16):
         return torch.from_numpy(a.view(np.int16).copy()).view(like.dtype)
+    if like.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return torch.from_numpy(a.view(np.uint8).copy()).view(like.dtype)
     return torch.from_numpy(a.copy())
 
 

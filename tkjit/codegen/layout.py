@@ -236,8 +236,11 @@ def contiguous_columns(kernel: Kernel, grid: WarpGrid) -> tuple[bool, str]:
             if isinstance(tile, TileType):
                 g = op.operands[0].type
                 last = g.dims[-1]
-                if g.dtype.name not in ("bf16", "f16", "f32") or tile.dtype.name not in ("bf16", "f16", "f32"):
-                    return False, f"{op.NAME} of {tile} from {g}: only bf16, f16 and f32 move 16 bytes at a time"
+                fp8_store = isinstance(op, Store) and g.dtype.name == "e4m3"  # (8 bytes a lane: direct.store_direct)
+                if (g.dtype.name not in ("bf16", "f16", "f32") and not fp8_store) or \
+                        tile.dtype.name not in ("bf16", "f16", "f32"):
+                    return False, (f"{op.NAME} of {tile} from {g}: only bf16, f16 and f32 move 16 bytes at a time "
+                                   "(and stores into e4m3 8)")
                 if not isinstance(last, int) or (last * g.dtype.nbytes) % 16:
                     return False, f"{g}: rows that are not a constant multiple of 16 bytes"
     return True, ("no product, shared tile or position-dependent op needs the mma fragment's column order: "

@@ -10,7 +10,7 @@ from ...errors import NotAvailableError
 from ...ir.ops import MMA_OPS, Copy, Cvt, Load, Store
 from ...passes.liveness import held_packed
 from ...passes.sync_protocol import HoldStore
-from ...ir.types import BF16, F16, F32, TileType
+from ...ir.types import BF16, E4M3, F16, F32, TileType
 from ..emit_control import fresh
 from ..emit_elementwise import emit_cvt
 from ..emit_memory import emit_copy, emit_load as rt_emit_load, emit_store as rt_emit_store
@@ -108,8 +108,9 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool, only: set | N
     out: list[str] = []
     g = param.type
     gd = g.dtype
-    if gd not in (BF16, F16, F32):
-        raise NotAvailableError(f"{op.NAME}: {gd} tensors are not lowered yet", op.span)
+    if gd not in (BF16, F16, F32) and not (store and gd == E4M3):
+        raise NotAvailableError(f"{op.NAME}: {'loads from' if not store else 'stores into'} {gd} tensors are not "
+                                f"lowered yet{FP8_STORES if store else ''}", op.span)
     t = tile.type
     layout = tile.layout
     view = GlobalView(ctx, param, coords, t.rows, t.cols, out)
@@ -148,7 +149,9 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool, only: set | N
             if only is not None and (u, j) not in only:
                 continue
             imm = f"+{coff * es}" if coff else ""
-            if store:
+            if store and gd == E4M3:  # the pair rounded into two bytes, lower column in the lower one
+                out.append(f"st.global.b16 [{addr}{imm}], {_fp8_pair(ctx, tile, u, j, h, out)};")
+            elif store:
                 out.append(f"st.global.{'v2.f32' if gd == F32 else 'b32'} [{addr}{imm}], "
                            f"{_pair(ctx, tile, u, j, h, gd, out)};")
             elif tile.packed:
@@ -177,7 +180,12 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool, only: set | N
         for j, coff in cols.items():
             if only is not None and (u, j) not in only:
                 continue
-            if store:
+            if store and gd == E4M3:  # each byte of the rounded pair on its own
+                x, y = ctx.new("b16"), ctx.new("b16")
+                both = _fp8_pair(ctx, tile, u, j, h, out)
+                out += [f"and.b16 {x}, {both}, 255;", f"shr.u16 {y}, {both}, 8;"]
+                values = [x, y]
+            elif store:
                 pair = _pair(ctx, tile, u, j, h, gd, out)
                 if gd == F32:
                     values = pair.strip("{}").split(", ")
@@ -192,7 +200,8 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool, only: set | N
                         f"and.pred {ok}, {ok}, {row_ok};"]
                 at = f"[{addr}+{(coff + e_) * es}]"
                 if store:
-                    out.append(f"@{ok} st.global.{'f32' if gd == F32 else 'b16'} {at}, {values[e_]};")
+                    kind = "f32" if gd == F32 else "b8" if gd == E4M3 else "b16"
+                    out.append(f"@{ok} st.global.{kind} {at}, {values[e_]};")
                     continue
                 if tile.packed:
                     hb = ctx.new("b16")
@@ -209,6 +218,22 @@ def _fragments(ctx, op, param, coords, tile: RegTile, store: bool, only: set | N
                     out += [f"mov.b16 {hb}, 0;", f"@{ok} ld.global.b16 {hb}, {at};", f"cvt.f32.{half} {dst}, {hb};"]
     out.append(f"{done}:")
     return out
+
+
+FP8_STORES = ("; e4m3 tensors take stores (cvt.rn.satfinite: beyond ±448 saturates, as the interpreter "
+              "rounds); an e5m2 store would saturate on the GPU where torch and the interpreter overflow to "
+              "±inf, so store bf16 and convert with torch")
+"""Why e4m3 stores are lowered and e5m2 ones are not (the refusal's note)."""
+
+
+def _fp8_pair(ctx, tile: RegTile, u: int, j: int, h: int, out: list[str]) -> str:
+    """One 16-bit register with the pair (band u, chunk j, half h) rounded to e4m3, the lower
+    column in the lower byte (``cvt.rn.satfinite.e4m3x2.f32`` puts its first source in the upper
+    byte): round to nearest even, magnitudes past 448 saturate, as interpreter/numerics.py rounds."""
+    lo, hi = (ctx.tile_f32(tile, u, j, 2 * h + c, out) for c in (0, 1))
+    r = ctx.new("b16")
+    out.append(f"cvt.rn.satfinite.e4m3x2.f32 {r}, {hi}, {lo};")
+    return r
 
 
 def _pair(ctx, tile: RegTile, u: int, j: int, h: int, gd, out: list[str]) -> str:
