@@ -136,12 +136,15 @@ def test_textual_ir_kernel_pins_out_of_range_are_located_errors(attrs):
 
 def test_a_register_backend_refusal_deep_in_a_helper_is_located_at_its_op():
     """IR mutant 43085: rotary storing to an e4m3 tensor; 'register tiles of 1-byte elements
-    have no shared-memory layout' came without a location."""
+    have no shared-memory layout' came without a location. Since session 19 an e4m3 store is
+    lowered (tests/test_fp8_stores.py), so the mutant is taken with an e5m2 tensor, still refused."""
     from tkjit.compiler import compile
     from tkjit.options import CompileOptions
     text = compile((EXAMPLES / "rotary.tk").read_text(), CompileOptions.resolve(cache=False),
                    filename="rotary.tk", until="tkir").asm["tkir"]
-    text = text.replace("%Y: gl<bf16>", "%Y: gl<e4m3>", 1)
+    compile(text.replace("%Y: gl<bf16>", "%Y: gl<e4m3>", 1), CompileOptions.resolve(cache=False),
+            filename="rotary.tkir", until="ptx")
+    text = text.replace("%Y: gl<bf16>", "%Y: gl<e5m2>", 1)
     with pytest.raises(TkError) as err:
         compile(text, CompileOptions.resolve(cache=False), filename="rotary.tkir", until="ptx")
     assert err.value.span is not None and "1-byte elements" in err.value.message
