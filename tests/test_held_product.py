@@ -262,3 +262,26 @@ def test_the_held_step_prints_parses_and_reads_back_as_the_protocol():
     from tkjit.passes.async_schedule import protocol_from_ir
     assert Mma((K,), held=True) in list(all_steps(protocol_from_ir(parse_kernel(text)).consumer))
     assert "mma reading k.s (its register A copied to held registers first); commit_group" in k.protocol
+
+
+@pytest.mark.parametrize("how", ["split", "stream_k"])
+def test_split_k_and_stream_k_name_the_register_a_product(how):
+    """Split-K and stream-K keep the last product in flight their own way and refuse a register-A
+    one: the refusal names the product and says so (it named the carried tile before)."""
+    import warnings
+    from tkjit.passes import default_pipeline
+    src = BY_NAME["gemm_dequant_a"].source
+    if how == "split":
+        src = src.replace("schedule(persistent, group = 8)", "schedule(grid, split = 2)")
+        assert "split = 2" in src
+        pipeline = None
+    else:
+        pipeline = default_pipeline("sm_90a").replace("grid", "grid{stream_k=1}", 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        k = tkjit.compile(src, cache=False, pipeline=pipeline)
+        k.asm["ptx"]
+    text = " ".join(str(w.message) for w in caught) + str(k.explain())
+    name = "split-K" if how == "split" else "stream-K"
+    assert f"{name} keeps the loop's last product in flight from trip to trip" in text, text[-2000:]
+    assert "register A made in the trip" in text

@@ -201,6 +201,10 @@ def split_refusal(kernel, schedule, consumers: int):
     if not isinstance(carried[0].owner, Zeros):
         return Refusal(loop, "split-K adds every CTA's partial: the accumulator must start from zeros()")
     mmas = [op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)]
+    if mmas and not is_shared(mmas[-1].operands[0]):
+        return Refusal(mmas[-1], "split-K keeps the loop's last product in flight from trip to trip, and "
+                                 "this one reads a register A made in the trip, which split-K's protocol "
+                                 "does not hold: its A must be a shared tile")
     if not mmas or not in_flight(loop) or mmas[-1].operands[2] is not loop.regions[0].args[1]:
         return Refusal(loop, "split-K adds the loop's partial results: the loop may use its "
                              "carried tile only as the accumulator of its last product")

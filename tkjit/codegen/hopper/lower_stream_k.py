@@ -23,7 +23,7 @@ from __future__ import annotations
 from ...ir.core import Kernel
 from ...ir.ops import MMA_OPS, For, If, Store, Yield, Zeros
 from ...ir.types import F32, TileType
-from ...passes.hopper import block_loop, depends_on
+from ...passes.hopper import block_loop, depends_on, is_shared
 from . import tail_split
 from .lower_checks import split_part_registers
 
@@ -76,6 +76,10 @@ def refusal(kernel: Kernel, schedule, consumers: int, options: dict | None = Non
         return Refusal(loop, "stream-K adds every unit's partial: the accumulator must start from zeros()")
     from ...passes.mbarrier import in_flight
     mmas = [op for op in loop.regions[0].ops if isinstance(op, MMA_OPS)]
+    if mmas and not is_shared(mmas[-1].operands[0]):
+        return Refusal(mmas[-1], "stream-K keeps the loop's last product in flight from trip to trip, and "
+                                 "this one reads a register A made in the trip, which stream-K's protocol "
+                                 "does not hold: its A must be a shared tile")
     if not mmas or not in_flight(loop) or mmas[-1].operands[2] is not loop.regions[0].args[1]:
         return Refusal(loop, "stream-K adds partial results: the loop may use its carried tile only as "
                              "the accumulator of its last product")
