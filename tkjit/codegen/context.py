@@ -475,6 +475,14 @@ class Ctx:
         out.append(f"cvt.rn.{'bf16x2' if dtype == BF16 else 'f16x2'}.f32 {r}, {hi}, {lo};")
         return r
 
+    def pack_e4m3(self, lo: str, hi: str, out: list[str]) -> str:
+        """Two f32 registers rounded into one 16-bit register of two e4m3 bytes, ``lo`` in the lower
+        byte (``cvt.rn.satfinite.e4m3x2.f32`` puts its first source in the upper one): round to
+        nearest even, magnitudes past 448 saturated, as interpreter/numerics.py rounds."""
+        r = self.new("b16")
+        out.append(f"cvt.rn.satfinite.e4m3x2.f32 {r}, {hi}, {lo};")
+        return r
+
     def round_f32(self, dtype: DType, value: str, out: list[str]) -> str:
         """An f32 register rounded to a 16-bit float dtype (and back to f32); f32 passes through."""
         if dtype == F32:

@@ -4,12 +4,12 @@ stores of the contiguous column order (``WarpGrid.contiguous_cols``).
 In that order a thread holds, for each of its rows (rows g and g+8 of each band) and each group
 of 4 chunks m, the 8 contiguous columns ``col_base + 32m .. + 7`` -- one 16-byte vector of a bf16
 row (two of an f32 row). A quad of lanes covers 64 contiguous bytes of a row, a warp 8 rows of
-them per instruction, every 32-byte sector whole. An e4m3 tensor's row takes the 8 columns as
-8 bytes (``st.global.v2.b32``, ``cvt.rn.satfinite.e4m3x2.f32`` a pair: a row-wise fp8 quantizer). Each access is one ``ld.global.v4`` /
+them per instruction, every 32-byte sector whole. Each access is one ``ld.global.v4`` /
 ``st.global.v4`` at the thread's base address plus an immediate (the tensor's row length is a
 constant: ``contiguous_columns`` requires it, a multiple of 16 bytes, so a vector is all inside
 the tensor or all outside); one predicate per access clips rows, columns and lead coordinates
-(loads leave zeros there: clean padding). Every load of a tile is issued before any of its
+(loads leave zeros there: clean padding). An e4m3 tensor's row takes a lane's 8 columns as 8
+bytes, one ``st.global.v2.b32`` (``Ctx.pack_e4m3`` a pair: a row-wise fp8 quantizer's codes). Every load of a tile is issued before any of its
 values is used, so a thread has all of its tile's bytes in flight at once.
 """
 from __future__ import annotations
@@ -96,8 +96,7 @@ def store_direct(ctx, view, tile: RegTile, dst: DType, out: list[str]) -> None:
         elif es == 1:  # e4m3: the 8 columns rounded into 8 bytes, lower columns in lower bytes
             assert dst == E4M3
             vals = [ctx.tile_f32(tile, b, 4 * m + e // 2, 2 * h + e % 2, out) for e in range(8)]
-            halves = [ctx.new("b16") for _ in range(4)]
-            out += [f"cvt.rn.satfinite.e4m3x2.f32 {halves[q]}, {vals[2 * q + 1]}, {vals[2 * q]};" for q in range(4)]
+            halves = [ctx.pack_e4m3(vals[2 * q], vals[2 * q + 1], out) for q in range(4)]
             words = [ctx.new("b32") for _ in range(2)]
             out += [f"mov.b32 {words[q]}, {{{halves[2 * q]}, {halves[2 * q + 1]}}};" for q in range(2)]
             out.append(f"@{ok} {st}.v2.b32 [{base}+{imm}], {{{', '.join(words)}}}{hint};")

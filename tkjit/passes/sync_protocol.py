@@ -1025,6 +1025,15 @@ def consumer_loop(plan: LoopPlan, stages: int) -> tuple[Step, ...]:
     return (IfTrips(r, (Loop(r, with_reads(tuple(body), plan)), MmaWait(0), Release(r, "prev"))),)
 
 
+def reads_around(plan: LoopPlan) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+    """The ``Read`` steps of the trip's copies of ring tiles (``plan.copies``) that come before
+    its first product and those that come after it: n counts the products and the earlier copies
+    before a copy, so a copy with n > i has a product before it."""
+    before = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n == i)
+    after = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n > i)
+    return before, after
+
+
 def held_loop(plan: LoopPlan) -> tuple[Step, ...]:
     """A trip whose one product reads a register A the trip makes: it waits for its stage, reads
     its ring tiles into registers and makes the A while the previous trip's group still runs,
@@ -1034,9 +1043,7 @@ def held_loop(plan: LoopPlan) -> tuple[Step, ...]:
     loop the last group is drained and its stage released."""
     r = plan.ring
     (reads,) = plan.mmas
-    # (n counts the product and the earlier copies before a copy: a copy with n > i follows it)
-    before = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n == i)
-    after = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n > i)
+    before, after = reads_around(plan)
     body = (Wait(r, "full"), *before, MmaWait(0), NotFirst((Release(r, "prev"),)), Mma(reads, held=True),
             *after, Advance(r))
     return (IfTrips(r, (Loop(r, body), MmaWait(0), Release(r, "prev"))),)
@@ -1109,9 +1116,7 @@ def pipelined_loop(plan: LoopPlan) -> tuple[Step, ...]:
     current stage is held."""
     r = plan.ring
     first, second = plan.mmas
-    # (n counts the products and the earlier copies before a copy: n - i products come before it)
-    before = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n == i)
-    after = tuple(Read(rings) for i, (n, rings) in enumerate(plan.copies) if n > i)
+    before, after = reads_around(plan)
     body = (Wait(r, "full"), *_turn(plan, TurnWait()), *before, Mma(first), NotFirst((Mma(second, "prev"),)),
             *_turn(plan, TurnPass()), First((MmaWait(0),)), NotFirst((MmaWait(1),)),
             *after, NotFirst((MmaWait(0), Release(r, "prev"))), Advance(r))

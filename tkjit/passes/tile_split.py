@@ -261,26 +261,44 @@ def _resize(kernel: Kernel, dims: _Dims, width: int, index_pos: int, new_width: 
             erase(width_const.owner)
 
 
+def product_loop(kernel: Kernel) -> tuple[Blocks, For, Value] | None:
+    """(the block loop, its one pipelined loop, that loop's one accumulator tile) where the kernel
+    has one matrix product, in the one pipelined loop directly in the block body, carrying one
+    register tile; else None (what every rule of this pass rewrites)."""
+    if not any(isinstance(op, Blocks) for op in kernel.body.ops):
+        return None
+    blocks = block_loop(kernel)
+    if sum(isinstance(op, MMA_OPS) for op in kernel.walk()) != 1:
+        return None
+    loops = pipelined_loops(kernel)
+    if len(loops) != 1 or not any(op is loops[0] for op in blocks.regions[0].ops):
+        return None
+    accs = [v for v in loops[0].results if isinstance(v.type, TileType)]
+    return (blocks, loops[0], accs[0]) if len(accs) == 1 else None
+
+
+def resized(kernel: Kernel, pos: int, width: int, new_width: int) -> tuple[Kernel, str]:
+    """A copy of ``kernel`` whose block index ``pos`` walks tiles of ``new_width`` (``_resize``
+    over that index's dimensions), and the index's name for the log."""
+    trial = clone_kernel(kernel)
+    index = block_loop(trial).regions[0].args[pos]
+    dims, _ = split_dims(trial, index)
+    _resize(trial, dims, width, pos, new_width)
+    return trial, index.hint or str(pos)
+
+
 def split_plan(kernel: Kernel, ctx: PassContext | None = None) -> tuple[tuple[int, int, str] | None, str]:
     """(block index position, tile width, what for: "fit" where no consumer split holds the whole
     tile, "pingpong" where the half-width tile gets ping-pong consumers) to split, or (None, why
     not: '' where the kernel is not a candidate at all, so nothing is logged)."""
-    if not any(isinstance(op, Blocks) for op in kernel.body.ops):
-        return None, ""  # no block loop: not a candidate
-    blocks = block_loop(kernel)
-    if sum(isinstance(op, MMA_OPS) for op in kernel.walk()) != 1:
-        return None, ""
-    loops = pipelined_loops(kernel)
-    if len(loops) != 1 or not any(op is loops[0] for op in blocks.regions[0].ops):
-        return None, ""
-    loop = loops[0]
-    accs = [v for v in loop.results if isinstance(v.type, TileType)]
-    if len(accs) != 1:
-        return None, ""
-    t = accs[0].type
+    found = product_loop(kernel)
+    if found is None:
+        return None, ""  # not a candidate
+    blocks, loop, acc = found
+    t = acc.type
     if t.rows % 64 or t.cols < 2 * MIN_HALF or t.cols % 128:
         return None, ""
-    unfit = whole_unfit(kernel, accs[0], ctx)
+    unfit = whole_unfit(kernel, acc, ctx)
     if unfit:
         head = (f"no consumer split holds the whole {t.rows}x{t.cols} tile ({unfit}), so warp-spec would "
                 "decline it and the kernel would run on the mma.sync backend")
@@ -288,7 +306,7 @@ def split_plan(kernel: Kernel, ctx: PassContext | None = None) -> tuple[tuple[in
             return None, f"{head}; @fill_sms launches its own half-width variant (tkjit/fill_sms.py)"
         if int(blocks.attrs.get("split", 1)) > 1 or int(blocks.attrs.get("cluster", 1)) > 1:
             return None, f"{head}; split-K or a cluster gives each tile CTAs of its own"
-        plan, why = _index_plan(kernel, blocks, accs[0], head)
+        plan, why = _index_plan(kernel, blocks, acc, head)
         return (plan + ("fit",) if plan else None), why
     if t.rows != SPLIT_ROWS:
         return None, ""
@@ -314,7 +332,7 @@ def split_plan(kernel: Kernel, ctx: PassContext | None = None) -> tuple[tuple[in
         return None, f"{head}; the kernel asks for schedule(grid): no ping-pong without a persistent loop"
     if int(blocks.attrs.get("split", 1)) > 1 or int(blocks.attrs.get("cluster", 1)) > 1:
         return None, f"{head}; split-K or a cluster gives each tile CTAs of its own"
-    plan, why = _index_plan(kernel, blocks, accs[0], head)
+    plan, why = _index_plan(kernel, blocks, acc, head)
     return (plan + ("pingpong",) if plan else None), why
 
 
@@ -340,19 +358,14 @@ def widen_plan(kernel: Kernel, ctx: PassContext | None = None) -> tuple[tuple[in
     not a candidate, so nothing is logged). A candidate: one product, in the one pipelined loop of
     the block body, whose trip reads a tile it streams into registers (a tile converted for an RS
     product, or summed beside an SS one); its accumulator at most ``WIDE / 2`` columns."""
-    if not any(isinstance(op, Blocks) for op in kernel.body.ops):
+    found = product_loop(kernel)
+    if found is None:
         return None, ""
-    blocks = block_loop(kernel)
-    if sum(isinstance(op, MMA_OPS) for op in kernel.walk()) != 1:
+    blocks, loop, acc = found
+    reads = register_reads(loop)
+    if not reads:
         return None, ""
-    loops = pipelined_loops(kernel)
-    if len(loops) != 1 or not any(op is loops[0] for op in blocks.regions[0].ops):
-        return None, ""
-    reads = register_reads(loops[0])
-    accs = [v for v in loops[0].results if isinstance(v.type, TileType)]
-    if not reads or len(accs) != 1:
-        return None, ""
-    t = accs[0].type
+    t = acc.type
     if t.rows % 64 or t.cols * 2 > WIDE or t.cols % 64:
         return None, ""
     what = ", ".join(f"%{op.operands[0].hint or 'tile'}" for op in reads)
@@ -365,7 +378,7 @@ def widen_plan(kernel: Kernel, ctx: PassContext | None = None) -> tuple[tuple[in
         return None, f"{head}; @fill_sms chooses its tiles per launch (tkjit/fill_sms.py)"
     if int(blocks.attrs.get("split", 1)) > 1 or int(blocks.attrs.get("cluster", 1)) > 1:
         return None, f"{head}; split-K or a cluster gives each tile CTAs of its own"
-    return _index_plan(kernel, blocks, accs[0], head)
+    return _index_plan(kernel, blocks, acc, head)
 
 
 def widened(kernel: Kernel, ctx: PassContext, where: str) -> Kernel | None:
@@ -377,15 +390,11 @@ def widened(kernel: Kernel, ctx: PassContext, where: str) -> Kernel | None:
             ctx.decide(where, "tile kept at its width", why)
         return None
     pos, width = plan
-    trial = clone_kernel(kernel)
-    index = block_loop(trial).regions[0].args[pos]
-    dims, _ = split_dims(trial, index)
-    _resize(trial, dims, width, pos, 2 * width)
+    trial, name = resized(kernel, pos, width, 2 * width)
     unfit = whole_unfit(trial, next(op.result for op in trial.walk() if isinstance(op, MMA_OPS)), ctx)
     if unfit:
         ctx.decide(where, "tile kept at its width", f"{why}; no consumer split holds the {2 * width}-column tile ({unfit})")
         return None
-    name = index.hint or str(pos)
     ctx.decide(where, f"tiles of {2 * width} columns: %{name} walks cdiv(.., {2 * width})",
                f"{why}: at {2 * width} columns the same register work feeds twice the product, and the "
                f"consumers hold the wider tile; every tile and vector dimension %{name} addresses takes "
@@ -483,11 +492,7 @@ class TileSplit(Pass):
             ctx.decide(where, "tile kept whole", f"{why}; warp-spec{{mode=cooperative}} asks for cooperative "
                        "consumers, which take the tile as written")
             return kernel
-        trial = clone_kernel(kernel)
-        index = block_loop(trial).regions[0].args[pos]
-        dims, _ = split_dims(trial, index)
-        _resize(trial, dims, width, pos, width // 2)
-        name = index.hint or str(pos)
+        trial, name = resized(kernel, pos, width, width // 2)
         if what == "fit":
             unfit = whole_unfit(trial, next(op.result for op in trial.walk() if isinstance(op, MMA_OPS)), ctx)
             if unfit:

@@ -228,12 +228,9 @@ FP8_STORES = ("; e4m3 tensors take stores (cvt.rn.satfinite: beyond ±448 satura
 
 def _fp8_pair(ctx, tile: RegTile, u: int, j: int, h: int, out: list[str]) -> str:
     """One 16-bit register with the pair (band u, chunk j, half h) rounded to e4m3, the lower
-    column in the lower byte (``cvt.rn.satfinite.e4m3x2.f32`` puts its first source in the upper
-    byte): round to nearest even, magnitudes past 448 saturate, as interpreter/numerics.py rounds."""
+    column in the lower byte (``Ctx.pack_e4m3``)."""
     lo, hi = (ctx.tile_f32(tile, u, j, 2 * h + c, out) for c in (0, 1))
-    r = ctx.new("b16")
-    out.append(f"cvt.rn.satfinite.e4m3x2.f32 {r}, {hi}, {lo};")
-    return r
+    return ctx.pack_e4m3(lo, hi, out)
 
 
 def _pair(ctx, tile: RegTile, u: int, j: int, h: int, gd, out: list[str]) -> str:
