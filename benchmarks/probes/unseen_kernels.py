@@ -388,6 +388,20 @@ def f32a(shape):
     return args, (a, b), expr, 2, [2 * m * n * k]
 
 
+def bmm_f32a_silu(shape):
+    z, m, n, k = shape
+    a = torch.randn(z, m, k, device="cuda") * k ** -0.25
+    b = rnd(z, k, n, scale=k ** -0.25)
+    bias = torch.randn(n, device="cuda")
+    args = [a, b, bias, out(z, m, n)]
+
+    def expr(a, b, bias):
+        if a.dtype == torch.float64:
+            return F.silu(a @ b + bias)
+        return F.silu(torch.bmm(a.to(torch.bfloat16), b) + bias)
+    return args, (a, b, bias), expr, 3, [2 * z * m * n * k]
+
+
 def fp8a(shape):
     m, n, k = shape
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
@@ -434,6 +448,7 @@ PROBES = {
     "rms_linear_rs": ("rms_linear_rs.tk", rms_linear, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_dequant_a": ("gemm_dequant_a.tk", dequant_a, (4096, 4096, 4096), (1000, 3000, 520)),
     "gemm_f32a": ("gemm_f32a.tk", f32a, (4096, 4096, 4096), (1000, 3000, 520)),
+    "bmm_f32a_silu": ("bmm_f32a_silu.tk", bmm_f32a_silu, (8, 2048, 2048, 2048), (3, 1000, 600, 520)),
     "gemm_fp8a": ("gemm_fp8a.tk", fp8a, (4096, 4096, 4096), (1000, 3000, 528)),
 }
 EXTRA_REFS = {"alibi128": alibi_refs, "alibi192": alibi_refs, "alibi_hoisted": alibi_refs,
